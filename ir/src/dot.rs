@@ -1,0 +1,41 @@
+//! Graphviz DOT rendering of a graph.
+
+use std::fmt::Write as _;
+
+use crate::{Effect, Graph, Op};
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// The graph as a Graphviz `digraph`: one box per node (name, op, result
+/// types), one edge per operand, one ellipse per output.
+pub fn to_dot(g: &Graph) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "digraph \"{}\" {{", escape(&g.name));
+    out.push_str("  node [shape=box, fontname=\"monospace\"];\n");
+    for id in g.node_ids() {
+        let n = g.node(id);
+        let types: Vec<String> = n.results.iter().map(|r| g.ty(*r).to_string()).collect();
+        let detail = match &n.op {
+            Op::Parameter { index } => format!("parameter {index}"),
+            Op::Callback(c) => format!("{} \\\"{}\\\"", c.kind.name(), escape(&c.target)),
+            op => op.name(),
+        };
+        let style = match (&n.op, n.effect) {
+            (_, Effect::Stateful) => ", style=bold, color=red",
+            (Op::Parameter { .. }, _) => ", style=rounded",
+            _ => "",
+        };
+        let _ = writeln!(out, "  {id} [label=\"{}\\n{detail}\\n{}\"{style}];", escape(&n.name), types.join(", "));
+        for (k, v) in n.inputs.iter().enumerate() {
+            let _ = writeln!(out, "  {} -> {id} [label=\"{k}\"];", g.value(*v).node);
+        }
+    }
+    for (i, o) in g.outputs().iter().enumerate() {
+        let _ = writeln!(out, "  out{i} [label=\"{}\", shape=ellipse];", escape(&o.name));
+        let _ = writeln!(out, "  {} -> out{i};", g.value(o.value).node);
+    }
+    out.push_str("}\n");
+    out
+}

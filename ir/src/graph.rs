@@ -1,0 +1,415 @@
+//! The graph: SSA nodes in topological order, typed values, named outputs.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use crate::infer::infer;
+use crate::{CallbackRef, Detail, Error, NodeRef, Op, Result, Site, TensorType};
+
+macro_rules! index_type {
+    ($(#[$m:meta])* $name:ident, $prefix:literal) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u32);
+        impl $name {
+            /// The index as `usize`.
+            pub fn index(self) -> usize { self.0 as usize }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { write!(f, concat!($prefix, "{}"), self.0) }
+        }
+    };
+}
+
+index_type!(
+    /// A node in a [`Graph`].
+    NodeId,
+    "n"
+);
+index_type!(
+    /// A value (one result of one node) in a [`Graph`].
+    ValueId,
+    "v"
+);
+
+/// Whether a node may be merged, moved or removed by the optimizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// No side effects: may be merged (CSE), removed when unused, folded.
+    Pure,
+    /// Side effects: never merged or removed; runs once per call, in order.
+    Stateful,
+}
+
+/// One operation applied to operand values, producing result values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The operation and its attributes.
+    pub op: Op,
+    /// Operand values.
+    pub inputs: Vec<ValueId>,
+    /// Result values (one for every op but callbacks).
+    pub results: Vec<ValueId>,
+    /// Unique name within the graph.
+    pub name: String,
+    /// Where the node was created.
+    pub site: Site,
+    /// Pure or stateful.
+    pub effect: Effect,
+}
+
+/// What defines a value, and its type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueInfo {
+    /// The defining node.
+    pub node: NodeId,
+    /// Which of the node's results.
+    pub index: u32,
+    /// The value's type.
+    pub ty: TensorType,
+}
+
+/// A named result of the graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Output {
+    /// The value returned.
+    pub value: ValueId,
+    /// Its name (used for file names by the CLI).
+    pub name: String,
+}
+
+/// Everything needed to add a node, for [`Graph::add_node`].
+#[derive(Clone, Debug)]
+pub struct NewNode {
+    /// The operation.
+    pub op: Op,
+    /// Operand values.
+    pub inputs: Vec<ValueId>,
+    /// A name; a fresh one derived from the op is made when `None`.
+    pub name: Option<String>,
+    /// Where the node was created.
+    pub site: Site,
+    /// Pure or stateful.
+    pub effect: Effect,
+    /// Declared result types (parameters and callbacks); inferred when `None`.
+    pub result_types: Option<Vec<TensorType>>,
+}
+
+impl NewNode {
+    /// A pure node with inferred types and a generated name.
+    pub fn new(op: Op, inputs: Vec<ValueId>, site: Site) -> Self {
+        NewNode { op, inputs, name: None, site, effect: Effect::Pure, result_types: None }
+    }
+}
+
+/// A tensor program in SSA form. Nodes are stored in topological order;
+/// callables of callback nodes are bound by name and not part of equality.
+#[derive(Clone, Default)]
+pub struct Graph {
+    /// The graph's name.
+    pub name: String,
+    nodes: Vec<Node>,
+    values: Vec<ValueInfo>,
+    outputs: Vec<Output>,
+    names: HashSet<String>,
+    name_counters: HashMap<String, usize>,
+    bindings: HashMap<String, CallbackRef>,
+}
+
+impl PartialEq for Graph {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.nodes == other.nodes && self.values == other.values && self.outputs == other.outputs
+    }
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::text::print(self))
+    }
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new(name: impl Into<String>) -> Self {
+        Graph { name: name.into(), ..Default::default() }
+    }
+
+    /// The nodes, in topological order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// One node.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// Ids of all nodes in order.
+    pub fn node_ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + use<> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// Number of values.
+    pub fn num_values(&self) -> usize {
+        self.values.len()
+    }
+
+    /// What defines `v`, and its type.
+    pub fn value(&self, v: ValueId) -> &ValueInfo {
+        &self.values[v.index()]
+    }
+
+    /// The type of `v`.
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        &self.values[v.index()].ty
+    }
+
+    /// The node defining `v`.
+    pub fn producer(&self, v: ValueId) -> &Node {
+        self.node(self.values[v.index()].node)
+    }
+
+    /// The graph's named results.
+    pub fn outputs(&self) -> &[Output] {
+        &self.outputs
+    }
+
+    /// The parameter values, ordered by parameter index.
+    pub fn params(&self) -> Vec<ValueId> {
+        let mut ps: Vec<(usize, ValueId)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Parameter { index } => Some((index, n.results[0])),
+                _ => None,
+            })
+            .collect();
+        ps.sort();
+        ps.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// A reference to a node for error messages.
+    pub fn node_ref(&self, id: NodeId) -> NodeRef {
+        let n = self.node(id);
+        NodeRef { name: n.name.clone(), op: n.op.name(), site: n.site.clone() }
+    }
+
+    /// A name not yet used in the graph, derived from `base` (`add`,
+    /// `add_1`, `add_2`, ...).
+    pub fn fresh_name(&mut self, base: &str) -> String {
+        if !self.names.contains(base) {
+            return base.to_string();
+        }
+        let counter = self.name_counters.entry(base.to_string()).or_insert(0);
+        loop {
+            *counter += 1;
+            let candidate = format!("{base}_{counter}");
+            if !self.names.contains(&candidate) {
+                return candidate;
+            }
+        }
+    }
+
+    /// True when a node is named `name`.
+    pub fn has_name(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// Adds a node after checking its operands and inferring (or taking the
+    /// declared) result types. Errors name the op, the node and the site.
+    pub fn add_node(&mut self, new: NewNode) -> Result<NodeId> {
+        let op_name = new.op.name();
+        let name = match new.name {
+            Some(n) => n,
+            None => {
+                let base = match &new.op {
+                    Op::Callback(c) => c.target.clone(),
+                    _ => op_name.clone(),
+                };
+                self.fresh_name(&base)
+            }
+        };
+        let node_ref = NodeRef { name: name.clone(), op: op_name, site: new.site.clone() };
+        let fail = |message: String| Error::InvalidArgument(Detail { message, node: Some(node_ref.clone()), pos: None });
+        if self.names.contains(&name) {
+            return Err(fail(format!("a node named '{name}' already exists")));
+        }
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c)) {
+            return Err(fail(format!("'{name}' is not a valid node name (letters, digits, _ . - /)")));
+        }
+        if let Some(bad) = new.inputs.iter().find(|v| v.index() >= self.values.len()) {
+            return Err(fail(format!("operand {bad} does not exist")));
+        }
+        if new.effect == Effect::Stateful && !matches!(new.op, Op::Callback(_)) {
+            return Err(fail("only callbacks may be stateful".into()));
+        }
+        let types = match (&new.op, new.result_types) {
+            (Op::Parameter { .. }, Some(t)) if t.len() == 1 && new.inputs.is_empty() => t,
+            (Op::Callback(_), Some(t)) => t,
+            (Op::Parameter { .. } | Op::Callback(_), _) => return Err(fail("needs declared result types".into())),
+            (op, declared) => {
+                let ins: Vec<&TensorType> = new.inputs.iter().map(|v| &self.values[v.index()].ty).collect();
+                let inferred = infer(op, &ins).map_err(fail)?;
+                if let Some(d) = declared
+                    && d != inferred
+                {
+                    return Err(fail(format!(
+                        "declared result type {} does not match the inferred {}",
+                        types_str(&d),
+                        types_str(&inferred)
+                    )));
+                }
+                inferred
+            }
+        };
+        let id = NodeId(self.nodes.len() as u32);
+        let results = types
+            .into_iter()
+            .enumerate()
+            .map(|(i, ty)| {
+                self.values.push(ValueInfo { node: id, index: i as u32, ty });
+                ValueId(self.values.len() as u32 - 1)
+            })
+            .collect();
+        self.names.insert(name.clone());
+        self.nodes.push(Node { op: new.op, inputs: new.inputs, results, name, site: new.site, effect: new.effect });
+        Ok(id)
+    }
+
+    /// Adds a pure single-result node with an inferred type.
+    pub fn add(&mut self, op: Op, inputs: &[ValueId], site: Site) -> Result<ValueId> {
+        let id = self.add_node(NewNode::new(op, inputs.to_vec(), site))?;
+        Ok(self.nodes[id.index()].results[0])
+    }
+
+    /// Adds parameter number `index` of type `ty`.
+    pub fn add_parameter(&mut self, index: usize, ty: TensorType, name: Option<String>, site: Site) -> Result<ValueId> {
+        let id = self.add_node(NewNode {
+            op: Op::Parameter { index },
+            inputs: vec![],
+            name,
+            site,
+            effect: Effect::Pure,
+            result_types: Some(vec![ty]),
+        })?;
+        Ok(self.nodes[id.index()].results[0])
+    }
+
+    /// Appends a named result.
+    pub fn add_output(&mut self, value: ValueId, name: impl Into<String>) -> Result<()> {
+        let name = name.into();
+        if value.index() >= self.values.len() {
+            return Err(Error::invalid(format!("output '{name}' refers to a value {value} that does not exist")));
+        }
+        if self.outputs.iter().any(|o| o.name == name) {
+            return Err(Error::invalid(format!("two outputs are named '{name}'")));
+        }
+        self.outputs.push(Output { value, name });
+        Ok(())
+    }
+
+    /// Binds the callable of callback target `name`.
+    pub fn bind(&mut self, name: impl Into<String>, callable: CallbackRef) {
+        self.bindings.insert(name.into(), callable);
+    }
+
+    /// The callable bound to callback target `name`.
+    pub fn binding(&self, name: &str) -> Option<&CallbackRef> {
+        self.bindings.get(name)
+    }
+
+    /// Every binding.
+    pub fn bindings(&self) -> &HashMap<String, CallbackRef> {
+        &self.bindings
+    }
+
+    /// Replaces every use of `from` (operands and outputs) with `to`.
+    pub fn replace_all_uses(&mut self, from: ValueId, to: ValueId) {
+        for n in &mut self.nodes {
+            for i in &mut n.inputs {
+                if *i == from {
+                    *i = to;
+                }
+            }
+        }
+        for o in &mut self.outputs {
+            if o.value == from {
+                o.value = to;
+            }
+        }
+    }
+
+    /// Replaces node `id`'s op (same results, no operands) — used by constant
+    /// folding to turn a node into a `constant` in place.
+    pub fn replace_with_constant(&mut self, id: NodeId, lit: crate::Literal) -> Result<()> {
+        let node = &self.nodes[id.index()];
+        if node.results.len() != 1 || self.values[node.results[0].index()].ty != lit.ty() {
+            return Err(Error::internal(format!("constant {} does not fit node '{}'", lit.ty(), node.name)));
+        }
+        let node = &mut self.nodes[id.index()];
+        node.op = Op::Constant(lit);
+        node.inputs.clear();
+        node.effect = Effect::Pure;
+        Ok(())
+    }
+
+    /// Keeps the nodes with `keep[i] == true` and renumbers nodes and values.
+    /// The caller guarantees no kept node or output uses a removed value.
+    pub fn retain_nodes(&mut self, keep: &[bool]) {
+        let mut value_map = vec![ValueId(u32::MAX); self.values.len()];
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        let mut values = Vec::with_capacity(self.values.len());
+        for (old, mut node) in std::mem::take(&mut self.nodes).into_iter().enumerate() {
+            if !keep[old] {
+                self.names.remove(&node.name);
+                continue;
+            }
+            let id = NodeId(nodes.len() as u32);
+            for r in &mut node.results {
+                let mut info = self.values[r.index()].clone();
+                info.node = id;
+                values.push(info);
+                let new = ValueId(values.len() as u32 - 1);
+                value_map[r.index()] = new;
+                *r = new;
+            }
+            for i in &mut node.inputs {
+                *i = value_map[i.index()];
+            }
+            nodes.push(node);
+        }
+        for o in &mut self.outputs {
+            o.value = value_map[o.value.index()];
+        }
+        self.nodes = nodes;
+        self.values = values;
+        let targets: HashSet<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::Callback(c) => Some(c.target.as_str()),
+                _ => None,
+            })
+            .collect();
+        self.bindings.retain(|k, _| targets.contains(k.as_str()));
+    }
+
+    /// Number of uses of every value (operands and outputs).
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.values.len()];
+        for n in &self.nodes {
+            for i in &n.inputs {
+                counts[i.index()] += 1;
+            }
+        }
+        for o in &self.outputs {
+            counts[o.value.index()] += 1;
+        }
+        counts
+    }
+}
+
+pub(crate) fn types_str(ts: &[TensorType]) -> String {
+    let parts: Vec<String> = ts.iter().map(|t| t.to_string()).collect();
+    if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(", ")) }
+}

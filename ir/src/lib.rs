@@ -1,0 +1,29 @@
+//! tensorlift's tensor IR.
+//!
+//! A [`Graph`] is SSA: nodes in topological order, each with an [`Op`] (a
+//! closed enum with attributes), operand values, typed results, a unique
+//! name, a creation [`Site`] and an [`Effect`]. Types are inferred when a
+//! node is added, so an ill-typed graph cannot be built; [`verify`] re-checks
+//! parsed or rewritten graphs. [`text`] prints and parses the `.tlir`
+//! format; [`passes`] holds the optimization passes.
+
+mod dtype;
+mod error;
+mod graph;
+mod dot;
+pub mod infer;
+mod literal;
+mod op;
+pub mod passes;
+mod shape;
+pub mod text;
+mod verify;
+
+pub use dtype::{ALL_DTYPES, DType};
+pub use error::{Code, Detail, Error, NodeRef, Offender, Result, Site, TextPos};
+pub use graph::{Effect, Graph, NewNode, Node, NodeId, Output, ValueId, ValueInfo};
+pub use literal::{Literal, LiteralData, Scalar};
+pub use op::{BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, Op, ReduceOp, UnaryOp};
+pub use shape::{Dim, Shape, TensorType};
+pub use verify::verify;
+pub use dot::to_dot;

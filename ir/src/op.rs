@@ -1,0 +1,321 @@
+//! The op set: a closed enum of small `Copy` sub-enums with one text-name
+//! table per sub-enum.
+
+use std::sync::Arc;
+
+use crate::{DType, Literal, Shape};
+
+macro_rules! named_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $text:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vm])* $var),* }
+        impl $name {
+            /// Every variant.
+            pub const ALL: &'static [$name] = &[$($name::$var),*];
+            /// The text name.
+            pub fn name(self) -> &'static str { match self { $($name::$var => $text),* } }
+            /// Parses a text name.
+            pub fn from_name(s: &str) -> Option<Self> { match s { $($text => Some($name::$var),)* _ => None } }
+        }
+    };
+}
+
+named_enum!(
+    /// Elementwise functions of one operand.
+    UnaryOp {
+        /// `-x` (wrapping for integers).
+        Neg => "neg",
+        /// `|x|` (complex → its real type; wrapping for `MIN`).
+        Abs => "abs",
+        /// -1, 0 or 1 (`x/|x|` for complex; NaN stays NaN).
+        Sign => "sign",
+        /// Round toward -inf.
+        Floor => "floor",
+        /// Round toward +inf.
+        Ceil => "ceil",
+        /// Round half to even.
+        Round => "round",
+        /// Square root.
+        Sqrt => "sqrt",
+        /// `1/sqrt(x)`.
+        Rsqrt => "rsqrt",
+        /// `e^x`.
+        Exp => "exp",
+        /// `e^x - 1`.
+        Expm1 => "expm1",
+        /// Natural logarithm.
+        Log => "log",
+        /// `log(1 + x)`.
+        Log1p => "log1p",
+        /// Hyperbolic tangent.
+        Tanh => "tanh",
+        /// `1 / (1 + e^-x)` (sigmoid).
+        Logistic => "logistic",
+        /// Sine.
+        Sin => "sin",
+        /// Cosine.
+        Cos => "cos",
+        /// Error function.
+        Erf => "erf",
+        /// Logical not (bool) or bitwise not (integers).
+        Not => "not",
+        /// True for values that are neither NaN nor infinite.
+        IsFinite => "is_finite",
+        /// `x * x`.
+        Square => "square",
+        /// `1 / x`.
+        Reciprocal => "reciprocal",
+    }
+);
+
+named_enum!(
+    /// Elementwise functions of two operands of one dtype.
+    BinaryOp {
+        /// Addition (wrapping for integers).
+        Add => "add",
+        /// Subtraction.
+        Sub => "sub",
+        /// Multiplication.
+        Mul => "mul",
+        /// Division (truncating for integers; `x/0` and `MIN/-1` defined).
+        Div => "div",
+        /// Remainder with the sign of the dividend (C `fmod`).
+        Rem => "rem",
+        /// `x^y`.
+        Pow => "pow",
+        /// Maximum (NaN-propagating).
+        Max => "max",
+        /// Minimum (NaN-propagating).
+        Min => "min",
+        /// Logical/bitwise and.
+        And => "and",
+        /// Logical/bitwise or.
+        Or => "or",
+        /// Logical/bitwise exclusive or.
+        Xor => "xor",
+    }
+);
+
+named_enum!(
+    /// Comparison directions.
+    CmpOp {
+        /// `==`.
+        Eq => "eq",
+        /// `!=`.
+        Ne => "ne",
+        /// `<`.
+        Lt => "lt",
+        /// `<=`.
+        Le => "le",
+        /// `>`.
+        Gt => "gt",
+        /// `>=`.
+        Ge => "ge",
+    }
+);
+
+named_enum!(
+    /// Reduction functions.
+    ReduceOp {
+        /// Sum (0 for an empty reduction).
+        Sum => "sum",
+        /// Product (1 when empty).
+        Prod => "prod",
+        /// Maximum (-inf or `MIN` when empty; NaN-propagating).
+        Max => "max",
+        /// Minimum (+inf or `MAX` when empty; NaN-propagating).
+        Min => "min",
+        /// Logical and (true when empty).
+        And => "and",
+        /// Logical or (false when empty).
+        Or => "or",
+    }
+);
+
+named_enum!(
+    /// The kinds of host callback.
+    CallbackKind {
+        /// `tf.numpy_function`: NumPy arrays in and out.
+        NumpyFunction => "numpy_function",
+        /// `tf.compat.v1.py_func`: same semantics, TF1 name.
+        PyFunc => "py_func",
+        /// `tf.py_function`: eager tensors; cannot be compiled.
+        PyFunction => "py_function",
+        /// A Rust closure over ndarray views.
+        HostFn => "host_fn",
+    }
+);
+
+/// Dimension numbers of `dot_general`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DotDims {
+    /// Batch dimensions of the left operand.
+    pub lhs_batch: Vec<usize>,
+    /// Batch dimensions of the right operand (same sizes, same order).
+    pub rhs_batch: Vec<usize>,
+    /// Contracting dimensions of the left operand.
+    pub lhs_contract: Vec<usize>,
+    /// Contracting dimensions of the right operand.
+    pub rhs_contract: Vec<usize>,
+}
+
+/// An opaque reference to a callable, bound by name. The IR never looks
+/// inside; the runtime downcasts it.
+#[derive(Clone)]
+pub struct CallbackRef(pub Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for CallbackRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallbackRef(..)")
+    }
+}
+
+/// A host-callback node's attributes. The callable itself is not part of
+/// the op (it is not serialized); the graph binds it by `target` name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallbackOp {
+    /// Which API made it.
+    pub kind: CallbackKind,
+    /// The name the callable is bound under (unique within a graph).
+    pub target: String,
+}
+
+/// An operation. Attributes live in the variant; operands are value ids on
+/// the node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Input number `index` of the graph.
+    Parameter {
+        /// Position among the graph's parameters.
+        index: usize,
+    },
+    /// A dense constant.
+    Constant(Literal),
+    /// `0, 1, 2, ...` along `dim` of a tensor of `shape`.
+    Iota {
+        /// Element type.
+        dtype: DType,
+        /// Result shape (static).
+        dims: Vec<usize>,
+        /// The dimension that counts.
+        dim: usize,
+    },
+    /// An elementwise function of one operand.
+    Unary(UnaryOp),
+    /// An elementwise function of two operands of equal type.
+    Binary(BinaryOp),
+    /// Elementwise comparison giving bool.
+    Compare(CmpOp),
+    /// `select(pred, on_true, on_false)`.
+    Select,
+    /// `clamp(x, lo, hi) = min(max(x, lo), hi)`.
+    Clamp,
+    /// Cast to another dtype.
+    Convert(DType),
+    /// XLA `broadcast_in_dim`: operand dim `i` maps to result dim `dims[i]`.
+    BroadcastInDim {
+        /// Result shape.
+        shape: Shape,
+        /// Where each operand dim goes.
+        dims: Vec<usize>,
+    },
+    /// Row-major reshape.
+    Reshape(Shape),
+    /// Permute dims: result dim `i` is operand dim `perm[i]`.
+    Transpose(Vec<usize>),
+    /// Strided slice.
+    Slice {
+        /// Start per dim.
+        start: Vec<usize>,
+        /// Limit (exclusive) per dim.
+        limit: Vec<usize>,
+        /// Stride per dim (≥ 1).
+        stride: Vec<usize>,
+    },
+    /// Join operands along `axis`.
+    Concatenate {
+        /// The axis.
+        axis: usize,
+    },
+    /// Pad with a scalar operand: `low`/`high` may be negative (crop).
+    Pad {
+        /// Padding before, per dim.
+        low: Vec<i64>,
+        /// Padding after, per dim.
+        high: Vec<i64>,
+        /// Padding between elements, per dim.
+        interior: Vec<usize>,
+    },
+    /// Reverse the order along `axes`.
+    Reverse(Vec<usize>),
+    /// Reduce over `axes`.
+    Reduce {
+        /// The function.
+        op: ReduceOp,
+        /// Axes reduced (sorted, unique).
+        axes: Vec<usize>,
+        /// Keep reduced axes as size 1.
+        keepdims: bool,
+    },
+    /// Index of the maximum along `axis` (first on ties; NaN wins).
+    ArgMax {
+        /// Axis.
+        axis: usize,
+        /// Index dtype (int32 or int64).
+        index_dtype: DType,
+    },
+    /// Index of the minimum along `axis` (first on ties; NaN wins).
+    ArgMin {
+        /// Axis.
+        axis: usize,
+        /// Index dtype (int32 or int64).
+        index_dtype: DType,
+    },
+    /// Generalized matrix product.
+    DotGeneral(DotDims),
+    /// Gather slices of the first operand along `axis` at the integer
+    /// indices of the second.
+    Take {
+        /// Axis.
+        axis: usize,
+    },
+    /// A host callback. Results have the declared types.
+    Callback(CallbackOp),
+}
+
+impl Op {
+    /// The text name of the op (`add`, `reduce_sum`, `numpy_function`, ...).
+    pub fn name(&self) -> String {
+        match self {
+            Op::Parameter { .. } => "parameter".into(),
+            Op::Constant(_) => "constant".into(),
+            Op::Iota { .. } => "iota".into(),
+            Op::Unary(u) => u.name().into(),
+            Op::Binary(b) => b.name().into(),
+            Op::Compare(c) => format!("compare_{}", c.name()),
+            Op::Select => "select".into(),
+            Op::Clamp => "clamp".into(),
+            Op::Convert(_) => "convert".into(),
+            Op::BroadcastInDim { .. } => "broadcast_in_dim".into(),
+            Op::Reshape(_) => "reshape".into(),
+            Op::Transpose(_) => "transpose".into(),
+            Op::Slice { .. } => "slice".into(),
+            Op::Concatenate { .. } => "concatenate".into(),
+            Op::Pad { .. } => "pad".into(),
+            Op::Reverse(_) => "reverse".into(),
+            Op::Reduce { op, .. } => format!("reduce_{}", op.name()),
+            Op::ArgMax { .. } => "argmax".into(),
+            Op::ArgMin { .. } => "argmin".into(),
+            Op::DotGeneral(_) => "dot_general".into(),
+            Op::Take { .. } => "take".into(),
+            Op::Callback(c) => c.kind.name().into(),
+        }
+    }
+
+    /// True for ops whose result at an index depends only on the operands at
+    /// the same index (what loop fusion merges).
+    pub fn is_elementwise(&self) -> bool {
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp | Op::Convert(_))
+    }
+}

@@ -1,0 +1,881 @@
+//! The `.tlir` text format: one op per line, every value typed; prints and
+//! parses back to an identical graph. The grammar is in `docs/ir.md`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::literal::{Scalar, write_quoted};
+use crate::{
+    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph, Literal,
+    NewNode, Node, Op, ReduceOp, Result, Shape, Site, TensorType, TextPos, UnaryOp, ValueId,
+};
+
+/// Prints `graph` in the text format.
+pub fn print(graph: &Graph) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "graph @{} {{", graph.name);
+    for node in graph.nodes() {
+        out.push_str("  ");
+        print_node(graph, node, &mut out);
+        out.push('\n');
+    }
+    out.push_str("  return");
+    for (i, o) in graph.outputs().iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        out.push_str(&value_name(graph, o.value));
+        out.push_str(" as ");
+        write_quoted(o.name.as_bytes(), &mut out);
+    }
+    out.push_str("\n}\n");
+    out
+}
+
+/// The text name of a value: `%node` or `%node#i` for multi-result nodes.
+pub fn value_name(graph: &Graph, v: ValueId) -> String {
+    let info = graph.value(v);
+    let node = graph.node(info.node);
+    if node.results.len() == 1 { format!("%{}", node.name) } else { format!("%{}#{}", node.name, info.index) }
+}
+
+fn print_node(graph: &Graph, node: &Node, out: &mut String) {
+    let _ = write!(out, "%{} = {}", node.name, node.op.name());
+    let operands = |out: &mut String| {
+        out.push('(');
+        for (i, v) in node.inputs.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&value_name(graph, *v));
+        }
+        out.push(')');
+    };
+    match &node.op {
+        Op::Parameter { index } => {
+            let _ = write!(out, " {index}");
+        }
+        Op::Constant(lit) => {
+            out.push(' ');
+            print_literal(lit, out);
+        }
+        Op::Callback(c) => {
+            out.push(' ');
+            write_quoted(c.target.as_bytes(), out);
+            out.push(' ');
+            operands(out);
+            if node.effect == Effect::Stateful {
+                out.push_str(" stateful");
+            }
+        }
+        op => {
+            operands(out);
+            let attrs = attrs_of(op);
+            if !attrs.is_empty() {
+                let _ = write!(out, " {{{}}}", attrs.join(", "));
+            }
+        }
+    }
+    out.push_str(" : ");
+    let types: Vec<&TensorType> = node.results.iter().map(|r| graph.ty(*r)).collect();
+    if matches!(node.op, Op::Callback(_)) {
+        out.push('(');
+        for (i, t) in types.iter().enumerate() {
+            let _ = write!(out, "{}{t}", if i > 0 { ", " } else { "" });
+        }
+        out.push(')');
+    } else {
+        let _ = write!(out, "{}", types[0]);
+    }
+    out.push_str(" loc(");
+    write_quoted(node.site.file.as_bytes(), out);
+    let _ = write!(out, ":{}:{})", node.site.line, node.site.col);
+}
+
+fn list<T: std::fmt::Display>(v: &[T]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+fn attrs_of(op: &Op) -> Vec<String> {
+    match op {
+        Op::Iota { dim, .. } => vec![format!("dim={dim}")],
+        Op::BroadcastInDim { shape, dims } => vec![format!("shape={shape}"), format!("dims={}", list(dims))],
+        Op::Reshape(shape) => vec![format!("shape={shape}")],
+        Op::Transpose(perm) => vec![format!("perm={}", list(perm))],
+        Op::Slice { start, limit, stride } => {
+            vec![format!("start={}", list(start)), format!("limit={}", list(limit)), format!("stride={}", list(stride))]
+        }
+        Op::Concatenate { axis } | Op::Take { axis } | Op::ArgMax { axis, .. } | Op::ArgMin { axis, .. } => {
+            vec![format!("axis={axis}")]
+        }
+        Op::Pad { low, high, interior } => {
+            vec![format!("low={}", list(low)), format!("high={}", list(high)), format!("interior={}", list(interior))]
+        }
+        Op::Reverse(axes) => vec![format!("axes={}", list(axes))],
+        Op::Reduce { axes, keepdims, .. } => vec![format!("axes={}", list(axes)), format!("keepdims={keepdims}")],
+        Op::DotGeneral(d) => vec![
+            format!("lhs_batch={}", list(&d.lhs_batch)),
+            format!("rhs_batch={}", list(&d.rhs_batch)),
+            format!("lhs_contract={}", list(&d.lhs_contract)),
+            format!("rhs_contract={}", list(&d.rhs_contract)),
+        ],
+        _ => vec![],
+    }
+}
+
+fn print_literal(lit: &Literal, out: &mut String) {
+    if lit.dims.is_empty() {
+        lit.format_element(0, out);
+        return;
+    }
+    out.push('[');
+    for i in 0..lit.len() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        lit.format_element(i, out);
+    }
+    out.push(']');
+}
+
+// ---------------------------------------------------------------- lexer --
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    Value(String, Option<u32>),
+    Global(String),
+    Ident(String),
+    Int(i128),
+    Float(f64),
+    Str(Vec<u8>),
+    Punct(char),
+    Eof,
+}
+
+impl Tok {
+    fn describe(&self) -> String {
+        match self {
+            Tok::Value(n, _) => format!("value '%{n}'"),
+            Tok::Global(n) => format!("'@{n}'"),
+            Tok::Ident(s) => format!("'{s}'"),
+            Tok::Int(i) => format!("number {i}"),
+            Tok::Float(f) => format!("number {f}"),
+            Tok::Str(_) => "a string".into(),
+            Tok::Punct(c) => format!("'{c}'"),
+            Tok::Eof => "end of file".into(),
+        }
+    }
+}
+
+struct Lexer<'a> {
+    src: &'a [u8],
+    i: usize,
+    line: u32,
+    col: u32,
+}
+
+fn is_name_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-' | b'/')
+}
+
+impl<'a> Lexer<'a> {
+    fn err(&self, line: u32, col: u32, message: impl Into<String>) -> Error {
+        Error::InvalidArgument(Detail { message: message.into(), node: None, pos: Some(TextPos { line, col }) })
+    }
+
+    fn bump(&mut self) -> Option<u8> {
+        let c = *self.src.get(self.i)?;
+        self.i += 1;
+        if c == b'\n' {
+            self.line += 1;
+            self.col = 1;
+        } else if c & 0xc0 != 0x80 {
+            self.col += 1;
+        }
+        Some(c)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.src.get(self.i).copied()
+    }
+
+    fn name(&mut self) -> String {
+        let start = self.i;
+        while self.peek().is_some_and(is_name_char) {
+            self.bump();
+        }
+        String::from_utf8_lossy(&self.src[start..self.i]).into_owned()
+    }
+
+    fn tokens(mut self) -> Result<Vec<(Tok, TextPos)>> {
+        let mut out = Vec::new();
+        loop {
+            while let Some(c) = self.peek() {
+                if c.is_ascii_whitespace() {
+                    self.bump();
+                } else if c == b'/' && self.src.get(self.i + 1) == Some(&b'/') {
+                    while self.peek().is_some_and(|c| c != b'\n') {
+                        self.bump();
+                    }
+                } else {
+                    break;
+                }
+            }
+            let (line, col) = (self.line, self.col);
+            let pos = TextPos { line, col };
+            let Some(c) = self.peek() else {
+                out.push((Tok::Eof, pos));
+                return Ok(out);
+            };
+            let tok = match c {
+                b'%' => {
+                    self.bump();
+                    let name = self.name();
+                    if name.is_empty() {
+                        return Err(self.err(line, col, "expected a value name after '%'"));
+                    }
+                    let index = if self.peek() == Some(b'#') {
+                        self.bump();
+                        let start = self.i;
+                        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                            self.bump();
+                        }
+                        let digits = std::str::from_utf8(&self.src[start..self.i]).unwrap_or("");
+                        Some(digits.parse::<u32>().map_err(|_| self.err(line, col, "expected a result index after '#'"))?)
+                    } else {
+                        None
+                    };
+                    Tok::Value(name, index)
+                }
+                b'@' => {
+                    self.bump();
+                    Tok::Global(self.name())
+                }
+                b'"' => {
+                    self.bump();
+                    let mut s = Vec::new();
+                    loop {
+                        match self.bump() {
+                            None | Some(b'\n') => return Err(self.err(line, col, "unterminated string")),
+                            Some(b'"') => break,
+                            Some(b'\\') => match self.bump() {
+                                Some(b'n') => s.push(b'\n'),
+                                Some(b't') => s.push(b'\t'),
+                                Some(b'"') => s.push(b'"'),
+                                Some(b'\\') => s.push(b'\\'),
+                                Some(b'x') => {
+                                    let hex = [self.bump(), self.bump()];
+                                    let v = match hex {
+                                        [Some(a), Some(b)] => std::str::from_utf8(&[a, b])
+                                            .ok()
+                                            .and_then(|h| u8::from_str_radix(h, 16).ok()),
+                                        _ => None,
+                                    };
+                                    s.push(v.ok_or_else(|| self.err(self.line, self.col, "bad \\x escape"))?);
+                                }
+                                _ => return Err(self.err(self.line, self.col, "unknown escape in string")),
+                            },
+                            Some(c) => s.push(c),
+                        }
+                    }
+                    Tok::Str(s)
+                }
+                b'0'..=b'9' | b'-' | b'+' => self.number(line, col)?,
+                c if c.is_ascii_alphabetic() || c == b'_' => Tok::Ident(self.name()),
+                b'(' | b')' | b'{' | b'}' | b'[' | b']' | b',' | b':' | b'=' | b'?' | b'*' => {
+                    self.bump();
+                    Tok::Punct(c as char)
+                }
+                _ => {
+                    let ch = std::str::from_utf8(&self.src[self.i..]).ok().and_then(|s| s.chars().next()).unwrap_or('?');
+                    return Err(self.err(line, col, format!("unexpected character '{ch}'")));
+                }
+            };
+            out.push((tok, pos));
+        }
+    }
+
+    fn number(&mut self, line: u32, col: u32) -> Result<Tok> {
+        let start = self.i;
+        if matches!(self.peek(), Some(b'-' | b'+')) {
+            self.bump();
+        }
+        if self.peek().is_some_and(|c| c.is_ascii_alphabetic()) {
+            let word = self.name();
+            let sign = if self.src[start] == b'-' { -1.0 } else { 1.0 };
+            return match word.as_str() {
+                "inf" => Ok(Tok::Float(sign * f64::INFINITY)),
+                _ => Err(self.err(line, col, format!("expected a number, got '{word}'"))),
+            };
+        }
+        if self.peek() == Some(b'0') && matches!(self.src.get(self.i + 1), Some(b'x' | b'X')) {
+            self.bump();
+            self.bump();
+            let hs = self.i;
+            while self.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
+                self.bump();
+            }
+            let text = std::str::from_utf8(&self.src[hs..self.i]).unwrap_or("");
+            return u64::from_str_radix(text, 16)
+                .map(|v| Tok::Int(i128::from(v)))
+                .map_err(|_| self.err(line, col, "bad hexadecimal number"));
+        }
+        let mut is_float = false;
+        while let Some(c) = self.peek() {
+            if c.is_ascii_digit() {
+                self.bump();
+            } else if c == b'.' || c == b'e' || c == b'E' {
+                is_float = true;
+                self.bump();
+                if (c == b'e' || c == b'E') && matches!(self.peek(), Some(b'-' | b'+')) {
+                    self.bump();
+                }
+            } else {
+                break;
+            }
+        }
+        let text = std::str::from_utf8(&self.src[start..self.i]).unwrap_or("");
+        if is_float {
+            text.parse::<f64>().map(Tok::Float).map_err(|_| self.err(line, col, format!("bad number '{text}'")))
+        } else {
+            text.parse::<i128>().map(Tok::Int).map_err(|_| self.err(line, col, format!("bad number '{text}'")))
+        }
+    }
+}
+
+// --------------------------------------------------------------- parser --
+
+/// Parses a graph in the text format. `file` names the source in creation
+/// sites of nodes written without `loc(...)` and in nothing else.
+pub fn parse(src: &str, file: &str) -> Result<Graph> {
+    let toks = Lexer { src: src.as_bytes(), i: 0, line: 1, col: 1 }.tokens()?;
+    let mut p = Parser { toks, at: 0, file: Arc::from(file) };
+    let g = p.graph()?;
+    crate::verify::verify(&g)?;
+    Ok(g)
+}
+
+struct Parser {
+    toks: Vec<(Tok, TextPos)>,
+    at: usize,
+    file: Arc<str>,
+}
+
+#[derive(Debug)]
+enum AttrVal {
+    Int(i64),
+    Bool(bool),
+    List(Vec<Option<i64>>),
+    Star,
+}
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.at.min(self.toks.len() - 1)].0
+    }
+
+    fn pos(&self) -> TextPos {
+        self.toks[self.at.min(self.toks.len() - 1)].1
+    }
+
+    fn next(&mut self) -> Tok {
+        let t = self.peek().clone();
+        if self.at < self.toks.len() - 1 {
+            self.at += 1;
+        }
+        t
+    }
+
+    fn err_at(&self, pos: TextPos, message: impl Into<String>) -> Error {
+        Error::InvalidArgument(Detail { message: message.into(), node: None, pos: Some(pos) })
+    }
+
+    fn expected(&self, what: &str) -> Error {
+        self.err_at(self.pos(), format!("expected {what}, found {}", self.peek().describe()))
+    }
+
+    fn punct(&mut self, c: char) -> Result<()> {
+        if *self.peek() == Tok::Punct(c) {
+            self.next();
+            Ok(())
+        } else {
+            Err(self.expected(&format!("'{c}'")))
+        }
+    }
+
+    fn eat_punct(&mut self, c: char) -> bool {
+        if *self.peek() == Tok::Punct(c) {
+            self.next();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn keyword(&mut self, k: &str) -> Result<()> {
+        if *self.peek() == Tok::Ident(k.into()) {
+            self.next();
+            Ok(())
+        } else {
+            Err(self.expected(&format!("'{k}'")))
+        }
+    }
+
+    fn int(&mut self) -> Result<i128> {
+        match self.peek() {
+            Tok::Int(i) => {
+                let i = *i;
+                self.next();
+                Ok(i)
+            }
+            _ => Err(self.expected("an integer")),
+        }
+    }
+
+    fn usize(&mut self) -> Result<usize> {
+        let pos = self.pos();
+        let i = self.int()?;
+        usize::try_from(i).map_err(|_| self.err_at(pos, format!("{i} is not a valid size or index")))
+    }
+
+    fn graph(&mut self) -> Result<Graph> {
+        self.keyword("graph")?;
+        let name = match self.next() {
+            Tok::Global(n) if !n.is_empty() => n,
+            _ => return Err(self.err_at(self.toks[self.at.saturating_sub(1)].1, "expected '@name' after 'graph'")),
+        };
+        self.punct('{')?;
+        let mut g = Graph::new(name);
+        let mut values: std::collections::HashMap<String, Vec<ValueId>> = Default::default();
+        loop {
+            match self.peek().clone() {
+                Tok::Value(name, None) => self.node(&mut g, &mut values, name)?,
+                Tok::Ident(k) if k == "return" => {
+                    self.next();
+                    self.returns(&mut g, &values)?;
+                    self.punct('}')?;
+                    if *self.peek() != Tok::Eof {
+                        return Err(self.expected("end of file"));
+                    }
+                    return Ok(g);
+                }
+                _ => return Err(self.expected("a node ('%name = ...') or 'return'")),
+            }
+        }
+    }
+
+    fn value_ref(&mut self, values: &std::collections::HashMap<String, Vec<ValueId>>) -> Result<ValueId> {
+        let pos = self.pos();
+        match self.next() {
+            Tok::Value(name, idx) => {
+                let vs = values.get(&name).ok_or_else(|| self.err_at(pos, format!("use of undefined value '%{name}'")))?;
+                match (idx, vs.len()) {
+                    (None, 1) => Ok(vs[0]),
+                    (None, n) => Err(self.err_at(pos, format!("'%{name}' has {n} results; name one as '%{name}#i'"))),
+                    (Some(i), n) => vs.get(i as usize).copied().ok_or_else(|| {
+                        self.err_at(pos, format!("'%{name}' has {n} result(s); there is no result #{i}"))
+                    }),
+                }
+            }
+            t => Err(self.err_at(pos, format!("expected a value, found {}", t.describe()))),
+        }
+    }
+
+    fn returns(&mut self, g: &mut Graph, values: &std::collections::HashMap<String, Vec<ValueId>>) -> Result<()> {
+        if *self.peek() == Tok::Punct('}') {
+            return Ok(());
+        }
+        loop {
+            let v = self.value_ref(values)?;
+            self.keyword("as")?;
+            let pos = self.pos();
+            let name = match self.next() {
+                Tok::Str(s) => String::from_utf8(s).map_err(|_| self.err_at(pos, "output name is not UTF-8"))?,
+                Tok::Ident(s) => s,
+                t => return Err(self.err_at(pos, format!("expected an output name, found {}", t.describe()))),
+            };
+            g.add_output(v, name).map_err(|e| with_pos(e, pos))?;
+            if !self.eat_punct(',') {
+                return Ok(());
+            }
+        }
+    }
+
+    fn node(
+        &mut self,
+        g: &mut Graph,
+        values: &mut std::collections::HashMap<String, Vec<ValueId>>,
+        name: String,
+    ) -> Result<()> {
+        let start = self.pos();
+        self.next();
+        if values.contains_key(&name) {
+            return Err(self.err_at(start, format!("value '%{name}' is defined twice")));
+        }
+        self.punct('=')?;
+        let op_pos = self.pos();
+        let op_name = match self.next() {
+            Tok::Ident(s) => s,
+            t => return Err(self.err_at(op_pos, format!("expected an op name, found {}", t.describe()))),
+        };
+        let mut inputs = Vec::new();
+        let mut effect = Effect::Pure;
+        let mut result_types = None;
+        let op = match op_name.as_str() {
+            "parameter" => {
+                let index = self.usize()?;
+                self.punct(':')?;
+                result_types = Some(vec![self.ty()?]);
+                Op::Parameter { index }
+            }
+            "constant" => {
+                let lit_pos = self.pos();
+                let scalars = self.literal_elems()?;
+                self.punct(':')?;
+                let ty = self.ty()?;
+                let dims = ty
+                    .shape
+                    .as_known()
+                    .ok_or_else(|| self.err_at(lit_pos, format!("a constant needs a static shape, got {ty}")))?;
+                let lit = match scalars {
+                    LitElems::Strings(s) if ty.dtype == DType::String => Literal::from_strings(&dims, s),
+                    LitElems::Scalars(v) if ty.dtype != DType::String => Literal::from_scalars(ty.dtype, &dims, &v),
+                    _ => Err(Error::invalid(format!("literal elements do not match type {ty}"))),
+                }
+                .map_err(|e| with_pos(e, lit_pos))?;
+                Op::Constant(lit)
+            }
+            k if CallbackKind::from_name(k).is_some() => {
+                let kind = CallbackKind::from_name(k).ok_or_else(|| self.expected("a callback kind"))?;
+                let tpos = self.pos();
+                let target = match self.next() {
+                    Tok::Str(s) => String::from_utf8(s).map_err(|_| self.err_at(tpos, "callback name is not UTF-8"))?,
+                    t => return Err(self.err_at(tpos, format!("expected the callback's name in quotes, found {}", t.describe()))),
+                };
+                inputs = self.operands(values)?;
+                if *self.peek() == Tok::Ident("stateful".into()) {
+                    self.next();
+                    effect = Effect::Stateful;
+                }
+                self.punct(':')?;
+                self.punct('(')?;
+                let mut tys = Vec::new();
+                while !self.eat_punct(')') {
+                    if !tys.is_empty() {
+                        self.punct(',')?;
+                    }
+                    tys.push(self.ty()?);
+                }
+                result_types = Some(tys);
+                Op::Callback(CallbackOp { kind, target })
+            }
+            _ => {
+                inputs = self.operands(values)?;
+                let attrs = if *self.peek() == Tok::Punct('{') { self.attrs()? } else { Vec::new() };
+                self.punct(':')?;
+                let ty = self.ty()?;
+                let op = self.make_op(&op_name, op_pos, &attrs, &ty)?;
+                result_types = Some(vec![ty]);
+                op
+            }
+        };
+        let site = if *self.peek() == Tok::Ident("loc".into()) { self.loc()? } else { self.here(start) };
+        let id = g
+            .add_node(NewNode { op, inputs, name: Some(name.clone()), site, effect, result_types })
+            .map_err(|e| with_pos(e, start))?;
+        values.insert(name, g.node(id).results.clone());
+        Ok(())
+    }
+
+    fn here(&self, pos: TextPos) -> Site {
+        Site { file: self.file.clone(), line: pos.line, col: pos.col }
+    }
+
+    fn loc(&mut self) -> Result<Site> {
+        self.keyword("loc")?;
+        self.punct('(')?;
+        let pos = self.pos();
+        let file = match self.next() {
+            Tok::Str(s) => String::from_utf8(s).map_err(|_| self.err_at(pos, "file name is not UTF-8"))?,
+            t => return Err(self.err_at(pos, format!("expected a quoted file name, found {}", t.describe()))),
+        };
+        self.punct(':')?;
+        let line = u32::try_from(self.int()?).map_err(|_| self.err_at(pos, "bad line number"))?;
+        self.punct(':')?;
+        let col = u32::try_from(self.int()?).map_err(|_| self.err_at(pos, "bad column number"))?;
+        self.punct(')')?;
+        Ok(Site { file: Arc::from(file), line, col })
+    }
+
+    fn operands(&mut self, values: &std::collections::HashMap<String, Vec<ValueId>>) -> Result<Vec<ValueId>> {
+        self.punct('(')?;
+        let mut out = Vec::new();
+        while !self.eat_punct(')') {
+            if !out.is_empty() {
+                self.punct(',')?;
+            }
+            out.push(self.value_ref(values)?);
+        }
+        Ok(out)
+    }
+
+    fn ty(&mut self) -> Result<TensorType> {
+        let pos = self.pos();
+        let dtype = match self.next() {
+            Tok::Ident(s) => DType::from_name(&s).ok_or_else(|| self.err_at(pos, format!("unknown dtype '{s}'")))?,
+            t => return Err(self.err_at(pos, format!("expected a type like f32[2,3], found {}", t.describe()))),
+        };
+        let shape = self.shape()?;
+        Ok(TensorType::new(dtype, shape))
+    }
+
+    fn shape(&mut self) -> Result<Shape> {
+        self.punct('[')?;
+        if self.eat_punct('*') {
+            self.punct(']')?;
+            return Ok(Shape::Unranked);
+        }
+        let mut dims = Vec::new();
+        while !self.eat_punct(']') {
+            if !dims.is_empty() {
+                self.punct(',')?;
+            }
+            if self.eat_punct('?') {
+                dims.push(None);
+            } else {
+                dims.push(Some(self.usize()?));
+            }
+        }
+        Ok(Shape::Ranked(dims))
+    }
+
+    fn attrs(&mut self) -> Result<Vec<(String, AttrVal, TextPos)>> {
+        self.punct('{')?;
+        let mut out = Vec::new();
+        while !self.eat_punct('}') {
+            if !out.is_empty() {
+                self.punct(',')?;
+            }
+            let pos = self.pos();
+            let key = match self.next() {
+                Tok::Ident(k) => k,
+                t => return Err(self.err_at(pos, format!("expected an attribute name, found {}", t.describe()))),
+            };
+            self.punct('=')?;
+            let vpos = self.pos();
+            let val = match self.next() {
+                Tok::Int(i) => AttrVal::Int(i64::try_from(i).map_err(|_| self.err_at(vpos, "attribute out of range"))?),
+                Tok::Ident(b) if b == "true" || b == "false" => AttrVal::Bool(b == "true"),
+                Tok::Punct('[') => {
+                    if self.eat_punct('*') {
+                        self.punct(']')?;
+                        AttrVal::Star
+                    } else {
+                        let mut items = Vec::new();
+                        while !self.eat_punct(']') {
+                            if !items.is_empty() {
+                                self.punct(',')?;
+                            }
+                            if self.eat_punct('?') {
+                                items.push(None);
+                            } else {
+                                let p = self.pos();
+                                let i = self.int()?;
+                                items.push(Some(i64::try_from(i).map_err(|_| self.err_at(p, "attribute out of range"))?));
+                            }
+                        }
+                        AttrVal::List(items)
+                    }
+                }
+                t => return Err(self.err_at(vpos, format!("expected an attribute value, found {}", t.describe()))),
+            };
+            out.push((key, val, pos));
+        }
+        Ok(out)
+    }
+
+    fn make_op(&self, name: &str, pos: TextPos, attrs: &[(String, AttrVal, TextPos)], ty: &TensorType) -> Result<Op> {
+        let mut used = vec![false; attrs.len()];
+        let mut get = |key: &str| -> Result<&AttrVal> {
+            let i = attrs
+                .iter()
+                .position(|(k, _, _)| k == key)
+                .ok_or_else(|| self.err_at(pos, format!("{name} needs attribute '{key}'")))?;
+            used[i] = true;
+            Ok(&attrs[i].1)
+        };
+        let bad = |key: &str, what: &str| self.err_at(pos, format!("attribute '{key}' of {name} must be {what}"));
+        let uint = |v: &AttrVal, key: &str| match v {
+            AttrVal::Int(i) if *i >= 0 => Ok(*i as usize),
+            _ => Err(bad(key, "a non-negative integer")),
+        };
+        let ulist = |v: &AttrVal, key: &str| match v {
+            AttrVal::List(items) => items
+                .iter()
+                .map(|i| match i {
+                    Some(i) if *i >= 0 => Ok(*i as usize),
+                    _ => Err(bad(key, "a list of non-negative integers")),
+                })
+                .collect::<Result<Vec<_>>>(),
+            _ => Err(bad(key, "a list of non-negative integers")),
+        };
+        let ilist = |v: &AttrVal, key: &str| match v {
+            AttrVal::List(items) => items
+                .iter()
+                .map(|i| i.ok_or_else(|| bad(key, "a list of integers")))
+                .collect::<Result<Vec<_>>>(),
+            _ => Err(bad(key, "a list of integers")),
+        };
+        let shape = |v: &AttrVal, key: &str| match v {
+            AttrVal::Star => Ok(Shape::Unranked),
+            AttrVal::List(items) => items
+                .iter()
+                .map(|i| match i {
+                    None => Ok(None),
+                    Some(i) if *i >= 0 => Ok(Some(*i as usize)),
+                    _ => Err(bad(key, "a shape like [2,?,3]")),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Shape::Ranked),
+            _ => Err(bad(key, "a shape like [2,?,3]")),
+        };
+        let op = if let Some(u) = UnaryOp::from_name(name) {
+            Op::Unary(u)
+        } else if let Some(b) = BinaryOp::from_name(name) {
+            Op::Binary(b)
+        } else if let Some(c) = name.strip_prefix("compare_").and_then(CmpOp::from_name) {
+            Op::Compare(c)
+        } else if let Some(r) = name.strip_prefix("reduce_").and_then(ReduceOp::from_name) {
+            let axes = ulist(get("axes")?, "axes")?;
+            let keepdims = match get("keepdims")? {
+                AttrVal::Bool(b) => *b,
+                _ => return Err(bad("keepdims", "true or false")),
+            };
+            Op::Reduce { op: r, axes, keepdims }
+        } else {
+            match name {
+                "select" => Op::Select,
+                "clamp" => Op::Clamp,
+                "convert" => Op::Convert(ty.dtype),
+                "iota" => {
+                    let dims = ty.shape.as_known().ok_or_else(|| self.err_at(pos, "iota needs a static result shape"))?;
+                    Op::Iota { dtype: ty.dtype, dims, dim: uint(get("dim")?, "dim")? }
+                }
+                "broadcast_in_dim" => {
+                    Op::BroadcastInDim { shape: shape(get("shape")?, "shape")?, dims: ulist(get("dims")?, "dims")? }
+                }
+                "reshape" => Op::Reshape(shape(get("shape")?, "shape")?),
+                "transpose" => Op::Transpose(ulist(get("perm")?, "perm")?),
+                "slice" => Op::Slice {
+                    start: ulist(get("start")?, "start")?,
+                    limit: ulist(get("limit")?, "limit")?,
+                    stride: ulist(get("stride")?, "stride")?,
+                },
+                "concatenate" => Op::Concatenate { axis: uint(get("axis")?, "axis")? },
+                "take" => Op::Take { axis: uint(get("axis")?, "axis")? },
+                "argmax" => Op::ArgMax { axis: uint(get("axis")?, "axis")?, index_dtype: ty.dtype },
+                "argmin" => Op::ArgMin { axis: uint(get("axis")?, "axis")?, index_dtype: ty.dtype },
+                "pad" => Op::Pad {
+                    low: ilist(get("low")?, "low")?,
+                    high: ilist(get("high")?, "high")?,
+                    interior: ulist(get("interior")?, "interior")?,
+                },
+                "reverse" => Op::Reverse(ulist(get("axes")?, "axes")?),
+                "dot_general" => Op::DotGeneral(DotDims {
+                    lhs_batch: ulist(get("lhs_batch")?, "lhs_batch")?,
+                    rhs_batch: ulist(get("rhs_batch")?, "rhs_batch")?,
+                    lhs_contract: ulist(get("lhs_contract")?, "lhs_contract")?,
+                    rhs_contract: ulist(get("rhs_contract")?, "rhs_contract")?,
+                }),
+                _ => return Err(self.err_at(pos, format!("unknown op '{name}'"))),
+            }
+        };
+        if let Some(i) = used.iter().position(|u| !u) {
+            return Err(self.err_at(attrs[i].2, format!("{name} has no attribute '{}'", attrs[i].0)));
+        }
+        Ok(op)
+    }
+
+    fn literal_elems(&mut self) -> Result<LitElems> {
+        if self.eat_punct('[') {
+            let mut scalars = Vec::new();
+            let mut strings = Vec::new();
+            while !self.eat_punct(']') {
+                if !(scalars.is_empty() && strings.is_empty()) {
+                    self.punct(',')?;
+                }
+                match self.peek() {
+                    Tok::Str(s) => {
+                        strings.push(s.clone());
+                        self.next();
+                    }
+                    _ => scalars.push(self.scalar()?),
+                }
+            }
+            if !strings.is_empty() && !scalars.is_empty() {
+                return Err(self.expected("elements of one kind"));
+            }
+            return Ok(if strings.is_empty() { LitElems::Scalars(scalars) } else { LitElems::Strings(strings) });
+        }
+        if let Tok::Str(s) = self.peek() {
+            let s = s.clone();
+            self.next();
+            return Ok(LitElems::Strings(vec![s]));
+        }
+        Ok(LitElems::Scalars(vec![self.scalar()?]))
+    }
+
+    fn scalar(&mut self) -> Result<Scalar> {
+        let pos = self.pos();
+        match self.next() {
+            Tok::Int(i) => Ok(Scalar::Int(i)),
+            Tok::Float(f) => Ok(Scalar::Float(f, None)),
+            Tok::Ident(s) => match s.as_str() {
+                "true" => Ok(Scalar::Bool(true)),
+                "false" => Ok(Scalar::Bool(false)),
+                "inf" => Ok(Scalar::Float(f64::INFINITY, None)),
+                "nan" => {
+                    if self.eat_punct('(') {
+                        let bits = self.int()?;
+                        self.punct(')')?;
+                        Ok(Scalar::Float(f64::NAN, Some(bits as u64)))
+                    } else {
+                        Ok(Scalar::Float(f64::NAN, None))
+                    }
+                }
+                _ => Err(self.err_at(pos, format!("expected a literal, found '{s}'"))),
+            },
+            Tok::Punct('(') => {
+                let re = self.real()?;
+                self.punct(',')?;
+                let im = self.real()?;
+                self.punct(')')?;
+                Ok(Scalar::Complex(re, im))
+            }
+            t => Err(self.err_at(pos, format!("expected a literal, found {}", t.describe()))),
+        }
+    }
+
+    fn real(&mut self) -> Result<f64> {
+        let pos = self.pos();
+        match self.scalar()? {
+            Scalar::Int(i) => Ok(i as f64),
+            Scalar::Float(f, _) => Ok(f),
+            _ => Err(self.err_at(pos, "expected a real number")),
+        }
+    }
+}
+
+enum LitElems {
+    Scalars(Vec<Scalar>),
+    Strings(Vec<Vec<u8>>),
+}
+
+fn with_pos(e: Error, pos: TextPos) -> Error {
+    match e {
+        Error::InvalidArgument(mut d) => {
+            d.pos.get_or_insert(pos);
+            Error::InvalidArgument(d)
+        }
+        other => other,
+    }
+}

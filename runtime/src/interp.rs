@@ -1,0 +1,159 @@
+//! The reference interpreter: executes a graph op by op, every op
+//! materializing its result. It is the oracle for the JIT's differential
+//! tests and the "interpreted" side of every benchmark.
+
+use tensorlift_ir::passes::ConstEval;
+use tensorlift_ir::{Code, Detail, Error, Graph, Literal, Node, NodeId, Op, Result};
+
+use crate::kernels::{elementwise as ew, layout, reduce};
+use crate::tensor::Tensor;
+
+/// Checks that `inputs` match the graph's parameters in count, dtype and
+/// shape; errors name the parameter.
+pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<()> {
+    let params = graph.params();
+    if params.len() != inputs.len() {
+        return Err(Error::invalid(format!(
+            "graph '{}' takes {} input(s), but {} were given",
+            graph.name,
+            params.len(),
+            inputs.len()
+        )));
+    }
+    for (i, (p, t)) in params.iter().zip(inputs).enumerate() {
+        let ty = graph.ty(*p);
+        let name = &graph.producer(*p).name;
+        if ty.dtype != t.dtype() || !ty.shape.accepts(t.shape()) {
+            return Err(Error::invalid(format!(
+                "input {i} ('{name}') must be {ty}, but a {}{:?} tensor was given",
+                t.dtype().short_name(),
+                t.shape()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that every callback in `graph` has a callable bound, before
+/// anything runs.
+pub fn check_bindings(graph: &Graph) -> Result<()> {
+    for id in graph.node_ids() {
+        if let Op::Callback(c) = &graph.node(id).op
+            && graph.binding(&c.target).is_none()
+        {
+            return Err(Error::NotFound(Detail {
+                message: format!(
+                    "callback '{}' has no callable bound; the text format does not serialize callback bodies, so bind one before running",
+                    c.target
+                ),
+                node: Some(graph.node_ref(id)),
+                pos: None,
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `graph` on `inputs` and returns its outputs in order.
+pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    check_inputs(graph, inputs)?;
+    check_bindings(graph)?;
+    let mut remaining = graph.use_counts();
+    let mut values: Vec<Option<Tensor>> = vec![None; graph.num_values()];
+    for id in graph.node_ids() {
+        let node = graph.node(id);
+        let args: Vec<&Tensor> = node
+            .inputs
+            .iter()
+            .map(|v| values[v.index()].as_ref().ok_or_else(|| Error::internal(format!("value {v} used before it was computed"))))
+            .collect::<Result<_>>()?;
+        let outs = match &node.op {
+            Op::Parameter { index } => vec![inputs[*index].clone()],
+            _ => eval_node(graph, id, &args).map_err(|e| e.at_node(graph.node_ref(id)))?,
+        };
+        for (v, t) in node.results.iter().zip(outs) {
+            let want = graph.ty(*v);
+            if t.dtype() != want.dtype || !want.shape.accepts(t.shape()) {
+                return Err(Error::Internal(Detail {
+                    message: format!("produced {}{:?}, but its type is {want}", t.dtype().short_name(), t.shape()),
+                    node: Some(graph.node_ref(id)),
+                    pos: None,
+                }));
+            }
+            values[v.index()] = Some(t);
+        }
+        // Free operands after their last use.
+        for v in &node.inputs {
+            remaining[v.index()] -= 1;
+            if remaining[v.index()] == 0 {
+                values[v.index()] = None;
+            }
+        }
+    }
+    graph
+        .outputs()
+        .iter()
+        .map(|o| {
+            values[o.value.index()].clone().ok_or_else(|| Error::internal(format!("output '{}' was not computed", o.name)))
+        })
+        .collect()
+}
+
+/// Evaluates one non-parameter node on its operands.
+pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let node = graph.node(id);
+    let a = |i: usize| args[i];
+    let t = match &node.op {
+        Op::Parameter { .. } => return Err(Error::internal("parameters are bound by the caller")),
+        Op::Constant(lit) => Tensor::from_literal(lit)?,
+        Op::Iota { dtype, dims, dim } => layout::iota(*dtype, dims, *dim)?,
+        Op::Unary(u) => ew::unary(*u, a(0))?,
+        Op::Binary(b) => ew::binary(*b, a(0), a(1))?,
+        Op::Compare(c) => ew::compare(*c, a(0), a(1))?,
+        Op::Select => ew::select(a(0), a(1), a(2))?,
+        Op::Clamp => ew::clamp(a(0), a(1), a(2))?,
+        Op::Convert(to) => ew::convert(a(0), *to)?,
+        Op::BroadcastInDim { shape, dims } => layout::broadcast_in_dim(a(0), shape, dims)?,
+        Op::Reshape(shape) => layout::reshape(a(0), shape)?,
+        Op::Transpose(perm) => layout::transpose(a(0), perm)?,
+        Op::Slice { start, limit, stride } => layout::slice(a(0), start, limit, stride)?,
+        Op::Concatenate { axis } => layout::concatenate(args, *axis)?,
+        Op::Pad { low, high, interior } => layout::pad(a(0), a(1), low, high, interior)?,
+        Op::Reverse(axes) => layout::reverse(a(0), axes)?,
+        Op::Reduce { op, axes, keepdims } => reduce::reduce(*op, a(0), axes, *keepdims)?,
+        Op::ArgMax { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, true)?,
+        Op::ArgMin { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, false)?,
+        Op::DotGeneral(dd) => reduce::dot_general(a(0), a(1), dd)?,
+        Op::Take { axis } => layout::take(a(0), a(1), *axis)?,
+        Op::Callback(c) => {
+            return Err(Error::new(
+                Code::Unimplemented,
+                Detail::msg(format!("host callbacks ({}) cannot be executed yet", c.kind.name())),
+            ));
+        }
+    };
+    Ok(vec![t])
+}
+
+/// Constant folding through the interpreter.
+#[derive(Debug, Default)]
+pub struct InterpreterEval;
+
+impl ConstEval for InterpreterEval {
+    fn eval(&self, graph: &Graph, node: &Node, inputs: &[&Literal]) -> Option<Vec<Literal>> {
+        if matches!(node.op, Op::Callback(_)) {
+            return None;
+        }
+        let id = node.results.first().map(|v| graph.value(*v).node)?;
+        let tensors: Vec<Tensor> = inputs.iter().map(|l| Tensor::from_literal(l)).collect::<Result<_>>().ok()?;
+        let args: Vec<&Tensor> = tensors.iter().collect();
+        let outs = eval_node(graph, id, &args).ok()?;
+        Some(outs.iter().map(Tensor::to_literal).collect())
+    }
+}
+
+/// Optimizes `graph` with the standard pipeline (constant folding through
+/// the interpreter).
+pub fn optimize(graph: &mut Graph) -> Result<()> {
+    tensorlift_ir::passes::optimize(graph, &InterpreterEval)
+}

@@ -1,0 +1,290 @@
+//! Data-movement ops: every element is moved as an opaque unsigned word of
+//! the dtype's size, so one implementation serves every dtype.
+
+use tensorlift_ir::{DType, Error, Result, Shape};
+
+use super::elementwise::{with_int, with_size};
+use super::scalar::{FloatScalar, IntScalar};
+use crate::tensor::{Pod, Tensor};
+use num_complex::{Complex32, Complex64};
+
+/// Row-major strides (in elements) of `dims`.
+pub(crate) fn strides(dims: &[usize]) -> Vec<isize> {
+    let mut s = vec![1isize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1] as isize;
+    }
+    s
+}
+
+/// `out[idx] = src[offset + Σ idx[d] * stride[d]]` over every index of
+/// `out_dims`: the one kernel behind broadcast, transpose, slice and
+/// reverse.
+pub(crate) fn strided_gather(x: &Tensor, out_dims: &[usize], offset: isize, stride: &[isize]) -> Result<Tensor> {
+    with_size!(x.dtype().size(), T => {
+        let src = x.view::<T>()?;
+        let n: usize = out_dims.iter().product();
+        let mut out: Vec<T> = Vec::with_capacity(n);
+        if n > 0 {
+            let rank = out_dims.len();
+            let mut idx = vec![0usize; rank];
+            let mut base = offset;
+            let (inner, inner_stride) = if rank == 0 { (1, 0) } else { (out_dims[rank - 1], stride[rank - 1]) };
+            loop {
+                let mut p = base;
+                for _ in 0..inner {
+                    out.push(src[p as usize]);
+                    p += inner_stride;
+                }
+                // Advance the odometer over all but the innermost dim.
+                let mut d = rank.saturating_sub(1);
+                loop {
+                    if d == 0 {
+                        return Ok(Tensor::from_vec_as(x.dtype(), out_dims, out));
+                    }
+                    d -= 1;
+                    idx[d] += 1;
+                    base += stride[d];
+                    if idx[d] < out_dims[d] {
+                        break;
+                    }
+                    base -= stride[d] * out_dims[d] as isize;
+                    idx[d] = 0;
+                }
+            }
+        }
+        Ok(Tensor::from_vec_as(x.dtype(), out_dims, out))
+    })
+}
+
+/// Resolves a shape attribute against run-time sizes.
+fn resolve(shape: &Shape, what: &str) -> Result<Vec<Option<usize>>> {
+    shape.dims().map(|d| d.to_vec()).ok_or_else(|| Error::invalid(format!("{what} needs a ranked shape")))
+}
+
+/// XLA `broadcast_in_dim`.
+pub fn broadcast_in_dim(x: &Tensor, shape: &Shape, dims: &[usize]) -> Result<Tensor> {
+    let mut out = resolve(shape, "broadcast_in_dim")?;
+    if dims.len() != x.rank() {
+        return Err(Error::invalid(format!("broadcast_in_dim: operand rank {} but {} dims", x.rank(), dims.len())));
+    }
+    let xs = strides(x.shape());
+    let mut stride = vec![0isize; out.len()];
+    for (i, &d) in dims.iter().enumerate() {
+        let n = x.shape()[i];
+        match out[d] {
+            None => out[d] = Some(n),
+            Some(m) if n != m && n != 1 => {
+                return Err(Error::invalid(format!(
+                    "broadcast_in_dim: operand dim {i} has size {n} at run time, which cannot be broadcast to {m}"
+                )));
+            }
+            _ => {}
+        }
+        if n != 1 {
+            stride[d] = xs[i];
+        }
+    }
+    let out: Vec<usize> = out
+        .into_iter()
+        .map(|d| d.ok_or_else(|| Error::invalid("broadcast_in_dim: a result dim is unknown")))
+        .collect::<Result<_>>()?;
+    strided_gather(x, &out, 0, &stride)
+}
+
+/// Row-major reshape; one unknown dim is inferred. Shares the buffer.
+pub fn reshape(x: &Tensor, shape: &Shape) -> Result<Tensor> {
+    let dims = resolve(shape, "reshape")?;
+    let known: usize = dims.iter().flatten().product();
+    let out: Vec<usize> = if dims.iter().any(|d| d.is_none()) {
+        if known == 0 || x.len() % known != 0 {
+            return Err(Error::invalid(format!("cannot reshape {:?} to {shape}", x.shape())));
+        }
+        dims.iter().map(|d| d.unwrap_or(x.len() / known)).collect()
+    } else {
+        dims.iter().flatten().copied().collect()
+    };
+    x.reshaped(&out)
+}
+
+/// Permutes dims.
+pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    let xs = strides(x.shape());
+    let dims: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
+    let stride: Vec<isize> = perm.iter().map(|&p| xs[p]).collect();
+    strided_gather(x, &dims, 0, &stride)
+}
+
+/// Strided slice.
+pub fn slice(x: &Tensor, start: &[usize], limit: &[usize], step: &[usize]) -> Result<Tensor> {
+    let xs = strides(x.shape());
+    let mut offset = 0isize;
+    let mut dims = Vec::with_capacity(x.rank());
+    let mut stride = Vec::with_capacity(x.rank());
+    for d in 0..x.rank() {
+        if limit[d] > x.shape()[d] || start[d] > limit[d] {
+            return Err(Error::invalid(format!(
+                "slice [{}:{}] is out of bounds for dim {d} of size {}",
+                start[d],
+                limit[d],
+                x.shape()[d]
+            )));
+        }
+        let n = (limit[d] - start[d]).div_ceil(step[d]);
+        dims.push(n);
+        if n > 0 {
+            offset += start[d] as isize * xs[d];
+        }
+        stride.push(xs[d] * step[d] as isize);
+    }
+    strided_gather(x, &dims, offset, &stride)
+}
+
+/// Reverses the order of elements along `axes`.
+pub fn reverse(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    let mut stride = strides(x.shape());
+    let mut offset = 0isize;
+    for &a in axes {
+        let n = x.shape()[a];
+        if n > 0 {
+            offset += (n as isize - 1) * stride[a];
+        }
+        stride[a] = -stride[a];
+    }
+    strided_gather(x, x.shape(), offset, &stride)
+}
+
+/// Joins tensors along `axis`.
+pub fn concatenate(xs: &[&Tensor], axis: usize) -> Result<Tensor> {
+    let first = xs.first().ok_or_else(|| Error::invalid("concatenate needs at least one operand"))?;
+    let mut dims = first.shape().to_vec();
+    dims[axis] = 0;
+    for (k, x) in xs.iter().enumerate() {
+        let ok = x.rank() == first.rank()
+            && (0..x.rank()).all(|d| d == axis || x.shape()[d] == first.shape()[d]);
+        if !ok {
+            return Err(Error::invalid(format!(
+                "concatenate: operand {k} has shape {:?}, incompatible with {:?} along axis {axis}",
+                x.shape(),
+                first.shape()
+            )));
+        }
+        dims[axis] += x.shape()[axis];
+    }
+    let outer: usize = dims[..axis].iter().product();
+    with_size!(first.dtype().size(), T => {
+        let views: Vec<&[T]> = xs.iter().map(|x| x.view::<T>()).collect::<Result<_>>()?;
+        let chunks: Vec<usize> = xs.iter().map(|x| x.shape()[axis..].iter().product()).collect();
+        let mut out: Vec<T> = Vec::with_capacity(dims.iter().product());
+        for o in 0..outer {
+            for (v, &c) in views.iter().zip(&chunks) {
+                out.extend_from_slice(&v[o * c..(o + 1) * c]);
+            }
+        }
+        Ok(Tensor::from_vec_as(first.dtype(), &dims, out))
+    })
+}
+
+/// Pads with the scalar `value`; negative `low`/`high` crop.
+pub fn pad(x: &Tensor, value: &Tensor, low: &[i64], high: &[i64], interior: &[usize]) -> Result<Tensor> {
+    let rank = x.rank();
+    let mut dims = Vec::with_capacity(rank);
+    for d in 0..rank {
+        let n = x.shape()[d] as i64;
+        let size = low[d] + high[d] + n + (n.max(1) - 1) * interior[d] as i64;
+        if size < 0 {
+            return Err(Error::invalid(format!("pad gives a negative size {size} in dim {d}")));
+        }
+        dims.push(size as usize);
+    }
+    with_size!(x.dtype().size(), T => {
+        let pv = value.view::<T>()?[0];
+        let src = x.view::<T>()?;
+        let mut out: Vec<T> = vec![pv; dims.iter().product()];
+        let os = strides(&dims);
+        let mut idx = vec![0usize; rank];
+        for &e in src.iter() {
+            let mut pos = 0i64;
+            let mut inside = true;
+            for d in 0..rank {
+                let o = low[d] + idx[d] as i64 * (interior[d] as i64 + 1);
+                if o < 0 || o >= dims[d] as i64 {
+                    inside = false;
+                    break;
+                }
+                pos += o * os[d] as i64;
+            }
+            if inside {
+                out[pos as usize] = e;
+            }
+            for d in (0..rank).rev() {
+                idx[d] += 1;
+                if idx[d] < x.shape()[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(Tensor::from_vec_as(x.dtype(), &dims, out))
+    })
+}
+
+/// Indices of an integer tensor as `usize`, each checked against `n`.
+fn indices(idx: &Tensor, n: usize) -> Result<Vec<usize>> {
+    let d = idx.dtype();
+    let wide: Vec<i128> = with_int!(d, T => idx.view::<T>()?.iter().map(|v| v.to_i128()).collect(),
+        _ => return Err(Error::invalid(format!("take indices must be integers, got {d}"))));
+    wide.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if v < 0 || v >= n as i128 {
+                Err(Error::invalid(format!("take: indices[{i}] = {v} is not in [0, {n})")))
+            } else {
+                Ok(v as usize)
+            }
+        })
+        .collect()
+}
+
+/// Gathers slices along `axis` at `idx`.
+pub fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
+    let n = x.shape()[axis];
+    let ids = indices(idx, n)?;
+    let outer: usize = x.shape()[..axis].iter().product();
+    let inner: usize = x.shape()[axis + 1..].iter().product();
+    let mut dims = x.shape()[..axis].to_vec();
+    dims.extend_from_slice(idx.shape());
+    dims.extend_from_slice(&x.shape()[axis + 1..]);
+    with_size!(x.dtype().size(), T => {
+        let src = x.view::<T>()?;
+        let mut out: Vec<T> = Vec::with_capacity(dims.iter().product());
+        for o in 0..outer {
+            for &j in &ids {
+                let s = (o * n + j) * inner;
+                out.extend_from_slice(&src[s..s + inner]);
+            }
+        }
+        Ok(Tensor::from_vec_as(x.dtype(), &dims, out))
+    })
+}
+
+fn iota_with<T: Pod>(dims: &[usize], dim: usize, dtype: DType, f: impl Fn(usize) -> T) -> Tensor {
+    let st = strides(dims);
+    let n: usize = dims.iter().product();
+    let v: Vec<T> = (0..n).map(|i| f(i / st[dim] as usize % dims[dim])).collect();
+    Tensor::from_vec_as(dtype, dims, v)
+}
+
+/// `0, 1, 2, ...` along `dim`.
+pub fn iota(dtype: DType, dims: &[usize], dim: usize) -> Result<Tensor> {
+    Ok(match dtype {
+        DType::F16 => iota_with(dims, dim, dtype, |i| half::f16::from_f64(i as f64).to_bits()),
+        DType::BF16 => iota_with(dims, dim, dtype, |i| half::bf16::from_f64(i as f64).to_bits()),
+        DType::F32 => iota_with(dims, dim, dtype, |i| f32::from_f64(i as f64)),
+        DType::F64 => iota_with(dims, dim, dtype, |i| i as f64),
+        DType::C64 => iota_with(dims, dim, dtype, |i| Complex32::new(i as f32, 0.0)),
+        DType::C128 => iota_with(dims, dim, dtype, |i| Complex64::new(i as f64, 0.0)),
+        _ => with_int!(dtype, T => iota_with(dims, dim, dtype, T::from_usize),
+            _ => return Err(Error::invalid(format!("iota is not defined on {dtype}")))),
+    })
+}

@@ -1,0 +1,7 @@
+//! The interpreter's kernels: one function per op family, each taking and
+//! returning whole tensors.
+
+pub mod elementwise;
+pub mod layout;
+pub mod reduce;
+pub(crate) mod scalar;

@@ -1,0 +1,219 @@
+//! Reductions, argmax/argmin and dot_general.
+
+use num_complex::{Complex32, Complex64};
+use tensorlift_ir::{BinaryOp, DType, DotDims, Error, ReduceOp, Result};
+
+use super::elementwise::{downcast_half, upcast_half, with_int};
+use super::layout::transpose;
+use super::scalar::{ComplexScalar, FloatScalar, IntScalar};
+use crate::tensor::{Pod, Tensor};
+
+/// Moves `axes` to the end (in order), returning the transposed tensor, the
+/// kept dims and the number of reduced elements per output element.
+fn axes_last(x: &Tensor, axes: &[usize]) -> Result<(Tensor, Vec<usize>, usize)> {
+    let kept: Vec<usize> = (0..x.rank()).filter(|d| !axes.contains(d)).collect();
+    let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
+    let t = if perm.iter().enumerate().all(|(i, p)| i == *p) { x.clone() } else { transpose(x, &perm)? };
+    let kept_dims = kept.iter().map(|&d| x.shape()[d]).collect();
+    let inner = axes.iter().map(|&d| x.shape()[d]).product();
+    Ok((t, kept_dims, inner))
+}
+
+fn fold_rows<T: Pod>(t: &Tensor, inner: usize, outer: usize, init: T, f: impl Fn(T, T) -> T) -> Result<Vec<T>> {
+    let v = t.view::<T>()?;
+    Ok((0..outer).map(|o| v[o * inner..(o + 1) * inner].iter().fold(init, |a, &b| f(a, b))).collect())
+}
+
+/// Reduces over `axes` (sequentially, in row-major order of the reduced
+/// elements). Empty reductions give the identity.
+pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Result<Tensor> {
+    let d = x.dtype();
+    if d.is_half() {
+        return downcast_half(&reduce(op, &upcast_half(x)?, axes, keepdims)?, d);
+    }
+    let (t, kept, inner) = axes_last(x, axes)?;
+    let outer: usize = kept.iter().product();
+    let out_dims: Vec<usize> = if keepdims {
+        (0..x.rank()).map(|i| if axes.contains(&i) { 1 } else { x.shape()[i] }).collect()
+    } else {
+        kept
+    };
+    let bad = || Error::internal(format!("reduce_{} reached the interpreter on {d}", op.name()));
+    macro_rules! done {
+        ($T:ty, $init:expr, $f:expr) => {
+            Ok(Tensor::from_vec_as(d, &out_dims, fold_rows::<$T>(&t, inner, outer, $init, $f)?))
+        };
+    }
+    match d {
+        DType::Bool => match op {
+            ReduceOp::And => done!(u8, 1, |a, b| a & b),
+            ReduceOp::Or => done!(u8, 0, |a, b| a | b),
+            _ => Err(bad()),
+        },
+        DType::F32 => float_reduce::<f32>(op, &t, inner, outer, &out_dims),
+        DType::F64 => float_reduce::<f64>(op, &t, inner, outer, &out_dims),
+        DType::C64 => complex_reduce::<Complex32>(op, &t, inner, outer, &out_dims),
+        DType::C128 => complex_reduce::<Complex64>(op, &t, inner, outer, &out_dims),
+        _ => with_int!(d, T => match op {
+            ReduceOp::Sum => done!(T, T::ZERO, |a, b| T::bin(BinaryOp::Add, a, b)),
+            ReduceOp::Prod => done!(T, T::ONE, |a, b| T::bin(BinaryOp::Mul, a, b)),
+            ReduceOp::Max => done!(T, T::MIN, |a: T, b: T| a.max(b)),
+            ReduceOp::Min => done!(T, T::MAX, |a: T, b: T| a.min(b)),
+            _ => Err(bad()),
+        }, _ => Err(bad())),
+    }
+}
+
+fn float_reduce<T: FloatScalar>(op: ReduceOp, t: &Tensor, inner: usize, outer: usize, dims: &[usize]) -> Result<Tensor> {
+    let (init, f): (T, BinaryOp) = match op {
+        ReduceOp::Sum => (T::ZERO, BinaryOp::Add),
+        ReduceOp::Prod => (T::ONE, BinaryOp::Mul),
+        ReduceOp::Max => (T::NEG_INF, BinaryOp::Max),
+        ReduceOp::Min => (T::INF, BinaryOp::Min),
+        _ => return Err(Error::internal("logical reduction of a float")),
+    };
+    Ok(Tensor::from_vec_as(t.dtype(), dims, fold_rows::<T>(t, inner, outer, init, |a, b| T::bin(f, a, b))?))
+}
+
+fn complex_reduce<T: ComplexScalar>(op: ReduceOp, t: &Tensor, inner: usize, outer: usize, dims: &[usize]) -> Result<Tensor> {
+    let (init, f) = match op {
+        ReduceOp::Sum => (T::from_parts(0.0, 0.0), BinaryOp::Add),
+        ReduceOp::Prod => (T::from_parts(1.0, 0.0), BinaryOp::Mul),
+        _ => return Err(Error::internal("ordered reduction of a complex")),
+    };
+    Ok(Tensor::from_vec_as(t.dtype(), dims, fold_rows::<T>(t, inner, outer, init, |a, b| T::bin(f, a, b))?))
+}
+
+fn arg_rows<T: Pod + PartialOrd>(t: &Tensor, inner: usize, outer: usize, max: bool) -> Result<Vec<i64>> {
+    let v = t.view::<T>()?;
+    #[allow(clippy::eq_op, reason = "x != x is the generic NaN test")]
+    let is_nan = |x: T| x != x;
+    Ok((0..outer)
+        .map(|o| {
+            let row = &v[o * inner..(o + 1) * inner];
+            let mut best = 0;
+            for (j, &x) in row.iter().enumerate().skip(1) {
+                let b = row[best];
+                if is_nan(b) {
+                    break;
+                }
+                if is_nan(x) || (max && x > b) || (!max && x < b) {
+                    best = j;
+                }
+            }
+            best as i64
+        })
+        .collect())
+}
+
+/// Index of the first maximum (`max`) or minimum along `axis`; a NaN wins
+/// over every number (NumPy's rule).
+pub fn arg_reduce(x: &Tensor, axis: usize, index_dtype: DType, max: bool) -> Result<Tensor> {
+    let d = x.dtype();
+    if d.is_half() {
+        return arg_reduce(&upcast_half(x)?, axis, index_dtype, max);
+    }
+    if x.shape()[axis] == 0 {
+        return Err(Error::invalid(format!("{} of an empty axis {axis}", if max { "argmax" } else { "argmin" })));
+    }
+    let (t, kept, inner) = axes_last(x, &[axis])?;
+    let outer: usize = kept.iter().product();
+    let idx = match d {
+        DType::F32 => arg_rows::<f32>(&t, inner, outer, max)?,
+        DType::F64 => arg_rows::<f64>(&t, inner, outer, max)?,
+        _ => with_int!(d, T => arg_rows::<T>(&t, inner, outer, max)?,
+            _ => return Err(Error::internal(format!("argmax/argmin reached the interpreter on {d}")))),
+    };
+    Ok(if index_dtype == DType::I32 {
+        Tensor::from_vec_as(index_dtype, &kept, idx.into_iter().map(|i| i as i32).collect())
+    } else {
+        Tensor::from_vec_as(index_dtype, &kept, idx)
+    })
+}
+
+/// Generalized matrix product: result dims are batch, lhs free, rhs free.
+pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
+    let d = l.dtype();
+    if d.is_half() {
+        return downcast_half(&dot_general(&upcast_half(l)?, &upcast_half(r)?, dd)?, d);
+    }
+    for (&a, &b) in dd.lhs_batch.iter().zip(&dd.rhs_batch).chain(dd.lhs_contract.iter().zip(&dd.rhs_contract)) {
+        if l.shape()[a] != r.shape()[b] {
+            return Err(Error::invalid(format!(
+                "dot_general: lhs dim {a} has size {} but rhs dim {b} has size {}",
+                l.shape()[a],
+                r.shape()[b]
+            )));
+        }
+    }
+    let lfree: Vec<usize> = (0..l.rank()).filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i)).collect();
+    let rfree: Vec<usize> = (0..r.rank()).filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i)).collect();
+    let size = |t: &Tensor, ds: &[usize]| ds.iter().map(|&i| t.shape()[i]).product::<usize>();
+    let (b, m, k, n) = (size(l, &dd.lhs_batch), size(l, &lfree), size(l, &dd.lhs_contract), size(r, &rfree));
+    let lp: Vec<usize> = dd.lhs_batch.iter().chain(&lfree).chain(&dd.lhs_contract).copied().collect();
+    let rp: Vec<usize> = dd.rhs_batch.iter().chain(&dd.rhs_contract).chain(&rfree).copied().collect();
+    let lt = transpose(l, &lp)?;
+    let rt = transpose(r, &rp)?;
+    let mut dims: Vec<usize> = dd.lhs_batch.iter().map(|&i| l.shape()[i]).collect();
+    dims.extend(lfree.iter().map(|&i| l.shape()[i]));
+    dims.extend(rfree.iter().map(|&i| r.shape()[i]));
+    match d {
+        DType::F32 => gemm_batched::<f32>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
+            // SAFETY: a, bb, c point to m*k, k*n and m*n valid elements in
+            // row-major order, as the strides say; c does not alias a or bb.
+            unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1) }
+        }),
+        DType::F64 => gemm_batched::<f64>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
+            // SAFETY: as for f32.
+            unsafe { matrixmultiply::dgemm(m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1) }
+        }),
+        DType::C64 => gemm_batched::<[f32; 2]>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
+            use matrixmultiply::CGemmOption::Standard;
+            // SAFETY: as for f32; complex64 is laid out as [re, im].
+            unsafe { matrixmultiply::cgemm(Standard, Standard, m, k, n, [1.0, 0.0], a, k as isize, 1, bb, n as isize, 1, [0.0, 0.0], c, n as isize, 1) }
+        }),
+        DType::C128 => gemm_batched::<[f64; 2]>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
+            use matrixmultiply::CGemmOption::Standard;
+            // SAFETY: as for f32; complex128 is laid out as [re, im].
+            unsafe { matrixmultiply::zgemm(Standard, Standard, m, k, n, [1.0, 0.0], a, k as isize, 1, bb, n as isize, 1, [0.0, 0.0], c, n as isize, 1) }
+        }),
+        _ => with_int!(d, T => {
+            let (a, bv) = (lt.view::<T>()?, rt.view::<T>()?);
+            let mut out = vec![T::ZERO; b * m * n];
+            for bi in 0..b {
+                for i in 0..m {
+                    for kk in 0..k {
+                        let x = a[(bi * m + i) * k + kk];
+                        for j in 0..n {
+                            let o = &mut out[(bi * m + i) * n + j];
+                            *o = T::bin(BinaryOp::Add, *o, T::bin(BinaryOp::Mul, x, bv[(bi * k + kk) * n + j]));
+                        }
+                    }
+                }
+            }
+            Ok(Tensor::from_vec_as(d, &dims, out))
+        }, _ => Err(Error::internal(format!("dot_general reached the interpreter on {d}")))),
+    }
+}
+
+type Gemm<T> = fn(usize, usize, usize, *const T, *const T, *mut T);
+
+fn gemm_batched<T: Pod + Default>(
+    lt: &Tensor,
+    rt: &Tensor,
+    dims: &[usize],
+    (b, m, k, n): (usize, usize, usize, usize),
+    gemm: Gemm<T>,
+) -> Result<Tensor> {
+    let (a, bv) = (lt.view::<T>()?, rt.view::<T>()?);
+    let mut out = vec![T::default(); b * m * n];
+    for bi in 0..b {
+        if m * n == 0 || k == 0 {
+            continue;
+        }
+        let (ap, bp) = (a[bi * m * k..].as_ptr(), bv[bi * k * n..].as_ptr());
+        let cp = out[bi * m * n..].as_mut_ptr();
+        gemm(m, k, n, ap, bp, cp);
+    }
+    Ok(Tensor::from_vec_as(lt.dtype(), dims, out))
+}

@@ -1,0 +1,14 @@
+//! tensorlift's runtime: [`Tensor`] and the reference interpreter.
+//!
+//! The interpreter ([`interp::run`]) executes any valid graph op by op; every
+//! op materializes its result. Edge cases have defined results (see
+//! `docs/ir.md`): integer `x / 0 = -1`, `x % 0 = x`, `MIN / -1 = MIN`,
+//! wrapping overflow, NaN-propagating max/min, and a clear error for an
+//! out-of-range `take` index.
+
+pub mod interp;
+pub mod kernels;
+mod tensor;
+
+pub use tensor::{AlignedBytes, Data, HostElement, Pod, Tensor};
+pub use tensorlift_ir::{Error, Result};

@@ -1,0 +1,324 @@
+//! `Tensor`: a dtype, a static shape and a shared, immutable buffer.
+
+use std::fmt;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+use num_complex::{Complex32, Complex64};
+use tensorlift_ir::{DType, Error, Literal, LiteralData, Result, TensorType};
+
+/// Bytes of element data, 16-byte aligned so that every dtype (complex128
+/// included) can be viewed in place.
+#[derive(Clone, Default)]
+pub struct AlignedBytes {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl fmt::Debug for AlignedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlignedBytes({} bytes)", self.len)
+    }
+}
+
+impl AlignedBytes {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> Self {
+        AlignedBytes { words: vec![0; len.div_ceil(16)], len }
+    }
+
+    /// A copy of `bytes`.
+    pub fn from_slice(bytes: &[u8]) -> Self {
+        let mut b = Self::zeroed(bytes.len());
+        b.as_mut_slice().copy_from_slice(bytes);
+        b
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    /// The bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+/// The storage behind a tensor.
+#[derive(Clone, Debug)]
+pub enum Data {
+    /// Little-endian element bytes (bool: one byte, 0 or 1).
+    Bytes(AlignedBytes),
+    /// One byte string per element.
+    Strings(Vec<Vec<u8>>),
+}
+
+/// An n-dimensional array: dtype, static shape, shared immutable data.
+/// Cloning is cheap (the buffer is reference-counted).
+#[derive(Clone)]
+pub struct Tensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Arc<Data>,
+}
+
+/// Element types with a plain-old-data representation that kernels view in
+/// place (`u8` doubles as the view of `bool`).
+pub trait Pod: bytemuck::Pod + Send + Sync + 'static {}
+impl<T: bytemuck::Pod + Send + Sync + 'static> Pod for T {}
+
+impl Tensor {
+    /// A tensor from raw little-endian bytes; checks the length (and, for
+    /// bool, that every byte is 0 or 1).
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Self> {
+        Self::from_aligned(dtype, shape, AlignedBytes::from_slice(bytes))
+    }
+
+    /// A tensor owning `bytes`; checks the length as [`Tensor::from_bytes`].
+    pub fn from_aligned(dtype: DType, shape: &[usize], bytes: AlignedBytes) -> Result<Self> {
+        let n: usize = shape.iter().product();
+        if dtype == DType::String {
+            return Err(Error::invalid("a string tensor is made from strings, not bytes"));
+        }
+        if bytes.len != n * dtype.size() {
+            return Err(Error::invalid(format!(
+                "a {dtype} tensor of shape {shape:?} needs {} bytes, got {}",
+                n * dtype.size(),
+                bytes.len
+            )));
+        }
+        if dtype == DType::Bool && bytes.as_slice().iter().any(|b| *b > 1) {
+            return Err(Error::invalid("a bool tensor's bytes must be 0 or 1"));
+        }
+        Ok(Tensor { dtype, shape: shape.to_vec(), data: Arc::new(Data::Bytes(bytes)) })
+    }
+
+    /// A tensor of typed elements `T` stored as `dtype` (which must have the
+    /// size of `T`). Internal: callers guarantee the bit patterns are valid.
+    pub(crate) fn from_vec_as<T: Pod>(dtype: DType, shape: &[usize], v: Vec<T>) -> Tensor {
+        debug_assert_eq!(std::mem::size_of::<T>(), dtype.size());
+        debug_assert_eq!(v.len(), shape.iter().product::<usize>());
+        let mut b = AlignedBytes::zeroed(v.len() * dtype.size());
+        b.as_mut_slice().copy_from_slice(bytemuck::cast_slice(&v));
+        Tensor { dtype, shape: shape.to_vec(), data: Arc::new(Data::Bytes(b)) }
+    }
+
+    /// A string tensor.
+    pub fn from_strings(shape: &[usize], strings: Vec<Vec<u8>>) -> Result<Self> {
+        let n: usize = shape.iter().product();
+        if strings.len() != n {
+            return Err(Error::invalid(format!("a string tensor of shape {shape:?} needs {n} elements, got {}", strings.len())));
+        }
+        Ok(Tensor { dtype: DType::String, shape: shape.to_vec(), data: Arc::new(Data::Strings(strings)) })
+    }
+
+    /// A tensor of zeros (empty strings for strings).
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        let data = if dtype == DType::String {
+            Data::Strings(vec![Vec::new(); n])
+        } else {
+            Data::Bytes(AlignedBytes::zeroed(n * dtype.size()))
+        };
+        Tensor { dtype, shape: shape.to_vec(), data: Arc::new(data) }
+    }
+
+    /// A scalar of a host element type.
+    pub fn scalar<T: HostElement>(v: T) -> Tensor {
+        Tensor::from(ndarray::arr0(v).into_dyn())
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Rank.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The type of this tensor.
+    pub fn ty(&self) -> TensorType {
+        TensorType::known(self.dtype, &self.shape)
+    }
+
+    /// The raw bytes (empty for strings).
+    pub fn bytes(&self) -> &[u8] {
+        match &*self.data {
+            Data::Bytes(b) => b.as_slice(),
+            Data::Strings(_) => &[],
+        }
+    }
+
+    /// The strings of a string tensor (empty for other dtypes).
+    pub fn strings(&self) -> &[Vec<u8>] {
+        match &*self.data {
+            Data::Strings(s) => s,
+            Data::Bytes(_) => &[],
+        }
+    }
+
+    /// The elements viewed as `T`, which must have the dtype's size.
+    pub fn view<T: Pod>(&self) -> Result<&[T]> {
+        if std::mem::size_of::<T>() != self.dtype.size() || self.dtype == DType::String {
+            return Err(Error::internal(format!(
+                "cannot view {} elements as a {}-byte type",
+                self.dtype,
+                std::mem::size_of::<T>()
+            )));
+        }
+        bytemuck::try_cast_slice(self.bytes()).map_err(|e| Error::internal(format!("bad tensor buffer: {e}")))
+    }
+
+    /// The same data with another shape of the same element count.
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != self.len() {
+            return Err(Error::invalid(format!("cannot reshape {:?} to {shape:?}", self.shape)));
+        }
+        Ok(Tensor { dtype: self.dtype, shape: shape.to_vec(), data: self.data.clone() })
+    }
+
+    /// True when both tensors share one buffer.
+    pub fn shares_buffer_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
+    }
+
+    /// Converts to an `ndarray` array of element type `T` (which must match
+    /// the dtype exactly).
+    pub fn to_ndarray<T: HostElement>(&self) -> Result<ArrayD<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::invalid(format!("tensor is {}, not {}", self.dtype, T::DTYPE)));
+        }
+        T::to_array(self)
+    }
+
+    /// The tensor as a literal (for constants).
+    pub fn to_literal(&self) -> Literal {
+        Literal {
+            dtype: self.dtype,
+            dims: self.shape.clone(),
+            data: match &*self.data {
+                Data::Bytes(b) => LiteralData::Bytes(b.as_slice().into()),
+                Data::Strings(s) => LiteralData::Strings(s.clone().into()),
+            },
+        }
+    }
+
+    /// A tensor holding a literal's data.
+    pub fn from_literal(l: &Literal) -> Result<Tensor> {
+        match &l.data {
+            LiteralData::Bytes(b) => Tensor::from_bytes(l.dtype, &l.dims, b),
+            LiteralData::Strings(s) => Tensor::from_strings(&l.dims, s.to_vec()),
+        }
+    }
+
+    /// Bitwise equality of dtype, shape and elements.
+    pub fn bit_eq(&self, other: &Tensor) -> bool {
+        self.dtype == other.dtype && self.shape == other.shape && self.bytes() == other.bytes() && self.strings() == other.strings()
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lit = self.to_literal();
+        let mut s = String::new();
+        let n = lit.len().min(16);
+        for i in 0..n {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            lit.format_element(i, &mut s);
+        }
+        if lit.len() > n {
+            s.push_str(", ...");
+        }
+        write!(f, "Tensor({}{:?} [{s}])", self.dtype.short_name(), self.shape)
+    }
+}
+
+/// Host element types a tensor converts from and to (`From<ArrayD<T>>` and
+/// [`Tensor::to_ndarray`]).
+pub trait HostElement: Clone + Sized {
+    /// The matching dtype.
+    const DTYPE: DType;
+    /// Builds a tensor from an array (any memory layout).
+    fn from_array(a: ArrayD<Self>) -> Tensor;
+    /// Reads a tensor of dtype [`Self::DTYPE`].
+    fn to_array(t: &Tensor) -> Result<ArrayD<Self>>;
+}
+
+macro_rules! pod_host_element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl HostElement for $t {
+            const DTYPE: DType = DType::$d;
+            fn from_array(a: ArrayD<$t>) -> Tensor {
+                let shape = a.shape().to_vec();
+                let v: Vec<$t> = a.iter().copied().collect();
+                Tensor::from_vec_as(DType::$d, &shape, v)
+            }
+            fn to_array(t: &Tensor) -> Result<ArrayD<$t>> {
+                ArrayD::from_shape_vec(IxDyn(t.shape()), t.view::<$t>()?.to_vec())
+                    .map_err(|e| Error::internal(e.to_string()))
+            }
+        }
+    )*};
+}
+
+pod_host_element!(
+    i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+    f16 => F16, bf16 => BF16, f32 => F32, f64 => F64, Complex32 => C64, Complex64 => C128
+);
+
+impl HostElement for bool {
+    const DTYPE: DType = DType::Bool;
+    fn from_array(a: ArrayD<bool>) -> Tensor {
+        let shape = a.shape().to_vec();
+        let v: Vec<u8> = a.iter().map(|b| u8::from(*b)).collect();
+        Tensor::from_vec_as(DType::Bool, &shape, v)
+    }
+    fn to_array(t: &Tensor) -> Result<ArrayD<bool>> {
+        ArrayD::from_shape_vec(IxDyn(t.shape()), t.bytes().iter().map(|b| *b != 0).collect())
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+}
+
+impl HostElement for String {
+    const DTYPE: DType = DType::String;
+    fn from_array(a: ArrayD<String>) -> Tensor {
+        let shape = a.shape().to_vec();
+        let strings = a.iter().map(|s| s.as_bytes().to_vec()).collect();
+        Tensor { dtype: DType::String, shape, data: Arc::new(Data::Strings(strings)) }
+    }
+    fn to_array(t: &Tensor) -> Result<ArrayD<String>> {
+        let v = t
+            .strings()
+            .iter()
+            .map(|s| String::from_utf8(s.clone()).map_err(|_| Error::invalid("string element is not UTF-8")))
+            .collect::<Result<Vec<_>>>()?;
+        ArrayD::from_shape_vec(IxDyn(t.shape()), v).map_err(|e| Error::internal(e.to_string()))
+    }
+}
+
+impl<T: HostElement> From<ArrayD<T>> for Tensor {
+    fn from(a: ArrayD<T>) -> Self {
+        T::from_array(a)
+    }
+}

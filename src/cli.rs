@@ -1,0 +1,151 @@
+//! The `tensorlift` command line: `run` and `graph`.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tensorlift_ir::{Error, Graph, Result};
+use tensorlift_runtime::{Tensor, interp};
+
+/// tensorlift: run and inspect tensor programs written in the .tlir text format.
+#[derive(Debug, Parser)]
+#[command(name = "tensorlift", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How `run` executes a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// The reference interpreter (after the optimization passes).
+    Interp,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a program on .npy inputs and write each result as DIR/<name>.npy.
+    Run {
+        /// The program (.tlir).
+        program: PathBuf,
+        /// An input as NAME=FILE.npy, NAME being the parameter's name.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Where to write the results.
+        #[arg(long, value_name = "DIR")]
+        output_dir: PathBuf,
+        /// Execution mode.
+        #[arg(long, value_enum, default_value_t = Mode::Interp)]
+        mode: Mode,
+    },
+    /// Print the program as a Graphviz DOT graph.
+    Graph {
+        /// The program (.tlir).
+        program: PathBuf,
+    },
+}
+
+/// Runs the CLI on `args` and returns the process exit code. Errors are one
+/// line on stderr; nothing panics out of here.
+pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match std::panic::catch_unwind(|| execute(cli)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            eprintln!("tensorlift: error: {}", one_line(&e));
+            1
+        }
+        Err(_) => {
+            eprintln!("tensorlift: internal error: unexpected panic (please report it)");
+            70
+        }
+    }
+}
+
+fn one_line(e: &Error) -> String {
+    e.to_string().replace('\n', " ")
+}
+
+/// Loads and parses a program; parse errors carry `file:line:col`.
+pub fn load_program(path: &Path) -> Result<Graph> {
+    let src = std::fs::read(path)
+        .map_err(|e| Error::NotFound(tensorlift_ir::Detail::msg(format!("cannot read {}: {e}", path.display()))))?;
+    let src = String::from_utf8(src).map_err(|_| Error::invalid(format!("{} is not UTF-8 text", path.display())))?;
+    let file = path.display().to_string();
+    tensorlift_ir::text::parse(&src, &file).map_err(|e| match e {
+        Error::InvalidArgument(mut d) if d.pos.is_some() => {
+            if let Some(p) = d.pos.take() {
+                d.message = format!("{file}:{}:{}: {}", p.line, p.col, d.message);
+            }
+            Error::InvalidArgument(d)
+        }
+        other => other.context(&file),
+    })
+}
+
+/// Matches `NAME=FILE` arguments to the graph's parameters, in order.
+pub fn load_inputs(g: &Graph, specs: &[String]) -> Result<Vec<Tensor>> {
+    let params = g.params();
+    let names: Vec<&str> = params.iter().map(|p| g.producer(*p).name.as_str()).collect();
+    let mut slots: Vec<Option<Tensor>> = vec![None; params.len()];
+    for s in specs {
+        let (name, file) = s
+            .split_once('=')
+            .ok_or_else(|| Error::invalid(format!("--input '{s}' must look like NAME=FILE.npy")))?;
+        let i = names.iter().position(|n| *n == name).ok_or_else(|| {
+            Error::invalid(format!("--input '{name}': the program has no parameter named '{name}' (it has: {})", names.join(", ")))
+        })?;
+        if slots[i].is_some() {
+            return Err(Error::invalid(format!("--input '{name}' is given twice")));
+        }
+        let t = crate::npy::load(file)?;
+        let want = g.ty(params[i]);
+        if t.dtype() != want.dtype || !want.shape.accepts(t.shape()) {
+            return Err(Error::invalid(format!(
+                "--input '{name}': {file} holds {}{:?}, but parameter '{name}' is {want}",
+                t.dtype().short_name(),
+                t.shape()
+            )));
+        }
+        slots[i] = Some(t);
+    }
+    slots
+        .into_iter()
+        .zip(&names)
+        .map(|(t, n)| t.ok_or_else(|| Error::invalid(format!("missing --input {n}=FILE.npy"))))
+        .collect()
+}
+
+fn execute(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Graph { program } => {
+            let g = load_program(&program)?;
+            print!("{}", tensorlift_ir::to_dot(&g));
+            Ok(())
+        }
+        Command::Run { program, inputs, output_dir, mode } => {
+            let mut g = load_program(&program)?;
+            let inputs = load_inputs(&g, &inputs)?;
+            let outputs = match mode {
+                Mode::Interp => {
+                    interp::optimize(&mut g)?;
+                    interp::run(&g, &inputs)?
+                }
+            };
+            std::fs::create_dir_all(&output_dir)
+                .map_err(|e| Error::invalid(format!("cannot create {}: {e}", output_dir.display())))?;
+            for (o, t) in g.outputs().iter().zip(&outputs) {
+                if o.name.contains(['/', '\\']) || o.name.starts_with('.') {
+                    return Err(Error::invalid(format!("output name '{}' cannot be used as a file name", o.name)));
+                }
+                crate::npy::save(t, output_dir.join(format!("{}.npy", o.name)))?;
+            }
+            Ok(())
+        }
+    }
+}

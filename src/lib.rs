@@ -1,0 +1,21 @@
+//! tensorlift: an XLA-style JIT compiler for tensor graphs, with host
+//! callbacks as the escape hatch.
+//!
+//! [`function`] traces a Rust closure over symbolic values ([`Sym`]) into a
+//! graph, once per input signature; [`Function::call`] optimizes it and runs
+//! it through the reference interpreter. See `docs/architecture.md`.
+
+mod function;
+pub mod cli;
+pub mod npy;
+mod trace;
+
+pub use function::{ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec, TraceBody, function};
+pub use tensorlift_ir::{Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType};
+pub use tensorlift_runtime::{HostElement, Tensor};
+pub use trace::{Operand, Sym, Tracer};
+
+/// The IR crate (graphs, text format, passes).
+pub use tensorlift_ir as ir;
+/// The runtime crate (tensors, interpreter).
+pub use tensorlift_runtime as runtime;

@@ -1,0 +1,158 @@
+//! Reading and writing tensors as NumPy `.npy` files (through `npyz`).
+//!
+//! Every dtype but string is supported. bfloat16, which NumPy itself lacks,
+//! is written as two raw bytes per element (`|V2`), the layout `ml_dtypes`
+//! uses; `|V2` data is read back as bfloat16. Fortran-ordered files are
+//! read into row-major tensors; big-endian files are byte-swapped.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use half::f16;
+use npyz::{FixedSizeBytes, TypeChar, WriterBuilder};
+use num_complex::{Complex32, Complex64};
+use tensorlift_ir::{DType, Error, Result};
+use tensorlift_runtime::Tensor;
+use tensorlift_runtime::kernels::layout;
+
+fn io_err(e: std::io::Error) -> Error {
+    Error::invalid(format!("not a valid .npy file: {e}"))
+}
+
+/// The tensor dtype of a NumPy type string, if we support it.
+fn dtype_of(ts: &npyz::TypeStr) -> Option<DType> {
+    Some(match (ts.type_char(), ts.size_field()) {
+        (TypeChar::Bool, 1) => DType::Bool,
+        (TypeChar::Int, 1) => DType::I8,
+        (TypeChar::Int, 2) => DType::I16,
+        (TypeChar::Int, 4) => DType::I32,
+        (TypeChar::Int, 8) => DType::I64,
+        (TypeChar::Uint, 1) => DType::U8,
+        (TypeChar::Uint, 2) => DType::U16,
+        (TypeChar::Uint, 4) => DType::U32,
+        (TypeChar::Uint, 8) => DType::U64,
+        (TypeChar::Float, 2) => DType::F16,
+        (TypeChar::Float, 4) => DType::F32,
+        (TypeChar::Float, 8) => DType::F64,
+        (TypeChar::Complex, 8) => DType::C64,
+        (TypeChar::Complex, 16) => DType::C128,
+        (TypeChar::RawData, 2) => DType::BF16,
+        _ => return None,
+    })
+}
+
+/// Reads a `.npy` stream.
+pub fn read(reader: impl Read) -> Result<Tensor> {
+    let file = npyz::NpyFile::new(reader).map_err(io_err)?;
+    let ts = match file.dtype() {
+        npyz::DType::Plain(ts) => ts,
+        other => {
+            return Err(Error::unimplemented(format!(
+                "structured .npy data ({}) is not supported",
+                other.descr()
+            )));
+        }
+    };
+    let dtype = dtype_of(&ts).ok_or_else(|| Error::unimplemented(format!(".npy dtype '{ts}' is not supported")))?;
+    let shape: Vec<usize> = file
+        .shape()
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| Error::invalid("shape too large")))
+        .collect::<Result<_>>()?;
+    let fortran = file.order() == npyz::Order::Fortran && shape.len() > 1;
+    // Fortran data is the row-major layout of the reversed shape.
+    let stored: Vec<usize> = if fortran { shape.iter().rev().copied().collect() } else { shape.clone() };
+    macro_rules! load {
+        ($T:ty) => {
+            Tensor::from(
+                ndarray::ArrayD::from_shape_vec(stored.clone(), file.into_vec::<$T>().map_err(io_err)?)
+                    .map_err(|e| Error::invalid(format!("element count does not match shape: {e}")))?,
+            )
+        };
+    }
+    let t = match dtype {
+        DType::Bool => load!(bool),
+        DType::I8 => load!(i8),
+        DType::I16 => load!(i16),
+        DType::I32 => load!(i32),
+        DType::I64 => load!(i64),
+        DType::U8 => load!(u8),
+        DType::U16 => load!(u16),
+        DType::U32 => load!(u32),
+        DType::U64 => load!(u64),
+        DType::F16 => load!(f16),
+        DType::F32 => load!(f32),
+        DType::F64 => load!(f64),
+        DType::C64 => load!(Complex32),
+        DType::C128 => load!(Complex64),
+        DType::BF16 => {
+            let raw = file.into_vec::<FixedSizeBytes<2>>().map_err(io_err)?;
+            let bytes: Vec<u8> = raw.iter().flat_map(|b| b.0).collect();
+            Tensor::from_bytes(DType::BF16, &stored, &bytes)?
+        }
+        DType::String => return Err(Error::unimplemented("string .npy files are not supported")),
+    };
+    if fortran {
+        let perm: Vec<usize> = (0..shape.len()).rev().collect();
+        return layout::transpose(&t, &perm);
+    }
+    Ok(t)
+}
+
+/// Writes `t` as a `.npy` stream (C order, little-endian).
+pub fn write(t: &Tensor, writer: impl Write) -> Result<()> {
+    let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
+    let werr = |e: std::io::Error| Error::invalid(format!("cannot write .npy data: {e}"));
+    macro_rules! save {
+        ($T:ty) => {{
+            let v = t.to_ndarray::<$T>()?;
+            let mut w = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(writer).begin_nd().map_err(werr)?;
+            w.extend(v.iter().cloned()).map_err(werr)?;
+            w.finish().map_err(werr)
+        }};
+    }
+    match t.dtype() {
+        DType::Bool => save!(bool),
+        DType::I8 => save!(i8),
+        DType::I16 => save!(i16),
+        DType::I32 => save!(i32),
+        DType::I64 => save!(i64),
+        DType::U8 => save!(u8),
+        DType::U16 => save!(u16),
+        DType::U32 => save!(u32),
+        DType::U64 => save!(u64),
+        DType::F16 => save!(f16),
+        DType::F32 => save!(f32),
+        DType::F64 => save!(f64),
+        DType::C64 => save!(Complex32),
+        DType::C128 => save!(Complex64),
+        DType::BF16 => {
+            let ts: npyz::TypeStr = "|V2".parse().map_err(|e| Error::internal(format!("{e}")))?;
+            let mut w = npyz::WriteOptions::<FixedSizeBytes<2>>::new()
+                .dtype(npyz::DType::Plain(ts))
+                .shape(&shape)
+                .writer(writer)
+                .begin_nd()
+                .map_err(werr)?;
+            w.extend(t.bytes().chunks_exact(2).map(|c| FixedSizeBytes([c[0], c[1]]))).map_err(werr)?;
+            w.finish().map_err(werr)
+        }
+        DType::String => Err(Error::unimplemented("string tensors cannot be written as .npy files")),
+    }
+}
+
+/// Loads a `.npy` file.
+pub fn load(path: impl AsRef<Path>) -> Result<Tensor> {
+    let path = path.as_ref();
+    let f = std::fs::File::open(path).map_err(|e| Error::NotFound(tensorlift_ir::Detail::msg(format!("cannot open {}: {e}", path.display()))))?;
+    read(std::io::BufReader::new(f)).map_err(|e| e.context(path.display()))
+}
+
+/// Saves `t` as a `.npy` file.
+pub fn save(t: &Tensor, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let f = std::fs::File::create(path).map_err(|e| Error::invalid(format!("cannot create {}: {e}", path.display())))?;
+    let mut w = std::io::BufWriter::new(f);
+    write(t, &mut w)?;
+    w.flush().map_err(|e| Error::invalid(format!("cannot write {}: {e}", path.display())))
+}

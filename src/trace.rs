@@ -1,0 +1,656 @@
+//! Tracing: symbolic values (`Sym`) record ops into a graph as a Rust
+//! closure runs over them. Operators are overloaded so graph code reads like
+//! math; every op records its creation site with `#[track_caller]`.
+//!
+//! Operators cannot return `Result`, so a traced op that is ill-typed
+//! records the first error (with op, node name and site) and yields a
+//! poisoned value; [`crate::Function`] reports that error when tracing ends.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use tensorlift_ir::infer::broadcast_shapes;
+use tensorlift_ir::{
+    BinaryOp, CmpOp, DType, Detail, DotDims, Error, Graph, Literal, NodeRef, Op, ReduceOp, Shape, Site, TensorType,
+    UnaryOp, ValueId,
+};
+use tensorlift_runtime::Tensor;
+
+struct Ctx {
+    graph: RefCell<Graph>,
+    error: RefCell<Option<Error>>,
+}
+
+/// A handle on the graph being traced: makes constants and other values
+/// that have no operand to hang off. Get one with [`Sym::tracer`].
+#[derive(Clone)]
+pub struct Tracer {
+    ctx: Rc<Ctx>,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tracer")
+    }
+}
+
+/// A symbolic tensor inside a traced function.
+#[derive(Clone)]
+pub struct Sym {
+    ctx: Rc<Ctx>,
+    v: Option<ValueId>,
+}
+
+impl std::fmt::Debug for Sym {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.ty() {
+            Some(t) => write!(f, "Sym({t})"),
+            None => f.write_str("Sym(<error>)"),
+        }
+    }
+}
+
+impl Tracer {
+    pub(crate) fn new(name: &str) -> Self {
+        Tracer { ctx: Rc::new(Ctx { graph: RefCell::new(Graph::new(name)), error: RefCell::new(None) }) }
+    }
+
+    pub(crate) fn parameter(&self, index: usize, ty: TensorType, name: Option<String>, site: Site) -> Sym {
+        let r = self.ctx.graph.borrow_mut().add_parameter(index, ty, name, site);
+        self.wrap(r)
+    }
+
+    /// Ends tracing: the graph with `outputs`, or the first recorded error.
+    pub(crate) fn finish(self, outputs: Vec<Sym>) -> Result<Graph, Error> {
+        if let Some(e) = self.ctx.error.borrow_mut().take() {
+            return Err(e);
+        }
+        let mut values = Vec::with_capacity(outputs.len());
+        for (i, o) in outputs.iter().enumerate() {
+            if !Rc::ptr_eq(&o.ctx, &self.ctx) {
+                return Err(Error::invalid(format!("output {i} was not traced by this function")));
+            }
+            values.push(o.v.ok_or_else(|| Error::internal("poisoned output without a recorded error"))?);
+        }
+        let mut g = self.ctx.graph.replace(Graph::new(""));
+        for (i, v) in values.into_iter().enumerate() {
+            g.add_output(v, format!("output_{i}"))?;
+        }
+        Ok(g)
+    }
+
+    fn record(&self, e: Error) {
+        let mut slot = self.ctx.error.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    fn wrap(&self, r: Result<ValueId, Error>) -> Sym {
+        match r {
+            Ok(v) => Sym { ctx: self.ctx.clone(), v: Some(v) },
+            Err(e) => {
+                self.record(e);
+                Sym { ctx: self.ctx.clone(), v: None }
+            }
+        }
+    }
+
+    fn add(&self, op: Op, inputs: &[&Sym], site: Site) -> Sym {
+        let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
+            return Sym { ctx: self.ctx.clone(), v: None };
+        };
+        if let Some(i) = inputs.iter().position(|s| !Rc::ptr_eq(&s.ctx, &self.ctx)) {
+            return self.wrap(Err(Error::InvalidArgument(Detail {
+                message: format!("operand {i} belongs to another traced function"),
+                node: Some(NodeRef { name: op.name(), op: op.name(), site }),
+                pos: None,
+            })));
+        }
+        let r = self.ctx.graph.borrow_mut().add(op, &vs, site);
+        self.wrap(r)
+    }
+
+    /// A constant holding `t`'s data.
+    #[track_caller]
+    pub fn constant(&self, t: &Tensor) -> Sym {
+        self.add(Op::Constant(t.to_literal()), &[], Site::caller())
+    }
+
+    /// A scalar constant of `dtype` (integers must be whole numbers in range).
+    #[track_caller]
+    pub fn scalar(&self, dtype: DType, value: f64) -> Sym {
+        let site = Site::caller();
+        self.scalar_at(dtype, value, site)
+    }
+
+    fn scalar_at(&self, dtype: DType, value: f64, site: Site) -> Sym {
+        match Literal::scalar(dtype, value) {
+            Ok(l) => self.add(Op::Constant(l), &[], site),
+            Err(e) => {
+                let e = e.at_node(NodeRef { name: "constant".into(), op: "constant".into(), site });
+                self.wrap(Err(e))
+            }
+        }
+    }
+
+    /// `0, 1, 2, ...` along `dim` of a `dims`-shaped tensor.
+    #[track_caller]
+    pub fn iota(&self, dtype: DType, dims: &[usize], dim: usize) -> Sym {
+        self.add(Op::Iota { dtype, dims: dims.to_vec(), dim }, &[], Site::caller())
+    }
+}
+
+/// Operands that are either symbolic values or Rust scalars (which take the
+/// other operand's dtype).
+#[derive(Clone, Debug)]
+pub enum Operand {
+    /// A symbolic value.
+    Sym(Sym),
+    /// A Rust scalar.
+    Scalar(f64),
+}
+
+impl From<Sym> for Operand {
+    fn from(s: Sym) -> Self {
+        Operand::Sym(s)
+    }
+}
+impl From<&Sym> for Operand {
+    fn from(s: &Sym) -> Self {
+        Operand::Sym(s.clone())
+    }
+}
+macro_rules! scalar_operand {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Operand {
+            fn from(v: $t) -> Self { Operand::Scalar(v as f64) }
+        }
+    )*};
+}
+scalar_operand!(f32, f64, i32, i64, u32, u8, i8, i16, u16, u64);
+
+/// Normalizes a possibly negative axis.
+fn axis(rank: usize, a: i64) -> Option<usize> {
+    let r = rank as i64;
+    let a = if a < 0 { a + r } else { a };
+    (0..r).contains(&a).then_some(a as usize)
+}
+
+impl Sym {
+    fn tracer(&self) -> Tracer {
+        Tracer { ctx: self.ctx.clone() }
+    }
+
+    /// The tracer that recorded this value (for constants and iota).
+    pub fn graph(&self) -> Tracer {
+        self.tracer()
+    }
+
+    /// The value's type (`None` if an earlier error poisoned it).
+    pub fn ty(&self) -> Option<TensorType> {
+        self.v.map(|v| self.ctx.graph.borrow().ty(v).clone())
+    }
+
+    /// The value's dtype (`None` if poisoned).
+    pub fn dtype(&self) -> Option<DType> {
+        self.ty().map(|t| t.dtype)
+    }
+
+    /// The value's shape (`None` if poisoned).
+    pub fn shape(&self) -> Option<Shape> {
+        self.ty().map(|t| t.shape)
+    }
+
+    fn error(&self, op: &str, site: Site, message: String) -> Sym {
+        let name = self.ctx.graph.borrow_mut().fresh_name(op);
+        self.tracer().wrap(Err(Error::InvalidArgument(Detail {
+            message,
+            node: Some(NodeRef { name, op: op.into(), site }),
+            pos: None,
+        })))
+    }
+
+    fn operand(&self, o: Operand, site: &Site) -> Sym {
+        match o {
+            Operand::Sym(s) => s,
+            Operand::Scalar(v) => match self.dtype() {
+                Some(d) => self.tracer().scalar_at(d, v, site.clone()),
+                None => Sym { ctx: self.ctx.clone(), v: None },
+            },
+        }
+    }
+
+    /// Broadcasts to `shape` with NumPy's rule (explicit `broadcast_in_dim`).
+    fn broadcast_at(&self, shape: &Shape, site: Site) -> Sym {
+        let Some(t) = self.ty() else { return self.clone() };
+        if t.shape == *shape {
+            return self.clone();
+        }
+        let (Some(from), Some(to)) = (t.shape.rank(), shape.rank()) else { return self.clone() };
+        if from > to {
+            return self.error("broadcast_in_dim", site, format!("cannot broadcast {t} to the lower rank {shape}"));
+        }
+        let dims = (to - from..to).collect();
+        self.tracer().add(Op::BroadcastInDim { shape: shape.clone(), dims }, &[self], site)
+    }
+
+    fn binary_at(&self, op: Op, other: Operand, site: Site) -> Sym {
+        let other = self.operand(other, &site);
+        let (Some(a), Some(b)) = (self.ty(), other.ty()) else {
+            return Sym { ctx: self.ctx.clone(), v: None };
+        };
+        if a.dtype != b.dtype {
+            return self.error(
+                &op.name(),
+                site,
+                format!("operand dtypes differ: {a} vs {b} (binary ops need equal dtypes; cast one operand)"),
+            );
+        }
+        // Scalars stay rank 0 (the IR splats them); other shapes broadcast.
+        let (x, y) = if a.shape.rank() == Some(0) || b.shape.rank() == Some(0) {
+            (self.clone(), other)
+        } else {
+            match broadcast_shapes(&a.shape, &b.shape) {
+                Ok(s) => (self.broadcast_at(&s, site.clone()), other.broadcast_at(&s, site.clone())),
+                Err(m) => return self.error(&op.name(), site, m),
+            }
+        };
+        self.tracer().add(op, &[&x, &y], site)
+    }
+
+    fn unary_at(&self, u: UnaryOp, site: Site) -> Sym {
+        self.tracer().add(Op::Unary(u), &[self], site)
+    }
+}
+
+macro_rules! unary_methods {
+    ($($(#[$m:meta])* $name:ident => $op:ident),* $(,)?) => {
+        impl Sym {$(
+            $(#[$m])*
+            #[track_caller]
+            pub fn $name(&self) -> Sym { self.unary_at(UnaryOp::$op, Site::caller()) }
+        )*}
+    };
+}
+
+unary_methods!(
+    /// `-x`.
+    neg => Neg,
+    /// `|x|`.
+    abs => Abs,
+    /// Sign: -1, 0 or 1.
+    sign => Sign,
+    /// Round down.
+    floor => Floor,
+    /// Round up.
+    ceil => Ceil,
+    /// Round half to even.
+    round => Round,
+    /// Square root.
+    sqrt => Sqrt,
+    /// `1/sqrt(x)`.
+    rsqrt => Rsqrt,
+    /// `e^x`.
+    exp => Exp,
+    /// `e^x - 1`.
+    expm1 => Expm1,
+    /// Natural log.
+    log => Log,
+    /// `log(1+x)`.
+    log1p => Log1p,
+    /// Hyperbolic tangent.
+    tanh => Tanh,
+    /// `1/(1+e^-x)`.
+    sigmoid => Logistic,
+    /// Sine.
+    sin => Sin,
+    /// Cosine.
+    cos => Cos,
+    /// Error function.
+    erf => Erf,
+    /// Logical (bool) or bitwise (integer) not.
+    logical_not => Not,
+    /// Neither NaN nor infinite.
+    is_finite => IsFinite,
+    /// `x*x`.
+    square => Square,
+    /// `1/x`.
+    reciprocal => Reciprocal,
+);
+
+macro_rules! binary_methods {
+    ($($(#[$m:meta])* $name:ident => $op:expr),* $(,)?) => {
+        impl Sym {$(
+            $(#[$m])*
+            #[track_caller]
+            pub fn $name(&self, other: impl Into<Operand>) -> Sym { self.binary_at($op, other.into(), Site::caller()) }
+        )*}
+    };
+}
+
+binary_methods!(
+    /// `x ^ y` (power).
+    pow => Op::Binary(BinaryOp::Pow),
+    /// Elementwise maximum (NaN-propagating).
+    maximum => Op::Binary(BinaryOp::Max),
+    /// Elementwise minimum (NaN-propagating).
+    minimum => Op::Binary(BinaryOp::Min),
+    /// Remainder with the sign of the dividend.
+    rem => Op::Binary(BinaryOp::Rem),
+    /// Logical/bitwise and.
+    logical_and => Op::Binary(BinaryOp::And),
+    /// Logical/bitwise or.
+    logical_or => Op::Binary(BinaryOp::Or),
+    /// Logical/bitwise xor.
+    logical_xor => Op::Binary(BinaryOp::Xor),
+    /// `x == y`.
+    equal => Op::Compare(CmpOp::Eq),
+    /// `x != y`.
+    not_equal => Op::Compare(CmpOp::Ne),
+    /// `x < y`.
+    less => Op::Compare(CmpOp::Lt),
+    /// `x <= y`.
+    less_equal => Op::Compare(CmpOp::Le),
+    /// `x > y`.
+    greater => Op::Compare(CmpOp::Gt),
+    /// `x >= y`.
+    greater_equal => Op::Compare(CmpOp::Ge),
+);
+
+macro_rules! operator {
+    ($Trait:ident, $method:ident, $op:expr) => {
+        impl<T: Into<Operand>> std::ops::$Trait<T> for Sym {
+            type Output = Sym;
+            #[track_caller]
+            fn $method(self, rhs: T) -> Sym { self.binary_at($op, rhs.into(), Site::caller()) }
+        }
+        impl<T: Into<Operand>> std::ops::$Trait<T> for &Sym {
+            type Output = Sym;
+            #[track_caller]
+            fn $method(self, rhs: T) -> Sym { self.binary_at($op, rhs.into(), Site::caller()) }
+        }
+    };
+}
+
+operator!(Add, add, Op::Binary(BinaryOp::Add));
+operator!(Sub, sub, Op::Binary(BinaryOp::Sub));
+operator!(Mul, mul, Op::Binary(BinaryOp::Mul));
+operator!(Div, div, Op::Binary(BinaryOp::Div));
+operator!(Rem, rem, Op::Binary(BinaryOp::Rem));
+operator!(BitAnd, bitand, Op::Binary(BinaryOp::And));
+operator!(BitOr, bitor, Op::Binary(BinaryOp::Or));
+operator!(BitXor, bitxor, Op::Binary(BinaryOp::Xor));
+
+macro_rules! scalar_lhs {
+    ($($t:ty),*) => {$(
+        impl std::ops::Add<Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
+        impl std::ops::Sub<Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
+        impl std::ops::Mul<Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
+        impl std::ops::Div<Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
+        impl std::ops::Add<&Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
+        impl std::ops::Sub<&Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
+        impl std::ops::Mul<&Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
+        impl std::ops::Div<&Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
+    )*};
+}
+scalar_lhs!(f32, f64, i32, i64);
+
+impl std::ops::Neg for Sym {
+    type Output = Sym;
+    #[track_caller]
+    fn neg(self) -> Sym {
+        self.unary_at(UnaryOp::Neg, Site::caller())
+    }
+}
+impl std::ops::Neg for &Sym {
+    type Output = Sym;
+    #[track_caller]
+    fn neg(self) -> Sym {
+        self.unary_at(UnaryOp::Neg, Site::caller())
+    }
+}
+impl std::ops::Not for Sym {
+    type Output = Sym;
+    #[track_caller]
+    fn not(self) -> Sym {
+        self.unary_at(UnaryOp::Not, Site::caller())
+    }
+}
+
+impl Sym {
+    fn swapped(&self, op: Op, lhs: f64, site: Site) -> Sym {
+        let l = self.operand(Operand::Scalar(lhs), &site);
+        l.binary_at(op, Operand::Sym(self.clone()), site)
+    }
+
+    /// `select(self, on_true, on_false)`: `self` is a bool condition;
+    /// operands broadcast with NumPy's rule.
+    #[track_caller]
+    pub fn select(&self, on_true: impl Into<Operand>, on_false: impl Into<Operand>) -> Sym {
+        let site = Site::caller();
+        let (t, f) = (on_true.into(), on_false.into());
+        // A scalar branch takes the other branch's dtype.
+        let (t, f) = match (t, f) {
+            (Operand::Sym(t), f) => {
+                let f = t.operand(f, &site);
+                (t, f)
+            }
+            (t, Operand::Sym(f)) => (f.operand(t, &site), f),
+            (Operand::Scalar(_), Operand::Scalar(_)) => {
+                return self.error("select", site, "select needs at least one tensor branch".into());
+            }
+        };
+        let (Some(a), Some(b), Some(c)) = (self.ty(), t.ty(), f.ty()) else {
+            return Sym { ctx: self.ctx.clone(), v: None };
+        };
+        let shape = match broadcast_shapes(&a.shape, &b.shape).and_then(|s| broadcast_shapes(&s, &c.shape)) {
+            Ok(s) => s,
+            Err(m) => return self.error("select", site, m),
+        };
+        let (p, t, f) =
+            (self.broadcast_at(&shape, site.clone()), t.broadcast_at(&shape, site.clone()), f.broadcast_at(&shape, site.clone()));
+        self.tracer().add(Op::Select, &[&p, &t, &f], site)
+    }
+
+    /// `min(max(self, lo), hi)`; scalar bounds take `self`'s dtype.
+    #[track_caller]
+    pub fn clamp(&self, lo: impl Into<Operand>, hi: impl Into<Operand>) -> Sym {
+        let site = Site::caller();
+        let (lo, hi) = (self.operand(lo.into(), &site), self.operand(hi.into(), &site));
+        self.tracer().add(Op::Clamp, &[self, &lo, &hi], site)
+    }
+
+    /// Casts to `dtype`.
+    #[track_caller]
+    pub fn cast(&self, dtype: DType) -> Sym {
+        self.tracer().add(Op::Convert(dtype), &[self], Site::caller())
+    }
+
+    /// Broadcasts to `dims` with NumPy's rule.
+    #[track_caller]
+    pub fn broadcast_to(&self, dims: &[usize]) -> Sym {
+        self.broadcast_at(&Shape::known(dims), Site::caller())
+    }
+
+    /// XLA's `broadcast_in_dim`.
+    #[track_caller]
+    pub fn broadcast_in_dim(&self, dims: &[usize], mapping: &[usize]) -> Sym {
+        self.tracer().add(Op::BroadcastInDim { shape: Shape::known(dims), dims: mapping.to_vec() }, &[self], Site::caller())
+    }
+
+    /// Reshapes; one dim may be `-1` (inferred).
+    #[track_caller]
+    pub fn reshape(&self, dims: &[i64]) -> Sym {
+        let site = Site::caller();
+        if dims.iter().any(|&d| d < -1) || dims.iter().filter(|&&d| d == -1).count() > 1 {
+            return self.error("reshape", site, format!("bad target shape {dims:?}: sizes must be ≥ 0, with at most one -1"));
+        }
+        let shape = Shape::Ranked(dims.iter().map(|&d| (d >= 0).then_some(d as usize)).collect());
+        self.tracer().add(Op::Reshape(shape), &[self], site)
+    }
+
+    /// Permutes dims: result dim `i` is dim `perm[i]`.
+    #[track_caller]
+    pub fn transpose(&self, perm: &[usize]) -> Sym {
+        self.tracer().add(Op::Transpose(perm.to_vec()), &[self], Site::caller())
+    }
+
+    /// Strided slice `[start, limit)` with `stride` per dim.
+    #[track_caller]
+    pub fn slice(&self, start: &[usize], limit: &[usize], stride: &[usize]) -> Sym {
+        let op = Op::Slice { start: start.to_vec(), limit: limit.to_vec(), stride: stride.to_vec() };
+        self.tracer().add(op, &[self], Site::caller())
+    }
+
+    /// Pads with `value` (`low`/`high` may be negative to crop).
+    #[track_caller]
+    pub fn pad(&self, low: &[i64], high: &[i64], interior: &[usize], value: impl Into<Operand>) -> Sym {
+        let site = Site::caller();
+        let v = self.operand(value.into(), &site);
+        let op = Op::Pad { low: low.to_vec(), high: high.to_vec(), interior: interior.to_vec() };
+        self.tracer().add(op, &[self, &v], site)
+    }
+
+    /// Reverses along `axes` (negative axes count from the end).
+    #[track_caller]
+    pub fn reverse(&self, axes: &[i64]) -> Sym {
+        let site = Site::caller();
+        match self.axes("reverse", axes, &site) {
+            Some(a) => self.tracer().add(Op::Reverse(a), &[self], site),
+            None => Sym { ctx: self.ctx.clone(), v: None },
+        }
+    }
+
+    fn axes(&self, op: &str, axes: &[i64], site: &Site) -> Option<Vec<usize>> {
+        let rank = self.shape()?.rank().unwrap_or(0);
+        let mut out = Vec::new();
+        for &a in axes {
+            match axis(rank, a) {
+                Some(a) if !out.contains(&a) => out.push(a),
+                _ => {
+                    self.error(op, site.clone(), format!("axis {a} is out of range or repeated for rank {rank}"));
+                    return None;
+                }
+            }
+        }
+        out.sort_unstable();
+        Some(out)
+    }
+
+    fn reduce_at(&self, op: ReduceOp, axes: Option<&[i64]>, keepdims: bool, site: Site) -> Sym {
+        let name = format!("reduce_{}", op.name());
+        let axes = match axes {
+            Some(a) => self.axes(&name, a, &site),
+            None => self.shape().and_then(|s| s.rank()).map(|r| (0..r).collect()),
+        };
+        match axes {
+            Some(axes) => self.tracer().add(Op::Reduce { op, axes, keepdims }, &[self], site),
+            None => Sym { ctx: self.ctx.clone(), v: None },
+        }
+    }
+
+    /// Index of the maximum along `axis` (int64).
+    #[track_caller]
+    pub fn argmax(&self, axis_: i64) -> Sym {
+        self.arg_at(true, axis_, Site::caller())
+    }
+
+    /// Index of the minimum along `axis` (int64).
+    #[track_caller]
+    pub fn argmin(&self, axis_: i64) -> Sym {
+        self.arg_at(false, axis_, Site::caller())
+    }
+
+    fn arg_at(&self, max: bool, a: i64, site: Site) -> Sym {
+        let name = if max { "argmax" } else { "argmin" };
+        let Some(axes) = self.axes(name, &[a], &site) else { return Sym { ctx: self.ctx.clone(), v: None } };
+        let op = if max {
+            Op::ArgMax { axis: axes[0], index_dtype: DType::I64 }
+        } else {
+            Op::ArgMin { axis: axes[0], index_dtype: DType::I64 }
+        };
+        self.tracer().add(op, &[self], site)
+    }
+
+    /// Matrix product over the last two dims; leading (batch) dims must
+    /// match. A rank-1 operand is treated as a row/column vector.
+    #[track_caller]
+    pub fn matmul(&self, other: &Sym) -> Sym {
+        let site = Site::caller();
+        let (Some(a), Some(b)) = (self.shape().and_then(|s| s.rank()), other.shape().and_then(|s| s.rank())) else {
+            return self.error("dot_general", site, "matmul needs operands of known rank".into());
+        };
+        if a == 0 || b == 0 {
+            return self.error("dot_general", site, "matmul needs operands of rank ≥ 1".into());
+        }
+        let dims = if b == 1 || a == 1 || a == 2 && b == 2 {
+            DotDims { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![a - 1], rhs_contract: vec![if b == 1 { 0 } else { b - 2 }] }
+        } else if a == b {
+            DotDims {
+                lhs_batch: (0..a - 2).collect(),
+                rhs_batch: (0..b - 2).collect(),
+                lhs_contract: vec![a - 1],
+                rhs_contract: vec![b - 2],
+            }
+        } else {
+            return self.error("dot_general", site, format!("matmul of rank {a} and rank {b}: batch ranks must match"));
+        };
+        self.tracer().add(Op::DotGeneral(dims), &[self, other], site)
+    }
+
+    /// XLA's `dot_general`.
+    #[track_caller]
+    pub fn dot_general(&self, other: &Sym, dims: DotDims) -> Sym {
+        self.tracer().add(Op::DotGeneral(dims), &[self, other], Site::caller())
+    }
+
+    /// Gathers slices along `axis` at integer `indices` (TF's `gather`).
+    #[track_caller]
+    pub fn take(&self, indices: &Sym, axis_: i64) -> Sym {
+        let site = Site::caller();
+        let Some(axes) = self.axes("take", &[axis_], &site) else { return Sym { ctx: self.ctx.clone(), v: None } };
+        self.tracer().add(Op::Take { axis: axes[0] }, &[self, indices], site)
+    }
+}
+
+macro_rules! reduce_methods {
+    ($($(#[$m:meta])* $name:ident => $op:ident),* $(,)?) => {
+        impl Sym {$(
+            $(#[$m])*
+            /// `axes = None` reduces over every axis; negative axes count from the end.
+            #[track_caller]
+            pub fn $name(&self, axes: Option<&[i64]>, keepdims: bool) -> Sym {
+                self.reduce_at(ReduceOp::$op, axes, keepdims, Site::caller())
+            }
+        )*}
+    };
+}
+
+reduce_methods!(
+    /// Sum.
+    reduce_sum => Sum,
+    /// Product.
+    reduce_prod => Prod,
+    /// Maximum.
+    reduce_max => Max,
+    /// Minimum.
+    reduce_min => Min,
+    /// Logical and.
+    reduce_all => And,
+    /// Logical or.
+    reduce_any => Or,
+);
+
+impl Sym {
+    /// Joins `self` and `others` along `axis` (negative counts from the end).
+    #[track_caller]
+    pub fn concat(&self, others: &[Sym], axis_: i64) -> Sym {
+        let site = Site::caller();
+        let Some(axes) = self.axes("concatenate", &[axis_], &site) else {
+            return Sym { ctx: self.ctx.clone(), v: None };
+        };
+        let refs: Vec<&Sym> = std::iter::once(self).chain(others).collect();
+        self.tracer().add(Op::Concatenate { axis: axes[0] }, &refs, site)
+    }
+}
