@@ -73,9 +73,14 @@ fn one_line(e: &Error) -> String {
 
 /// Loads and parses a program; parse errors carry `file:line:col`.
 pub fn load_program(path: &Path) -> Result<Graph> {
-    let src = std::fs::read(path)
-        .map_err(|e| Error::NotFound(tensorlift_ir::Detail::msg(format!("cannot read {}: {e}", path.display()))))?;
-    let src = String::from_utf8(src).map_err(|_| Error::invalid(format!("{} is not UTF-8 text", path.display())))?;
+    let src = std::fs::read(path).map_err(|e| {
+        Error::NotFound(tensorlift_ir::Detail::msg(format!(
+            "cannot read {}: {e}",
+            path.display()
+        )))
+    })?;
+    let src = String::from_utf8(src)
+        .map_err(|_| Error::invalid(format!("{} is not UTF-8 text", path.display())))?;
     let file = path.display().to_string();
     tensorlift_ir::text::parse(&src, &file).map_err(|e| match e {
         Error::InvalidArgument(mut d) if d.pos.is_some() => {
@@ -91,14 +96,20 @@ pub fn load_program(path: &Path) -> Result<Graph> {
 /// Matches `NAME=FILE` arguments to the graph's parameters, in order.
 pub fn load_inputs(g: &Graph, specs: &[String]) -> Result<Vec<Tensor>> {
     let params = g.params();
-    let names: Vec<&str> = params.iter().map(|p| g.producer(*p).name.as_str()).collect();
+    let names: Vec<&str> = params
+        .iter()
+        .map(|p| g.producer(*p).name.as_str())
+        .collect();
     let mut slots: Vec<Option<Tensor>> = vec![None; params.len()];
     for s in specs {
         let (name, file) = s
             .split_once('=')
             .ok_or_else(|| Error::invalid(format!("--input '{s}' must look like NAME=FILE.npy")))?;
         let i = names.iter().position(|n| *n == name).ok_or_else(|| {
-            Error::invalid(format!("--input '{name}': the program has no parameter named '{name}' (it has: {})", names.join(", ")))
+            Error::invalid(format!(
+                "--input '{name}': the program has no parameter named '{name}' (it has: {})",
+                names.join(", ")
+            ))
         })?;
         if slots[i].is_some() {
             return Err(Error::invalid(format!("--input '{name}' is given twice")));
@@ -128,7 +139,12 @@ fn execute(cli: Cli) -> Result<()> {
             print!("{}", tensorlift_ir::to_dot(&g));
             Ok(())
         }
-        Command::Run { program, inputs, output_dir, mode } => {
+        Command::Run {
+            program,
+            inputs,
+            output_dir,
+            mode,
+        } => {
             let mut g = load_program(&program)?;
             let inputs = load_inputs(&g, &inputs)?;
             let outputs = match mode {
@@ -137,11 +153,15 @@ fn execute(cli: Cli) -> Result<()> {
                     interp::run(&g, &inputs)?
                 }
             };
-            std::fs::create_dir_all(&output_dir)
-                .map_err(|e| Error::invalid(format!("cannot create {}: {e}", output_dir.display())))?;
+            std::fs::create_dir_all(&output_dir).map_err(|e| {
+                Error::invalid(format!("cannot create {}: {e}", output_dir.display()))
+            })?;
             for (o, t) in g.outputs().iter().zip(&outputs) {
                 if o.name.contains(['/', '\\']) || o.name.starts_with('.') {
-                    return Err(Error::invalid(format!("output name '{}' cannot be used as a file name", o.name)));
+                    return Err(Error::invalid(format!(
+                        "output name '{}' cannot be used as a file name",
+                        o.name
+                    )));
                 }
                 crate::npy::save(t, output_dir.join(format!("{}.npy", o.name)))?;
             }

@@ -26,12 +26,20 @@ pub struct TensorSpec {
 impl TensorSpec {
     /// A spec with some dims unknown (`None`).
     pub fn new(dtype: DType, dims: &[Option<usize>]) -> Self {
-        TensorSpec { dtype, shape: Shape::Ranked(dims.to_vec()), name: None }
+        TensorSpec {
+            dtype,
+            shape: Shape::Ranked(dims.to_vec()),
+            name: None,
+        }
     }
 
     /// A spec with every dim known.
     pub fn known(dtype: DType, dims: &[usize]) -> Self {
-        TensorSpec { dtype, shape: Shape::known(dims), name: None }
+        TensorSpec {
+            dtype,
+            shape: Shape::known(dims),
+            name: None,
+        }
     }
 
     /// The spec of a concrete tensor.
@@ -138,7 +146,10 @@ macro_rules! trace_body_arity {
     (@sym $a:ident) => { Sym };
 }
 
-#[allow(clippy::panic, reason = "arity is checked before trace is called; caught by catch_unwind regardless")]
+#[allow(
+    clippy::panic,
+    reason = "arity is checked before trace is called; caught by catch_unwind regardless"
+)]
 fn unreachable_arity() -> ! {
     panic!("argument count checked before tracing")
 }
@@ -174,19 +185,22 @@ pub struct Function {
 
 impl std::fmt::Debug for Function {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Function").field("name", &self.name).field("input_signature", &self.input_signature).finish()
+        f.debug_struct("Function")
+            .field("name", &self.name)
+            .field("input_signature", &self.input_signature)
+            .finish()
     }
 }
 
 /// Makes a [`Function`] from a closure over symbolic values, like
-/// `tf.function`. The closure takes one [`Sym`] per input (up to six) or a
-/// `&[Sym]`, and returns a `Sym`, a tuple, an array or a `Vec<Sym>`.
+/// `tf.function`. The closure takes one [`Sym`] per input (up to six; annotate
+/// them, `|x: Sym|`, so Rust can tell the arity) or a `&[Sym]`, and returns a `Sym`, a tuple, an array or a `Vec<Sym>`.
 ///
 /// ```
-/// use tensorlift::{function, Tensor};
-/// let f = function(|x| ((&x * 1.5 + 0.25) * &x - 0.75) * 0.5 + &x);
+/// use tensorlift::{function, Sym, Tensor};
+/// let f = function(|x: Sym| ((&x * 1.5 + 0.25) * &x - 0.75) * 0.5 + &x);
 /// let y = f.call(&[Tensor::from(ndarray::arr1(&[1.0f32, 2.0]).into_dyn())]).unwrap();
-/// assert_eq!(y[0].to_ndarray::<f32>().unwrap().as_slice().unwrap(), &[1.5, 3.75]);
+/// assert_eq!(y[0].to_ndarray::<f32>().unwrap().as_slice().unwrap(), &[1.5, 4.875]);
 /// ```
 #[track_caller]
 pub fn function<M, F: TraceBody<M>>(body: F) -> Function {
@@ -224,7 +238,9 @@ impl Function {
     /// The input types a call with `specs` is traced for: the input signature
     /// when one is set (after checking `specs` against it), else `specs`.
     fn signature_for(&self, specs: &[TensorType]) -> Result<Vec<TensorType>, Error> {
-        let Some(sig) = &self.input_signature else { return Ok(specs.to_vec()) };
+        let Some(sig) = &self.input_signature else {
+            return Ok(specs.to_vec());
+        };
         if sig.len() != specs.len() {
             return Err(Error::invalid(format!(
                 "function '{}' has an input_signature of {} tensor(s), but {} were given",
@@ -234,7 +250,11 @@ impl Function {
             )));
         }
         for (i, (s, t)) in sig.iter().zip(specs).enumerate() {
-            let ok = s.dtype == t.dtype && s.shape.compatible(&t.shape) && t.shape.rank().is_none_or(|r| s.shape.rank().is_none_or(|q| q == r));
+            let ok = s.dtype == t.dtype
+                && s.shape.compatible(&t.shape)
+                && t.shape
+                    .rank()
+                    .is_none_or(|r| s.shape.rank().is_none_or(|q| q == r));
             if !ok {
                 return Err(Error::invalid(format!(
                     "input {i} of function '{}' is {t}, which does not match its input_signature {}",
@@ -266,7 +286,9 @@ impl Function {
         Ok(self.lock_cache().entry(key).or_insert(c).clone())
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<TensorType>, Arc<ConcreteFunction>>> {
+    fn lock_cache(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Vec<TensorType>, Arc<ConcreteFunction>>> {
         // A panic cannot happen while the lock is held; recover if it did.
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -287,7 +309,11 @@ impl Function {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let name = self.input_signature.as_ref().and_then(|s| s[i].name.clone()).or_else(|| Some(format!("arg{i}")));
+                let name = self
+                    .input_signature
+                    .as_ref()
+                    .and_then(|s| s[i].name.clone())
+                    .or_else(|| Some(format!("arg{i}")));
                 tracer.parameter(i, t.clone(), name, self.site.clone())
             })
             .collect();
@@ -298,7 +324,10 @@ impl Function {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            Error::invalid(format!("the body of function '{}' (defined at {}) panicked while tracing: {msg}", self.name, self.site))
+            Error::invalid(format!(
+                "the body of function '{}' (defined at {}) panicked while tracing: {msg}",
+                self.name, self.site
+            ))
         })?;
         drop(args);
         tracer.finish(outputs)

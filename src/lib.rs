@@ -5,13 +5,17 @@
 //! graph, once per input signature; [`Function::call`] optimizes it and runs
 //! it through the reference interpreter. See `docs/architecture.md`.
 
-mod function;
 pub mod cli;
+mod function;
 pub mod npy;
 mod trace;
 
-pub use function::{ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec, TraceBody, function};
-pub use tensorlift_ir::{Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType};
+pub use function::{
+    ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec, TraceBody, function,
+};
+pub use tensorlift_ir::{
+    Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType,
+};
 pub use tensorlift_runtime::{HostElement, Tensor};
 pub use trace::{Operand, Sym, Tracer};
 

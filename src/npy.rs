@@ -43,7 +43,11 @@ fn dtype_of(ts: &npyz::TypeStr) -> Option<DType> {
 
 /// Reads a `.npy` stream.
 pub fn read(reader: impl Read) -> Result<Tensor> {
-    let file = npyz::NpyFile::new(reader).map_err(io_err)?;
+    from_npy_file(npyz::NpyFile::new(reader).map_err(io_err)?)
+}
+
+/// Reads an opened `.npy` file (e.g. a member of an `.npz` archive).
+pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
     let ts = match file.dtype() {
         npyz::DType::Plain(ts) => ts,
         other => {
@@ -53,7 +57,8 @@ pub fn read(reader: impl Read) -> Result<Tensor> {
             )));
         }
     };
-    let dtype = dtype_of(&ts).ok_or_else(|| Error::unimplemented(format!(".npy dtype '{ts}' is not supported")))?;
+    let dtype = dtype_of(&ts)
+        .ok_or_else(|| Error::unimplemented(format!(".npy dtype '{ts}' is not supported")))?;
     let shape: Vec<usize> = file
         .shape()
         .iter()
@@ -61,12 +66,19 @@ pub fn read(reader: impl Read) -> Result<Tensor> {
         .collect::<Result<_>>()?;
     let fortran = file.order() == npyz::Order::Fortran && shape.len() > 1;
     // Fortran data is the row-major layout of the reversed shape.
-    let stored: Vec<usize> = if fortran { shape.iter().rev().copied().collect() } else { shape.clone() };
+    let stored: Vec<usize> = if fortran {
+        shape.iter().rev().copied().collect()
+    } else {
+        shape.clone()
+    };
     macro_rules! load {
         ($T:ty) => {
             Tensor::from(
-                ndarray::ArrayD::from_shape_vec(stored.clone(), file.into_vec::<$T>().map_err(io_err)?)
-                    .map_err(|e| Error::invalid(format!("element count does not match shape: {e}")))?,
+                ndarray::ArrayD::from_shape_vec(
+                    stored.clone(),
+                    file.into_vec::<$T>().map_err(io_err)?,
+                )
+                .map_err(|e| Error::invalid(format!("element count does not match shape: {e}")))?,
             )
         };
     }
@@ -106,7 +118,12 @@ pub fn write(t: &Tensor, writer: impl Write) -> Result<()> {
     macro_rules! save {
         ($T:ty) => {{
             let v = t.to_ndarray::<$T>()?;
-            let mut w = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(writer).begin_nd().map_err(werr)?;
+            let mut w = npyz::WriteOptions::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(writer)
+                .begin_nd()
+                .map_err(werr)?;
             w.extend(v.iter().cloned()).map_err(werr)?;
             w.finish().map_err(werr)
         }};
@@ -134,25 +151,39 @@ pub fn write(t: &Tensor, writer: impl Write) -> Result<()> {
                 .writer(writer)
                 .begin_nd()
                 .map_err(werr)?;
-            w.extend(t.bytes().chunks_exact(2).map(|c| FixedSizeBytes([c[0], c[1]]))).map_err(werr)?;
+            w.extend(
+                t.bytes()
+                    .chunks_exact(2)
+                    .map(|c| FixedSizeBytes([c[0], c[1]])),
+            )
+            .map_err(werr)?;
             w.finish().map_err(werr)
         }
-        DType::String => Err(Error::unimplemented("string tensors cannot be written as .npy files")),
+        DType::String => Err(Error::unimplemented(
+            "string tensors cannot be written as .npy files",
+        )),
     }
 }
 
 /// Loads a `.npy` file.
 pub fn load(path: impl AsRef<Path>) -> Result<Tensor> {
     let path = path.as_ref();
-    let f = std::fs::File::open(path).map_err(|e| Error::NotFound(tensorlift_ir::Detail::msg(format!("cannot open {}: {e}", path.display()))))?;
+    let f = std::fs::File::open(path).map_err(|e| {
+        Error::NotFound(tensorlift_ir::Detail::msg(format!(
+            "cannot open {}: {e}",
+            path.display()
+        )))
+    })?;
     read(std::io::BufReader::new(f)).map_err(|e| e.context(path.display()))
 }
 
 /// Saves `t` as a `.npy` file.
 pub fn save(t: &Tensor, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
-    let f = std::fs::File::create(path).map_err(|e| Error::invalid(format!("cannot create {}: {e}", path.display())))?;
+    let f = std::fs::File::create(path)
+        .map_err(|e| Error::invalid(format!("cannot create {}: {e}", path.display())))?;
     let mut w = std::io::BufWriter::new(f);
     write(t, &mut w)?;
-    w.flush().map_err(|e| Error::invalid(format!("cannot write {}: {e}", path.display())))
+    w.flush()
+        .map_err(|e| Error::invalid(format!("cannot write {}: {e}", path.display())))
 }

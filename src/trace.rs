@@ -11,8 +11,8 @@ use std::rc::Rc;
 
 use tensorlift_ir::infer::broadcast_shapes;
 use tensorlift_ir::{
-    BinaryOp, CmpOp, DType, Detail, DotDims, Error, Graph, Literal, NodeRef, Op, ReduceOp, Shape, Site, TensorType,
-    UnaryOp, ValueId,
+    BinaryOp, CmpOp, DType, Detail, DotDims, Error, Graph, Literal, NodeRef, Op, ReduceOp, Shape,
+    Site, TensorType, UnaryOp, ValueId,
 };
 use tensorlift_runtime::Tensor;
 
@@ -52,11 +52,26 @@ impl std::fmt::Debug for Sym {
 
 impl Tracer {
     pub(crate) fn new(name: &str) -> Self {
-        Tracer { ctx: Rc::new(Ctx { graph: RefCell::new(Graph::new(name)), error: RefCell::new(None) }) }
+        Tracer {
+            ctx: Rc::new(Ctx {
+                graph: RefCell::new(Graph::new(name)),
+                error: RefCell::new(None),
+            }),
+        }
     }
 
-    pub(crate) fn parameter(&self, index: usize, ty: TensorType, name: Option<String>, site: Site) -> Sym {
-        let r = self.ctx.graph.borrow_mut().add_parameter(index, ty, name, site);
+    pub(crate) fn parameter(
+        &self,
+        index: usize,
+        ty: TensorType,
+        name: Option<String>,
+        site: Site,
+    ) -> Sym {
+        let r = self
+            .ctx
+            .graph
+            .borrow_mut()
+            .add_parameter(index, ty, name, site);
         self.wrap(r)
     }
 
@@ -68,9 +83,13 @@ impl Tracer {
         let mut values = Vec::with_capacity(outputs.len());
         for (i, o) in outputs.iter().enumerate() {
             if !Rc::ptr_eq(&o.ctx, &self.ctx) {
-                return Err(Error::invalid(format!("output {i} was not traced by this function")));
+                return Err(Error::invalid(format!(
+                    "output {i} was not traced by this function"
+                )));
             }
-            values.push(o.v.ok_or_else(|| Error::internal("poisoned output without a recorded error"))?);
+            values.push(
+                o.v.ok_or_else(|| Error::internal("poisoned output without a recorded error"))?,
+            );
         }
         let mut g = self.ctx.graph.replace(Graph::new(""));
         for (i, v) in values.into_iter().enumerate() {
@@ -88,22 +107,35 @@ impl Tracer {
 
     fn wrap(&self, r: Result<ValueId, Error>) -> Sym {
         match r {
-            Ok(v) => Sym { ctx: self.ctx.clone(), v: Some(v) },
+            Ok(v) => Sym {
+                ctx: self.ctx.clone(),
+                v: Some(v),
+            },
             Err(e) => {
                 self.record(e);
-                Sym { ctx: self.ctx.clone(), v: None }
+                Sym {
+                    ctx: self.ctx.clone(),
+                    v: None,
+                }
             }
         }
     }
 
     fn add(&self, op: Op, inputs: &[&Sym], site: Site) -> Sym {
         let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
-            return Sym { ctx: self.ctx.clone(), v: None };
+            return Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            };
         };
         if let Some(i) = inputs.iter().position(|s| !Rc::ptr_eq(&s.ctx, &self.ctx)) {
             return self.wrap(Err(Error::InvalidArgument(Detail {
                 message: format!("operand {i} belongs to another traced function"),
-                node: Some(NodeRef { name: op.name(), op: op.name(), site }),
+                node: Some(NodeRef {
+                    name: op.name(),
+                    op: op.name(),
+                    site,
+                }),
                 pos: None,
             })));
         }
@@ -128,7 +160,11 @@ impl Tracer {
         match Literal::scalar(dtype, value) {
             Ok(l) => self.add(Op::Constant(l), &[], site),
             Err(e) => {
-                let e = e.at_node(NodeRef { name: "constant".into(), op: "constant".into(), site });
+                let e = e.at_node(NodeRef {
+                    name: "constant".into(),
+                    op: "constant".into(),
+                    site,
+                });
                 self.wrap(Err(e))
             }
         }
@@ -137,7 +173,15 @@ impl Tracer {
     /// `0, 1, 2, ...` along `dim` of a `dims`-shaped tensor.
     #[track_caller]
     pub fn iota(&self, dtype: DType, dims: &[usize], dim: usize) -> Sym {
-        self.add(Op::Iota { dtype, dims: dims.to_vec(), dim }, &[], Site::caller())
+        self.add(
+            Op::Iota {
+                dtype,
+                dims: dims.to_vec(),
+                dim,
+            },
+            &[],
+            Site::caller(),
+        )
     }
 }
 
@@ -179,7 +223,9 @@ fn axis(rank: usize, a: i64) -> Option<usize> {
 
 impl Sym {
     fn tracer(&self) -> Tracer {
-        Tracer { ctx: self.ctx.clone() }
+        Tracer {
+            ctx: self.ctx.clone(),
+        }
     }
 
     /// The tracer that recorded this value (for constants and iota).
@@ -206,7 +252,11 @@ impl Sym {
         let name = self.ctx.graph.borrow_mut().fresh_name(op);
         self.tracer().wrap(Err(Error::InvalidArgument(Detail {
             message,
-            node: Some(NodeRef { name, op: op.into(), site }),
+            node: Some(NodeRef {
+                name,
+                op: op.into(),
+                site,
+            }),
             pos: None,
         })))
     }
@@ -216,29 +266,50 @@ impl Sym {
             Operand::Sym(s) => s,
             Operand::Scalar(v) => match self.dtype() {
                 Some(d) => self.tracer().scalar_at(d, v, site.clone()),
-                None => Sym { ctx: self.ctx.clone(), v: None },
+                None => Sym {
+                    ctx: self.ctx.clone(),
+                    v: None,
+                },
             },
         }
     }
 
     /// Broadcasts to `shape` with NumPy's rule (explicit `broadcast_in_dim`).
     fn broadcast_at(&self, shape: &Shape, site: Site) -> Sym {
-        let Some(t) = self.ty() else { return self.clone() };
+        let Some(t) = self.ty() else {
+            return self.clone();
+        };
         if t.shape == *shape {
             return self.clone();
         }
-        let (Some(from), Some(to)) = (t.shape.rank(), shape.rank()) else { return self.clone() };
+        let (Some(from), Some(to)) = (t.shape.rank(), shape.rank()) else {
+            return self.clone();
+        };
         if from > to {
-            return self.error("broadcast_in_dim", site, format!("cannot broadcast {t} to the lower rank {shape}"));
+            return self.error(
+                "broadcast_in_dim",
+                site,
+                format!("cannot broadcast {t} to the lower rank {shape}"),
+            );
         }
         let dims = (to - from..to).collect();
-        self.tracer().add(Op::BroadcastInDim { shape: shape.clone(), dims }, &[self], site)
+        self.tracer().add(
+            Op::BroadcastInDim {
+                shape: shape.clone(),
+                dims,
+            },
+            &[self],
+            site,
+        )
     }
 
     fn binary_at(&self, op: Op, other: Operand, site: Site) -> Sym {
         let other = self.operand(other, &site);
         let (Some(a), Some(b)) = (self.ty(), other.ty()) else {
-            return Sym { ctx: self.ctx.clone(), v: None };
+            return Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            };
         };
         if a.dtype != b.dtype {
             return self.error(
@@ -252,7 +323,10 @@ impl Sym {
             (self.clone(), other)
         } else {
             match broadcast_shapes(&a.shape, &b.shape) {
-                Ok(s) => (self.broadcast_at(&s, site.clone()), other.broadcast_at(&s, site.clone())),
+                Ok(s) => (
+                    self.broadcast_at(&s, site.clone()),
+                    other.broadcast_at(&s, site.clone()),
+                ),
                 Err(m) => return self.error(&op.name(), site, m),
             }
         };
@@ -363,12 +437,16 @@ macro_rules! operator {
         impl<T: Into<Operand>> std::ops::$Trait<T> for Sym {
             type Output = Sym;
             #[track_caller]
-            fn $method(self, rhs: T) -> Sym { self.binary_at($op, rhs.into(), Site::caller()) }
+            fn $method(self, rhs: T) -> Sym {
+                self.binary_at($op, rhs.into(), Site::caller())
+            }
         }
         impl<T: Into<Operand>> std::ops::$Trait<T> for &Sym {
             type Output = Sym;
             #[track_caller]
-            fn $method(self, rhs: T) -> Sym { self.binary_at($op, rhs.into(), Site::caller()) }
+            fn $method(self, rhs: T) -> Sym {
+                self.binary_at($op, rhs.into(), Site::caller())
+            }
         }
     };
 }
@@ -438,18 +516,30 @@ impl Sym {
             }
             (t, Operand::Sym(f)) => (f.operand(t, &site), f),
             (Operand::Scalar(_), Operand::Scalar(_)) => {
-                return self.error("select", site, "select needs at least one tensor branch".into());
+                return self.error(
+                    "select",
+                    site,
+                    "select needs at least one tensor branch".into(),
+                );
             }
         };
         let (Some(a), Some(b), Some(c)) = (self.ty(), t.ty(), f.ty()) else {
-            return Sym { ctx: self.ctx.clone(), v: None };
+            return Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            };
         };
-        let shape = match broadcast_shapes(&a.shape, &b.shape).and_then(|s| broadcast_shapes(&s, &c.shape)) {
+        let shape = match broadcast_shapes(&a.shape, &b.shape)
+            .and_then(|s| broadcast_shapes(&s, &c.shape))
+        {
             Ok(s) => s,
             Err(m) => return self.error("select", site, m),
         };
-        let (p, t, f) =
-            (self.broadcast_at(&shape, site.clone()), t.broadcast_at(&shape, site.clone()), f.broadcast_at(&shape, site.clone()));
+        let (p, t, f) = (
+            self.broadcast_at(&shape, site.clone()),
+            t.broadcast_at(&shape, site.clone()),
+            f.broadcast_at(&shape, site.clone()),
+        );
         self.tracer().add(Op::Select, &[&p, &t, &f], site)
     }
 
@@ -457,14 +547,18 @@ impl Sym {
     #[track_caller]
     pub fn clamp(&self, lo: impl Into<Operand>, hi: impl Into<Operand>) -> Sym {
         let site = Site::caller();
-        let (lo, hi) = (self.operand(lo.into(), &site), self.operand(hi.into(), &site));
+        let (lo, hi) = (
+            self.operand(lo.into(), &site),
+            self.operand(hi.into(), &site),
+        );
         self.tracer().add(Op::Clamp, &[self, &lo, &hi], site)
     }
 
     /// Casts to `dtype`.
     #[track_caller]
     pub fn cast(&self, dtype: DType) -> Sym {
-        self.tracer().add(Op::Convert(dtype), &[self], Site::caller())
+        self.tracer()
+            .add(Op::Convert(dtype), &[self], Site::caller())
     }
 
     /// Broadcasts to `dims` with NumPy's rule.
@@ -476,7 +570,14 @@ impl Sym {
     /// XLA's `broadcast_in_dim`.
     #[track_caller]
     pub fn broadcast_in_dim(&self, dims: &[usize], mapping: &[usize]) -> Sym {
-        self.tracer().add(Op::BroadcastInDim { shape: Shape::known(dims), dims: mapping.to_vec() }, &[self], Site::caller())
+        self.tracer().add(
+            Op::BroadcastInDim {
+                shape: Shape::known(dims),
+                dims: mapping.to_vec(),
+            },
+            &[self],
+            Site::caller(),
+        )
     }
 
     /// Reshapes; one dim may be `-1` (inferred).
@@ -484,31 +585,54 @@ impl Sym {
     pub fn reshape(&self, dims: &[i64]) -> Sym {
         let site = Site::caller();
         if dims.iter().any(|&d| d < -1) || dims.iter().filter(|&&d| d == -1).count() > 1 {
-            return self.error("reshape", site, format!("bad target shape {dims:?}: sizes must be ≥ 0, with at most one -1"));
+            return self.error(
+                "reshape",
+                site,
+                format!("bad target shape {dims:?}: sizes must be ≥ 0, with at most one -1"),
+            );
         }
-        let shape = Shape::Ranked(dims.iter().map(|&d| (d >= 0).then_some(d as usize)).collect());
+        let shape = Shape::Ranked(
+            dims.iter()
+                .map(|&d| (d >= 0).then_some(d as usize))
+                .collect(),
+        );
         self.tracer().add(Op::Reshape(shape), &[self], site)
     }
 
     /// Permutes dims: result dim `i` is dim `perm[i]`.
     #[track_caller]
     pub fn transpose(&self, perm: &[usize]) -> Sym {
-        self.tracer().add(Op::Transpose(perm.to_vec()), &[self], Site::caller())
+        self.tracer()
+            .add(Op::Transpose(perm.to_vec()), &[self], Site::caller())
     }
 
     /// Strided slice `[start, limit)` with `stride` per dim.
     #[track_caller]
     pub fn slice(&self, start: &[usize], limit: &[usize], stride: &[usize]) -> Sym {
-        let op = Op::Slice { start: start.to_vec(), limit: limit.to_vec(), stride: stride.to_vec() };
+        let op = Op::Slice {
+            start: start.to_vec(),
+            limit: limit.to_vec(),
+            stride: stride.to_vec(),
+        };
         self.tracer().add(op, &[self], Site::caller())
     }
 
     /// Pads with `value` (`low`/`high` may be negative to crop).
     #[track_caller]
-    pub fn pad(&self, low: &[i64], high: &[i64], interior: &[usize], value: impl Into<Operand>) -> Sym {
+    pub fn pad(
+        &self,
+        low: &[i64],
+        high: &[i64],
+        interior: &[usize],
+        value: impl Into<Operand>,
+    ) -> Sym {
         let site = Site::caller();
         let v = self.operand(value.into(), &site);
-        let op = Op::Pad { low: low.to_vec(), high: high.to_vec(), interior: interior.to_vec() };
+        let op = Op::Pad {
+            low: low.to_vec(),
+            high: high.to_vec(),
+            interior: interior.to_vec(),
+        };
         self.tracer().add(op, &[self, &v], site)
     }
 
@@ -518,7 +642,10 @@ impl Sym {
         let site = Site::caller();
         match self.axes("reverse", axes, &site) {
             Some(a) => self.tracer().add(Op::Reverse(a), &[self], site),
-            None => Sym { ctx: self.ctx.clone(), v: None },
+            None => Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            },
         }
     }
 
@@ -529,7 +656,11 @@ impl Sym {
             match axis(rank, a) {
                 Some(a) if !out.contains(&a) => out.push(a),
                 _ => {
-                    self.error(op, site.clone(), format!("axis {a} is out of range or repeated for rank {rank}"));
+                    self.error(
+                        op,
+                        site.clone(),
+                        format!("axis {a} is out of range or repeated for rank {rank}"),
+                    );
                     return None;
                 }
             }
@@ -542,11 +673,19 @@ impl Sym {
         let name = format!("reduce_{}", op.name());
         let axes = match axes {
             Some(a) => self.axes(&name, a, &site),
-            None => self.shape().and_then(|s| s.rank()).map(|r| (0..r).collect()),
+            None => self
+                .shape()
+                .and_then(|s| s.rank())
+                .map(|r| (0..r).collect()),
         };
         match axes {
-            Some(axes) => self.tracer().add(Op::Reduce { op, axes, keepdims }, &[self], site),
-            None => Sym { ctx: self.ctx.clone(), v: None },
+            Some(axes) => self
+                .tracer()
+                .add(Op::Reduce { op, axes, keepdims }, &[self], site),
+            None => Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            },
         }
     }
 
@@ -564,11 +703,22 @@ impl Sym {
 
     fn arg_at(&self, max: bool, a: i64, site: Site) -> Sym {
         let name = if max { "argmax" } else { "argmin" };
-        let Some(axes) = self.axes(name, &[a], &site) else { return Sym { ctx: self.ctx.clone(), v: None } };
+        let Some(axes) = self.axes(name, &[a], &site) else {
+            return Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            };
+        };
         let op = if max {
-            Op::ArgMax { axis: axes[0], index_dtype: DType::I64 }
+            Op::ArgMax {
+                axis: axes[0],
+                index_dtype: DType::I64,
+            }
         } else {
-            Op::ArgMin { axis: axes[0], index_dtype: DType::I64 }
+            Op::ArgMin {
+                axis: axes[0],
+                index_dtype: DType::I64,
+            }
         };
         self.tracer().add(op, &[self], site)
     }
@@ -578,14 +728,30 @@ impl Sym {
     #[track_caller]
     pub fn matmul(&self, other: &Sym) -> Sym {
         let site = Site::caller();
-        let (Some(a), Some(b)) = (self.shape().and_then(|s| s.rank()), other.shape().and_then(|s| s.rank())) else {
-            return self.error("dot_general", site, "matmul needs operands of known rank".into());
+        let (Some(a), Some(b)) = (
+            self.shape().and_then(|s| s.rank()),
+            other.shape().and_then(|s| s.rank()),
+        ) else {
+            return self.error(
+                "dot_general",
+                site,
+                "matmul needs operands of known rank".into(),
+            );
         };
         if a == 0 || b == 0 {
-            return self.error("dot_general", site, "matmul needs operands of rank ≥ 1".into());
+            return self.error(
+                "dot_general",
+                site,
+                "matmul needs operands of rank ≥ 1".into(),
+            );
         }
         let dims = if b == 1 || a == 1 || a == 2 && b == 2 {
-            DotDims { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![a - 1], rhs_contract: vec![if b == 1 { 0 } else { b - 2 }] }
+            DotDims {
+                lhs_batch: vec![],
+                rhs_batch: vec![],
+                lhs_contract: vec![a - 1],
+                rhs_contract: vec![if b == 1 { 0 } else { b - 2 }],
+            }
         } else if a == b {
             DotDims {
                 lhs_batch: (0..a - 2).collect(),
@@ -594,23 +760,35 @@ impl Sym {
                 rhs_contract: vec![b - 2],
             }
         } else {
-            return self.error("dot_general", site, format!("matmul of rank {a} and rank {b}: batch ranks must match"));
+            return self.error(
+                "dot_general",
+                site,
+                format!("matmul of rank {a} and rank {b}: batch ranks must match"),
+            );
         };
-        self.tracer().add(Op::DotGeneral(dims), &[self, other], site)
+        self.tracer()
+            .add(Op::DotGeneral(dims), &[self, other], site)
     }
 
     /// XLA's `dot_general`.
     #[track_caller]
     pub fn dot_general(&self, other: &Sym, dims: DotDims) -> Sym {
-        self.tracer().add(Op::DotGeneral(dims), &[self, other], Site::caller())
+        self.tracer()
+            .add(Op::DotGeneral(dims), &[self, other], Site::caller())
     }
 
     /// Gathers slices along `axis` at integer `indices` (TF's `gather`).
     #[track_caller]
     pub fn take(&self, indices: &Sym, axis_: i64) -> Sym {
         let site = Site::caller();
-        let Some(axes) = self.axes("take", &[axis_], &site) else { return Sym { ctx: self.ctx.clone(), v: None } };
-        self.tracer().add(Op::Take { axis: axes[0] }, &[self, indices], site)
+        let Some(axes) = self.axes("take", &[axis_], &site) else {
+            return Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            };
+        };
+        self.tracer()
+            .add(Op::Take { axis: axes[0] }, &[self, indices], site)
     }
 }
 
@@ -648,9 +826,13 @@ impl Sym {
     pub fn concat(&self, others: &[Sym], axis_: i64) -> Sym {
         let site = Site::caller();
         let Some(axes) = self.axes("concatenate", &[axis_], &site) else {
-            return Sym { ctx: self.ctx.clone(), v: None };
+            return Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            };
         };
         let refs: Vec<&Sym> = std::iter::once(self).chain(others).collect();
-        self.tracer().add(Op::Concatenate { axis: axes[0] }, &refs, site)
+        self.tracer()
+            .add(Op::Concatenate { axis: axes[0] }, &refs, site)
     }
 }

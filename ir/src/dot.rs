@@ -27,13 +27,22 @@ pub fn to_dot(g: &Graph) -> String {
             (Op::Parameter { .. }, _) => ", style=rounded",
             _ => "",
         };
-        let _ = writeln!(out, "  {id} [label=\"{}\\n{detail}\\n{}\"{style}];", escape(&n.name), types.join(", "));
+        let _ = writeln!(
+            out,
+            "  {id} [label=\"{}\\n{detail}\\n{}\"{style}];",
+            escape(&n.name),
+            types.join(", ")
+        );
         for (k, v) in n.inputs.iter().enumerate() {
             let _ = writeln!(out, "  {} -> {id} [label=\"{k}\"];", g.value(*v).node);
         }
     }
     for (i, o) in g.outputs().iter().enumerate() {
-        let _ = writeln!(out, "  out{i} [label=\"{}\", shape=ellipse];", escape(&o.name));
+        let _ = writeln!(
+            out,
+            "  out{i} [label=\"{}\", shape=ellipse];",
+            escape(&o.name)
+        );
         let _ = writeln!(out, "  {} -> out{i};", g.value(o.value).node);
     }
     out.push_str("}\n");

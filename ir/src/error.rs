@@ -30,13 +30,21 @@ impl Site {
     /// A site that is not known (nodes made by passes inherit their
     /// originating node's site instead; this is for tests and tools).
     pub fn unknown() -> Self {
-        Site { file: Arc::from("<unknown>"), line: 0, col: 0 }
+        Site {
+            file: Arc::from("<unknown>"),
+            line: 0,
+            col: 0,
+        }
     }
 }
 
 impl From<&'static std::panic::Location<'static>> for Site {
     fn from(loc: &'static std::panic::Location<'static>) -> Self {
-        Site { file: Arc::from(loc.file()), line: loc.line(), col: loc.column() }
+        Site {
+            file: Arc::from(loc.file()),
+            line: loc.line(),
+            col: loc.column(),
+        }
     }
 }
 
@@ -86,7 +94,11 @@ pub struct Detail {
 impl Detail {
     /// A detail with only a message.
     pub fn msg(message: impl Into<String>) -> Self {
-        Detail { message: message.into(), node: None, pos: None }
+        Detail {
+            message: message.into(),
+            node: None,
+            pos: None,
+        }
     }
 }
 
@@ -211,7 +223,9 @@ impl Error {
             Code::Internal => Error::Internal(detail),
             Code::NotFound => Error::NotFound(detail),
             Code::FailedPrecondition => Error::FailedPrecondition(detail),
-            Code::JitIncompatible => Error::JitIncompatible { offenders: Vec::new() },
+            Code::JitIncompatible => Error::JitIncompatible {
+                offenders: Vec::new(),
+            },
         }
     }
 

@@ -98,7 +98,14 @@ pub struct NewNode {
 impl NewNode {
     /// A pure node with inferred types and a generated name.
     pub fn new(op: Op, inputs: Vec<ValueId>, site: Site) -> Self {
-        NewNode { op, inputs, name: None, site, effect: Effect::Pure, result_types: None }
+        NewNode {
+            op,
+            inputs,
+            name: None,
+            site,
+            effect: Effect::Pure,
+            result_types: None,
+        }
     }
 }
 
@@ -118,7 +125,10 @@ pub struct Graph {
 
 impl PartialEq for Graph {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.nodes == other.nodes && self.values == other.values && self.outputs == other.outputs
+        self.name == other.name
+            && self.nodes == other.nodes
+            && self.values == other.values
+            && self.outputs == other.outputs
     }
 }
 
@@ -131,7 +141,10 @@ impl fmt::Debug for Graph {
 impl Graph {
     /// An empty graph.
     pub fn new(name: impl Into<String>) -> Self {
-        Graph { name: name.into(), ..Default::default() }
+        Graph {
+            name: name.into(),
+            ..Default::default()
+        }
     }
 
     /// The nodes, in topological order.
@@ -191,7 +204,11 @@ impl Graph {
     /// A reference to a node for error messages.
     pub fn node_ref(&self, id: NodeId) -> NodeRef {
         let n = self.node(id);
-        NodeRef { name: n.name.clone(), op: n.op.name(), site: n.site.clone() }
+        NodeRef {
+            name: n.name.clone(),
+            op: n.op.name(),
+            site: n.site.clone(),
+        }
     }
 
     /// A name not yet used in the graph, derived from `base` (`add`,
@@ -229,13 +246,29 @@ impl Graph {
                 self.fresh_name(&base)
             }
         };
-        let node_ref = NodeRef { name: name.clone(), op: op_name, site: new.site.clone() };
-        let fail = |message: String| Error::InvalidArgument(Detail { message, node: Some(node_ref.clone()), pos: None });
+        let node_ref = NodeRef {
+            name: name.clone(),
+            op: op_name,
+            site: new.site.clone(),
+        };
+        let fail = |message: String| {
+            Error::InvalidArgument(Detail {
+                message,
+                node: Some(node_ref.clone()),
+                pos: None,
+            })
+        };
         if self.names.contains(&name) {
             return Err(fail(format!("a node named '{name}' already exists")));
         }
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c)) {
-            return Err(fail(format!("'{name}' is not a valid node name (letters, digits, _ . - /)")));
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c))
+        {
+            return Err(fail(format!(
+                "'{name}' is not a valid node name (letters, digits, _ . - /)"
+            )));
         }
         if let Some(bad) = new.inputs.iter().find(|v| v.index() >= self.values.len()) {
             return Err(fail(format!("operand {bad} does not exist")));
@@ -246,9 +279,15 @@ impl Graph {
         let types = match (&new.op, new.result_types) {
             (Op::Parameter { .. }, Some(t)) if t.len() == 1 && new.inputs.is_empty() => t,
             (Op::Callback(_), Some(t)) => t,
-            (Op::Parameter { .. } | Op::Callback(_), _) => return Err(fail("needs declared result types".into())),
+            (Op::Parameter { .. } | Op::Callback(_), _) => {
+                return Err(fail("needs declared result types".into()));
+            }
             (op, declared) => {
-                let ins: Vec<&TensorType> = new.inputs.iter().map(|v| &self.values[v.index()].ty).collect();
+                let ins: Vec<&TensorType> = new
+                    .inputs
+                    .iter()
+                    .map(|v| &self.values[v.index()].ty)
+                    .collect();
                 let inferred = infer(op, &ins).map_err(fail)?;
                 if let Some(d) = declared
                     && d != inferred
@@ -267,12 +306,23 @@ impl Graph {
             .into_iter()
             .enumerate()
             .map(|(i, ty)| {
-                self.values.push(ValueInfo { node: id, index: i as u32, ty });
+                self.values.push(ValueInfo {
+                    node: id,
+                    index: i as u32,
+                    ty,
+                });
                 ValueId(self.values.len() as u32 - 1)
             })
             .collect();
         self.names.insert(name.clone());
-        self.nodes.push(Node { op: new.op, inputs: new.inputs, results, name, site: new.site, effect: new.effect });
+        self.nodes.push(Node {
+            op: new.op,
+            inputs: new.inputs,
+            results,
+            name,
+            site: new.site,
+            effect: new.effect,
+        });
         Ok(id)
     }
 
@@ -283,7 +333,13 @@ impl Graph {
     }
 
     /// Adds parameter number `index` of type `ty`.
-    pub fn add_parameter(&mut self, index: usize, ty: TensorType, name: Option<String>, site: Site) -> Result<ValueId> {
+    pub fn add_parameter(
+        &mut self,
+        index: usize,
+        ty: TensorType,
+        name: Option<String>,
+        site: Site,
+    ) -> Result<ValueId> {
         let id = self.add_node(NewNode {
             op: Op::Parameter { index },
             inputs: vec![],
@@ -299,7 +355,9 @@ impl Graph {
     pub fn add_output(&mut self, value: ValueId, name: impl Into<String>) -> Result<()> {
         let name = name.into();
         if value.index() >= self.values.len() {
-            return Err(Error::invalid(format!("output '{name}' refers to a value {value} that does not exist")));
+            return Err(Error::invalid(format!(
+                "output '{name}' refers to a value {value} that does not exist"
+            )));
         }
         if self.outputs.iter().any(|o| o.name == name) {
             return Err(Error::invalid(format!("two outputs are named '{name}'")));
@@ -344,7 +402,11 @@ impl Graph {
     pub fn replace_with_constant(&mut self, id: NodeId, lit: crate::Literal) -> Result<()> {
         let node = &self.nodes[id.index()];
         if node.results.len() != 1 || self.values[node.results[0].index()].ty != lit.ty() {
-            return Err(Error::internal(format!("constant {} does not fit node '{}'", lit.ty(), node.name)));
+            return Err(Error::internal(format!(
+                "constant {} does not fit node '{}'",
+                lit.ty(),
+                node.name
+            )));
         }
         let node = &mut self.nodes[id.index()];
         node.op = Op::Constant(lit);
@@ -411,5 +473,9 @@ impl Graph {
 
 pub(crate) fn types_str(ts: &[TensorType]) -> String {
     let parts: Vec<String> = ts.iter().map(|t| t.to_string()).collect();
-    if parts.len() == 1 { parts[0].clone() } else { format!("({})", parts.join(", ")) }
+    if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("({})", parts.join(", "))
+    }
 }

@@ -18,7 +18,10 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
     }
     let ty = match op {
         Op::Parameter { .. } | Op::Callback(_) => {
-            return Err(format!("{} has declared result types and is not inferred", op.name()));
+            return Err(format!(
+                "{} has declared result types and is not inferred",
+                op.name()
+            ));
         }
         Op::Constant(lit) => {
             arity(ins, 0)?;
@@ -30,7 +33,10 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
                 return Err(format!("iota needs a numeric dtype, got {dtype}"));
             }
             if *dim >= dims.len() {
-                return Err(format!("iota dimension {dim} is out of range for rank {}", dims.len()));
+                return Err(format!(
+                    "iota dimension {dim} is out of range for rank {}",
+                    dims.len()
+                ));
             }
             TensorType::known(*dtype, dims)
         }
@@ -46,9 +52,16 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             arity(ins, 2)?;
             same_dtype(ins[0], ins[1])?;
             if ins[0].dtype.is_complex() && !matches!(c, CmpOp::Eq | CmpOp::Ne) {
-                return Err(format!("compare {} is not defined on {}: complex numbers are unordered", c.name(), ins[0].dtype));
+                return Err(format!(
+                    "compare {} is not defined on {}: complex numbers are unordered",
+                    c.name(),
+                    ins[0].dtype
+                ));
             }
-            TensorType::new(DType::Bool, elementwise_shape(&ins[0].shape, &ins[1].shape)?)
+            TensorType::new(
+                DType::Bool,
+                elementwise_shape(&ins[0].shape, &ins[1].shape)?,
+            )
         }
         Op::Select => {
             arity(ins, 3)?;
@@ -67,7 +80,10 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             same_dtype(ins[0], ins[1])?;
             same_dtype(ins[0], ins[2])?;
             if !ins[0].dtype.is_real() {
-                return Err(format!("clamp needs an integer or real float dtype, got {}", ins[0].dtype));
+                return Err(format!(
+                    "clamp needs an integer or real float dtype, got {}",
+                    ins[0].dtype
+                ));
             }
             for b in &ins[1..] {
                 if b.shape.rank() != Some(0) {
@@ -95,14 +111,25 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             arity(ins, 1)?;
             let d = ranked(ins[0])?;
             check_perm(perm, d.len())?;
-            TensorType::new(ins[0].dtype, Shape::Ranked(perm.iter().map(|&p| d[p]).collect()))
+            TensorType::new(
+                ins[0].dtype,
+                Shape::Ranked(perm.iter().map(|&p| d[p]).collect()),
+            )
         }
-        Op::Slice { start, limit, stride } => {
+        Op::Slice {
+            start,
+            limit,
+            stride,
+        } => {
             arity(ins, 1)?;
             slice(ins[0], start, limit, stride)?
         }
         Op::Concatenate { axis } => concatenate(ins, *axis)?,
-        Op::Pad { low, high, interior } => {
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } => {
             arity(ins, 2)?;
             pad(ins[0], ins[1], low, high, interior)?
         }
@@ -120,16 +147,26 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             arity(ins, 1)?;
             let d = ranked(ins[0])?;
             if !ins[0].dtype.is_real() {
-                return Err(format!("{} needs an integer or real float operand, got {}", op.name(), ins[0].dtype));
+                return Err(format!(
+                    "{} needs an integer or real float operand, got {}",
+                    op.name(),
+                    ins[0].dtype
+                ));
             }
             if !matches!(index_dtype, DType::I32 | DType::I64) {
-                return Err(format!("index dtype must be int32 or int64, got {index_dtype}"));
+                return Err(format!(
+                    "index dtype must be int32 or int64, got {index_dtype}"
+                ));
             }
             if *axis >= d.len() {
                 return Err(format!("axis {axis} is out of range for {}", ins[0]));
             }
             if d[*axis] == Some(0) {
-                return Err(format!("{} over an empty axis {axis} of {} has no answer", op.name(), ins[0]));
+                return Err(format!(
+                    "{} over an empty axis {axis} of {} has no answer",
+                    op.name(),
+                    ins[0]
+                ));
             }
             let mut out = d.to_vec();
             out.remove(*axis);
@@ -159,7 +196,11 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
 }
 
 fn arity(ins: &[&TensorType], n: usize) -> InferResult<()> {
-    if ins.len() == n { Ok(()) } else { Err(format!("expects {n} operand(s), got {}", ins.len())) }
+    if ins.len() == n {
+        Ok(())
+    } else {
+        Err(format!("expects {n} operand(s), got {}", ins.len()))
+    }
 }
 
 fn same_dtype(a: &TensorType, b: &TensorType) -> InferResult<()> {
@@ -173,9 +214,9 @@ fn same_dtype(a: &TensorType, b: &TensorType) -> InferResult<()> {
 }
 
 fn ranked(t: &TensorType) -> InferResult<&[Dim]> {
-    t.shape
-        .dims()
-        .ok_or_else(|| format!("operand {t} has unknown rank; declare its shape (set_shape / output_shapes)"))
+    t.shape.dims().ok_or_else(|| {
+        format!("operand {t} has unknown rank; declare its shape (set_shape / output_shapes)")
+    })
 }
 
 /// Merges two shapes that must describe the same tensor (elementwise ops);
@@ -190,7 +231,9 @@ pub fn merge_shapes(a: &Shape, b: &Shape) -> InferResult<Shape> {
             x.iter()
                 .zip(y)
                 .map(|(p, q)| match (p, q) {
-                    (Some(m), Some(n)) if m != n => Err(format!("operand shapes {a} and {b} are incompatible")),
+                    (Some(m), Some(n)) if m != n => {
+                        Err(format!("operand shapes {a} and {b} are incompatible"))
+                    }
                     (Some(m), _) | (None, Some(m)) => Ok(Some(*m)),
                     (None, None) => Ok(None),
                 })
@@ -220,12 +263,22 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> InferResult<Shape> {
     let rank = x.len().max(y.len());
     let mut out = Vec::with_capacity(rank);
     for i in 0..rank {
-        let p = if i + x.len() >= rank { x[i + x.len() - rank] } else { Some(1) };
-        let q = if i + y.len() >= rank { y[i + y.len() - rank] } else { Some(1) };
+        let p = if i + x.len() >= rank {
+            x[i + x.len() - rank]
+        } else {
+            Some(1)
+        };
+        let q = if i + y.len() >= rank {
+            y[i + y.len() - rank]
+        } else {
+            Some(1)
+        };
         out.push(match (p, q) {
             (Some(1), d) | (d, Some(1)) => d,
             (Some(m), Some(n)) if m == n => Some(m),
-            (Some(_), Some(_)) => return Err(format!("shapes {a} and {b} cannot be broadcast together")),
+            (Some(_), Some(_)) => {
+                return Err(format!("shapes {a} and {b} cannot be broadcast together"));
+            }
             (Some(m), None) | (None, Some(m)) => Some(m),
             (None, None) => None,
         });
@@ -239,7 +292,9 @@ fn unary(u: UnaryOp, t: &TensorType) -> InferResult<TensorType> {
     let ok = match u {
         Neg | Abs | Sign | Square => d.is_numeric(),
         Floor | Ceil | Round | Erf | IsFinite => d.is_float(),
-        Sqrt | Rsqrt | Exp | Expm1 | Log | Log1p | Tanh | Logistic | Sin | Cos | Reciprocal => d.is_inexact(),
+        Sqrt | Rsqrt | Exp | Expm1 | Log | Log1p | Tanh | Logistic | Sin | Cos | Reciprocal => {
+            d.is_inexact()
+        }
         Not => d == DType::Bool || d.is_int(),
     };
     if !ok {
@@ -273,17 +328,26 @@ fn broadcast_in_dim(t: &TensorType, shape: &Shape, dims: &[usize]) -> InferResul
         return Err("broadcast_in_dim needs a ranked result shape".into());
     };
     if from.len() != dims.len() {
-        return Err(format!("broadcast_in_dim: operand {t} has rank {}, but {} dims were given", from.len(), dims.len()));
+        return Err(format!(
+            "broadcast_in_dim: operand {t} has rank {}, but {} dims were given",
+            from.len(),
+            dims.len()
+        ));
     }
     if dims.windows(2).any(|w| w[0] >= w[1]) || dims.iter().any(|&d| d >= to.len()) {
-        return Err(format!("broadcast_in_dim: dims {dims:?} must be strictly increasing and below rank {}", to.len()));
+        return Err(format!(
+            "broadcast_in_dim: dims {dims:?} must be strictly increasing and below rank {}",
+            to.len()
+        ));
     }
     let mut out = to.to_vec();
     for (i, &d) in dims.iter().enumerate() {
         match (from[i], to[d]) {
             (Some(1), _) => {}
             (Some(m), Some(n)) if m != n => {
-                return Err(format!("broadcast_in_dim: operand dim {i} of size {m} cannot become size {n}"));
+                return Err(format!(
+                    "broadcast_in_dim: operand dim {i} of size {m} cannot become size {n}"
+                ));
             }
             (f, None) => out[d] = f,
             _ => {}
@@ -291,7 +355,9 @@ fn broadcast_in_dim(t: &TensorType, shape: &Shape, dims: &[usize]) -> InferResul
     }
     for (d, o) in out.iter().enumerate() {
         if o.is_none() && !dims.contains(&d) {
-            return Err(format!("broadcast_in_dim: result dim {d} is unknown and no operand dim maps to it"));
+            return Err(format!(
+                "broadcast_in_dim: result dim {d} is unknown and no operand dim maps to it"
+            ));
         }
     }
     Ok(TensorType::new(t.dtype, Shape::Ranked(out)))
@@ -303,12 +369,16 @@ fn reshape(t: &TensorType, shape: &Shape) -> InferResult<TensorType> {
     };
     let unknown = to.iter().filter(|d| d.is_none()).count();
     if unknown > 1 {
-        return Err(format!("reshape to {shape}: at most one dim may be unknown"));
+        return Err(format!(
+            "reshape to {shape}: at most one dim may be unknown"
+        ));
     }
     let known: usize = to.iter().flatten().product();
     if let Some(n) = t.shape.num_elements() {
         if unknown == 0 && known != n {
-            return Err(format!("cannot reshape {t} ({n} elements) to {shape} ({known} elements)"));
+            return Err(format!(
+                "cannot reshape {t} ({n} elements) to {shape} ({known} elements)"
+            ));
         }
         if unknown == 1 {
             if known == 0 || n % known != 0 {
@@ -324,7 +394,10 @@ fn reshape(t: &TensorType, shape: &Shape) -> InferResult<TensorType> {
 fn check_perm(perm: &[usize], rank: usize) -> InferResult<()> {
     let mut seen = vec![false; rank];
     if perm.len() != rank {
-        return Err(format!("permutation {perm:?} has length {}, rank is {rank}", perm.len()));
+        return Err(format!(
+            "permutation {perm:?} has length {}, rank is {rank}",
+            perm.len()
+        ));
     }
     for &p in perm {
         if p >= rank || std::mem::replace(&mut seen[p], true) {
@@ -336,15 +409,25 @@ fn check_perm(perm: &[usize], rank: usize) -> InferResult<()> {
 
 fn check_axes(axes: &[usize], rank: usize) -> InferResult<()> {
     if axes.windows(2).any(|w| w[0] >= w[1]) || axes.iter().any(|&a| a >= rank) {
-        return Err(format!("axes {axes:?} must be sorted, unique and below rank {rank}"));
+        return Err(format!(
+            "axes {axes:?} must be sorted, unique and below rank {rank}"
+        ));
     }
     Ok(())
 }
 
-fn slice(t: &TensorType, start: &[usize], limit: &[usize], stride: &[usize]) -> InferResult<TensorType> {
+fn slice(
+    t: &TensorType,
+    start: &[usize],
+    limit: &[usize],
+    stride: &[usize],
+) -> InferResult<TensorType> {
     let d = ranked(t)?;
     if start.len() != d.len() || limit.len() != d.len() || stride.len() != d.len() {
-        return Err(format!("slice of {t} needs start/limit/stride of length {}", d.len()));
+        return Err(format!(
+            "slice of {t} needs start/limit/stride of length {}",
+            d.len()
+        ));
     }
     let mut out = Vec::with_capacity(d.len());
     for i in 0..d.len() {
@@ -352,12 +435,18 @@ fn slice(t: &TensorType, start: &[usize], limit: &[usize], stride: &[usize]) -> 
             return Err(format!("slice stride in dim {i} must be at least 1"));
         }
         if start[i] > limit[i] {
-            return Err(format!("slice start {} exceeds limit {} in dim {i}", start[i], limit[i]));
+            return Err(format!(
+                "slice start {} exceeds limit {} in dim {i}",
+                start[i], limit[i]
+            ));
         }
         if let Some(n) = d[i]
             && limit[i] > n
         {
-            return Err(format!("slice limit {} exceeds size {n} of dim {i} of {t}", limit[i]));
+            return Err(format!(
+                "slice limit {} exceeds size {n} of dim {i} of {t}",
+                limit[i]
+            ));
         }
         out.push(Some((limit[i] - start[i]).div_ceil(stride[i])));
     }
@@ -377,7 +466,9 @@ fn concatenate(ins: &[&TensorType], axis: usize) -> InferResult<TensorType> {
         same_dtype(first, t)?;
         let d = ranked(t)?;
         if d.len() != d0.len() {
-            return Err(format!("concatenate operand {k} {t} differs in rank from {first}"));
+            return Err(format!(
+                "concatenate operand {k} {t} differs in rank from {first}"
+            ));
         }
         for i in 0..d.len() {
             if i == axis {
@@ -388,7 +479,9 @@ fn concatenate(ins: &[&TensorType], axis: usize) -> InferResult<TensorType> {
             } else {
                 match (out[i], d[i]) {
                     (Some(a), Some(b)) if a != b => {
-                        return Err(format!("concatenate operand {k} {t} differs from {first} in dim {i}"));
+                        return Err(format!(
+                            "concatenate operand {k} {t} differs from {first} in dim {i}"
+                        ));
                     }
                     (None, b) => out[i] = b,
                     _ => {}
@@ -399,14 +492,23 @@ fn concatenate(ins: &[&TensorType], axis: usize) -> InferResult<TensorType> {
     Ok(TensorType::new(first.dtype, Shape::Ranked(out)))
 }
 
-fn pad(t: &TensorType, v: &TensorType, low: &[i64], high: &[i64], interior: &[usize]) -> InferResult<TensorType> {
+fn pad(
+    t: &TensorType,
+    v: &TensorType,
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+) -> InferResult<TensorType> {
     let d = ranked(t)?;
     same_dtype(t, v)?;
     if v.shape.rank() != Some(0) {
         return Err(format!("pad value must be a scalar, got {v}"));
     }
     if low.len() != d.len() || high.len() != d.len() || interior.len() != d.len() {
-        return Err(format!("pad of {t} needs low/high/interior of length {}", d.len()));
+        return Err(format!(
+            "pad of {t} needs low/high/interior of length {}",
+            d.len()
+        ));
     }
     let mut out = Vec::with_capacity(d.len());
     for i in 0..d.len() {
@@ -434,7 +536,11 @@ fn reduce(op: ReduceOp, t: &TensorType, axes: &[usize], keepdims: bool) -> Infer
         ReduceOp::And | ReduceOp::Or => t.dtype == DType::Bool,
     };
     if !ok {
-        return Err(format!("reduce_{} is not defined on {}", op.name(), t.dtype));
+        return Err(format!(
+            "reduce_{} is not defined on {}",
+            op.name(),
+            t.dtype
+        ));
     }
     let out = d
         .iter()
@@ -461,22 +567,35 @@ fn dot_general(l: &TensorType, r: &TensorType, dd: &crate::DotDims) -> InferResu
         let mut seen = vec![false; rank];
         for &d in dims.iter().flat_map(|d| d.iter()) {
             if d >= rank || std::mem::replace(&mut seen[d], true) {
-                return Err(format!("dot_general: {side} dims {dims:?} must be unique and below rank {rank}"));
+                return Err(format!(
+                    "dot_general: {side} dims {dims:?} must be unique and below rank {rank}"
+                ));
             }
         }
         Ok(())
     };
     check(&[&dd.lhs_batch, &dd.lhs_contract], ld.len(), "lhs")?;
     check(&[&dd.rhs_batch, &dd.rhs_contract], rd.len(), "rhs")?;
-    let pairs = dd.lhs_batch.iter().zip(&dd.rhs_batch).chain(dd.lhs_contract.iter().zip(&dd.rhs_contract));
+    let pairs = dd
+        .lhs_batch
+        .iter()
+        .zip(&dd.rhs_batch)
+        .chain(dd.lhs_contract.iter().zip(&dd.rhs_contract));
     for (&a, &b) in pairs {
         if let (Some(m), Some(n)) = (ld[a], rd[b])
             && m != n
         {
-            return Err(format!("dot_general: lhs dim {a} (size {m}) does not match rhs dim {b} (size {n}) of {l} and {r}"));
+            return Err(format!(
+                "dot_general: lhs dim {a} (size {m}) does not match rhs dim {b} (size {n}) of {l} and {r}"
+            ));
         }
     }
-    let mut out: Vec<Dim> = dd.lhs_batch.iter().zip(&dd.rhs_batch).map(|(&a, &b)| ld[a].or(rd[b])).collect();
+    let mut out: Vec<Dim> = dd
+        .lhs_batch
+        .iter()
+        .zip(&dd.rhs_batch)
+        .map(|(&a, &b)| ld[a].or(rd[b]))
+        .collect();
     for (i, &n) in ld.iter().enumerate() {
         if !dd.lhs_batch.contains(&i) && !dd.lhs_contract.contains(&i) {
             out.push(n);

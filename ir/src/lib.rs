@@ -7,10 +7,10 @@
 //! parsed or rewritten graphs. [`text`] prints and parses the `.tlir`
 //! format; [`passes`] holds the optimization passes.
 
+mod dot;
 mod dtype;
 mod error;
 mod graph;
-mod dot;
 pub mod infer;
 mod literal;
 mod op;
@@ -19,11 +19,13 @@ mod shape;
 pub mod text;
 mod verify;
 
+pub use dot::to_dot;
 pub use dtype::{ALL_DTYPES, DType};
 pub use error::{Code, Detail, Error, NodeRef, Offender, Result, Site, TextPos};
 pub use graph::{Effect, Graph, NewNode, Node, NodeId, Output, ValueId, ValueInfo};
 pub use literal::{Literal, LiteralData, Scalar};
-pub use op::{BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, Op, ReduceOp, UnaryOp};
+pub use op::{
+    BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, Op, ReduceOp, UnaryOp,
+};
 pub use shape::{Dim, Shape, TensorType};
 pub use verify::verify;
-pub use dot::to_dot;

@@ -51,7 +51,9 @@ impl Literal {
     pub fn from_bytes(dtype: DType, dims: &[usize], bytes: Vec<u8>) -> Result<Self> {
         let n: usize = dims.iter().product();
         if dtype == DType::String {
-            return Err(Error::invalid("a string literal needs string elements, not bytes"));
+            return Err(Error::invalid(
+                "a string literal needs string elements, not bytes",
+            ));
         }
         if bytes.len() != n * dtype.size() {
             return Err(Error::invalid(format!(
@@ -60,16 +62,27 @@ impl Literal {
                 bytes.len()
             )));
         }
-        Ok(Literal { dtype, dims: dims.to_vec(), data: LiteralData::Bytes(bytes.into()) })
+        Ok(Literal {
+            dtype,
+            dims: dims.to_vec(),
+            data: LiteralData::Bytes(bytes.into()),
+        })
     }
 
     /// A string literal.
     pub fn from_strings(dims: &[usize], strings: Vec<Vec<u8>>) -> Result<Self> {
         let n: usize = dims.iter().product();
         if strings.len() != n {
-            return Err(Error::invalid(format!("string literal of shape {dims:?} needs {n} elements, got {}", strings.len())));
+            return Err(Error::invalid(format!(
+                "string literal of shape {dims:?} needs {n} elements, got {}",
+                strings.len()
+            )));
         }
-        Ok(Literal { dtype: DType::String, dims: dims.to_vec(), data: LiteralData::Strings(strings.into()) })
+        Ok(Literal {
+            dtype: DType::String,
+            dims: dims.to_vec(),
+            data: LiteralData::Strings(strings.into()),
+        })
     }
 
     /// A literal from text-format scalars, converted to `dtype`.
@@ -94,7 +107,9 @@ impl Literal {
             Scalar::Bool(value != 0.0)
         } else if dtype.is_int() {
             if !value.is_finite() || value.fract() != 0.0 {
-                return Err(Error::invalid(format!("{value} is not a valid {dtype} value")));
+                return Err(Error::invalid(format!(
+                    "{value} is not a valid {dtype} value"
+                )));
             }
             Scalar::Int(value as i128)
         } else {
@@ -148,7 +163,10 @@ impl Literal {
             DType::C64 => {
                 let mut im = [0u8; 4];
                 im.copy_from_slice(&e[4..8]);
-                Scalar::Complex(f64::from(f32::from_bits(u as u32)), f64::from(f32::from_le_bytes(im)))
+                Scalar::Complex(
+                    f64::from(f32::from_bits(u as u32)),
+                    f64::from(f32::from_le_bytes(im)),
+                )
             }
             DType::C128 => {
                 let mut im = [0u8; 8];
@@ -198,7 +216,11 @@ impl Literal {
 }
 
 fn float_scalar(v: f64, raw: u64, canonical_nan: u64) -> Scalar {
-    if v.is_nan() && raw != canonical_nan { Scalar::Float(v, Some(raw)) } else { Scalar::Float(v, None) }
+    if v.is_nan() && raw != canonical_nan {
+        Scalar::Float(v, Some(raw))
+    } else {
+        Scalar::Float(v, None)
+    }
 }
 
 fn format_float(dtype: DType, v: f64, bits: Option<u64>, out: &mut String) {
@@ -258,7 +280,9 @@ fn encode_scalar(dtype: DType, v: Scalar, out: &mut Vec<u8>) -> Result<()> {
             }
             out.extend_from_slice(&(i as u128).to_le_bytes()[..d.size()]);
         }
-        (d, Scalar::Int(i)) if d.is_inexact() => encode_scalar(d, Scalar::Float(i as f64, None), out)?,
+        (d, Scalar::Int(i)) if d.is_inexact() => {
+            encode_scalar(d, Scalar::Float(i as f64, None), out)?
+        }
         (d, Scalar::Float(f, bits)) if d.is_float() => match (d, bits) {
             (DType::F16, Some(b)) => out.extend_from_slice(&(b as u16).to_le_bytes()),
             (DType::BF16, Some(b)) => out.extend_from_slice(&(b as u16).to_le_bytes()),
@@ -269,7 +293,9 @@ fn encode_scalar(dtype: DType, v: Scalar, out: &mut Vec<u8>) -> Result<()> {
             (DType::F32, None) => out.extend_from_slice(&(f as f32).to_le_bytes()),
             _ => out.extend_from_slice(&f.to_le_bytes()),
         },
-        (d, Scalar::Float(f, _)) if d.is_complex() => encode_scalar(d, Scalar::Complex(f, 0.0), out)?,
+        (d, Scalar::Float(f, _)) if d.is_complex() => {
+            encode_scalar(d, Scalar::Complex(f, 0.0), out)?
+        }
         (DType::C64, Scalar::Complex(re, im)) => {
             out.extend_from_slice(&(re as f32).to_le_bytes());
             out.extend_from_slice(&(im as f32).to_le_bytes());

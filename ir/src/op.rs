@@ -316,6 +316,9 @@ impl Op {
     /// True for ops whose result at an index depends only on the operands at
     /// the same index (what loop fusion merges).
     pub fn is_elementwise(&self) -> bool {
-        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp | Op::Convert(_))
+        matches!(
+            self,
+            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp | Op::Convert(_)
+        )
     }
 }

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::{BinaryOp, DType, Effect, Graph, Literal, Node, NodeId, Op, Result, TensorType, UnaryOp, ValueId};
+use crate::{
+    BinaryOp, DType, Effect, Graph, Literal, Node, NodeId, Op, Result, TensorType, UnaryOp, ValueId,
+};
 
 /// Evaluates a node on constant operands, for constant folding. The IR knows
 /// nothing about execution; the runtime's interpreter implements this.
@@ -71,8 +73,12 @@ pub fn cse(g: &mut Graph) -> bool {
         let key = (n.op.clone(), n.inputs.clone(), types);
         match seen.get(&key) {
             Some(&first) => {
-                let pairs: Vec<(ValueId, ValueId)> =
-                    n.results.iter().copied().zip(g.node(first).results.iter().copied()).collect();
+                let pairs: Vec<(ValueId, ValueId)> = n
+                    .results
+                    .iter()
+                    .copied()
+                    .zip(g.node(first).results.iter().copied())
+                    .collect();
                 for (from, to) in pairs {
                     g.replace_all_uses(from, to);
                 }
@@ -113,12 +119,16 @@ pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
             continue;
         };
         let out_ty = g.ty(n.results[0]);
-        let Some(out_len) = out_ty.shape.num_elements() else { continue };
+        let Some(out_len) = out_ty.shape.num_elements() else {
+            continue;
+        };
         let in_len: usize = inputs.iter().map(|l| l.len()).sum();
         if out_len > FOLD_LIMIT && out_len > in_len {
             continue;
         }
-        let Some(mut lits) = eval.eval(g, n, &inputs) else { continue };
+        let Some(mut lits) = eval.eval(g, n, &inputs) else {
+            continue;
+        };
         if lits.len() != 1 || lits[0].ty() != *out_ty {
             continue;
         }
@@ -162,11 +172,19 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         Op::Binary(BinaryOp::Sub) if is_splat(g, n.inputs[1], 0.0) => Some(x),
         Op::Binary(BinaryOp::Mul) if is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::Mul) if is_splat(g, x, 1.0) => Some(n.inputs[1]),
-        Op::Binary(BinaryOp::Div | BinaryOp::Pow) if is_splat(g, n.inputs[1], 1.0) && !dt.is_int() => Some(x),
+        Op::Binary(BinaryOp::Div | BinaryOp::Pow)
+            if is_splat(g, n.inputs[1], 1.0) && !dt.is_int() =>
+        {
+            Some(x)
+        }
         Op::Binary(BinaryOp::Div) if is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::And) if dt == DType::Bool && is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::Or) if dt == DType::Bool && is_splat(g, n.inputs[1], 0.0) => Some(x),
-        Op::Binary(BinaryOp::Max | BinaryOp::Min | BinaryOp::And | BinaryOp::Or) if n.inputs[1] == x => Some(x),
+        Op::Binary(BinaryOp::Max | BinaryOp::Min | BinaryOp::And | BinaryOp::Or)
+            if n.inputs[1] == x =>
+        {
+            Some(x)
+        }
         Op::Unary(u @ (UnaryOp::Neg | UnaryOp::Not)) => {
             let p = g.producer(x);
             (p.op == Op::Unary(*u)).then(|| p.inputs[0])
@@ -177,10 +195,16 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         Op::Transpose(perm) if perm.iter().enumerate().all(|(i, p)| i == *p) => Some(x),
         Op::Reverse(axes) if axes.is_empty() => Some(x),
         Op::Reduce { axes, .. } if axes.is_empty() => Some(x),
-        Op::Slice { start, stride, .. } if start.iter().all(|s| *s == 0) && stride.iter().all(|s| *s == 1) => Some(x),
-        Op::Pad { low, high, interior } if low.iter().chain(high).all(|p| *p == 0) && interior.iter().all(|i| *i == 0) => {
+        Op::Slice { start, stride, .. }
+            if start.iter().all(|s| *s == 0) && stride.iter().all(|s| *s == 1) =>
+        {
             Some(x)
         }
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } if low.iter().chain(high).all(|p| *p == 0) && interior.iter().all(|i| *i == 0) => Some(x),
         Op::Concatenate { .. } if n.inputs.len() == 1 => Some(x),
         _ => None,
     }
@@ -219,10 +243,22 @@ pub fn simplify(g: &mut Graph) -> bool {
 /// The standard pipeline: simplify, fold, CSE, DCE.
 pub fn standard_passes(eval: &dyn ConstEval) -> Vec<Pass<'_>> {
     vec![
-        Pass { name: "simplify", run: Box::new(simplify) },
-        Pass { name: "constant-fold", run: Box::new(move |g| constant_fold(g, eval)) },
-        Pass { name: "cse", run: Box::new(cse) },
-        Pass { name: "dce", run: Box::new(dce) },
+        Pass {
+            name: "simplify",
+            run: Box::new(simplify),
+        },
+        Pass {
+            name: "constant-fold",
+            run: Box::new(move |g| constant_fold(g, eval)),
+        },
+        Pass {
+            name: "cse",
+            run: Box::new(cse),
+        },
+        Pass {
+            name: "dce",
+            run: Box::new(dce),
+        },
     ]
 }
 
@@ -235,7 +271,8 @@ pub fn run_to_fixed_point(g: &mut Graph, passes: &[Pass<'_>], verify_each: bool)
         for p in passes {
             changed |= (p.run)(g);
             if verify_each {
-                crate::verify::verify(g).map_err(|e| e.context(format!("verifier failed after pass '{}'", p.name)))?;
+                crate::verify::verify(g)
+                    .map_err(|e| e.context(format!("verifier failed after pass '{}'", p.name)))?;
             }
         }
         if !changed {

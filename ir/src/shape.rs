@@ -64,7 +64,8 @@ impl Shape {
         match self {
             Shape::Unranked => true,
             Shape::Ranked(ds) => {
-                ds.len() == dims.len() && ds.iter().zip(dims).all(|(d, &n)| d.is_none_or(|d| d == n))
+                ds.len() == dims.len()
+                    && ds.iter().zip(dims).all(|(d, &n)| d.is_none_or(|d| d == n))
             }
         }
     }
@@ -73,7 +74,10 @@ impl Shape {
     pub fn compatible(&self, other: &Shape) -> bool {
         match (self, other) {
             (Shape::Ranked(a), Shape::Ranked(b)) => {
-                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.is_none() || y.is_none() || x == y)
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b)
+                        .all(|(x, y)| x.is_none() || y.is_none() || x == y)
             }
             _ => true,
         }
@@ -118,12 +122,18 @@ impl TensorType {
 
     /// A type with a fully known shape.
     pub fn known(dtype: DType, dims: &[usize]) -> Self {
-        TensorType { dtype, shape: Shape::known(dims) }
+        TensorType {
+            dtype,
+            shape: Shape::known(dims),
+        }
     }
 
     /// A scalar type.
     pub fn scalar(dtype: DType) -> Self {
-        TensorType { dtype, shape: Shape::scalar() }
+        TensorType {
+            dtype,
+            shape: Shape::scalar(),
+        }
     }
 }
 

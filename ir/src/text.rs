@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use crate::literal::{Scalar, write_quoted};
 use crate::{
-    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph, Literal,
-    NewNode, Node, Op, ReduceOp, Result, Shape, Site, TensorType, TextPos, UnaryOp, ValueId,
+    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
+    Literal, NewNode, Node, Op, ReduceOp, Result, Shape, Site, TensorType, TextPos, UnaryOp,
+    ValueId,
 };
 
 /// Prints `graph` in the text format.
@@ -34,7 +35,11 @@ pub fn print(graph: &Graph) -> String {
 pub fn value_name(graph: &Graph, v: ValueId) -> String {
     let info = graph.value(v);
     let node = graph.node(info.node);
-    if node.results.len() == 1 { format!("%{}", node.name) } else { format!("%{}#{}", node.name, info.index) }
+    if node.results.len() == 1 {
+        format!("%{}", node.name)
+    } else {
+        format!("%{}#{}", node.name, info.index)
+    }
 }
 
 fn print_node(graph: &Graph, node: &Node, out: &mut String) {
@@ -98,20 +103,44 @@ fn list<T: std::fmt::Display>(v: &[T]) -> String {
 fn attrs_of(op: &Op) -> Vec<String> {
     match op {
         Op::Iota { dim, .. } => vec![format!("dim={dim}")],
-        Op::BroadcastInDim { shape, dims } => vec![format!("shape={shape}"), format!("dims={}", list(dims))],
+        Op::BroadcastInDim { shape, dims } => {
+            vec![format!("shape={shape}"), format!("dims={}", list(dims))]
+        }
         Op::Reshape(shape) => vec![format!("shape={shape}")],
         Op::Transpose(perm) => vec![format!("perm={}", list(perm))],
-        Op::Slice { start, limit, stride } => {
-            vec![format!("start={}", list(start)), format!("limit={}", list(limit)), format!("stride={}", list(stride))]
+        Op::Slice {
+            start,
+            limit,
+            stride,
+        } => {
+            vec![
+                format!("start={}", list(start)),
+                format!("limit={}", list(limit)),
+                format!("stride={}", list(stride)),
+            ]
         }
-        Op::Concatenate { axis } | Op::Take { axis } | Op::ArgMax { axis, .. } | Op::ArgMin { axis, .. } => {
+        Op::Concatenate { axis }
+        | Op::Take { axis }
+        | Op::ArgMax { axis, .. }
+        | Op::ArgMin { axis, .. } => {
             vec![format!("axis={axis}")]
         }
-        Op::Pad { low, high, interior } => {
-            vec![format!("low={}", list(low)), format!("high={}", list(high)), format!("interior={}", list(interior))]
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } => {
+            vec![
+                format!("low={}", list(low)),
+                format!("high={}", list(high)),
+                format!("interior={}", list(interior)),
+            ]
         }
         Op::Reverse(axes) => vec![format!("axes={}", list(axes))],
-        Op::Reduce { axes, keepdims, .. } => vec![format!("axes={}", list(axes)), format!("keepdims={keepdims}")],
+        Op::Reduce { axes, keepdims, .. } => vec![
+            format!("axes={}", list(axes)),
+            format!("keepdims={keepdims}"),
+        ],
         Op::DotGeneral(d) => vec![
             format!("lhs_batch={}", list(&d.lhs_batch)),
             format!("rhs_batch={}", list(&d.rhs_batch)),
@@ -179,7 +208,11 @@ fn is_name_char(c: u8) -> bool {
 
 impl<'a> Lexer<'a> {
     fn err(&self, line: u32, col: u32, message: impl Into<String>) -> Error {
-        Error::InvalidArgument(Detail { message: message.into(), node: None, pos: Some(TextPos { line, col }) })
+        Error::InvalidArgument(Detail {
+            message: message.into(),
+            node: None,
+            pos: Some(TextPos { line, col }),
+        })
     }
 
     fn bump(&mut self) -> Option<u8> {
@@ -240,7 +273,9 @@ impl<'a> Lexer<'a> {
                             self.bump();
                         }
                         let digits = std::str::from_utf8(&self.src[start..self.i]).unwrap_or("");
-                        Some(digits.parse::<u32>().map_err(|_| self.err(line, col, "expected a result index after '#'"))?)
+                        Some(digits.parse::<u32>().map_err(|_| {
+                            self.err(line, col, "expected a result index after '#'")
+                        })?)
                     } else {
                         None
                     };
@@ -255,7 +290,9 @@ impl<'a> Lexer<'a> {
                     let mut s = Vec::new();
                     loop {
                         match self.bump() {
-                            None | Some(b'\n') => return Err(self.err(line, col, "unterminated string")),
+                            None | Some(b'\n') => {
+                                return Err(self.err(line, col, "unterminated string"));
+                            }
                             Some(b'"') => break,
                             Some(b'\\') => match self.bump() {
                                 Some(b'n') => s.push(b'\n'),
@@ -270,9 +307,17 @@ impl<'a> Lexer<'a> {
                                             .and_then(|h| u8::from_str_radix(h, 16).ok()),
                                         _ => None,
                                     };
-                                    s.push(v.ok_or_else(|| self.err(self.line, self.col, "bad \\x escape"))?);
+                                    s.push(v.ok_or_else(|| {
+                                        self.err(self.line, self.col, "bad \\x escape")
+                                    })?);
                                 }
-                                _ => return Err(self.err(self.line, self.col, "unknown escape in string")),
+                                _ => {
+                                    return Err(self.err(
+                                        self.line,
+                                        self.col,
+                                        "unknown escape in string",
+                                    ));
+                                }
                             },
                             Some(c) => s.push(c),
                         }
@@ -286,7 +331,10 @@ impl<'a> Lexer<'a> {
                     Tok::Punct(c as char)
                 }
                 _ => {
-                    let ch = std::str::from_utf8(&self.src[self.i..]).ok().and_then(|s| s.chars().next()).unwrap_or('?');
+                    let ch = std::str::from_utf8(&self.src[self.i..])
+                        .ok()
+                        .and_then(|s| s.chars().next())
+                        .unwrap_or('?');
                     return Err(self.err(line, col, format!("unexpected character '{ch}'")));
                 }
             };
@@ -335,9 +383,13 @@ impl<'a> Lexer<'a> {
         }
         let text = std::str::from_utf8(&self.src[start..self.i]).unwrap_or("");
         if is_float {
-            text.parse::<f64>().map(Tok::Float).map_err(|_| self.err(line, col, format!("bad number '{text}'")))
+            text.parse::<f64>()
+                .map(Tok::Float)
+                .map_err(|_| self.err(line, col, format!("bad number '{text}'")))
         } else {
-            text.parse::<i128>().map(Tok::Int).map_err(|_| self.err(line, col, format!("bad number '{text}'")))
+            text.parse::<i128>()
+                .map(Tok::Int)
+                .map_err(|_| self.err(line, col, format!("bad number '{text}'")))
         }
     }
 }
@@ -347,8 +399,18 @@ impl<'a> Lexer<'a> {
 /// Parses a graph in the text format. `file` names the source in creation
 /// sites of nodes written without `loc(...)` and in nothing else.
 pub fn parse(src: &str, file: &str) -> Result<Graph> {
-    let toks = Lexer { src: src.as_bytes(), i: 0, line: 1, col: 1 }.tokens()?;
-    let mut p = Parser { toks, at: 0, file: Arc::from(file) };
+    let toks = Lexer {
+        src: src.as_bytes(),
+        i: 0,
+        line: 1,
+        col: 1,
+    }
+    .tokens()?;
+    let mut p = Parser {
+        toks,
+        at: 0,
+        file: Arc::from(file),
+    };
     let g = p.graph()?;
     crate::verify::verify(&g)?;
     Ok(g)
@@ -386,11 +448,18 @@ impl Parser {
     }
 
     fn err_at(&self, pos: TextPos, message: impl Into<String>) -> Error {
-        Error::InvalidArgument(Detail { message: message.into(), node: None, pos: Some(pos) })
+        Error::InvalidArgument(Detail {
+            message: message.into(),
+            node: None,
+            pos: Some(pos),
+        })
     }
 
     fn expected(&self, what: &str) -> Error {
-        self.err_at(self.pos(), format!("expected {what}, found {}", self.peek().describe()))
+        self.err_at(
+            self.pos(),
+            format!("expected {what}, found {}", self.peek().describe()),
+        )
     }
 
     fn punct(&mut self, c: char) -> Result<()> {
@@ -434,14 +503,20 @@ impl Parser {
     fn usize(&mut self) -> Result<usize> {
         let pos = self.pos();
         let i = self.int()?;
-        usize::try_from(i).map_err(|_| self.err_at(pos, format!("{i} is not a valid size or index")))
+        usize::try_from(i)
+            .map_err(|_| self.err_at(pos, format!("{i} is not a valid size or index")))
     }
 
     fn graph(&mut self) -> Result<Graph> {
         self.keyword("graph")?;
         let name = match self.next() {
             Tok::Global(n) if !n.is_empty() => n,
-            _ => return Err(self.err_at(self.toks[self.at.saturating_sub(1)].1, "expected '@name' after 'graph'")),
+            _ => {
+                return Err(self.err_at(
+                    self.toks[self.at.saturating_sub(1)].1,
+                    "expected '@name' after 'graph'",
+                ));
+            }
         };
         self.punct('{')?;
         let mut g = Graph::new(name);
@@ -463,16 +538,27 @@ impl Parser {
         }
     }
 
-    fn value_ref(&mut self, values: &std::collections::HashMap<String, Vec<ValueId>>) -> Result<ValueId> {
+    fn value_ref(
+        &mut self,
+        values: &std::collections::HashMap<String, Vec<ValueId>>,
+    ) -> Result<ValueId> {
         let pos = self.pos();
         match self.next() {
             Tok::Value(name, idx) => {
-                let vs = values.get(&name).ok_or_else(|| self.err_at(pos, format!("use of undefined value '%{name}'")))?;
+                let vs = values
+                    .get(&name)
+                    .ok_or_else(|| self.err_at(pos, format!("use of undefined value '%{name}'")))?;
                 match (idx, vs.len()) {
                     (None, 1) => Ok(vs[0]),
-                    (None, n) => Err(self.err_at(pos, format!("'%{name}' has {n} results; name one as '%{name}#i'"))),
+                    (None, n) => Err(self.err_at(
+                        pos,
+                        format!("'%{name}' has {n} results; name one as '%{name}#i'"),
+                    )),
                     (Some(i), n) => vs.get(i as usize).copied().ok_or_else(|| {
-                        self.err_at(pos, format!("'%{name}' has {n} result(s); there is no result #{i}"))
+                        self.err_at(
+                            pos,
+                            format!("'%{name}' has {n} result(s); there is no result #{i}"),
+                        )
                     }),
                 }
             }
@@ -480,7 +566,11 @@ impl Parser {
         }
     }
 
-    fn returns(&mut self, g: &mut Graph, values: &std::collections::HashMap<String, Vec<ValueId>>) -> Result<()> {
+    fn returns(
+        &mut self,
+        g: &mut Graph,
+        values: &std::collections::HashMap<String, Vec<ValueId>>,
+    ) -> Result<()> {
         if *self.peek() == Tok::Punct('}') {
             return Ok(());
         }
@@ -489,9 +579,15 @@ impl Parser {
             self.keyword("as")?;
             let pos = self.pos();
             let name = match self.next() {
-                Tok::Str(s) => String::from_utf8(s).map_err(|_| self.err_at(pos, "output name is not UTF-8"))?,
+                Tok::Str(s) => String::from_utf8(s)
+                    .map_err(|_| self.err_at(pos, "output name is not UTF-8"))?,
                 Tok::Ident(s) => s,
-                t => return Err(self.err_at(pos, format!("expected an output name, found {}", t.describe()))),
+                t => {
+                    return Err(self.err_at(
+                        pos,
+                        format!("expected an output name, found {}", t.describe()),
+                    ));
+                }
             };
             g.add_output(v, name).map_err(|e| with_pos(e, pos))?;
             if !self.eat_punct(',') {
@@ -515,7 +611,12 @@ impl Parser {
         let op_pos = self.pos();
         let op_name = match self.next() {
             Tok::Ident(s) => s,
-            t => return Err(self.err_at(op_pos, format!("expected an op name, found {}", t.describe()))),
+            t => {
+                return Err(self.err_at(
+                    op_pos,
+                    format!("expected an op name, found {}", t.describe()),
+                ));
+            }
         };
         let mut inputs = Vec::new();
         let mut effect = Effect::Pure;
@@ -532,24 +633,42 @@ impl Parser {
                 let scalars = self.literal_elems()?;
                 self.punct(':')?;
                 let ty = self.ty()?;
-                let dims = ty
-                    .shape
-                    .as_known()
-                    .ok_or_else(|| self.err_at(lit_pos, format!("a constant needs a static shape, got {ty}")))?;
+                let dims = ty.shape.as_known().ok_or_else(|| {
+                    self.err_at(
+                        lit_pos,
+                        format!("a constant needs a static shape, got {ty}"),
+                    )
+                })?;
                 let lit = match scalars {
-                    LitElems::Strings(s) if ty.dtype == DType::String => Literal::from_strings(&dims, s),
-                    LitElems::Scalars(v) if ty.dtype != DType::String => Literal::from_scalars(ty.dtype, &dims, &v),
-                    _ => Err(Error::invalid(format!("literal elements do not match type {ty}"))),
+                    LitElems::Strings(s) if ty.dtype == DType::String => {
+                        Literal::from_strings(&dims, s)
+                    }
+                    LitElems::Scalars(v) if ty.dtype != DType::String => {
+                        Literal::from_scalars(ty.dtype, &dims, &v)
+                    }
+                    _ => Err(Error::invalid(format!(
+                        "literal elements do not match type {ty}"
+                    ))),
                 }
                 .map_err(|e| with_pos(e, lit_pos))?;
                 Op::Constant(lit)
             }
             k if CallbackKind::from_name(k).is_some() => {
-                let kind = CallbackKind::from_name(k).ok_or_else(|| self.expected("a callback kind"))?;
+                let kind =
+                    CallbackKind::from_name(k).ok_or_else(|| self.expected("a callback kind"))?;
                 let tpos = self.pos();
                 let target = match self.next() {
-                    Tok::Str(s) => String::from_utf8(s).map_err(|_| self.err_at(tpos, "callback name is not UTF-8"))?,
-                    t => return Err(self.err_at(tpos, format!("expected the callback's name in quotes, found {}", t.describe()))),
+                    Tok::Str(s) => String::from_utf8(s)
+                        .map_err(|_| self.err_at(tpos, "callback name is not UTF-8"))?,
+                    t => {
+                        return Err(self.err_at(
+                            tpos,
+                            format!(
+                                "expected the callback's name in quotes, found {}",
+                                t.describe()
+                            ),
+                        ));
+                    }
                 };
                 inputs = self.operands(values)?;
                 if *self.peek() == Tok::Ident("stateful".into()) {
@@ -570,7 +689,11 @@ impl Parser {
             }
             _ => {
                 inputs = self.operands(values)?;
-                let attrs = if *self.peek() == Tok::Punct('{') { self.attrs()? } else { Vec::new() };
+                let attrs = if *self.peek() == Tok::Punct('{') {
+                    self.attrs()?
+                } else {
+                    Vec::new()
+                };
                 self.punct(':')?;
                 let ty = self.ty()?;
                 let op = self.make_op(&op_name, op_pos, &attrs, &ty)?;
@@ -578,16 +701,31 @@ impl Parser {
                 op
             }
         };
-        let site = if *self.peek() == Tok::Ident("loc".into()) { self.loc()? } else { self.here(start) };
+        let site = if *self.peek() == Tok::Ident("loc".into()) {
+            self.loc()?
+        } else {
+            self.here(start)
+        };
         let id = g
-            .add_node(NewNode { op, inputs, name: Some(name.clone()), site, effect, result_types })
+            .add_node(NewNode {
+                op,
+                inputs,
+                name: Some(name.clone()),
+                site,
+                effect,
+                result_types,
+            })
             .map_err(|e| with_pos(e, start))?;
         values.insert(name, g.node(id).results.clone());
         Ok(())
     }
 
     fn here(&self, pos: TextPos) -> Site {
-        Site { file: self.file.clone(), line: pos.line, col: pos.col }
+        Site {
+            file: self.file.clone(),
+            line: pos.line,
+            col: pos.col,
+        }
     }
 
     fn loc(&mut self) -> Result<Site> {
@@ -595,18 +733,32 @@ impl Parser {
         self.punct('(')?;
         let pos = self.pos();
         let file = match self.next() {
-            Tok::Str(s) => String::from_utf8(s).map_err(|_| self.err_at(pos, "file name is not UTF-8"))?,
-            t => return Err(self.err_at(pos, format!("expected a quoted file name, found {}", t.describe()))),
+            Tok::Str(s) => {
+                String::from_utf8(s).map_err(|_| self.err_at(pos, "file name is not UTF-8"))?
+            }
+            t => {
+                return Err(self.err_at(
+                    pos,
+                    format!("expected a quoted file name, found {}", t.describe()),
+                ));
+            }
         };
         self.punct(':')?;
         let line = u32::try_from(self.int()?).map_err(|_| self.err_at(pos, "bad line number"))?;
         self.punct(':')?;
         let col = u32::try_from(self.int()?).map_err(|_| self.err_at(pos, "bad column number"))?;
         self.punct(')')?;
-        Ok(Site { file: Arc::from(file), line, col })
+        Ok(Site {
+            file: Arc::from(file),
+            line,
+            col,
+        })
     }
 
-    fn operands(&mut self, values: &std::collections::HashMap<String, Vec<ValueId>>) -> Result<Vec<ValueId>> {
+    fn operands(
+        &mut self,
+        values: &std::collections::HashMap<String, Vec<ValueId>>,
+    ) -> Result<Vec<ValueId>> {
         self.punct('(')?;
         let mut out = Vec::new();
         while !self.eat_punct(')') {
@@ -621,8 +773,14 @@ impl Parser {
     fn ty(&mut self) -> Result<TensorType> {
         let pos = self.pos();
         let dtype = match self.next() {
-            Tok::Ident(s) => DType::from_name(&s).ok_or_else(|| self.err_at(pos, format!("unknown dtype '{s}'")))?,
-            t => return Err(self.err_at(pos, format!("expected a type like f32[2,3], found {}", t.describe()))),
+            Tok::Ident(s) => DType::from_name(&s)
+                .ok_or_else(|| self.err_at(pos, format!("unknown dtype '{s}'")))?,
+            t => {
+                return Err(self.err_at(
+                    pos,
+                    format!("expected a type like f32[2,3], found {}", t.describe()),
+                ));
+            }
         };
         let shape = self.shape()?;
         Ok(TensorType::new(dtype, shape))
@@ -658,12 +816,19 @@ impl Parser {
             let pos = self.pos();
             let key = match self.next() {
                 Tok::Ident(k) => k,
-                t => return Err(self.err_at(pos, format!("expected an attribute name, found {}", t.describe()))),
+                t => {
+                    return Err(self.err_at(
+                        pos,
+                        format!("expected an attribute name, found {}", t.describe()),
+                    ));
+                }
             };
             self.punct('=')?;
             let vpos = self.pos();
             let val = match self.next() {
-                Tok::Int(i) => AttrVal::Int(i64::try_from(i).map_err(|_| self.err_at(vpos, "attribute out of range"))?),
+                Tok::Int(i) => AttrVal::Int(
+                    i64::try_from(i).map_err(|_| self.err_at(vpos, "attribute out of range"))?,
+                ),
                 Tok::Ident(b) if b == "true" || b == "false" => AttrVal::Bool(b == "true"),
                 Tok::Punct('[') => {
                     if self.eat_punct('*') {
@@ -680,20 +845,34 @@ impl Parser {
                             } else {
                                 let p = self.pos();
                                 let i = self.int()?;
-                                items.push(Some(i64::try_from(i).map_err(|_| self.err_at(p, "attribute out of range"))?));
+                                items.push(Some(
+                                    i64::try_from(i)
+                                        .map_err(|_| self.err_at(p, "attribute out of range"))?,
+                                ));
                             }
                         }
                         AttrVal::List(items)
                     }
                 }
-                t => return Err(self.err_at(vpos, format!("expected an attribute value, found {}", t.describe()))),
+                t => {
+                    return Err(self.err_at(
+                        vpos,
+                        format!("expected an attribute value, found {}", t.describe()),
+                    ));
+                }
             };
             out.push((key, val, pos));
         }
         Ok(out)
     }
 
-    fn make_op(&self, name: &str, pos: TextPos, attrs: &[(String, AttrVal, TextPos)], ty: &TensorType) -> Result<Op> {
+    fn make_op(
+        &self,
+        name: &str,
+        pos: TextPos,
+        attrs: &[(String, AttrVal, TextPos)],
+        ty: &TensorType,
+    ) -> Result<Op> {
         let mut used = vec![false; attrs.len()];
         let mut get = |key: &str| -> Result<&AttrVal> {
             let i = attrs
@@ -703,7 +882,9 @@ impl Parser {
             used[i] = true;
             Ok(&attrs[i].1)
         };
-        let bad = |key: &str, what: &str| self.err_at(pos, format!("attribute '{key}' of {name} must be {what}"));
+        let bad = |key: &str, what: &str| {
+            self.err_at(pos, format!("attribute '{key}' of {name} must be {what}"))
+        };
         let uint = |v: &AttrVal, key: &str| match v {
             AttrVal::Int(i) if *i >= 0 => Ok(*i as usize),
             _ => Err(bad(key, "a non-negative integer")),
@@ -750,19 +931,31 @@ impl Parser {
                 AttrVal::Bool(b) => *b,
                 _ => return Err(bad("keepdims", "true or false")),
             };
-            Op::Reduce { op: r, axes, keepdims }
+            Op::Reduce {
+                op: r,
+                axes,
+                keepdims,
+            }
         } else {
             match name {
                 "select" => Op::Select,
                 "clamp" => Op::Clamp,
                 "convert" => Op::Convert(ty.dtype),
                 "iota" => {
-                    let dims = ty.shape.as_known().ok_or_else(|| self.err_at(pos, "iota needs a static result shape"))?;
-                    Op::Iota { dtype: ty.dtype, dims, dim: uint(get("dim")?, "dim")? }
+                    let dims = ty
+                        .shape
+                        .as_known()
+                        .ok_or_else(|| self.err_at(pos, "iota needs a static result shape"))?;
+                    Op::Iota {
+                        dtype: ty.dtype,
+                        dims,
+                        dim: uint(get("dim")?, "dim")?,
+                    }
                 }
-                "broadcast_in_dim" => {
-                    Op::BroadcastInDim { shape: shape(get("shape")?, "shape")?, dims: ulist(get("dims")?, "dims")? }
-                }
+                "broadcast_in_dim" => Op::BroadcastInDim {
+                    shape: shape(get("shape")?, "shape")?,
+                    dims: ulist(get("dims")?, "dims")?,
+                },
                 "reshape" => Op::Reshape(shape(get("shape")?, "shape")?),
                 "transpose" => Op::Transpose(ulist(get("perm")?, "perm")?),
                 "slice" => Op::Slice {
@@ -770,10 +963,20 @@ impl Parser {
                     limit: ulist(get("limit")?, "limit")?,
                     stride: ulist(get("stride")?, "stride")?,
                 },
-                "concatenate" => Op::Concatenate { axis: uint(get("axis")?, "axis")? },
-                "take" => Op::Take { axis: uint(get("axis")?, "axis")? },
-                "argmax" => Op::ArgMax { axis: uint(get("axis")?, "axis")?, index_dtype: ty.dtype },
-                "argmin" => Op::ArgMin { axis: uint(get("axis")?, "axis")?, index_dtype: ty.dtype },
+                "concatenate" => Op::Concatenate {
+                    axis: uint(get("axis")?, "axis")?,
+                },
+                "take" => Op::Take {
+                    axis: uint(get("axis")?, "axis")?,
+                },
+                "argmax" => Op::ArgMax {
+                    axis: uint(get("axis")?, "axis")?,
+                    index_dtype: ty.dtype,
+                },
+                "argmin" => Op::ArgMin {
+                    axis: uint(get("axis")?, "axis")?,
+                    index_dtype: ty.dtype,
+                },
                 "pad" => Op::Pad {
                     low: ilist(get("low")?, "low")?,
                     high: ilist(get("high")?, "high")?,
@@ -790,7 +993,10 @@ impl Parser {
             }
         };
         if let Some(i) = used.iter().position(|u| !u) {
-            return Err(self.err_at(attrs[i].2, format!("{name} has no attribute '{}'", attrs[i].0)));
+            return Err(self.err_at(
+                attrs[i].2,
+                format!("{name} has no attribute '{}'", attrs[i].0),
+            ));
         }
         Ok(op)
     }
@@ -814,7 +1020,11 @@ impl Parser {
             if !strings.is_empty() && !scalars.is_empty() {
                 return Err(self.expected("elements of one kind"));
             }
-            return Ok(if strings.is_empty() { LitElems::Scalars(scalars) } else { LitElems::Strings(strings) });
+            return Ok(if strings.is_empty() {
+                LitElems::Scalars(scalars)
+            } else {
+                LitElems::Strings(strings)
+            });
         }
         if let Tok::Str(s) = self.peek() {
             let s = s.clone();

@@ -14,7 +14,13 @@ pub fn verify(g: &Graph) -> Result<()> {
     let mut params = Vec::new();
     for id in g.node_ids() {
         let n = g.node(id);
-        let fail = |message: String| Error::InvalidArgument(Detail { message, node: Some(g.node_ref(id)), pos: None });
+        let fail = |message: String| {
+            Error::InvalidArgument(Detail {
+                message,
+                node: Some(g.node_ref(id)),
+                pos: None,
+            })
+        };
         if !names.insert(n.name.as_str()) {
             return Err(fail(format!("node name '{}' is used twice", n.name)));
         }
@@ -26,7 +32,9 @@ pub fn verify(g: &Graph) -> Result<()> {
         for (i, r) in n.results.iter().enumerate() {
             let info = g.value(*r);
             if info.node != id || info.index as usize != i {
-                return Err(fail(format!("result {i} is not recorded as defined by this node")));
+                return Err(fail(format!(
+                    "result {i} is not recorded as defined by this node"
+                )));
             }
             defined[r.index()] = true;
         }
@@ -60,7 +68,10 @@ pub fn verify(g: &Graph) -> Result<()> {
         if *index != expect {
             let _: NodeId = *id;
             return Err(Error::InvalidArgument(Detail {
-                message: format!("parameters must be numbered 0..{} without gaps or repeats; found {index}", params.len()),
+                message: format!(
+                    "parameters must be numbered 0..{} without gaps or repeats; found {index}",
+                    params.len()
+                ),
                 node: Some(g.node_ref(*id)),
                 pos: None,
             }));
@@ -68,7 +79,10 @@ pub fn verify(g: &Graph) -> Result<()> {
     }
     for o in g.outputs() {
         if o.value.index() >= defined.len() || !defined[o.value.index()] {
-            return Err(Error::invalid(format!("output '{}' refers to an undefined value", o.name)));
+            return Err(Error::invalid(format!(
+                "output '{}' refers to an undefined value",
+                o.name
+            )));
         }
     }
     Ok(())

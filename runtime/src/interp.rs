@@ -65,7 +65,11 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let args: Vec<&Tensor> = node
             .inputs
             .iter()
-            .map(|v| values[v.index()].as_ref().ok_or_else(|| Error::internal(format!("value {v} used before it was computed"))))
+            .map(|v| {
+                values[v.index()].as_ref().ok_or_else(|| {
+                    Error::internal(format!("value {v} used before it was computed"))
+                })
+            })
             .collect::<Result<_>>()?;
         let outs = match &node.op {
             Op::Parameter { index } => vec![inputs[*index].clone()],
@@ -75,7 +79,11 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             let want = graph.ty(*v);
             if t.dtype() != want.dtype || !want.shape.accepts(t.shape()) {
                 return Err(Error::Internal(Detail {
-                    message: format!("produced {}{:?}, but its type is {want}", t.dtype().short_name(), t.shape()),
+                    message: format!(
+                        "produced {}{:?}, but its type is {want}",
+                        t.dtype().short_name(),
+                        t.shape()
+                    ),
                     node: Some(graph.node_ref(id)),
                     pos: None,
                 }));
@@ -94,7 +102,9 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         .outputs()
         .iter()
         .map(|o| {
-            values[o.value.index()].clone().ok_or_else(|| Error::internal(format!("output '{}' was not computed", o.name)))
+            values[o.value.index()]
+                .clone()
+                .ok_or_else(|| Error::internal(format!("output '{}' was not computed", o.name)))
         })
         .collect()
 }
@@ -116,9 +126,17 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
         Op::BroadcastInDim { shape, dims } => layout::broadcast_in_dim(a(0), shape, dims)?,
         Op::Reshape(shape) => layout::reshape(a(0), shape)?,
         Op::Transpose(perm) => layout::transpose(a(0), perm)?,
-        Op::Slice { start, limit, stride } => layout::slice(a(0), start, limit, stride)?,
+        Op::Slice {
+            start,
+            limit,
+            stride,
+        } => layout::slice(a(0), start, limit, stride)?,
         Op::Concatenate { axis } => layout::concatenate(args, *axis)?,
-        Op::Pad { low, high, interior } => layout::pad(a(0), a(1), low, high, interior)?,
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } => layout::pad(a(0), a(1), low, high, interior)?,
         Op::Reverse(axes) => layout::reverse(a(0), axes)?,
         Op::Reduce { op, axes, keepdims } => reduce::reduce(*op, a(0), axes, *keepdims)?,
         Op::ArgMax { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, true)?,
@@ -128,7 +146,10 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
         Op::Callback(c) => {
             return Err(Error::new(
                 Code::Unimplemented,
-                Detail::msg(format!("host callbacks ({}) cannot be executed yet", c.kind.name())),
+                Detail::msg(format!(
+                    "host callbacks ({}) cannot be executed yet",
+                    c.kind.name()
+                )),
             ));
         }
     };
@@ -145,7 +166,11 @@ impl ConstEval for InterpreterEval {
             return None;
         }
         let id = node.results.first().map(|v| graph.value(*v).node)?;
-        let tensors: Vec<Tensor> = inputs.iter().map(|l| Tensor::from_literal(l)).collect::<Result<_>>().ok()?;
+        let tensors: Vec<Tensor> = inputs
+            .iter()
+            .map(|l| Tensor::from_literal(l))
+            .collect::<Result<_>>()
+            .ok()?;
         let args: Vec<&Tensor> = tensors.iter().collect();
         let outs = eval_node(graph, id, &args).ok()?;
         Some(outs.iter().map(Tensor::to_literal).collect())

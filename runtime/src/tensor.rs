@@ -25,7 +25,10 @@ impl fmt::Debug for AlignedBytes {
 impl AlignedBytes {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> Self {
-        AlignedBytes { words: vec![0; len.div_ceil(16)], len }
+        AlignedBytes {
+            words: vec![0; len.div_ceil(16)],
+            len,
+        }
     }
 
     /// A copy of `bytes`.
@@ -80,7 +83,9 @@ impl Tensor {
     pub fn from_aligned(dtype: DType, shape: &[usize], bytes: AlignedBytes) -> Result<Self> {
         let n: usize = shape.iter().product();
         if dtype == DType::String {
-            return Err(Error::invalid("a string tensor is made from strings, not bytes"));
+            return Err(Error::invalid(
+                "a string tensor is made from strings, not bytes",
+            ));
         }
         if bytes.len != n * dtype.size() {
             return Err(Error::invalid(format!(
@@ -92,7 +97,11 @@ impl Tensor {
         if dtype == DType::Bool && bytes.as_slice().iter().any(|b| *b > 1) {
             return Err(Error::invalid("a bool tensor's bytes must be 0 or 1"));
         }
-        Ok(Tensor { dtype, shape: shape.to_vec(), data: Arc::new(Data::Bytes(bytes)) })
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Arc::new(Data::Bytes(bytes)),
+        })
     }
 
     /// A tensor of typed elements `T` stored as `dtype` (which must have the
@@ -102,16 +111,27 @@ impl Tensor {
         debug_assert_eq!(v.len(), shape.iter().product::<usize>());
         let mut b = AlignedBytes::zeroed(v.len() * dtype.size());
         b.as_mut_slice().copy_from_slice(bytemuck::cast_slice(&v));
-        Tensor { dtype, shape: shape.to_vec(), data: Arc::new(Data::Bytes(b)) }
+        Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Arc::new(Data::Bytes(b)),
+        }
     }
 
     /// A string tensor.
     pub fn from_strings(shape: &[usize], strings: Vec<Vec<u8>>) -> Result<Self> {
         let n: usize = shape.iter().product();
         if strings.len() != n {
-            return Err(Error::invalid(format!("a string tensor of shape {shape:?} needs {n} elements, got {}", strings.len())));
+            return Err(Error::invalid(format!(
+                "a string tensor of shape {shape:?} needs {n} elements, got {}",
+                strings.len()
+            )));
         }
-        Ok(Tensor { dtype: DType::String, shape: shape.to_vec(), data: Arc::new(Data::Strings(strings)) })
+        Ok(Tensor {
+            dtype: DType::String,
+            shape: shape.to_vec(),
+            data: Arc::new(Data::Strings(strings)),
+        })
     }
 
     /// A tensor of zeros (empty strings for strings).
@@ -122,7 +142,11 @@ impl Tensor {
         } else {
             Data::Bytes(AlignedBytes::zeroed(n * dtype.size()))
         };
-        Tensor { dtype, shape: shape.to_vec(), data: Arc::new(data) }
+        Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Arc::new(data),
+        }
     }
 
     /// A scalar of a host element type.
@@ -185,15 +209,23 @@ impl Tensor {
                 std::mem::size_of::<T>()
             )));
         }
-        bytemuck::try_cast_slice(self.bytes()).map_err(|e| Error::internal(format!("bad tensor buffer: {e}")))
+        bytemuck::try_cast_slice(self.bytes())
+            .map_err(|e| Error::internal(format!("bad tensor buffer: {e}")))
     }
 
     /// The same data with another shape of the same element count.
     pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
         if shape.iter().product::<usize>() != self.len() {
-            return Err(Error::invalid(format!("cannot reshape {:?} to {shape:?}", self.shape)));
+            return Err(Error::invalid(format!(
+                "cannot reshape {:?} to {shape:?}",
+                self.shape
+            )));
         }
-        Ok(Tensor { dtype: self.dtype, shape: shape.to_vec(), data: self.data.clone() })
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            data: self.data.clone(),
+        })
     }
 
     /// True when both tensors share one buffer.
@@ -205,7 +237,11 @@ impl Tensor {
     /// the dtype exactly).
     pub fn to_ndarray<T: HostElement>(&self) -> Result<ArrayD<T>> {
         if T::DTYPE != self.dtype {
-            return Err(Error::invalid(format!("tensor is {}, not {}", self.dtype, T::DTYPE)));
+            return Err(Error::invalid(format!(
+                "tensor is {}, not {}",
+                self.dtype,
+                T::DTYPE
+            )));
         }
         T::to_array(self)
     }
@@ -232,7 +268,10 @@ impl Tensor {
 
     /// Bitwise equality of dtype, shape and elements.
     pub fn bit_eq(&self, other: &Tensor) -> bool {
-        self.dtype == other.dtype && self.shape == other.shape && self.bytes() == other.bytes() && self.strings() == other.strings()
+        self.dtype == other.dtype
+            && self.shape == other.shape
+            && self.bytes() == other.bytes()
+            && self.strings() == other.strings()
     }
 }
 
@@ -250,7 +289,12 @@ impl fmt::Debug for Tensor {
         if lit.len() > n {
             s.push_str(", ...");
         }
-        write!(f, "Tensor({}{:?} [{s}])", self.dtype.short_name(), self.shape)
+        write!(
+            f,
+            "Tensor({}{:?} [{s}])",
+            self.dtype.short_name(),
+            self.shape
+        )
     }
 }
 
@@ -295,8 +339,11 @@ impl HostElement for bool {
         Tensor::from_vec_as(DType::Bool, &shape, v)
     }
     fn to_array(t: &Tensor) -> Result<ArrayD<bool>> {
-        ArrayD::from_shape_vec(IxDyn(t.shape()), t.bytes().iter().map(|b| *b != 0).collect())
-            .map_err(|e| Error::internal(e.to_string()))
+        ArrayD::from_shape_vec(
+            IxDyn(t.shape()),
+            t.bytes().iter().map(|b| *b != 0).collect(),
+        )
+        .map_err(|e| Error::internal(e.to_string()))
     }
 }
 
@@ -305,13 +352,20 @@ impl HostElement for String {
     fn from_array(a: ArrayD<String>) -> Tensor {
         let shape = a.shape().to_vec();
         let strings = a.iter().map(|s| s.as_bytes().to_vec()).collect();
-        Tensor { dtype: DType::String, shape, data: Arc::new(Data::Strings(strings)) }
+        Tensor {
+            dtype: DType::String,
+            shape,
+            data: Arc::new(Data::Strings(strings)),
+        }
     }
     fn to_array(t: &Tensor) -> Result<ArrayD<String>> {
         let v = t
             .strings()
             .iter()
-            .map(|s| String::from_utf8(s.clone()).map_err(|_| Error::invalid("string element is not UTF-8")))
+            .map(|s| {
+                String::from_utf8(s.clone())
+                    .map_err(|_| Error::invalid("string element is not UTF-8"))
+            })
             .collect::<Result<Vec<_>>>()?;
         ArrayD::from_shape_vec(IxDyn(t.shape()), v).map_err(|e| Error::internal(e.to_string()))
     }

@@ -11,14 +11,38 @@ use crate::tensor::{Pod, Tensor};
 macro_rules! with_int {
     ($d:expr, $T:ident => $body:expr, _ => $other:expr) => {
         match $d {
-            DType::I8 => { type $T = i8; $body }
-            DType::I16 => { type $T = i16; $body }
-            DType::I32 => { type $T = i32; $body }
-            DType::I64 => { type $T = i64; $body }
-            DType::U8 => { type $T = u8; $body }
-            DType::U16 => { type $T = u16; $body }
-            DType::U32 => { type $T = u32; $body }
-            DType::U64 => { type $T = u64; $body }
+            DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::U64 => {
+                type $T = u64;
+                $body
+            }
             _ => $other,
         }
     };
@@ -31,18 +55,28 @@ pub(crate) fn map<S: Pod, D: Pod>(x: &Tensor, out: DType, f: impl Fn(S) -> D) ->
 }
 
 /// Applies `f` pairwise; a rank-0 operand is splat over the other.
-pub(crate) fn zip_map<S: Pod, D: Pod>(a: &Tensor, b: &Tensor, out: DType, f: impl Fn(S, S) -> D) -> Result<Tensor> {
+pub(crate) fn zip_map<S: Pod, D: Pod>(
+    a: &Tensor,
+    b: &Tensor,
+    out: DType,
+    f: impl Fn(S, S) -> D,
+) -> Result<Tensor> {
     let (av, bv) = (a.view::<S>()?, b.view::<S>()?);
     let (v, shape): (Vec<D>, &[usize]) = match (a.rank(), b.rank()) {
         (0, r) if r != 0 => (bv.iter().map(|&y| f(av[0], y)).collect(), b.shape()),
         (r, 0) if r != 0 => (av.iter().map(|&x| f(x, bv[0])).collect(), a.shape()),
-        _ => (av.iter().zip(bv).map(|(&x, &y)| f(x, y)).collect(), a.shape()),
+        _ => (
+            av.iter().zip(bv).map(|(&x, &y)| f(x, y)).collect(),
+            a.shape(),
+        ),
     };
     Ok(Tensor::from_vec_as(out, shape, v))
 }
 
 fn undefined(op: &str, d: DType) -> Error {
-    Error::internal(format!("{op} reached the interpreter on {d}, which the type checker rejects"))
+    Error::internal(format!(
+        "{op} reached the interpreter on {d}, which the type checker rejects"
+    ))
 }
 
 /// f16/bf16 → f32 (exact).
@@ -82,13 +116,19 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
         DType::Bool if op == UnaryOp::Not => map::<u8, u8>(x, d, |v| v ^ 1),
         DType::F16 | DType::BF16 => {
             let r = unary(op, &upcast_half(x)?)?;
-            if r.dtype() == DType::F32 { downcast_half(&r, d) } else { Ok(r) }
+            if r.dtype() == DType::F32 {
+                downcast_half(&r, d)
+            } else {
+                Ok(r)
+            }
         }
         DType::F32 => float_unary::<f32>(op, x),
         DType::F64 => float_unary::<f64>(op, x),
         DType::C64 => complex_unary::<Complex32>(op, x),
         DType::C128 => complex_unary::<Complex64>(op, x),
-        _ => with_int!(d, T => map::<T, T>(x, d, |v| T::un(op, v)), _ => Err(undefined(op.name(), d))),
+        _ => {
+            with_int!(d, T => map::<T, T>(x, d, |v| T::un(op, v)), _ => Err(undefined(op.name(), d)))
+        }
     }
 }
 
@@ -117,12 +157,16 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             BinaryOp::Xor => zip_map::<u8, u8>(a, b, d, |x, y| x ^ y),
             _ => Err(undefined(op.name(), d)),
         },
-        DType::F16 | DType::BF16 => downcast_half(&binary(op, &upcast_half(a)?, &upcast_half(b)?)?, d),
+        DType::F16 | DType::BF16 => {
+            downcast_half(&binary(op, &upcast_half(a)?, &upcast_half(b)?)?, d)
+        }
         DType::F32 => zip_map::<f32, f32>(a, b, d, |x, y| f32::bin(op, x, y)),
         DType::F64 => zip_map::<f64, f64>(a, b, d, |x, y| f64::bin(op, x, y)),
         DType::C64 => zip_map::<Complex32, Complex32>(a, b, d, |x, y| Complex32::bin(op, x, y)),
         DType::C128 => zip_map::<Complex64, Complex64>(a, b, d, |x, y| Complex64::bin(op, x, y)),
-        _ => with_int!(d, T => zip_map::<T, T>(a, b, d, |x, y| T::bin(op, x, y)), _ => Err(undefined(op.name(), d))),
+        _ => {
+            with_int!(d, T => zip_map::<T, T>(a, b, d, |x, y| T::bin(op, x, y)), _ => Err(undefined(op.name(), d)))
+        }
     }
 }
 
@@ -149,7 +193,9 @@ pub fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         DType::F64 => zip_map::<f64, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)),
         DType::C64 => zip_map::<Complex32, u8>(a, b, DType::Bool, |x, y| ceq(x == y)),
         DType::C128 => zip_map::<Complex64, u8>(a, b, DType::Bool, |x, y| ceq(x == y)),
-        _ => with_int!(d, T => zip_map::<T, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)), _ => Err(undefined("compare", d))),
+        _ => {
+            with_int!(d, T => zip_map::<T, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)), _ => Err(undefined("compare", d)))
+        }
     }
 }
 
@@ -157,11 +203,26 @@ pub fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 macro_rules! with_size {
     ($size:expr, $T:ident => $body:expr) => {
         match $size {
-            1 => { type $T = u8; $body }
-            2 => { type $T = u16; $body }
-            4 => { type $T = u32; $body }
-            8 => { type $T = u64; $body }
-            _ => { type $T = u128; $body }
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = u16;
+                $body
+            }
+            4 => {
+                type $T = u32;
+                $body
+            }
+            8 => {
+                type $T = u64;
+                $body
+            }
+            _ => {
+                type $T = u128;
+                $body
+            }
         }
     };
 }
@@ -183,10 +244,17 @@ pub fn select(p: &Tensor, t: &Tensor, f: &Tensor) -> Result<Tensor> {
     })
 }
 
-fn clamp_with<T: Pod>(x: &Tensor, lo: &Tensor, hi: &Tensor, f: impl Fn(T, T, T) -> T) -> Result<Tensor> {
+fn clamp_with<T: Pod>(
+    x: &Tensor,
+    lo: &Tensor,
+    hi: &Tensor,
+    f: impl Fn(T, T, T) -> T,
+) -> Result<Tensor> {
     let (xv, lv, hv) = (x.view::<T>()?, lo.view::<T>()?, hi.view::<T>()?);
     let at = |v: &[T], i: usize| v[if v.len() == 1 && xv.len() != 1 { 0 } else { i }];
-    let out: Vec<T> = (0..xv.len()).map(|i| f(xv[i], at(lv, i), at(hv, i))).collect();
+    let out: Vec<T> = (0..xv.len())
+        .map(|i| f(xv[i], at(lv, i), at(hv, i)))
+        .collect();
     Ok(Tensor::from_vec_as(x.dtype(), x.shape(), out))
 }
 
@@ -199,10 +267,19 @@ pub fn clamp(x: &Tensor, lo: &Tensor, hi: &Tensor) -> Result<Tensor> {
     }
     let d = x.dtype();
     match d {
-        DType::F16 | DType::BF16 => downcast_half(&clamp(&upcast_half(x)?, &upcast_half(lo)?, &upcast_half(hi)?)?, d),
-        DType::F32 => clamp_with::<f32>(x, lo, hi, |v, l, h| f32::bin(BinaryOp::Min, f32::bin(BinaryOp::Max, v, l), h)),
-        DType::F64 => clamp_with::<f64>(x, lo, hi, |v, l, h| f64::bin(BinaryOp::Min, f64::bin(BinaryOp::Max, v, l), h)),
-        _ => with_int!(d, T => clamp_with::<T>(x, lo, hi, |v, l, h| v.max(l).min(h)), _ => Err(undefined("clamp", d))),
+        DType::F16 | DType::BF16 => downcast_half(
+            &clamp(&upcast_half(x)?, &upcast_half(lo)?, &upcast_half(hi)?)?,
+            d,
+        ),
+        DType::F32 => clamp_with::<f32>(x, lo, hi, |v, l, h| {
+            f32::bin(BinaryOp::Min, f32::bin(BinaryOp::Max, v, l), h)
+        }),
+        DType::F64 => clamp_with::<f64>(x, lo, hi, |v, l, h| {
+            f64::bin(BinaryOp::Min, f64::bin(BinaryOp::Max, v, l), h)
+        }),
+        _ => {
+            with_int!(d, T => clamp_with::<T>(x, lo, hi, |v, l, h| v.max(l).min(h)), _ => Err(undefined("clamp", d)))
+        }
     }
 }
 
@@ -242,19 +319,37 @@ pub fn convert(x: &Tensor, to: DType) -> Result<Tensor> {
         let v: Vec<u8> = match &w {
             Wide::Int(v) => v.iter().map(|e| u8::from(*e != 0)).collect(),
             Wide::Real(v) => v.iter().map(|e| u8::from(*e != 0.0)).collect(),
-            Wide::Complex(v) => v.iter().map(|(r, i)| u8::from(*r != 0.0 || *i != 0.0)).collect(),
+            Wide::Complex(v) => v
+                .iter()
+                .map(|(r, i)| u8::from(*r != 0.0 || *i != 0.0))
+                .collect(),
         };
         return Ok(Tensor::from_vec_as(to, shape, v));
     }
     if to.is_complex() {
         let v: Vec<(f64, f64)> = match w {
-            Wide::Int(v) => v.into_iter().map(|e| (int_to_real(e, to.real_part()), 0.0)).collect(),
+            Wide::Int(v) => v
+                .into_iter()
+                .map(|e| (int_to_real(e, to.real_part()), 0.0))
+                .collect(),
             Wide::Real(v) => v.into_iter().map(|e| (e, 0.0)).collect(),
             Wide::Complex(v) => v,
         };
         return match to {
-            DType::C64 => Ok(Tensor::from_vec_as(to, shape, v.iter().map(|(r, i)| Complex32::from_parts(*r, *i)).collect())),
-            _ => Ok(Tensor::from_vec_as(to, shape, v.iter().map(|(r, i)| Complex64::from_parts(*r, *i)).collect())),
+            DType::C64 => Ok(Tensor::from_vec_as(
+                to,
+                shape,
+                v.iter()
+                    .map(|(r, i)| Complex32::from_parts(*r, *i))
+                    .collect(),
+            )),
+            _ => Ok(Tensor::from_vec_as(
+                to,
+                shape,
+                v.iter()
+                    .map(|(r, i)| Complex64::from_parts(*r, *i))
+                    .collect(),
+            )),
         };
     }
     if to.is_float() {
@@ -265,8 +360,16 @@ pub fn convert(x: &Tensor, to: DType) -> Result<Tensor> {
             Wide::Complex(v) => v.into_iter().map(|(r, _)| r).collect(),
         };
         return Ok(match to {
-            DType::F16 => Tensor::from_vec_as(to, shape, v.iter().map(|e| f16::from_f64(*e).to_bits()).collect()),
-            DType::BF16 => Tensor::from_vec_as(to, shape, v.iter().map(|e| bf16::from_f64(*e).to_bits()).collect()),
+            DType::F16 => Tensor::from_vec_as(
+                to,
+                shape,
+                v.iter().map(|e| f16::from_f64(*e).to_bits()).collect(),
+            ),
+            DType::BF16 => Tensor::from_vec_as(
+                to,
+                shape,
+                v.iter().map(|e| bf16::from_f64(*e).to_bits()).collect(),
+            ),
             DType::F32 => Tensor::from_vec_as(to, shape, v.iter().map(|e| *e as f32).collect()),
             _ => Tensor::from_vec_as(to, shape, v),
         });

@@ -20,7 +20,12 @@ pub(crate) fn strides(dims: &[usize]) -> Vec<isize> {
 /// `out[idx] = src[offset + Σ idx[d] * stride[d]]` over every index of
 /// `out_dims`: the one kernel behind broadcast, transpose, slice and
 /// reverse.
-pub(crate) fn strided_gather(x: &Tensor, out_dims: &[usize], offset: isize, stride: &[isize]) -> Result<Tensor> {
+pub(crate) fn strided_gather(
+    x: &Tensor,
+    out_dims: &[usize],
+    offset: isize,
+    stride: &[isize],
+) -> Result<Tensor> {
     with_size!(x.dtype().size(), T => {
         let src = x.view::<T>()?;
         let n: usize = out_dims.iter().product();
@@ -59,14 +64,21 @@ pub(crate) fn strided_gather(x: &Tensor, out_dims: &[usize], offset: isize, stri
 
 /// Resolves a shape attribute against run-time sizes.
 fn resolve(shape: &Shape, what: &str) -> Result<Vec<Option<usize>>> {
-    shape.dims().map(|d| d.to_vec()).ok_or_else(|| Error::invalid(format!("{what} needs a ranked shape")))
+    shape
+        .dims()
+        .map(|d| d.to_vec())
+        .ok_or_else(|| Error::invalid(format!("{what} needs a ranked shape")))
 }
 
 /// XLA `broadcast_in_dim`.
 pub fn broadcast_in_dim(x: &Tensor, shape: &Shape, dims: &[usize]) -> Result<Tensor> {
     let mut out = resolve(shape, "broadcast_in_dim")?;
     if dims.len() != x.rank() {
-        return Err(Error::invalid(format!("broadcast_in_dim: operand rank {} but {} dims", x.rank(), dims.len())));
+        return Err(Error::invalid(format!(
+            "broadcast_in_dim: operand rank {} but {} dims",
+            x.rank(),
+            dims.len()
+        )));
     }
     let xs = strides(x.shape());
     let mut stride = vec![0isize; out.len()];
@@ -97,8 +109,11 @@ pub fn reshape(x: &Tensor, shape: &Shape) -> Result<Tensor> {
     let dims = resolve(shape, "reshape")?;
     let known: usize = dims.iter().flatten().product();
     let out: Vec<usize> = if dims.iter().any(|d| d.is_none()) {
-        if known == 0 || x.len() % known != 0 {
-            return Err(Error::invalid(format!("cannot reshape {:?} to {shape}", x.shape())));
+        if known == 0 || !x.len().is_multiple_of(known) {
+            return Err(Error::invalid(format!(
+                "cannot reshape {:?} to {shape}",
+                x.shape()
+            )));
         }
         dims.iter().map(|d| d.unwrap_or(x.len() / known)).collect()
     } else {
@@ -156,7 +171,9 @@ pub fn reverse(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
 
 /// Joins tensors along `axis`.
 pub fn concatenate(xs: &[&Tensor], axis: usize) -> Result<Tensor> {
-    let first = xs.first().ok_or_else(|| Error::invalid("concatenate needs at least one operand"))?;
+    let first = xs
+        .first()
+        .ok_or_else(|| Error::invalid("concatenate needs at least one operand"))?;
     let mut dims = first.shape().to_vec();
     dims[axis] = 0;
     for (k, x) in xs.iter().enumerate() {
@@ -186,14 +203,22 @@ pub fn concatenate(xs: &[&Tensor], axis: usize) -> Result<Tensor> {
 }
 
 /// Pads with the scalar `value`; negative `low`/`high` crop.
-pub fn pad(x: &Tensor, value: &Tensor, low: &[i64], high: &[i64], interior: &[usize]) -> Result<Tensor> {
+pub fn pad(
+    x: &Tensor,
+    value: &Tensor,
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+) -> Result<Tensor> {
     let rank = x.rank();
     let mut dims = Vec::with_capacity(rank);
     for d in 0..rank {
         let n = x.shape()[d] as i64;
         let size = low[d] + high[d] + n + (n.max(1) - 1) * interior[d] as i64;
         if size < 0 {
-            return Err(Error::invalid(format!("pad gives a negative size {size} in dim {d}")));
+            return Err(Error::invalid(format!(
+                "pad gives a negative size {size} in dim {d}"
+            )));
         }
         dims.push(size as usize);
     }
@@ -238,7 +263,9 @@ fn indices(idx: &Tensor, n: usize) -> Result<Vec<usize>> {
         .enumerate()
         .map(|(i, &v)| {
             if v < 0 || v >= n as i128 {
-                Err(Error::invalid(format!("take: indices[{i}] = {v} is not in [0, {n})")))
+                Err(Error::invalid(format!(
+                    "take: indices[{i}] = {v} is not in [0, {n})"
+                )))
             } else {
                 Ok(v as usize)
             }
@@ -271,15 +298,21 @@ pub fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
 fn iota_with<T: Pod>(dims: &[usize], dim: usize, dtype: DType, f: impl Fn(usize) -> T) -> Tensor {
     let st = strides(dims);
     let n: usize = dims.iter().product();
-    let v: Vec<T> = (0..n).map(|i| f(i / st[dim] as usize % dims[dim])).collect();
+    let v: Vec<T> = (0..n)
+        .map(|i| f(i / st[dim] as usize % dims[dim]))
+        .collect();
     Tensor::from_vec_as(dtype, dims, v)
 }
 
 /// `0, 1, 2, ...` along `dim`.
 pub fn iota(dtype: DType, dims: &[usize], dim: usize) -> Result<Tensor> {
     Ok(match dtype {
-        DType::F16 => iota_with(dims, dim, dtype, |i| half::f16::from_f64(i as f64).to_bits()),
-        DType::BF16 => iota_with(dims, dim, dtype, |i| half::bf16::from_f64(i as f64).to_bits()),
+        DType::F16 => iota_with(dims, dim, dtype, |i| {
+            half::f16::from_f64(i as f64).to_bits()
+        }),
+        DType::BF16 => iota_with(dims, dim, dtype, |i| {
+            half::bf16::from_f64(i as f64).to_bits()
+        }),
         DType::F32 => iota_with(dims, dim, dtype, |i| f32::from_f64(i as f64)),
         DType::F64 => iota_with(dims, dim, dtype, |i| i as f64),
         DType::C64 => iota_with(dims, dim, dtype, |i| Complex32::new(i as f32, 0.0)),

@@ -13,15 +13,31 @@ use crate::tensor::{Pod, Tensor};
 fn axes_last(x: &Tensor, axes: &[usize]) -> Result<(Tensor, Vec<usize>, usize)> {
     let kept: Vec<usize> = (0..x.rank()).filter(|d| !axes.contains(d)).collect();
     let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
-    let t = if perm.iter().enumerate().all(|(i, p)| i == *p) { x.clone() } else { transpose(x, &perm)? };
+    let t = if perm.iter().enumerate().all(|(i, p)| i == *p) {
+        x.clone()
+    } else {
+        transpose(x, &perm)?
+    };
     let kept_dims = kept.iter().map(|&d| x.shape()[d]).collect();
     let inner = axes.iter().map(|&d| x.shape()[d]).product();
     Ok((t, kept_dims, inner))
 }
 
-fn fold_rows<T: Pod>(t: &Tensor, inner: usize, outer: usize, init: T, f: impl Fn(T, T) -> T) -> Result<Vec<T>> {
+fn fold_rows<T: Pod>(
+    t: &Tensor,
+    inner: usize,
+    outer: usize,
+    init: T,
+    f: impl Fn(T, T) -> T,
+) -> Result<Vec<T>> {
     let v = t.view::<T>()?;
-    Ok((0..outer).map(|o| v[o * inner..(o + 1) * inner].iter().fold(init, |a, &b| f(a, b))).collect())
+    Ok((0..outer)
+        .map(|o| {
+            v[o * inner..(o + 1) * inner]
+                .iter()
+                .fold(init, |a, &b| f(a, b))
+        })
+        .collect())
 }
 
 /// Reduces over `axes` (sequentially, in row-major order of the reduced
@@ -34,14 +50,25 @@ pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Resul
     let (t, kept, inner) = axes_last(x, axes)?;
     let outer: usize = kept.iter().product();
     let out_dims: Vec<usize> = if keepdims {
-        (0..x.rank()).map(|i| if axes.contains(&i) { 1 } else { x.shape()[i] }).collect()
+        (0..x.rank())
+            .map(|i| if axes.contains(&i) { 1 } else { x.shape()[i] })
+            .collect()
     } else {
         kept
     };
-    let bad = || Error::internal(format!("reduce_{} reached the interpreter on {d}", op.name()));
+    let bad = || {
+        Error::internal(format!(
+            "reduce_{} reached the interpreter on {d}",
+            op.name()
+        ))
+    };
     macro_rules! done {
         ($T:ty, $init:expr, $f:expr) => {
-            Ok(Tensor::from_vec_as(d, &out_dims, fold_rows::<$T>(&t, inner, outer, $init, $f)?))
+            Ok(Tensor::from_vec_as(
+                d,
+                &out_dims,
+                fold_rows::<$T>(&t, inner, outer, $init, $f)?,
+            ))
         };
     }
     match d {
@@ -64,7 +91,13 @@ pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Resul
     }
 }
 
-fn float_reduce<T: FloatScalar>(op: ReduceOp, t: &Tensor, inner: usize, outer: usize, dims: &[usize]) -> Result<Tensor> {
+fn float_reduce<T: FloatScalar>(
+    op: ReduceOp,
+    t: &Tensor,
+    inner: usize,
+    outer: usize,
+    dims: &[usize],
+) -> Result<Tensor> {
     let (init, f): (T, BinaryOp) = match op {
         ReduceOp::Sum => (T::ZERO, BinaryOp::Add),
         ReduceOp::Prod => (T::ONE, BinaryOp::Mul),
@@ -72,19 +105,38 @@ fn float_reduce<T: FloatScalar>(op: ReduceOp, t: &Tensor, inner: usize, outer: u
         ReduceOp::Min => (T::INF, BinaryOp::Min),
         _ => return Err(Error::internal("logical reduction of a float")),
     };
-    Ok(Tensor::from_vec_as(t.dtype(), dims, fold_rows::<T>(t, inner, outer, init, |a, b| T::bin(f, a, b))?))
+    Ok(Tensor::from_vec_as(
+        t.dtype(),
+        dims,
+        fold_rows::<T>(t, inner, outer, init, |a, b| T::bin(f, a, b))?,
+    ))
 }
 
-fn complex_reduce<T: ComplexScalar>(op: ReduceOp, t: &Tensor, inner: usize, outer: usize, dims: &[usize]) -> Result<Tensor> {
+fn complex_reduce<T: ComplexScalar>(
+    op: ReduceOp,
+    t: &Tensor,
+    inner: usize,
+    outer: usize,
+    dims: &[usize],
+) -> Result<Tensor> {
     let (init, f) = match op {
         ReduceOp::Sum => (T::from_parts(0.0, 0.0), BinaryOp::Add),
         ReduceOp::Prod => (T::from_parts(1.0, 0.0), BinaryOp::Mul),
         _ => return Err(Error::internal("ordered reduction of a complex")),
     };
-    Ok(Tensor::from_vec_as(t.dtype(), dims, fold_rows::<T>(t, inner, outer, init, |a, b| T::bin(f, a, b))?))
+    Ok(Tensor::from_vec_as(
+        t.dtype(),
+        dims,
+        fold_rows::<T>(t, inner, outer, init, |a, b| T::bin(f, a, b))?,
+    ))
 }
 
-fn arg_rows<T: Pod + PartialOrd>(t: &Tensor, inner: usize, outer: usize, max: bool) -> Result<Vec<i64>> {
+fn arg_rows<T: Pod + PartialOrd>(
+    t: &Tensor,
+    inner: usize,
+    outer: usize,
+    max: bool,
+) -> Result<Vec<i64>> {
     let v = t.view::<T>()?;
     #[allow(clippy::eq_op, reason = "x != x is the generic NaN test")]
     let is_nan = |x: T| x != x;
@@ -114,7 +166,10 @@ pub fn arg_reduce(x: &Tensor, axis: usize, index_dtype: DType, max: bool) -> Res
         return arg_reduce(&upcast_half(x)?, axis, index_dtype, max);
     }
     if x.shape()[axis] == 0 {
-        return Err(Error::invalid(format!("{} of an empty axis {axis}", if max { "argmax" } else { "argmin" })));
+        return Err(Error::invalid(format!(
+            "{} of an empty axis {axis}",
+            if max { "argmax" } else { "argmin" }
+        )));
     }
     let (t, kept, inner) = axes_last(x, &[axis])?;
     let outer: usize = kept.iter().product();
@@ -125,7 +180,11 @@ pub fn arg_reduce(x: &Tensor, axis: usize, index_dtype: DType, max: bool) -> Res
             _ => return Err(Error::internal(format!("argmax/argmin reached the interpreter on {d}")))),
     };
     Ok(if index_dtype == DType::I32 {
-        Tensor::from_vec_as(index_dtype, &kept, idx.into_iter().map(|i| i as i32).collect())
+        Tensor::from_vec_as(
+            index_dtype,
+            &kept,
+            idx.into_iter().map(|i| i as i32).collect(),
+        )
     } else {
         Tensor::from_vec_as(index_dtype, &kept, idx)
     })
@@ -137,7 +196,12 @@ pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
     if d.is_half() {
         return downcast_half(&dot_general(&upcast_half(l)?, &upcast_half(r)?, dd)?, d);
     }
-    for (&a, &b) in dd.lhs_batch.iter().zip(&dd.rhs_batch).chain(dd.lhs_contract.iter().zip(&dd.rhs_contract)) {
+    for (&a, &b) in dd
+        .lhs_batch
+        .iter()
+        .zip(&dd.rhs_batch)
+        .chain(dd.lhs_contract.iter().zip(&dd.rhs_contract))
+    {
         if l.shape()[a] != r.shape()[b] {
             return Err(Error::invalid(format!(
                 "dot_general: lhs dim {a} has size {} but rhs dim {b} has size {}",
@@ -146,12 +210,33 @@ pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
             )));
         }
     }
-    let lfree: Vec<usize> = (0..l.rank()).filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i)).collect();
-    let rfree: Vec<usize> = (0..r.rank()).filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i)).collect();
+    let lfree: Vec<usize> = (0..l.rank())
+        .filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i))
+        .collect();
+    let rfree: Vec<usize> = (0..r.rank())
+        .filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i))
+        .collect();
     let size = |t: &Tensor, ds: &[usize]| ds.iter().map(|&i| t.shape()[i]).product::<usize>();
-    let (b, m, k, n) = (size(l, &dd.lhs_batch), size(l, &lfree), size(l, &dd.lhs_contract), size(r, &rfree));
-    let lp: Vec<usize> = dd.lhs_batch.iter().chain(&lfree).chain(&dd.lhs_contract).copied().collect();
-    let rp: Vec<usize> = dd.rhs_batch.iter().chain(&dd.rhs_contract).chain(&rfree).copied().collect();
+    let (b, m, k, n) = (
+        size(l, &dd.lhs_batch),
+        size(l, &lfree),
+        size(l, &dd.lhs_contract),
+        size(r, &rfree),
+    );
+    let lp: Vec<usize> = dd
+        .lhs_batch
+        .iter()
+        .chain(&lfree)
+        .chain(&dd.lhs_contract)
+        .copied()
+        .collect();
+    let rp: Vec<usize> = dd
+        .rhs_batch
+        .iter()
+        .chain(&dd.rhs_contract)
+        .chain(&rfree)
+        .copied()
+        .collect();
     let lt = transpose(l, &lp)?;
     let rt = transpose(r, &rp)?;
     let mut dims: Vec<usize> = dd.lhs_batch.iter().map(|&i| l.shape()[i]).collect();
@@ -161,22 +246,72 @@ pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
         DType::F32 => gemm_batched::<f32>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
             // SAFETY: a, bb, c point to m*k, k*n and m*n valid elements in
             // row-major order, as the strides say; c does not alias a or bb.
-            unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1) }
+            unsafe {
+                matrixmultiply::sgemm(
+                    m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1,
+                )
+            }
         }),
         DType::F64 => gemm_batched::<f64>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
             // SAFETY: as for f32.
-            unsafe { matrixmultiply::dgemm(m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1) }
+            unsafe {
+                matrixmultiply::dgemm(
+                    m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1,
+                )
+            }
         }),
-        DType::C64 => gemm_batched::<[f32; 2]>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
-            use matrixmultiply::CGemmOption::Standard;
-            // SAFETY: as for f32; complex64 is laid out as [re, im].
-            unsafe { matrixmultiply::cgemm(Standard, Standard, m, k, n, [1.0, 0.0], a, k as isize, 1, bb, n as isize, 1, [0.0, 0.0], c, n as isize, 1) }
-        }),
-        DType::C128 => gemm_batched::<[f64; 2]>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
-            use matrixmultiply::CGemmOption::Standard;
-            // SAFETY: as for f32; complex128 is laid out as [re, im].
-            unsafe { matrixmultiply::zgemm(Standard, Standard, m, k, n, [1.0, 0.0], a, k as isize, 1, bb, n as isize, 1, [0.0, 0.0], c, n as isize, 1) }
-        }),
+        DType::C64 => {
+            gemm_batched::<[f32; 2]>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
+                use matrixmultiply::CGemmOption::Standard;
+                // SAFETY: as for f32; complex64 is laid out as [re, im].
+                unsafe {
+                    matrixmultiply::cgemm(
+                        Standard,
+                        Standard,
+                        m,
+                        k,
+                        n,
+                        [1.0, 0.0],
+                        a,
+                        k as isize,
+                        1,
+                        bb,
+                        n as isize,
+                        1,
+                        [0.0, 0.0],
+                        c,
+                        n as isize,
+                        1,
+                    )
+                }
+            })
+        }
+        DType::C128 => {
+            gemm_batched::<[f64; 2]>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
+                use matrixmultiply::CGemmOption::Standard;
+                // SAFETY: as for f32; complex128 is laid out as [re, im].
+                unsafe {
+                    matrixmultiply::zgemm(
+                        Standard,
+                        Standard,
+                        m,
+                        k,
+                        n,
+                        [1.0, 0.0],
+                        a,
+                        k as isize,
+                        1,
+                        bb,
+                        n as isize,
+                        1,
+                        [0.0, 0.0],
+                        c,
+                        n as isize,
+                        1,
+                    )
+                }
+            })
+        }
         _ => with_int!(d, T => {
             let (a, bv) = (lt.view::<T>()?, rt.view::<T>()?);
             let mut out = vec![T::ZERO; b * m * n];

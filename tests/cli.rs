@@ -1,0 +1,200 @@
+//! The `tensorlift` binary: runs the examples, writes .npy results, prints
+//! DOT, and answers bad input with one line and a non-zero exit.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn tensorlift(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorlift"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn tmpdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tensorlift-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn runs_the_softmax_example() {
+    let out = tmpdir("softmax");
+    let o = tensorlift(&[
+        "run",
+        "examples/softmax.tlir",
+        "--input",
+        "x=examples/data/softmax_x.npy",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--mode",
+        "interp",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let probs = tensorlift::npy::load(out.join("probs.npy")).unwrap();
+    let x = tensorlift::npy::load("examples/data/softmax_x.npy")
+        .unwrap()
+        .to_ndarray::<f32>()
+        .unwrap();
+    let p = probs.to_ndarray::<f32>().unwrap();
+    for (xr, pr) in x.outer_iter().zip(p.outer_iter()) {
+        let m = xr.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let s: f32 = xr.iter().map(|v| (v - m).exp()).sum();
+        for (a, b) in xr.iter().zip(pr.iter()) {
+            assert!(((a - m).exp() / s - b).abs() < 1e-6);
+        }
+    }
+}
+
+#[test]
+fn runs_the_mlp_example_with_named_outputs() {
+    let out = tmpdir("mlp");
+    let d = "examples/data/";
+    let args: Vec<String> = ["x", "w1", "b1", "w2", "b2"]
+        .iter()
+        .flat_map(|n| ["--input".to_string(), format!("{n}={d}mlp_{n}.npy")])
+        .collect();
+    let mut all = vec![
+        "run",
+        "examples/mlp.tlir",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ];
+    all.extend(args.iter().map(String::as_str));
+    let o = tensorlift(&all);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let logits = tensorlift::npy::load(out.join("logits.npy")).unwrap();
+    let class = tensorlift::npy::load(out.join("class.npy")).unwrap();
+    assert_eq!(logits.shape(), &[2, 2]);
+    let l = common::to_vec::<f32>(&logits);
+    let c = common::to_vec::<i64>(&class);
+    for r in 0..2 {
+        assert_eq!(c[r], if l[2 * r + 1] > l[2 * r] { 1 } else { 0 });
+    }
+}
+
+#[test]
+fn prints_graphviz() {
+    let o = tensorlift(&["graph", "examples/arith.tlir"]);
+    assert!(o.status.success());
+    let dot = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        dot.starts_with("digraph \"arith\" {")
+            && dot.contains("->")
+            && dot.trim_end().ends_with('}'),
+        "{dot}"
+    );
+}
+
+fn assert_one_line_error(o: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "expected failure, got success: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "panic leaked: {err}"
+    );
+    assert!(err.contains(needle), "stderr lacks '{needle}': {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+}
+
+#[test]
+fn bad_input_is_one_line_and_nonzero() {
+    let out = tmpdir("bad");
+    let od = out.to_str().unwrap();
+    let bad_prog = out.join("bad.tlir");
+    std::fs::write(&bad_prog, "graph @g {\n  %x = parameter 0 : f32[2]\n  %y = add(%x, %q) : f32[2]\n  return %y as \"y\"\n}\n").unwrap();
+    let o = tensorlift(&["run", bad_prog.to_str().unwrap(), "--output-dir", od]);
+    assert_one_line_error(&o, "bad.tlir:3:16: use of undefined value '%q'");
+    let o = tensorlift(&["run", "examples/nope.tlir", "--output-dir", od]);
+    assert_one_line_error(&o, "cannot read examples/nope.tlir");
+    let o = tensorlift(&["run", "examples/softmax.tlir", "--output-dir", od]);
+    assert_one_line_error(&o, "missing --input x=FILE.npy");
+    let o = tensorlift(&[
+        "run",
+        "examples/softmax.tlir",
+        "--input",
+        "y=examples/data/softmax_x.npy",
+        "--output-dir",
+        od,
+    ]);
+    assert_one_line_error(&o, "no parameter named 'y'");
+    let o = tensorlift(&[
+        "run",
+        "examples/softmax.tlir",
+        "--input",
+        "x=examples/data/arith_x.npy",
+        "--output-dir",
+        od,
+    ]);
+    assert_one_line_error(&o, "holds f32[8], but parameter 'x' is f32[4,8]");
+    let o = tensorlift(&[
+        "run",
+        "examples/softmax.tlir",
+        "--input",
+        "x=examples/softmax.tlir",
+        "--output-dir",
+        od,
+    ]);
+    assert_one_line_error(&o, "not a valid .npy file");
+    let o = tensorlift(&[
+        "run",
+        "examples/softmax.tlir",
+        "--input",
+        "x",
+        "--output-dir",
+        od,
+    ]);
+    assert_one_line_error(&o, "must look like NAME=FILE.npy");
+    let o = tensorlift(&[
+        "run",
+        "examples/gather.tlir",
+        "--input",
+        "table=examples/data/gather_table.npy",
+        "--input",
+        "ids=examples/data/softmax_x.npy",
+        "--output-dir",
+        od,
+    ]);
+    assert_one_line_error(&o, "parameter 'ids' is i32[4]");
+    // An out-of-range index is a run-time error naming the op and its line.
+    let idx = out.join("ids.npy");
+    tensorlift::npy::save(
+        &tensorlift::Tensor::from(ndarray::arr1(&[0i32, 9, 1, 2]).into_dyn()),
+        &idx,
+    )
+    .unwrap();
+    let o = tensorlift(&[
+        "run",
+        "examples/gather.tlir",
+        "--input",
+        "table=examples/data/gather_table.npy",
+        "--input",
+        &format!("ids={}", idx.display()),
+        "--output-dir",
+        od,
+    ]);
+    assert_one_line_error(
+        &o,
+        "take 'rows' (created at examples/gather.tlir:5:3): take: indices[1] = 9 is not in [0, 5)",
+    );
+    // Usage errors come from the argument parser with exit code 2.
+    let o = tensorlift(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = tensorlift(&[
+        "run",
+        "examples/softmax.tlir",
+        "--mode",
+        "warp",
+        "--output-dir",
+        od,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -1,0 +1,229 @@
+//! Defined results for the edge cases the interpreter documents
+//! (docs/ir.md, "Semantics"): integer division by zero and `MIN / -1`,
+//! wrapping overflow, NaN/inf/-0.0 propagation, saturating casts, empty
+//! reductions and out-of-range `take` indices.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use ndarray::{ArrayD, arr0, arr1};
+use tensorlift::{Code, DType, Sym, Tensor, function};
+
+fn t<T: tensorlift::HostElement>(v: &[T]) -> Tensor {
+    Tensor::from(arr1(v).into_dyn())
+}
+
+fn run1(f: &tensorlift::Function, inputs: &[Tensor]) -> Tensor {
+    f.call(inputs).unwrap().remove(0)
+}
+
+#[test]
+fn integer_division_by_zero_and_min_over_minus_one() {
+    let div = function(|a: Sym, b: Sym| a / b);
+    let rem = function(|a: Sym, b: Sym| a % b);
+    let a = t(&[7i32, -7, i32::MIN, i32::MIN, 5, 0]);
+    let b = t(&[0i32, 0, -1, 0, 2, 0]);
+    assert_eq!(
+        common::to_vec::<i32>(&run1(&div, &[a.clone(), b.clone()])),
+        vec![-1, -1, i32::MIN, -1, 2, -1]
+    );
+    assert_eq!(
+        common::to_vec::<i32>(&run1(&rem, &[a, b])),
+        vec![7, -7, 0, i32::MIN, 1, 0]
+    );
+    // Unsigned: x / 0 is all bits set, x % 0 = x.
+    let (a, b) = (t(&[9u8, 200]), t(&[0u8, 0]));
+    assert_eq!(
+        common::to_vec::<u8>(&run1(&div, &[a.clone(), b.clone()])),
+        vec![255, 255]
+    );
+    assert_eq!(common::to_vec::<u8>(&run1(&rem, &[a, b])), vec![9, 200]);
+    // Truncation toward zero, remainder with the dividend's sign.
+    let (a, b) = (t(&[-7i64, 7, -7]), t(&[2i64, -2, -2]));
+    assert_eq!(
+        common::to_vec::<i64>(&run1(&div, &[a.clone(), b.clone()])),
+        vec![-3, -3, 3]
+    );
+    assert_eq!(common::to_vec::<i64>(&run1(&rem, &[a, b])), vec![-1, 1, -1]);
+}
+
+#[test]
+fn integer_overflow_wraps() {
+    let f = function(|a: Sym, b: Sym| vec![&a + &b, &a * &b, -&a, a.abs(), a.pow(&b)]);
+    let out = f
+        .call(&[t(&[i8::MAX, i8::MIN, 100]), t(&[1i8, -1, 3])])
+        .unwrap();
+    assert_eq!(common::to_vec::<i8>(&out[0]), vec![i8::MIN, i8::MAX, 103]);
+    assert_eq!(common::to_vec::<i8>(&out[1]), vec![127, i8::MIN, 44]);
+    assert_eq!(common::to_vec::<i8>(&out[2]), vec![-127, i8::MIN, -100]);
+    assert_eq!(common::to_vec::<i8>(&out[3]), vec![127, i8::MIN, 100]);
+    // 127^1 = 127; (-128)^-1 = 0 (only ±1 have integer reciprocals); 100^3 wraps.
+    assert_eq!(
+        common::to_vec::<i8>(&out[4]),
+        vec![127, 0, (1_000_000i64 as i8)]
+    );
+}
+
+#[test]
+fn nan_inf_and_signed_zero_propagate() {
+    let f =
+        function(|a: Sym, b: Sym| vec![a.maximum(&b), a.minimum(&b), a.sign(), &a + &b, a.round()]);
+    let a = t(&[f32::NAN, 1.0, -0.0, 0.0, f32::INFINITY, 2.5]);
+    let b = t(&[1.0f32, f32::NAN, 0.0, -0.0, f32::NEG_INFINITY, -2.5]);
+    let out = f.call(&[a, b]).unwrap();
+    let bits = |t: &Tensor| {
+        common::to_vec::<f32>(t)
+            .iter()
+            .map(|v| if v.is_nan() { u32::MAX } else { v.to_bits() })
+            .collect::<Vec<_>>()
+    };
+    let nan = u32::MAX;
+    assert_eq!(
+        bits(&out[0]),
+        vec![
+            nan,
+            nan,
+            0.0f32.to_bits(),
+            0.0f32.to_bits(),
+            f32::INFINITY.to_bits(),
+            2.5f32.to_bits()
+        ]
+    );
+    assert_eq!(
+        bits(&out[1]),
+        vec![
+            nan,
+            nan,
+            (-0.0f32).to_bits(),
+            (-0.0f32).to_bits(),
+            f32::NEG_INFINITY.to_bits(),
+            (-2.5f32).to_bits()
+        ]
+    );
+    assert_eq!(
+        bits(&out[2]),
+        vec![
+            nan,
+            1.0f32.to_bits(),
+            (-0.0f32).to_bits(),
+            0.0f32.to_bits(),
+            1.0f32.to_bits(),
+            1.0f32.to_bits()
+        ]
+    );
+    // inf + -inf = NaN
+    assert!(common::to_vec::<f32>(&out[3])[4].is_nan());
+    // Round half to even: 2.5 -> 2.
+    assert_eq!(common::to_vec::<f32>(&out[4])[5], 2.0);
+}
+
+#[test]
+fn float_to_int_saturates_and_nan_becomes_zero() {
+    let f = function(|x: Sym| vec![x.cast(DType::I32), x.cast(DType::U8), x.cast(DType::Bool)]);
+    let out = f
+        .call(&[t(&[f64::NAN, 1e20, -1e20, -3.7, 3.7, -0.0])])
+        .unwrap();
+    assert_eq!(
+        common::to_vec::<i32>(&out[0]),
+        vec![0, i32::MAX, i32::MIN, -3, 3, 0]
+    );
+    assert_eq!(common::to_vec::<u8>(&out[1]), vec![0, 255, 0, 0, 3, 0]);
+    assert_eq!(
+        common::to_vec::<bool>(&out[2]),
+        vec![true, true, true, true, true, false]
+    );
+}
+
+#[test]
+fn empty_reductions_give_the_identity() {
+    let f = function(|x: Sym| {
+        vec![
+            x.reduce_sum(Some(&[0]), false),
+            x.reduce_prod(Some(&[0]), false),
+            x.reduce_max(Some(&[0]), false),
+            x.reduce_min(Some(&[0]), false),
+        ]
+    });
+    let x = Tensor::from(ArrayD::<f32>::zeros(vec![0, 2]));
+    let out = f.call(&[x]).unwrap();
+    assert_eq!(common::to_vec::<f32>(&out[0]), vec![0.0, 0.0]);
+    assert_eq!(common::to_vec::<f32>(&out[1]), vec![1.0, 1.0]);
+    assert_eq!(common::to_vec::<f32>(&out[2]), vec![f32::NEG_INFINITY; 2]);
+    assert_eq!(common::to_vec::<f32>(&out[3]), vec![f32::INFINITY; 2]);
+    let g = function(|x: Sym| x.reduce_max(None, false));
+    assert_eq!(
+        common::to_vec::<i16>(&run1(&g, &[Tensor::from(ArrayD::<i16>::zeros(vec![0]))])),
+        vec![i16::MIN]
+    );
+}
+
+#[test]
+fn argmax_prefers_the_first_and_nan() {
+    let f = function(|x: Sym| vec![x.argmax(0), x.argmin(0)]);
+    let out = f
+        .call(&[t(&[1.0f32, 3.0, 3.0, f32::NAN, 0.0, f32::NAN])])
+        .unwrap();
+    assert_eq!(common::to_vec::<i64>(&out[0]), vec![3]);
+    assert_eq!(common::to_vec::<i64>(&out[1]), vec![3]);
+    let out = f.call(&[t(&[2i32, 0, 5, 0, 5])]).unwrap();
+    assert_eq!(common::to_vec::<i64>(&out[0]), vec![2]);
+    assert_eq!(common::to_vec::<i64>(&out[1]), vec![1]);
+}
+
+#[test]
+fn out_of_range_take_is_a_clear_error() {
+    let f = function(|x: Sym, i: Sym| x.take(&i, 0));
+    let x = t(&[1.0f32, 2.0, 3.0]);
+    for bad in [3i32, -1] {
+        let e = f.call(&[x.clone(), t(&[0i32, bad])]).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("indices[1] = {bad} is not in [0, 3)")),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("take") && msg.contains("edge_cases.rs"),
+            "error names the op and its creation site: {msg}"
+        );
+    }
+    // The function keeps working after the error.
+    assert_eq!(
+        common::to_vec::<f32>(&run1(&f, &[x, t(&[2i32, 0])])),
+        vec![3.0, 1.0]
+    );
+}
+
+#[test]
+fn scalars_and_zero_sized_tensors() {
+    let f = function(|x: Sym| (&x * 2.0 + 1.0).exp().reduce_sum(None, false));
+    let out = run1(&f, &[Tensor::from(arr0(0.0f64).into_dyn())]);
+    assert_eq!(common::to_vec::<f64>(&out), vec![1.0f64.exp()]);
+    let out = run1(&f, &[Tensor::from(ArrayD::<f64>::zeros(vec![3, 0]))]);
+    assert_eq!(common::to_vec::<f64>(&out), vec![0.0]);
+}
+
+#[test]
+fn complex_abs_is_real_and_complex_compare_is_equality_only() {
+    use num_complex::Complex32;
+    let f = function(|x: Sym| x.abs());
+    let out = run1(&f, &[t(&[Complex32::new(3.0, 4.0)])]);
+    assert_eq!(out.dtype(), DType::F32);
+    assert_eq!(common::to_vec::<f32>(&out), vec![5.0]);
+    let g = function(|x: Sym, y: Sym| x.less(&y));
+    let e = g
+        .call(&[
+            t(&[Complex32::new(1.0, 0.0)]),
+            t(&[Complex32::new(2.0, 0.0)]),
+        ])
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("complex numbers are unordered"),
+        "{e}"
+    );
+}

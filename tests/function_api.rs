@@ -1,0 +1,304 @@
+//! The user API: tracing closures into graphs, the trace cache, input
+//! signatures, compiler_ir, and errors that name the op, the types and the
+//! user's own line.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use ndarray::{ArrayD, arr1, arr2};
+use tensorlift::{Code, DType, IrStage, Sym, Tensor, TensorSpec, function};
+
+fn v32(v: &[f32]) -> Tensor {
+    Tensor::from(arr1(v).into_dyn())
+}
+
+#[test]
+fn traced_math_reads_like_math() {
+    let f = function(|x: Sym| ((&x * 1.5 + 0.25) * &x - 0.75) * 0.5 + &x);
+    let x = [0.0f32, 1.0, -2.0, 0.5];
+    let y = f.call(&[v32(&x)]).unwrap();
+    let want: Vec<f32> = x
+        .iter()
+        .map(|x| ((x * 1.5 + 0.25) * x - 0.75) * 0.5 + x)
+        .collect();
+    assert_eq!(common::to_vec::<f32>(&y[0]), want);
+}
+
+#[test]
+fn softmax_mlp_and_multiple_outputs() {
+    let softmax = function(|x: Sym| {
+        let e = (&x - x.reduce_max(Some(&[-1]), true)).exp();
+        &e / e.reduce_sum(Some(&[-1]), true)
+    });
+    let x = Tensor::from(arr2(&[[1.0f32, 2.0, 3.0], [0.0, 0.0, 0.0]]).into_dyn());
+    let y = common::to_vec::<f32>(&softmax.call(&[x]).unwrap()[0]);
+    let e: Vec<f32> = [1.0f32, 2.0, 3.0].iter().map(|v| (v - 3.0).exp()).collect();
+    let s: f32 = e.iter().sum();
+    for (a, b) in y.iter().zip(e.iter().map(|v| v / s).chain([1.0 / 3.0; 3])) {
+        assert!((a - b).abs() < 1e-6, "{y:?}");
+    }
+    let mlp = function(|x: Sym, w: Sym, b: Sym| {
+        let h = (x.matmul(&w) + &b).maximum(0.0);
+        (h.clone(), h.argmax(1))
+    });
+    let x = Tensor::from(arr2(&[[1.0f32, -1.0], [2.0, 0.5]]).into_dyn());
+    let w = Tensor::from(arr2(&[[1.0f32, 0.0, -1.0], [0.0, 1.0, 2.0]]).into_dyn());
+    let b = v32(&[0.0, 0.5, 0.0]);
+    let out = mlp.call(&[x, w, b]).unwrap();
+    assert_eq!(
+        common::to_vec::<f32>(&out[0]),
+        vec![1.0, 0.0, 0.0, 2.0, 1.0, 0.0]
+    );
+    assert_eq!(common::to_vec::<i64>(&out[1]), vec![0, 0]);
+}
+
+#[test]
+fn traces_once_per_signature() {
+    let f = function(|x: Sym| x.exp());
+    f.call(&[v32(&[1.0])]).unwrap();
+    f.call(&[v32(&[2.0])]).unwrap();
+    assert_eq!(f.trace_count(), 1);
+    f.call(&[v32(&[1.0, 2.0])]).unwrap();
+    assert_eq!(f.trace_count(), 2);
+    f.call(&[Tensor::from(arr1(&[1.0f64]).into_dyn())]).unwrap();
+    assert_eq!(f.trace_count(), 3);
+    f.call(&[v32(&[3.0])]).unwrap();
+    assert_eq!(f.trace_count(), 3);
+}
+
+#[test]
+fn a_relaxed_input_signature_traces_once() {
+    let f = function(|x: Sym| (&x * 2.0).reduce_sum(Some(&[0]), false))
+        .input_signature(vec![TensorSpec::new(DType::F32, &[None])]);
+    for n in 1..5 {
+        let y = f.call(&[v32(&vec![1.0; n])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&y[0]), vec![2.0 * n as f32]);
+    }
+    assert_eq!(f.trace_count(), 1);
+    let ir = f
+        .compiler_ir(&[TensorSpec::new(DType::F32, &[None])], IrStage::Traced)
+        .unwrap();
+    assert!(ir.contains("parameter 0 : f32[?]"), "{ir}");
+    // Calls that do not fit the signature are errors naming the input.
+    let e = f
+        .call(&[Tensor::from(arr1(&[1i32]).into_dyn())])
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("input 0") && e.to_string().contains("input_signature"),
+        "{e}"
+    );
+    let e = f
+        .call(&[Tensor::from(arr2(&[[1.0f32]]).into_dyn())])
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+}
+
+#[test]
+fn compiler_ir_shows_traced_and_optimized_graphs() {
+    let f = function(|x: Sym| {
+        let c = x.graph().scalar(DType::F32, 2.0);
+        let unused = x.sin();
+        let _ = unused;
+        (&x * (&c * 3.0)) * 1.0 + x.exp() + x.exp()
+    });
+    let spec = [TensorSpec::known(DType::F32, &[4])];
+    let traced = f.compiler_ir(&spec, IrStage::Traced).unwrap();
+    let optimized = f.compiler_ir(&spec, IrStage::Optimized).unwrap();
+    assert!(
+        traced.contains("sin(") && traced.matches("exp(").count() == 2,
+        "{traced}"
+    );
+    // DCE removed sin, CSE merged the exps, folding computed 2*3, x*1 is x.
+    assert!(!optimized.contains("sin("), "{optimized}");
+    assert_eq!(optimized.matches("exp(").count(), 1, "{optimized}");
+    assert!(optimized.contains("constant 6.0 : f32[]"), "{optimized}");
+    assert!(!optimized.contains("constant 1.0"), "{optimized}");
+    // Both are valid text IR.
+    tensorlift::ir::text::parse(&optimized, "o").unwrap();
+}
+
+#[test]
+fn dtype_mismatch_names_op_types_and_user_line() {
+    let f = function(|x: Sym, i: Sym| x + i);
+    let line = line!() - 1;
+    let e = f
+        .call(&[v32(&[1.0]), Tensor::from(arr1(&[1i32]).into_dyn())])
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let d = e.detail().unwrap();
+    let node = d.node.as_ref().unwrap();
+    assert_eq!(node.op, "add");
+    assert!(node.site.file.ends_with("function_api.rs"), "{}", node.site);
+    assert_eq!(node.site.line, line);
+    assert!(d.message.contains("f32[1] vs i32[1]"), "{e}");
+    // Rust scalars take the other operand's dtype; a fraction is no integer.
+    let g = function(|i: Sym| i * 1.5);
+    let e = g
+        .call(&[Tensor::from(arr1(&[1i32]).into_dyn())])
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("1.5 is not a valid int32 value"),
+        "{e}"
+    );
+    let h = function(|i: Sym| i * 3 + 1);
+    assert_eq!(
+        common::to_vec::<i32>(&h.call(&[Tensor::from(arr1(&[2i32]).into_dyn())]).unwrap()[0]),
+        vec![7]
+    );
+}
+
+#[test]
+fn bad_bodies_are_errors_not_panics() {
+    let f = function(|x: Sym| x.reshape(&[5]));
+    let e = f.call(&[v32(&[1.0, 2.0])]).unwrap_err();
+    assert!(e.to_string().contains("cannot reshape"), "{e}");
+    let f = function(|x: Sym| x.transpose(&[0, 0]));
+    assert!(
+        f.call(&[Tensor::from(arr2(&[[1.0f32]]).into_dyn())])
+            .unwrap_err()
+            .to_string()
+            .contains("not a permutation")
+    );
+    let f = function(|x: Sym| x.reduce_sum(Some(&[3]), false));
+    assert!(
+        f.call(&[v32(&[1.0])])
+            .unwrap_err()
+            .to_string()
+            .contains("out of range")
+    );
+    let f = function(|x: Sym| x.logical_not());
+    assert!(
+        f.call(&[v32(&[1.0])])
+            .unwrap_err()
+            .to_string()
+            .contains("not is not defined on float32")
+    );
+    let f = function(|x: Sym, y: Sym| x + y);
+    let e = f
+        .call(&[v32(&[1.0, 2.0]), v32(&[1.0, 2.0, 3.0])])
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot be broadcast"), "{e}");
+    // Wrong number of arguments.
+    let e = f.call(&[v32(&[1.0])]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("takes 2 argument(s), but 1 were given"),
+        "{e}"
+    );
+    // A panic inside the body is caught and reported.
+    let f = function(|_x: Sym| -> Sym { panic!("boom") });
+    let e = f.call(&[v32(&[1.0])]).unwrap_err();
+    assert!(
+        e.to_string().contains("panicked while tracing: boom"),
+        "{e}"
+    );
+    // Strings are opaque.
+    let f = function(|s: Sym| s.exp());
+    let strings = Tensor::from(ArrayD::from_shape_vec(vec![1], vec!["a".to_string()]).unwrap());
+    assert!(
+        f.call(std::slice::from_ref(&strings))
+            .unwrap_err()
+            .to_string()
+            .contains("strings are opaque")
+    );
+    // ...but pass through.
+    let f = function(|s: Sym| s);
+    assert_eq!(
+        f.call(std::slice::from_ref(&strings)).unwrap()[0].strings(),
+        strings.strings()
+    );
+}
+
+#[test]
+fn every_method_traces() {
+    let f = function(|x: Sym| {
+        let i = x.cast(DType::I32);
+        let b = x.greater(0.0);
+        vec![
+            x.neg(),
+            x.abs(),
+            x.sign(),
+            x.floor(),
+            x.ceil(),
+            x.round(),
+            x.abs().sqrt(),
+            (x.abs() + 1.0).rsqrt(),
+            x.exp(),
+            x.expm1(),
+            x.abs().log(),
+            x.abs().log1p(),
+            x.tanh(),
+            x.sigmoid(),
+            x.sin(),
+            x.cos(),
+            x.erf(),
+            x.is_finite(),
+            x.square(),
+            x.reciprocal(),
+            x.pow(2.0),
+            x.minimum(0.0),
+            x.rem(2.0),
+            b.logical_and(&b),
+            b.logical_or(&b),
+            b.logical_xor(&b),
+            !b.clone(),
+            i.logical_not(),
+            x.equal(0.0),
+            x.not_equal(0.0),
+            x.less(0.0),
+            x.less_equal(0.0),
+            x.greater_equal(0.0),
+            b.select(&x, 0.0),
+            x.clamp(-1.0, 1.0),
+            x.broadcast_to(&[2, 4]),
+            x.broadcast_in_dim(&[4, 2], &[0]),
+            x.reshape(&[2, -1]),
+            x.reshape(&[2, 2]).transpose(&[1, 0]),
+            x.slice(&[1], &[4], &[2]),
+            x.concat(std::slice::from_ref(&x), 0),
+            x.pad(&[1], &[0], &[1], 9.0),
+            x.reverse(&[0]),
+            x.reduce_prod(None, true),
+            x.reduce_min(None, false),
+            b.reduce_all(None, false),
+            b.reduce_any(None, false),
+            x.argmin(0),
+            x.reshape(&[2, 2]).matmul(&x.reshape(&[2, 2])),
+            x.take(&x.graph().iota(DType::I32, &[2], 0), 0),
+            (&i & 1) | 2,
+            &i ^ 3,
+            1.0 - &x,
+            2.0 / &x,
+            x.graph().constant(&Tensor::scalar(1u8)),
+        ]
+    });
+    let out = f.call(&[v32(&[-1.5, 0.0, 2.5, 4.0])]).unwrap();
+    assert_eq!(out.len(), 55);
+    assert_eq!(common::to_vec::<f32>(&out[42]), vec![4.0, 2.5, 0.0, -1.5]);
+    assert_eq!(
+        common::to_vec::<f32>(&out[41]),
+        vec![9.0, -1.5, 9.0, 0.0, 9.0, 2.5, 9.0, 4.0]
+    );
+}
+
+#[test]
+fn functions_are_shareable_across_threads() {
+    let f = std::sync::Arc::new(function(|x: Sym| x.exp().reduce_sum(None, false)));
+    let handles: Vec<_> = (0..8)
+        .map(|k| {
+            let f = f.clone();
+            std::thread::spawn(move || f.call(&[v32(&vec![0.0; k + 1])]).unwrap())
+        })
+        .collect();
+    for (k, h) in handles.into_iter().enumerate() {
+        assert_eq!(
+            common::to_vec::<f32>(&h.join().unwrap()[0]),
+            vec![(k + 1) as f32]
+        );
+    }
+}
