@@ -2,6 +2,7 @@
 # Runs every test of the workspace: formatting, lints, unit, integration,
 # property and doc tests. `--long` runs the property tests with many more
 # cases (minutes); CI runs the default, which is sized for a 2-core machine.
+# The last line is a total over every test binary: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,17 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (workspace lints, warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
 echo "== cargo test (PROPTEST_CASES=$cases)"
-PROPTEST_CASES=$cases cargo test --workspace --all-targets
-cargo test --workspace --doc
+PROPTEST_CASES=$cases cargo test --workspace --all-targets 2>&1 | tee -a "$log" || status=1
+echo "== doc tests"
+cargo test --workspace --doc 2>&1 | tee -a "$log" || status=1
+
+passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '; [0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "tests: $passed passed, $failed failed"
+[ "$status" -eq 0 ] && [ "$failed" -eq 0 ]

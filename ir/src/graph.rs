@@ -479,3 +479,61 @@ pub(crate) fn types_str(ts: &[TensorType]) -> String {
         format!("({})", parts.join(", "))
     }
 }
+
+impl Graph {
+    /// The same program with parameters of `types` (which must fit the
+    /// declared parameter types), every other type re-inferred: how a graph
+    /// traced with unknown dims is specialized to concrete input shapes.
+    pub fn specialize(&self, types: &[TensorType]) -> Result<Graph> {
+        let params = self.params();
+        if params.len() != types.len() {
+            return Err(Error::invalid(format!(
+                "graph '{}' takes {} input(s), but {} types were given",
+                self.name,
+                params.len(),
+                types.len()
+            )));
+        }
+        let mut g = Graph::new(self.name.clone());
+        g.bindings = self.bindings.clone();
+        let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
+        for node in &self.nodes {
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|v| map[v.index()].ok_or_else(|| Error::internal("operand not specialized")))
+                .collect::<Result<Vec<_>>>()?;
+            let result_types = match &node.op {
+                Op::Parameter { index } => {
+                    let want = &self.values[node.results[0].index()].ty;
+                    let t = &types[*index];
+                    let fits = want.dtype == t.dtype
+                        && want.shape.compatible(&t.shape)
+                        && (want.shape.rank().is_none() || want.shape.rank() == t.shape.rank());
+                    if !fits {
+                        return Err(Error::invalid(format!("input {index} must be {want}, got {t}")));
+                    }
+                    Some(vec![t.clone()])
+                }
+                Op::Callback(_) => Some(node.results.iter().map(|r| self.values[r.index()].ty.clone()).collect()),
+                _ => None,
+            };
+            let id = g.add_node(NewNode {
+                op: node.op.clone(),
+                inputs,
+                name: Some(node.name.clone()),
+                site: node.site.clone(),
+                effect: node.effect,
+                result_types,
+            })?;
+            for (old, new) in node.results.iter().zip(&g.nodes[id.index()].results) {
+                map[old.index()] = Some(*new);
+            }
+        }
+        for o in &self.outputs {
+            let v = map[o.value.index()].ok_or_else(|| Error::internal("output not specialized"))?;
+            g.add_output(v, o.name.clone())?;
+        }
+        Ok(g)
+    }
+}

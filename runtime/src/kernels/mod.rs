@@ -4,4 +4,4 @@
 pub mod elementwise;
 pub mod layout;
 pub mod reduce;
-pub(crate) mod scalar;
+pub mod scalar;

@@ -6,7 +6,7 @@ use tensorlift_ir::{BinaryOp, UnaryOp};
 
 /// Integer semantics: wrapping arithmetic; `x / 0 = -1` (all bits set),
 /// `x % 0 = x`, `MIN / -1 = MIN`, `MIN % -1 = 0` (XLA's definitions).
-pub(crate) trait IntScalar: bytemuck::Pod + Ord + Send + Sync {
+pub trait IntScalar: bytemuck::Pod + Ord + Send + Sync {
     fn un(op: UnaryOp, x: Self) -> Self;
     fn bin(op: BinaryOp, a: Self, b: Self) -> Self;
     fn to_i128(self) -> i128;
@@ -78,7 +78,7 @@ int_scalar!(i8: true, i16: true, i32: true, i64: true, u8: false, u16: false, u3
 
 /// Real float semantics (IEEE 754; NaN-propagating max/min with
 /// `max(-0, +0) = +0`; `sign(±0) = ±0`; round half to even).
-pub(crate) trait FloatScalar: bytemuck::Pod + PartialOrd + Send + Sync {
+pub trait FloatScalar: bytemuck::Pod + PartialOrd + Send + Sync {
     fn un(op: UnaryOp, x: Self) -> Self;
     fn bin(op: BinaryOp, a: Self, b: Self) -> Self;
     fn is_finite_(self) -> bool;
@@ -148,7 +148,7 @@ macro_rules! float_scalar {
 float_scalar!(f32: libm::erff, f64: libm::erf);
 
 /// Complex semantics (num-complex's formulas).
-pub(crate) trait ComplexScalar: bytemuck::Pod + PartialEq + Send + Sync {
+pub trait ComplexScalar: bytemuck::Pod + PartialEq + Send + Sync {
     type Real: FloatScalar;
     fn un(op: UnaryOp, x: Self) -> Self;
     fn bin(op: BinaryOp, a: Self, b: Self) -> Self;

@@ -1,0 +1,795 @@
+//! Fusion and buffer planning: turns an optimized graph with static shapes
+//! into a [`Plan`] — a list of steps (fused loop kernels, reduce kernels,
+//! GEMM calls, runtime-kernel calls) over numbered buffer slots.
+//!
+//! A value is either *materialized* (it has a slot: a parameter, a
+//! non-scalar constant, a step's result) or *inlined*: an elementwise,
+//! layout, iota or scalar-constant value recomputed inside every kernel that
+//! reads it, never written to memory. Layout ops (broadcast, transpose,
+//! slice, reverse, reshape) become affine index maps on the loads of the
+//! kernel. Every "no" of the fusion pass is recorded with its reason.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use tensorlift_ir::{
+    BinaryOp, CmpOp, DType, Graph, Literal, NodeId, Op, ReduceOp, Result, Error, UnaryOp, ValueId,
+};
+
+/// Index of a buffer slot.
+pub type SlotId = usize;
+
+/// Where a slot's memory comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SlotKind {
+    /// Input number `i` (read-only, the caller's tensor).
+    Input(usize),
+    /// A constant owned by the executable.
+    Const(Literal),
+    /// An intermediate living in the per-call arena at `offset`.
+    Temp {
+        /// Byte offset in the arena.
+        offset: usize,
+    },
+    /// A graph output (its own allocation, returned to the caller).
+    Output,
+}
+
+/// A buffer.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    /// Kind of memory.
+    pub kind: SlotKind,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub dims: Vec<usize>,
+    /// The value it holds (for dumps and errors).
+    pub name: String,
+}
+
+impl Slot {
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.dims.iter().product::<usize>() * self.dtype.size()
+    }
+}
+
+/// A node of a kernel's expression DAG (operands precede users).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ENode {
+    /// Element of a slot at `offset + Σ i[d]·strides[d]` (in elements).
+    Load {
+        /// The buffer.
+        slot: SlotId,
+        /// Element type.
+        dtype: DType,
+        /// Offset in elements.
+        offset: i64,
+        /// Stride per loop dim, in elements.
+        strides: Vec<i64>,
+    },
+    /// A scalar constant.
+    Const(Literal),
+    /// The integer `offset + Σ i[d]·strides[d]`, converted to `dtype`.
+    Iota {
+        /// Result type.
+        dtype: DType,
+        /// Value at index 0.
+        offset: i64,
+        /// Coefficient per loop dim.
+        strides: Vec<i64>,
+    },
+    /// Elementwise unary op with its result type.
+    Unary(UnaryOp, usize, DType),
+    /// Elementwise binary op with its result type.
+    Binary(BinaryOp, usize, usize, DType),
+    /// Comparison of two operands of `dtype`, giving bool.
+    Compare(CmpOp, usize, usize, DType),
+    /// `select(p, a, b)` of type `dtype`.
+    Select(usize, usize, usize, DType),
+    /// `clamp(x, lo, hi)` of type `dtype`.
+    Clamp(usize, usize, usize, DType),
+    /// Cast from the operand's dtype to `to`.
+    Convert(usize, DType, DType),
+}
+
+impl ENode {
+    /// The result dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            ENode::Load { dtype, .. } | ENode::Iota { dtype, .. } => *dtype,
+            ENode::Const(l) => l.dtype,
+            ENode::Unary(_, _, d) | ENode::Binary(_, _, _, d) | ENode::Select(_, _, _, d) | ENode::Clamp(_, _, _, d) => *d,
+            ENode::Compare(..) => DType::Bool,
+            ENode::Convert(_, _, to) => *to,
+        }
+    }
+}
+
+/// What a kernel computes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelKind {
+    /// `out[i] = expr(i)` over every index of `dims`.
+    Loop,
+    /// `out[kept(i)] = op over the reduced dims of expr(i)`.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Per loop dim: reduced or kept.
+        reduced: Vec<bool>,
+    },
+}
+
+/// A fused kernel: one loop nest, one output.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// Name (the root node's).
+    pub name: String,
+    /// Loop or reduction.
+    pub kind: KernelKind,
+    /// Loop dims (after merging contiguous dims).
+    pub dims: Vec<usize>,
+    /// The expression DAG; the last node is the root.
+    pub nodes: Vec<ENode>,
+    /// Output slot.
+    pub out: SlotId,
+    /// Output stride per loop dim, in elements (0 for reduced dims).
+    pub out_strides: Vec<i64>,
+}
+
+/// A GEMM call: `out[b] = lhs[b] @ rhs[b]` for f32/f64 with strided operands.
+#[derive(Clone, Debug)]
+pub struct Gemm {
+    /// Node name.
+    pub name: String,
+    /// f32 or f64.
+    pub dtype: DType,
+    /// Slots: lhs, rhs, out.
+    pub lhs: SlotId,
+    /// Right operand.
+    pub rhs: SlotId,
+    /// Result.
+    pub out: SlotId,
+    /// Sizes.
+    pub b: usize,
+    /// Rows.
+    pub m: usize,
+    /// Contracted.
+    pub k: usize,
+    /// Columns.
+    pub n: usize,
+    /// lhs strides (batch, m, k) in elements.
+    pub lhs_strides: [isize; 3],
+    /// rhs strides (batch, k, n) in elements.
+    pub rhs_strides: [isize; 3],
+}
+
+/// One step of the program.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// A fused kernel emitted as native code.
+    Kernel(Kernel),
+    /// A GEMM through the `tl_gemm` runtime symbol.
+    Gemm(Gemm),
+    /// An op executed by a runtime kernel through the `tl_runtime_step`
+    /// symbol: operands are materialized, the result written to `outputs`.
+    Runtime {
+        /// The node.
+        node: NodeId,
+        /// Operand slots.
+        inputs: Vec<SlotId>,
+        /// Result slots.
+        outputs: Vec<SlotId>,
+    },
+}
+
+/// The compiled program's structure.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The graph the plan was made from (specialized and optimized).
+    pub graph: Graph,
+    /// Every buffer.
+    pub slots: Vec<Slot>,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+    /// The slot of each graph output.
+    pub outputs: Vec<SlotId>,
+    /// Arena bytes for temporaries.
+    pub arena_bytes: usize,
+    /// Fusion decisions, one line per node that was not simply inlined.
+    pub decisions: Vec<String>,
+}
+
+/// Above this inline cost a value read by several kernels is materialized
+/// rather than recomputed in each.
+const RECOMPUTE_LIMIT: usize = 8;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// Computed inside consumers.
+    Inline,
+    /// Has a slot.
+    Buffer,
+}
+
+fn fusible(op: &Op) -> bool {
+    op.is_elementwise()
+        || matches!(
+            op,
+            Op::BroadcastInDim { .. } | Op::Transpose(_) | Op::Slice { .. } | Op::Reverse(_) | Op::Reshape(_) | Op::Iota { .. }
+        )
+}
+
+fn is_scalar_const(op: &Op) -> bool {
+    matches!(op, Op::Constant(l) if l.dims.is_empty() && l.dtype != DType::String)
+}
+
+/// Reductions compiled as native kernels (others run as runtime kernels).
+fn native_reduce(dtype: DType) -> bool {
+    dtype == DType::Bool || dtype.is_int() || matches!(dtype, DType::F32 | DType::F64)
+}
+
+/// Builds the plan for `g` (static shapes, optimized).
+pub fn plan(g: &Graph) -> Result<Plan> {
+    let mut uses: Vec<Vec<NodeId>> = vec![Vec::new(); g.num_values()];
+    for id in g.node_ids() {
+        for v in &g.node(id).inputs {
+            uses[v.index()].push(id);
+        }
+    }
+    let mut is_output = vec![false; g.num_values()];
+    for o in g.outputs() {
+        is_output[o.value.index()] = true;
+    }
+    let mut decisions = Vec::new();
+    let mut kind = vec![Kind::Buffer; g.num_values()];
+    let mut cost = vec![0usize; g.num_values()];
+    let needs_buffer = |consumer: &Op, dtype_of_result: DType| -> bool {
+        match consumer {
+            Op::Reduce { .. } => !native_reduce(dtype_of_result),
+            op => !(fusible(op)),
+        }
+    };
+    for id in g.node_ids() {
+        let n = g.node(id);
+        let v = n.results[0];
+        if !(fusible(&n.op) || is_scalar_const(&n.op)) {
+            continue;
+        }
+        cost[v.index()] = 1 + n.inputs.iter().map(|i| cost[i.index()]).sum::<usize>();
+        let consumers = uses[v.index()].len() + usize::from(is_output[v.index()]);
+        let why = if is_scalar_const(&n.op) && !is_output[v.index()] {
+            None
+        } else if is_output[v.index()] {
+            Some("materialized: it is an output".to_string())
+        } else if let Some(c) = uses[v.index()].iter().find(|c| {
+            let cn = g.node(**c);
+            needs_buffer(&cn.op, g.ty(cn.results[0]).dtype)
+        }) {
+            Some(format!("materialized: {} '{}' reads it from memory", g.node(*c).op.name(), g.node(*c).name))
+        } else if consumers > 1 && cost[v.index()] > RECOMPUTE_LIMIT {
+            Some(format!(
+                "materialized: {consumers} consumers and inline cost {} > {RECOMPUTE_LIMIT} (recomputing would cost more than a buffer)",
+                cost[v.index()]
+            ))
+        } else {
+            None
+        };
+        match why {
+            Some(w) => {
+                decisions.push(format!("{}: {w}", n.name));
+                cost[v.index()] = 0;
+            }
+            None => kind[v.index()] = Kind::Inline,
+        }
+    }
+    // A reshape can only be inlined over a subtree addressed linearly.
+    let mut linear_safe = vec![true; g.num_values()];
+    for id in g.node_ids() {
+        let n = g.node(id);
+        let v = n.results[0];
+        if n.results.len() != 1 {
+            continue;
+        }
+        if let Op::Reshape(_) = n.op {
+            let x = n.inputs[0];
+            if kind[x.index()] == Kind::Inline && !linear_safe[x.index()] {
+                kind[x.index()] = Kind::Buffer;
+                linear_safe[x.index()] = true;
+                decisions.push(format!(
+                    "{}: materialized: reshape '{}' reads it, and it is not a contiguous view",
+                    g.producer(x).name,
+                    n.name
+                ));
+            }
+        }
+        if kind[v.index()] == Kind::Inline {
+            let shape = g.ty(v).shape.as_known().unwrap_or_default();
+            linear_safe[v.index()] = match &n.op {
+                op if op.is_elementwise() => n.inputs.iter().all(|i| {
+                    let ishape = g.ty(*i).shape.as_known().unwrap_or_default();
+                    linear_safe[i.index()] && (ishape == shape || ishape.is_empty())
+                }),
+                Op::Constant(_) => true,
+                Op::Reshape(_) => linear_safe[n.inputs[0].index()],
+                _ => false,
+            };
+        }
+    }
+
+    // Slots.
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut slot_of: HashMap<ValueId, SlotId> = HashMap::new();
+    let mut new_slot = |slots: &mut Vec<Slot>, v: ValueId, k: SlotKind, name: &str| {
+        let ty = g.ty(v);
+        slots.push(Slot { kind: k, dtype: ty.dtype, dims: ty.shape.as_known().unwrap_or_default(), name: name.to_string() });
+        slots.len() - 1
+    };
+    for id in g.node_ids() {
+        let n = g.node(id);
+        for &v in &n.results {
+            if kind[v.index()] == Kind::Inline {
+                continue;
+            }
+            let k = match &n.op {
+                Op::Parameter { index } => SlotKind::Input(*index),
+                Op::Constant(l) => SlotKind::Const(l.clone()),
+                _ if is_output[v.index()] => SlotKind::Output,
+                _ => SlotKind::Temp { offset: 0 },
+            };
+            let s = new_slot(&mut slots, v, k, &n.name);
+            slot_of.insert(v, s);
+        }
+    }
+
+    // Steps.
+    let mut steps = Vec::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        let v = n.results[0];
+        match &n.op {
+            Op::Parameter { .. } | Op::Constant(_) if !(is_output[v.index()] && kind[v.index()] == Kind::Inline) => {}
+            Op::Reduce { op, axes, .. } if native_reduce(g.ty(v).dtype) => {
+                let x = n.inputs[0];
+                let in_dims = g.ty(x).shape.as_known().unwrap_or_default();
+                let mut b = KernelBuilder::new(g, &kind, &slot_of, in_dims.len());
+                let root = b.build(x, &IndexMap::identity(in_dims.len()))?;
+                let reduced: Vec<bool> = (0..in_dims.len()).map(|d| axes.contains(&d)).collect();
+                // Output strides: row-major over the kept dims.
+                let mut out_strides = vec![0i64; in_dims.len()];
+                let mut acc = 1i64;
+                for d in (0..in_dims.len()).rev() {
+                    if !reduced[d] {
+                        out_strides[d] = acc;
+                        acc *= in_dims[d] as i64;
+                    }
+                }
+                let k = b.finish(&n.name, KernelKind::Reduce { op: *op, reduced }, in_dims, root, slot_of[&v], out_strides);
+                steps.push(Step::Kernel(k));
+            }
+            Op::DotGeneral(dd) if matches!(g.ty(v).dtype, DType::F32 | DType::F64) && gemm_shape(g, n, dd).is_some() => {
+                let (b, m, k, nn, ls, rs) = gemm_shape(g, n, dd).ok_or_else(|| Error::internal("gemm shape"))?;
+                steps.push(Step::Gemm(Gemm {
+                    name: n.name.clone(),
+                    dtype: g.ty(v).dtype,
+                    lhs: slot_of[&n.inputs[0]],
+                    rhs: slot_of[&n.inputs[1]],
+                    out: slot_of[&v],
+                    b,
+                    m,
+                    k,
+                    n: nn,
+                    lhs_strides: ls,
+                    rhs_strides: rs,
+                }));
+                decisions.push(format!("{}: GEMM call (tl_gemm), b={b} m={m} k={k} n={nn}", n.name));
+            }
+            op if (fusible(op) || is_scalar_const(op)) && kind[v.index()] == Kind::Buffer => {
+                let dims = g.ty(v).shape.as_known().unwrap_or_default();
+                let mut b = KernelBuilder::new(g, &kind, &slot_of, dims.len());
+                let root = b.build_node(id, &IndexMap::identity(dims.len()))?;
+                let out_strides = row_major(&dims);
+                let k = b.finish(&n.name, KernelKind::Loop, dims, root, slot_of[&v], out_strides);
+                steps.push(Step::Kernel(k));
+            }
+            op if fusible(op) || is_scalar_const(op) => {}
+            op => {
+                decisions.push(format!("{}: runtime kernel ({} is not emitted inline)", n.name, op.name()));
+                let inputs = n.inputs.iter().map(|i| slot_of[i]).collect();
+                let outputs = n.results.iter().map(|r| slot_of[r]).collect();
+                steps.push(Step::Runtime { node: id, inputs, outputs });
+            }
+        }
+    }
+    let outputs = g.outputs().iter().map(|o| slot_of[&o.value]).collect();
+    let mut plan = Plan { graph: g.clone(), slots, steps, outputs, arena_bytes: 0, decisions };
+    plan_buffers(&mut plan);
+    Ok(plan)
+}
+
+fn row_major(dims: &[usize]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1] as i64;
+    }
+    s
+}
+
+/// Collapses a group of dims of a row-major buffer into one (size, stride),
+/// if they are adjacent-contiguous in the given order.
+fn collapse(dims: &[usize], strides: &[i64], group: &[usize]) -> Option<(usize, isize)> {
+    let size: usize = group.iter().map(|&d| dims[d]).product();
+    if group.is_empty() {
+        return Some((1, 0));
+    }
+    for w in group.windows(2) {
+        if strides[w[0]] != strides[w[1]] * dims[w[1]] as i64 {
+            return None;
+        }
+    }
+    Some((size, strides[*group.last()?] as isize))
+}
+
+type GemmShape = (usize, usize, usize, usize, [isize; 3], [isize; 3]);
+
+fn gemm_shape(g: &Graph, n: &tensorlift_ir::Node, dd: &tensorlift_ir::DotDims) -> Option<GemmShape> {
+    let ld = g.ty(n.inputs[0]).shape.as_known()?;
+    let rd = g.ty(n.inputs[1]).shape.as_known()?;
+    let (ls, rs) = (row_major(&ld), row_major(&rd));
+    let lfree: Vec<usize> = (0..ld.len()).filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i)).collect();
+    let rfree: Vec<usize> = (0..rd.len()).filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i)).collect();
+    let (b, lb) = collapse(&ld, &ls, &dd.lhs_batch)?;
+    let (_, rb) = collapse(&rd, &rs, &dd.rhs_batch)?;
+    let (m, lm) = collapse(&ld, &ls, &lfree)?;
+    let (k, lk) = collapse(&ld, &ls, &dd.lhs_contract)?;
+    let (_, rk) = collapse(&rd, &rs, &dd.rhs_contract)?;
+    let (nn, rn) = collapse(&rd, &rs, &rfree)?;
+    Some((b, m, k, nn, [lb, lm, lk], [rb, rk, rn]))
+}
+
+/// How a value's multi-index depends on the kernel's loop indices.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum IndexMap {
+    /// `idx[k] = off[k] + Σ_r coef[k][r]·i[r]`.
+    Multi { off: Vec<i64>, coef: Vec<Vec<i64>> },
+    /// The element at row-major position `off + Σ_r coef[r]·i[r]`.
+    Linear { off: i64, coef: Vec<i64> },
+}
+
+impl IndexMap {
+    fn identity(rank: usize) -> Self {
+        IndexMap::Multi {
+            off: vec![0; rank],
+            coef: (0..rank).map(|k| (0..rank).map(|r| i64::from(k == r)).collect()).collect(),
+        }
+    }
+
+    fn scalar(loops: usize) -> Self {
+        let _ = loops;
+        IndexMap::Multi { off: vec![], coef: vec![] }
+    }
+
+    /// The element offset (row-major over `dims`) as an affine function.
+    fn linear(&self, dims: &[usize], loops: usize) -> (i64, Vec<i64>) {
+        match self {
+            IndexMap::Linear { off, coef } => (*off, coef.clone()),
+            IndexMap::Multi { off, coef } => {
+                let rs = row_major(dims);
+                let o = off.iter().zip(&rs).map(|(a, b)| a * b).sum();
+                let s = (0..loops).map(|r| coef.iter().zip(&rs).map(|(c, b)| c[r] * b).sum()).collect();
+                (o, s)
+            }
+        }
+    }
+}
+
+struct KernelBuilder<'a> {
+    g: &'a Graph,
+    kind: &'a [Kind],
+    slot_of: &'a HashMap<ValueId, SlotId>,
+    loops: usize,
+    nodes: Vec<ENode>,
+    memo: HashMap<(ValueId, IndexMap), usize>,
+}
+
+impl<'a> KernelBuilder<'a> {
+    fn new(g: &'a Graph, kind: &'a [Kind], slot_of: &'a HashMap<ValueId, SlotId>, loops: usize) -> Self {
+        KernelBuilder { g, kind, slot_of, loops, nodes: Vec::new(), memo: HashMap::new() }
+    }
+
+    fn push(&mut self, n: ENode) -> usize {
+        if let Some(i) = self.nodes.iter().position(|e| *e == n) {
+            return i;
+        }
+        self.nodes.push(n);
+        self.nodes.len() - 1
+    }
+
+    /// The expression for value `v` read at `map`.
+    fn build(&mut self, v: ValueId, map: &IndexMap) -> Result<usize> {
+        if let Some(&e) = self.memo.get(&(v, map.clone())) {
+            return Ok(e);
+        }
+        let ty = self.g.ty(v);
+        let dims = ty.shape.as_known().unwrap_or_default();
+        let e = if self.kind[v.index()] == Kind::Buffer {
+            let slot = *self.slot_of.get(&v).ok_or_else(|| Error::internal(format!("no slot for {v}")))?;
+            let (offset, strides) = map.linear(&dims, self.loops);
+            self.push(ENode::Load { slot, dtype: ty.dtype, offset, strides })
+        } else {
+            let id = self.g.value(v).node;
+            self.build_node(id, map)?
+        };
+        self.memo.insert((v, map.clone()), e);
+        Ok(e)
+    }
+
+    fn operand(&mut self, x: ValueId, map: &IndexMap) -> Result<usize> {
+        if self.g.ty(x).shape.rank() == Some(0) {
+            return self.build(x, &IndexMap::scalar(self.loops));
+        }
+        self.build(x, map)
+    }
+
+    /// The expression computed by node `id` (fusible or scalar constant) at `map`.
+    fn build_node(&mut self, id: NodeId, map: &IndexMap) -> Result<usize> {
+        let n = self.g.node(id);
+        let v = n.results[0];
+        let dt = self.g.ty(v).dtype;
+        let dims = self.g.ty(v).shape.as_known().unwrap_or_default();
+        let bad = || Error::internal(format!("cannot fuse {} '{}' under a linear index map", n.op.name(), n.name));
+        let ins = &n.inputs;
+        Ok(match &n.op {
+            Op::Constant(l) if l.dims.is_empty() => self.push(ENode::Const(l.clone())),
+            Op::Unary(u) => {
+                let x = self.operand(ins[0], map)?;
+                self.push(ENode::Unary(*u, x, dt))
+            }
+            Op::Binary(b) => {
+                let (x, y) = (self.operand(ins[0], map)?, self.operand(ins[1], map)?);
+                self.push(ENode::Binary(*b, x, y, dt))
+            }
+            Op::Compare(c) => {
+                let (x, y) = (self.operand(ins[0], map)?, self.operand(ins[1], map)?);
+                self.push(ENode::Compare(*c, x, y, self.g.ty(ins[0]).dtype))
+            }
+            Op::Select => {
+                let (p, x, y) = (self.operand(ins[0], map)?, self.operand(ins[1], map)?, self.operand(ins[2], map)?);
+                self.push(ENode::Select(p, x, y, dt))
+            }
+            Op::Clamp => {
+                let (x, lo, hi) = (self.operand(ins[0], map)?, self.operand(ins[1], map)?, self.operand(ins[2], map)?);
+                self.push(ENode::Clamp(x, lo, hi, dt))
+            }
+            Op::Convert(to) => {
+                let x = self.operand(ins[0], map)?;
+                self.push(ENode::Convert(x, self.g.ty(ins[0]).dtype, *to))
+            }
+            Op::Iota { dim, .. } => {
+                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                self.push(ENode::Iota { dtype: dt, offset: off[*dim], strides: coef[*dim].clone() })
+            }
+            Op::Reshape(_) => {
+                let (o, c) = map.linear(&dims, self.loops);
+                self.build(ins[0], &IndexMap::Linear { off: o, coef: c })?
+            }
+            Op::BroadcastInDim { dims: bd, .. } => {
+                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                let xd = self.g.ty(ins[0]).shape.as_known().unwrap_or_default();
+                let mut xo = Vec::new();
+                let mut xc = Vec::new();
+                for (j, &d) in bd.iter().enumerate() {
+                    if xd[j] == 1 && dims[d] != 1 {
+                        xo.push(0);
+                        xc.push(vec![0; self.loops]);
+                    } else {
+                        xo.push(off[d]);
+                        xc.push(coef[d].clone());
+                    }
+                }
+                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+            }
+            Op::Transpose(perm) => {
+                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                let mut xo = vec![0; perm.len()];
+                let mut xc = vec![Vec::new(); perm.len()];
+                for (d, &p) in perm.iter().enumerate() {
+                    xo[p] = off[d];
+                    xc[p] = coef[d].clone();
+                }
+                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+            }
+            Op::Slice { start, stride, .. } => {
+                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                let xo = (0..off.len()).map(|d| start[d] as i64 + stride[d] as i64 * off[d]).collect();
+                let xc = (0..off.len()).map(|d| coef[d].iter().map(|c| c * stride[d] as i64).collect()).collect();
+                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+            }
+            Op::Reverse(axes) => {
+                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                let mut xo = off.clone();
+                let mut xc = coef.clone();
+                for &a in axes {
+                    xo[a] = dims[a] as i64 - 1 - off[a];
+                    xc[a] = coef[a].iter().map(|c| -c).collect();
+                }
+                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+            }
+            op => return Err(Error::internal(format!("{} is not fusible", op.name()))),
+        })
+    }
+
+    /// Finishes the kernel, merging adjacent loop dims that every access
+    /// walks contiguously.
+    fn finish(
+        self,
+        name: &str,
+        mut kind: KernelKind,
+        mut dims: Vec<usize>,
+        root: usize,
+        out: SlotId,
+        mut out_strides: Vec<i64>,
+    ) -> Kernel {
+        let mut nodes = self.nodes;
+        // Put the root last (nodes are in dependency order already).
+        let _ = root;
+        let mut d = dims.len();
+        while d >= 2 {
+            d -= 1;
+            let (a, b) = (d - 1, d);
+            let same_kind = match &kind {
+                KernelKind::Loop => true,
+                KernelKind::Reduce { reduced, .. } => reduced[a] == reduced[b],
+            };
+            let mergeable = |s: &[i64]| s[a] == s[b] * dims[b] as i64;
+            let ok = same_kind
+                && mergeable(&out_strides)
+                && nodes.iter().all(|n| match n {
+                    ENode::Load { strides, .. } | ENode::Iota { strides, .. } => mergeable(strides),
+                    _ => true,
+                });
+            if ok {
+                let merge = |s: &mut Vec<i64>| {
+                    s.remove(a);
+                };
+                dims[a] *= dims[b];
+                dims.remove(b);
+                merge(&mut out_strides);
+                for n in &mut nodes {
+                    if let ENode::Load { strides, .. } | ENode::Iota { strides, .. } = n {
+                        merge(strides);
+                    }
+                }
+                if let KernelKind::Reduce { reduced, .. } = &mut kind {
+                    reduced.remove(b);
+                }
+            }
+        }
+        Kernel { name: name.to_string(), kind, dims, nodes, out, out_strides }
+    }
+}
+
+/// Assigns arena offsets to temporaries by liveness (first fit, 64-byte
+/// aligned): a temporary's bytes are reused once its last reader has run.
+fn plan_buffers(plan: &mut Plan) {
+    let n = plan.slots.len();
+    let mut first = vec![usize::MAX; n];
+    let mut last = vec![0usize; n];
+    for (i, step) in plan.steps.iter().enumerate() {
+        let (reads, writes) = step_slots(step);
+        for s in writes {
+            first[s] = first[s].min(i);
+            last[s] = last[s].max(i);
+        }
+        for s in reads {
+            last[s] = last[s].max(i);
+        }
+    }
+    // (offset, size, last use) of live allocations.
+    let mut live: Vec<(usize, usize, usize)> = Vec::new();
+    let mut arena = 0usize;
+    let mut order: Vec<usize> = (0..n).filter(|s| matches!(plan.slots[*s].kind, SlotKind::Temp { .. })).collect();
+    order.sort_by_key(|s| first[*s]);
+    for s in order {
+        let start = first[s];
+        live.retain(|&(_, _, end)| end >= start);
+        let size = plan.slots[s].bytes().div_ceil(64) * 64;
+        live.sort();
+        let mut offset = 0usize;
+        for &(o, sz, _) in &live {
+            if offset + size <= o {
+                break;
+            }
+            offset = offset.max(o + sz);
+        }
+        live.push((offset, size, last[s]));
+        arena = arena.max(offset + size);
+        plan.slots[s].kind = SlotKind::Temp { offset };
+    }
+    plan.arena_bytes = arena;
+}
+
+/// Slots a step reads and writes.
+pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
+    match step {
+        Step::Kernel(k) => {
+            let reads = k
+                .nodes
+                .iter()
+                .filter_map(|n| match n {
+                    ENode::Load { slot, .. } => Some(*slot),
+                    _ => None,
+                })
+                .collect();
+            (reads, vec![k.out])
+        }
+        Step::Gemm(g) => (vec![g.lhs, g.rhs], vec![g.out]),
+        Step::Runtime { inputs, outputs, .. } => (inputs.clone(), outputs.clone()),
+    }
+}
+
+impl Plan {
+    /// The plan as text: slots, steps with their expressions, decisions.
+    pub fn dump(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "plan @{} (arena {} bytes)", self.graph.name, self.arena_bytes);
+        for (i, sl) in self.slots.iter().enumerate() {
+            let kind = match &sl.kind {
+                SlotKind::Input(k) => format!("input {k}"),
+                SlotKind::Const(_) => "constant".to_string(),
+                SlotKind::Temp { offset } => format!("temp @{offset}"),
+                SlotKind::Output => "output".to_string(),
+            };
+            let _ = writeln!(s, "  slot {i}: {}{:?} {kind} ({})", sl.dtype.short_name(), sl.dims, sl.name);
+        }
+        for (i, st) in self.steps.iter().enumerate() {
+            match st {
+                Step::Kernel(k) => {
+                    let kind = match &k.kind {
+                        KernelKind::Loop => "loop".to_string(),
+                        KernelKind::Reduce { op, reduced } => format!("reduce_{} reduced={reduced:?}", op.name()),
+                    };
+                    let _ = writeln!(s, "  step {i}: kernel '{}' {kind} dims={:?} -> slot {} strides={:?}", k.name, k.dims, k.out, k.out_strides);
+                    for (j, n) in k.nodes.iter().enumerate() {
+                        let _ = writeln!(s, "    e{j} = {}", enode_text(n));
+                    }
+                }
+                Step::Gemm(g) => {
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gemm '{}' {} b={} m={} k={} n={} lhs=slot {} {:?} rhs=slot {} {:?} -> slot {}",
+                        g.name, g.dtype.short_name(), g.b, g.m, g.k, g.n, g.lhs, g.lhs_strides, g.rhs, g.rhs_strides, g.out
+                    );
+                }
+                Step::Runtime { node, inputs, outputs } => {
+                    let n = self.graph.node(*node);
+                    let _ = writeln!(s, "  step {i}: runtime {} '{}' {inputs:?} -> {outputs:?}", n.op.name(), n.name);
+                }
+            }
+        }
+        let _ = writeln!(s, "  outputs: {:?}", self.outputs);
+        for d in &self.decisions {
+            let _ = writeln!(s, "  decision: {d}");
+        }
+        s
+    }
+}
+
+fn enode_text(n: &ENode) -> String {
+    match n {
+        ENode::Load { slot, dtype, offset, strides } => format!("load slot {slot} {} [{offset} + {strides:?}]", dtype.short_name()),
+        ENode::Const(l) => {
+            let mut v = String::new();
+            l.format_element(0, &mut v);
+            format!("const {} {v}", l.dtype.short_name())
+        }
+        ENode::Iota { dtype, offset, strides } => format!("iota {} [{offset} + {strides:?}]", dtype.short_name()),
+        ENode::Unary(u, x, d) => format!("{} e{x} : {}", u.name(), d.short_name()),
+        ENode::Binary(b, x, y, d) => format!("{} e{x}, e{y} : {}", b.name(), d.short_name()),
+        ENode::Compare(c, x, y, d) => format!("compare_{} e{x}, e{y} ({})", c.name(), d.short_name()),
+        ENode::Select(p, x, y, d) => format!("select e{p}, e{x}, e{y} : {}", d.short_name()),
+        ENode::Clamp(x, l, h, d) => format!("clamp e{x}, e{l}, e{h} : {}", d.short_name()),
+        ENode::Convert(x, f, t) => format!("convert e{x} : {} -> {}", f.short_name(), t.short_name()),
+    }
+}

@@ -1,0 +1,260 @@
+//! Runtime symbols called from compiled code, registered with the JIT by
+//! name. Every entry catches panics (a panic must never cross `extern "C"`)
+//! and reports failure through a status code and the per-call context.
+//!
+//! Per-element helpers reuse the interpreter's scalar semantics
+//! (`tensorlift_runtime::kernels::scalar`), so what they compute is
+//! bit-identical to the interpreter by construction.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use half::{bf16, f16};
+use num_complex::{Complex32, Complex64};
+use tensorlift_ir::{BinaryOp, Error, UnaryOp};
+use tensorlift_runtime::Tensor;
+use tensorlift_runtime::interp;
+use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar};
+
+use crate::fusion::{Plan, SlotKind, Step};
+
+/// Per-call state shared with runtime symbols: the first error raised.
+#[derive(Debug, Default)]
+pub struct CallCtx {
+    /// Set by a runtime symbol that fails (status 1).
+    pub error: Option<Error>,
+}
+
+/// What runtime steps need at run time: the plan (slots, graph).
+#[derive(Debug)]
+pub struct StepTable {
+    /// The executable's plan.
+    pub plan: Plan,
+}
+
+fn unary(code: i32) -> UnaryOp {
+    UnaryOp::ALL.get(code as usize).copied().unwrap_or(UnaryOp::Neg)
+}
+
+fn binary(code: i32) -> BinaryOp {
+    BinaryOp::ALL.get(code as usize).copied().unwrap_or(BinaryOp::Add)
+}
+
+/// Runs `f`, turning a panic into `on_panic`.
+fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
+
+extern "C" fn tl_f32_un(op: i32, x: f32) -> f32 {
+    guard(f32::NAN, || f32::un(unary(op), x))
+}
+extern "C" fn tl_f64_un(op: i32, x: f64) -> f64 {
+    guard(f64::NAN, || f64::un(unary(op), x))
+}
+extern "C" fn tl_f32_bin(op: i32, a: f32, b: f32) -> f32 {
+    guard(f32::NAN, || f32::bin(binary(op), a, b))
+}
+extern "C" fn tl_f64_bin(op: i32, a: f64, b: f64) -> f64 {
+    guard(f64::NAN, || f64::bin(binary(op), a, b))
+}
+
+macro_rules! int_pow {
+    ($($name:ident: $t:ty),*) => {$(
+        extern "C" fn $name(a: $t, b: $t) -> $t {
+            guard(0, || <$t>::bin(BinaryOp::Pow, a, b))
+        }
+    )*};
+}
+int_pow!(tl_pow_i8: i8, tl_pow_i16: i16, tl_pow_i32: i32, tl_pow_i64: i64, tl_pow_u8: u8, tl_pow_u16: u16, tl_pow_u32: u32, tl_pow_u64: u64);
+
+extern "C" fn tl_f16_to_f32(bits: i32) -> f32 {
+    f16::from_bits(bits as u16).to_f32()
+}
+extern "C" fn tl_f32_to_f16(x: f32) -> i32 {
+    i32::from(f16::from_f32(x).to_bits())
+}
+extern "C" fn tl_f32_to_bf16(x: f32) -> i32 {
+    i32::from(bf16::from_f32(x).to_bits())
+}
+extern "C" fn tl_f64_to_f16(x: f64) -> i32 {
+    i32::from(f16::from_f64(x).to_bits())
+}
+extern "C" fn tl_f64_to_bf16(x: f64) -> i32 {
+    i32::from(bf16::from_f64(x).to_bits())
+}
+
+/// # Safety
+/// `out` points to two writable f32.
+unsafe extern "C" fn tl_c64_un(op: i32, re: f32, im: f32, out: *mut f32) {
+    let r = guard(Complex32::new(f32::NAN, f32::NAN), || Complex32::un(unary(op), Complex32::new(re, im)));
+    // SAFETY: the caller passes a 2-element stack slot.
+    unsafe {
+        *out = r.re;
+        *out.add(1) = r.im;
+    }
+}
+/// # Safety
+/// `out` points to two writable f64.
+unsafe extern "C" fn tl_c128_un(op: i32, re: f64, im: f64, out: *mut f64) {
+    let r = guard(Complex64::new(f64::NAN, f64::NAN), || Complex64::un(unary(op), Complex64::new(re, im)));
+    // SAFETY: the caller passes a 2-element stack slot.
+    unsafe {
+        *out = r.re;
+        *out.add(1) = r.im;
+    }
+}
+/// # Safety
+/// `out` points to two writable f32.
+unsafe extern "C" fn tl_c64_bin(op: i32, ar: f32, ai: f32, br: f32, bi: f32, out: *mut f32) {
+    let r = guard(Complex32::new(f32::NAN, f32::NAN), || {
+        Complex32::bin(binary(op), Complex32::new(ar, ai), Complex32::new(br, bi))
+    });
+    // SAFETY: the caller passes a 2-element stack slot.
+    unsafe {
+        *out = r.re;
+        *out.add(1) = r.im;
+    }
+}
+/// # Safety
+/// `out` points to two writable f64.
+unsafe extern "C" fn tl_c128_bin(op: i32, ar: f64, ai: f64, br: f64, bi: f64, out: *mut f64) {
+    let r = guard(Complex64::new(f64::NAN, f64::NAN), || {
+        Complex64::bin(binary(op), Complex64::new(ar, ai), Complex64::new(br, bi))
+    });
+    // SAFETY: the caller passes a 2-element stack slot.
+    unsafe {
+        *out = r.re;
+        *out.add(1) = r.im;
+    }
+}
+extern "C" fn tl_c64_abs(re: f32, im: f32) -> f32 {
+    guard(f32::NAN, || Complex32::new(re, im).abs())
+}
+extern "C" fn tl_c128_abs(re: f64, im: f64) -> f64 {
+    guard(f64::NAN, || Complex64::new(re, im).abs())
+}
+
+/// Reads slot `s` of a running program into a tensor (a copy).
+///
+/// # Safety
+/// `bufs[s]` points to the slot's bytes, valid for reads.
+unsafe fn slot_tensor(plan: &Plan, bufs: *const *mut u8, s: usize) -> Result<Tensor, Error> {
+    let slot = &plan.slots[s];
+    if let SlotKind::Const(l) = &slot.kind {
+        return Tensor::from_literal(l);
+    }
+    // SAFETY: the executor fills every slot pointer before calling main.
+    let bytes = unsafe { std::slice::from_raw_parts(*bufs.add(s), slot.bytes()) };
+    Tensor::from_bytes(slot.dtype, &slot.dims, bytes)
+}
+
+fn run_step(table: &StepTable, step: usize, bufs: *const *mut u8) -> Result<(), Error> {
+    let plan = &table.plan;
+    match plan.steps.get(step) {
+        Some(Step::Runtime { node, inputs, outputs }) => {
+            let args: Vec<Tensor> =
+                // SAFETY: slot pointers are valid while main runs.
+                inputs.iter().map(|&s| unsafe { slot_tensor(plan, bufs, s) }).collect::<Result<_, _>>()?;
+            let refs: Vec<&Tensor> = args.iter().collect();
+            let outs = interp::eval_node(&plan.graph, *node, &refs).map_err(|e| e.at_node(plan.graph.node_ref(*node)))?;
+            for (t, &s) in outs.iter().zip(outputs) {
+                let bytes = t.bytes();
+                if bytes.len() != plan.slots[s].bytes() {
+                    return Err(Error::internal(format!("runtime step wrote {} bytes into a {}-byte slot", bytes.len(), plan.slots[s].bytes())));
+                }
+                // SAFETY: output slots are distinct writable buffers of this size.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *bufs.add(s), bytes.len()) };
+            }
+            Ok(())
+        }
+        Some(Step::Gemm(g)) => {
+            // SAFETY: slot pointers are valid while main runs; the plan's
+            // strides stay inside each operand's bounds.
+            unsafe {
+                let (a, b, c) = (*bufs.add(g.lhs), *bufs.add(g.rhs), *bufs.add(g.out));
+                let c_bytes = plan.slots[g.out].bytes();
+                if g.k == 0 {
+                    std::ptr::write_bytes(c, 0, c_bytes);
+                    return Ok(());
+                }
+                if g.m == 0 || g.n == 0 {
+                    return Ok(());
+                }
+                let [lb, lm, lk] = g.lhs_strides;
+                let [rb, rk, rn] = g.rhs_strides;
+                for bi in 0..g.b as isize {
+                    let out_off = bi * (g.m * g.n) as isize;
+                    match g.dtype {
+                        tensorlift_ir::DType::F32 => matrixmultiply::sgemm(
+                            g.m, g.k, g.n, 1.0,
+                            (a as *const f32).offset(bi * lb), lm, lk,
+                            (b as *const f32).offset(bi * rb), rk, rn,
+                            0.0, (c as *mut f32).offset(out_off), g.n as isize, 1,
+                        ),
+                        _ => matrixmultiply::dgemm(
+                            g.m, g.k, g.n, 1.0,
+                            (a as *const f64).offset(bi * lb), lm, lk,
+                            (b as *const f64).offset(bi * rb), rk, rn,
+                            0.0, (c as *mut f64).offset(out_off), g.n as isize, 1,
+                        ),
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Err(Error::internal(format!("step {step} is not a runtime step"))),
+    }
+}
+
+/// Runs runtime step `step` (a runtime kernel or a GEMM).
+///
+/// # Safety
+/// `table` and `ctx` are valid; `bufs` holds a pointer for every slot.
+unsafe extern "C" fn tl_runtime_step(table: *const StepTable, step: u64, bufs: *const *mut u8, ctx: *mut CallCtx) -> i32 {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the executable owns the table for as long as its code runs.
+        let table = unsafe { &*table };
+        run_step(table, step as usize, bufs)
+    }));
+    let err = match r {
+        Ok(Ok(())) => return 0,
+        Ok(Err(e)) => e,
+        Err(_) => Error::internal(format!("a runtime kernel panicked in step {step}")),
+    };
+    // SAFETY: ctx is the caller's live CallCtx.
+    if let Some(ctx) = unsafe { ctx.as_mut() }
+        && ctx.error.is_none()
+    {
+        ctx.error = Some(err);
+    }
+    1
+}
+
+/// Every runtime symbol with its address.
+pub fn symbols() -> Vec<(&'static str, *const u8)> {
+    vec![
+        ("tl_f32_un", tl_f32_un as *const u8),
+        ("tl_f64_un", tl_f64_un as *const u8),
+        ("tl_f32_bin", tl_f32_bin as *const u8),
+        ("tl_f64_bin", tl_f64_bin as *const u8),
+        ("tl_pow_i8", tl_pow_i8 as *const u8),
+        ("tl_pow_i16", tl_pow_i16 as *const u8),
+        ("tl_pow_i32", tl_pow_i32 as *const u8),
+        ("tl_pow_i64", tl_pow_i64 as *const u8),
+        ("tl_pow_u8", tl_pow_u8 as *const u8),
+        ("tl_pow_u16", tl_pow_u16 as *const u8),
+        ("tl_pow_u32", tl_pow_u32 as *const u8),
+        ("tl_pow_u64", tl_pow_u64 as *const u8),
+        ("tl_f16_to_f32", tl_f16_to_f32 as *const u8),
+        ("tl_f32_to_f16", tl_f32_to_f16 as *const u8),
+        ("tl_f32_to_bf16", tl_f32_to_bf16 as *const u8),
+        ("tl_f64_to_f16", tl_f64_to_f16 as *const u8),
+        ("tl_f64_to_bf16", tl_f64_to_bf16 as *const u8),
+        ("tl_c64_un", tl_c64_un as *const u8),
+        ("tl_c128_un", tl_c128_un as *const u8),
+        ("tl_c64_bin", tl_c64_bin as *const u8),
+        ("tl_c128_bin", tl_c128_bin as *const u8),
+        ("tl_c64_abs", tl_c64_abs as *const u8),
+        ("tl_c128_abs", tl_c128_abs as *const u8),
+        ("tl_runtime_step", tl_runtime_step as *const u8),
+    ]
+}
