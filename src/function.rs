@@ -6,6 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tensorlift_compiler::{Executable, JitOptions};
 use tensorlift_ir::{DType, Error, Graph, Shape, Site, TensorType};
 use tensorlift_runtime::{Tensor, interp};
 
@@ -65,6 +66,11 @@ pub enum IrStage {
     Traced,
     /// After DCE, CSE, constant folding and algebraic simplification.
     Optimized,
+    /// The fusion plan: kernels, their expressions, buffer slots and every
+    /// fusion decision with its reason.
+    Fused,
+    /// The Cranelift IR of every kernel and of `main`.
+    Cranelift,
 }
 
 /// What a traced body may return: one value, a tuple, an array or a vector.
@@ -172,29 +178,55 @@ pub struct ConcreteFunction {
     pub optimized: Graph,
 }
 
-/// A traceable function: the Rust counterpart of `tf.function`.
-pub struct Function {
+/// How a [`Function`] was configured (cheap to clone; caches are not).
+#[derive(Clone)]
+struct Config {
     name: String,
     body: Arc<Body>,
     arity: Option<usize>,
     input_signature: Option<Vec<TensorSpec>>,
-    cache: Mutex<HashMap<Vec<TensorType>, Arc<ConcreteFunction>>>,
-    traces: AtomicUsize,
+    jit: bool,
+    jit_options: JitOptions,
     site: Site,
+}
+
+struct Inner {
+    cfg: Config,
+    traces_cache: Mutex<HashMap<Vec<TensorType>, Arc<ConcreteFunction>>>,
+    executables: Mutex<HashMap<Vec<TensorType>, Arc<Executable>>>,
+    traces: AtomicUsize,
+    compiles: AtomicUsize,
+}
+
+impl Inner {
+    fn lock_traces(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Vec<TensorType>, Arc<ConcreteFunction>>> {
+        // Nothing panics while the lock is held; recover if something did.
+        self.traces_cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A traceable function: the Rust counterpart of `tf.function`.
+pub struct Function {
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Function {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.inner.cfg;
         f.debug_struct("Function")
-            .field("name", &self.name)
-            .field("input_signature", &self.input_signature)
+            .field("name", &c.name)
+            .field("input_signature", &c.input_signature)
+            .field("jit_compile", &c.jit)
             .finish()
     }
 }
 
 /// Makes a [`Function`] from a closure over symbolic values, like
 /// `tf.function`. The closure takes one [`Sym`] per input (up to six; annotate
-/// them, `|x: Sym|`, so Rust can tell the arity) or a `&[Sym]`, and returns a `Sym`, a tuple, an array or a `Vec<Sym>`.
+/// them, `|x: Sym|`, so Rust can tell the arity) or a `&[Sym]`, and returns
+/// a `Sym`, a tuple, an array or a `Vec<Sym>`.
 ///
 /// ```
 /// use tensorlift::{function, Sym, Tensor};
@@ -205,46 +237,82 @@ impl std::fmt::Debug for Function {
 #[track_caller]
 pub fn function<M, F: TraceBody<M>>(body: F) -> Function {
     let arity = body.arity();
-    Function {
+    Function::from_config(Config {
         name: "function".into(),
         body: Arc::new(move |args: &[Sym]| body.trace(args)),
         arity,
         input_signature: None,
-        cache: Mutex::new(HashMap::new()),
-        traces: AtomicUsize::new(0),
+        jit: false,
+        jit_options: JitOptions::default(),
         site: Site::caller(),
-    }
+    })
 }
 
 impl Function {
+    fn from_config(cfg: Config) -> Self {
+        Function {
+            inner: Arc::new(Inner {
+                cfg,
+                traces_cache: Mutex::new(HashMap::new()),
+                executables: Mutex::new(HashMap::new()),
+                traces: AtomicUsize::new(0),
+                compiles: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    fn reconfigure(self, f: impl FnOnce(&mut Config)) -> Self {
+        let mut cfg = self.inner.cfg.clone();
+        f(&mut cfg);
+        Function::from_config(cfg)
+    }
+
     /// Names the function (the graph's name in IR dumps).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
+    pub fn name(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.reconfigure(|c| c.name = name)
     }
 
     /// Fixes (or relaxes, with `None` dims) the input types: the function is
     /// traced once for the signature, and calls with other types are errors.
-    pub fn input_signature(mut self, specs: Vec<TensorSpec>) -> Self {
-        self.input_signature = Some(specs);
-        self
+    pub fn input_signature(self, specs: Vec<TensorSpec>) -> Self {
+        self.reconfigure(|c| c.input_signature = Some(specs))
+    }
+
+    /// `true`: the whole function is compiled to native code by the
+    /// Cranelift backend (or fails with a `JitIncompatible` error before
+    /// anything runs); `false` (the default): the optimized graph runs in
+    /// the interpreter.
+    pub fn jit_compile(self, on: bool) -> Self {
+        self.reconfigure(|c| c.jit = on)
+    }
+
+    /// JIT options (optimization level, exact math, vectorization).
+    pub fn jit_options(self, options: JitOptions) -> Self {
+        self.reconfigure(|c| c.jit_options = options)
     }
 
     /// How many times the body has been traced (once per new signature).
     pub fn trace_count(&self) -> usize {
-        self.traces.load(Ordering::Relaxed)
+        self.inner.traces.load(Ordering::Relaxed)
+    }
+
+    /// How many times the function has been compiled to native code (once
+    /// per concrete input signature; never silently again).
+    pub fn compile_count(&self) -> usize {
+        self.inner.compiles.load(Ordering::Relaxed)
     }
 
     /// The input types a call with `specs` is traced for: the input signature
     /// when one is set (after checking `specs` against it), else `specs`.
     fn signature_for(&self, specs: &[TensorType]) -> Result<Vec<TensorType>, Error> {
-        let Some(sig) = &self.input_signature else {
+        let Some(sig) = &self.inner.cfg.input_signature else {
             return Ok(specs.to_vec());
         };
         if sig.len() != specs.len() {
             return Err(Error::invalid(format!(
                 "function '{}' has an input_signature of {} tensor(s), but {} were given",
-                self.name,
+                self.inner.cfg.name,
                 sig.len(),
                 specs.len()
             )));
@@ -258,7 +326,7 @@ impl Function {
             if !ok {
                 return Err(Error::invalid(format!(
                     "input {i} of function '{}' is {t}, which does not match its input_signature {}",
-                    self.name,
+                    self.inner.cfg.name,
                     s.ty()
                 )));
             }
@@ -275,49 +343,43 @@ impl Function {
 
     fn concrete_for(&self, types: &[TensorType]) -> Result<Arc<ConcreteFunction>, Error> {
         let key = self.signature_for(types)?;
-        if let Some(c) = self.lock_cache().get(&key) {
+        if let Some(c) = self.inner.lock_traces().get(&key) {
             return Ok(c.clone());
         }
         let traced = self.trace(&key)?;
         let mut optimized = traced.clone();
         interp::optimize(&mut optimized)?;
         let c = Arc::new(ConcreteFunction { traced, optimized });
-        self.traces.fetch_add(1, Ordering::Relaxed);
-        Ok(self.lock_cache().entry(key).or_insert(c).clone())
-    }
-
-    fn lock_cache(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Vec<TensorType>, Arc<ConcreteFunction>>> {
-        // A panic cannot happen while the lock is held; recover if it did.
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.traces.fetch_add(1, Ordering::Relaxed);
+        Ok(self.inner.lock_traces().entry(key).or_insert(c).clone())
     }
 
     fn trace(&self, types: &[TensorType]) -> Result<Graph, Error> {
-        if let Some(n) = self.arity
+        let cfg = &self.inner.cfg;
+        if let Some(n) = cfg.arity
             && n != types.len()
         {
             return Err(Error::invalid(format!(
                 "function '{}' (defined at {}) takes {n} argument(s), but {} were given",
-                self.name,
-                self.site,
+                cfg.name,
+                cfg.site,
                 types.len()
             )));
         }
-        let tracer = Tracer::new(&self.name);
+        let tracer = Tracer::new(&cfg.name);
         let args: Vec<Sym> = types
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let name = self
+                let name = cfg
                     .input_signature
                     .as_ref()
                     .and_then(|s| s[i].name.clone())
                     .or_else(|| Some(format!("arg{i}")));
-                tracer.parameter(i, t.clone(), name, self.site.clone())
+                tracer.parameter(i, t.clone(), name, cfg.site.clone())
             })
             .collect();
-        let body = self.body.clone();
+        let body = cfg.body.clone();
         let outputs = catch_unwind(AssertUnwindSafe(|| body(&args))).map_err(|p| {
             let msg = p
                 .downcast_ref::<&str>()
@@ -326,28 +388,158 @@ impl Function {
                 .unwrap_or_else(|| "unknown panic".into());
             Error::invalid(format!(
                 "the body of function '{}' (defined at {}) panicked while tracing: {msg}",
-                self.name, self.site
+                cfg.name, cfg.site
             ))
         })?;
         drop(args);
         tracer.finish(outputs)
     }
 
-    /// Runs the function: traces (once per input signature), optimizes and
-    /// interprets.
+    /// Runs the function: traces (once per input signature) and optimizes;
+    /// then interprets, or with `jit_compile(true)` compiles (once per
+    /// concrete input signature) and runs native code.
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
         let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
+        if self.inner.cfg.jit {
+            return self.executable_for(&types)?.run(inputs);
+        }
         let c = self.concrete_for(&types)?;
         interp::run(&c.optimized, inputs)
     }
 
+    /// The executable for concrete input types, compiling it on first use.
+    fn executable_for(&self, types: &[TensorType]) -> Result<Arc<Executable>, Error> {
+        let mut exes = self
+            .inner
+            .executables
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = exes.get(types) {
+            return Ok(e.clone());
+        }
+        let c = self.concrete_for(types)?;
+        let params: Vec<TensorType> = c
+            .optimized
+            .params()
+            .iter()
+            .map(|p| c.optimized.ty(*p).clone())
+            .collect();
+        let graph = if params == types {
+            c.optimized.clone()
+        } else {
+            c.optimized.specialize(types)?
+        };
+        let exe = Arc::new(tensorlift_compiler::compile(
+            &graph,
+            &self.inner.cfg.jit_options,
+        )?);
+        self.inner.compiles.fetch_add(1, Ordering::Relaxed);
+        exes.insert(types.to_vec(), exe.clone());
+        Ok(exe)
+    }
+
+    /// Compiles ahead of execution, with no data: every spec with a static
+    /// shape is compiled now (a `JitIncompatible` error surfaces here);
+    /// specs with unknown dims compile once per concrete shape on call.
+    pub fn compile(&self, specs: &[TensorSpec]) -> Result<CompiledFunction, Error> {
+        let types: Vec<TensorType> = specs.iter().map(TensorSpec::ty).collect();
+        let exe = if types.iter().all(|t| t.shape.is_static()) {
+            Some(self.executable_for(&types)?)
+        } else {
+            let c = self.concrete_for(&types)?;
+            // Report what can never compile (e.g. py_function) now.
+            if let Err(e @ Error::JitIncompatible { .. }) = tensorlift_compiler::check(&c.optimized)
+            {
+                let only_shapes = matches!(&e, Error::JitIncompatible { offenders } if offenders.iter().all(|o| o.reason.contains("not static")));
+                if !only_shapes {
+                    return Err(e);
+                }
+            }
+            None
+        };
+        Ok(CompiledFunction {
+            function: Function {
+                inner: self.inner.clone(),
+            },
+            specs: specs.to_vec(),
+            exe,
+        })
+    }
+
     /// The IR text for inputs of `specs` at `stage` (like TensorFlow's
-    /// `experimental_get_compiler_ir`).
+    /// `experimental_get_compiler_ir`). The fused and Cranelift stages
+    /// compile (and cache) the function for `specs`, which must be static.
     pub fn compiler_ir(&self, specs: &[TensorSpec], stage: IrStage) -> Result<String, Error> {
         let c = self.concrete(specs)?;
-        Ok(tensorlift_ir::text::print(match stage {
-            IrStage::Traced => &c.traced,
-            IrStage::Optimized => &c.optimized,
-        }))
+        Ok(match stage {
+            IrStage::Traced => tensorlift_ir::text::print(&c.traced),
+            IrStage::Optimized => tensorlift_ir::text::print(&c.optimized),
+            IrStage::Fused | IrStage::Cranelift => {
+                let types: Vec<TensorType> = specs.iter().map(TensorSpec::ty).collect();
+                let exe = self.executable_for(&types)?;
+                if stage == IrStage::Fused {
+                    exe.fused_ir()
+                } else {
+                    exe.cranelift_ir()
+                }
+            }
+        })
+    }
+}
+
+/// A function compiled ahead of execution for an input signature. Cheap to
+/// clone and `Send + Sync`: many threads may call it at once.
+#[derive(Debug, Clone)]
+pub struct CompiledFunction {
+    function: Function,
+    specs: Vec<TensorSpec>,
+    exe: Option<Arc<Executable>>,
+}
+
+impl Clone for Function {
+    fn clone(&self) -> Self {
+        Function {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl CompiledFunction {
+    /// Runs the native code on `inputs`, which must match the specs.
+    pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        if inputs.len() != self.specs.len() {
+            return Err(Error::invalid(format!(
+                "compiled function takes {} input(s), but {} were given",
+                self.specs.len(),
+                inputs.len()
+            )));
+        }
+        for (i, (s, t)) in self.specs.iter().zip(inputs).enumerate() {
+            if s.dtype != t.dtype() || !s.shape.accepts(t.shape()) {
+                return Err(Error::invalid(format!(
+                    "input {i} is {}{:?}, but the function was compiled for {}",
+                    t.dtype().short_name(),
+                    t.shape(),
+                    s.ty()
+                )));
+            }
+        }
+        match &self.exe {
+            Some(e) => e.run(inputs),
+            None => {
+                let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
+                self.function.executable_for(&types)?.run(inputs)
+            }
+        }
+    }
+
+    /// The executable, when the specs were static.
+    pub fn executable(&self) -> Option<&Executable> {
+        self.exe.as_deref()
+    }
+
+    /// The function it came from (its counters, its caches).
+    pub fn function(&self) -> &Function {
+        &self.function
     }
 }

@@ -19,6 +19,8 @@ pub use tensorlift_ir::{
 pub use tensorlift_runtime::{HostElement, Tensor};
 pub use trace::{Operand, Sym, Tracer};
 
+/// The compiler crate (fusion, Cranelift code generation).
+pub use tensorlift_compiler as compiler;
 /// The IR crate (graphs, text format, passes).
 pub use tensorlift_ir as ir;
 /// The runtime crate (tensors, interpreter).

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use tensorlift_ir::{
-    BinaryOp, CmpOp, DType, Graph, Literal, NodeId, Op, ReduceOp, Result, Error, UnaryOp, ValueId,
+    BinaryOp, CmpOp, DType, Error, Graph, Literal, NodeId, Op, ReduceOp, Result, UnaryOp, ValueId,
 };
 
 /// Index of a buffer slot.
@@ -100,7 +100,10 @@ impl ENode {
         match self {
             ENode::Load { dtype, .. } | ENode::Iota { dtype, .. } => *dtype,
             ENode::Const(l) => l.dtype,
-            ENode::Unary(_, _, d) | ENode::Binary(_, _, _, d) | ENode::Select(_, _, _, d) | ENode::Clamp(_, _, _, d) => *d,
+            ENode::Unary(_, _, d)
+            | ENode::Binary(_, _, _, d)
+            | ENode::Select(_, _, _, d)
+            | ENode::Clamp(_, _, _, d) => *d,
             ENode::Compare(..) => DType::Bool,
             ENode::Convert(_, _, to) => *to,
         }
@@ -130,8 +133,10 @@ pub struct Kernel {
     pub kind: KernelKind,
     /// Loop dims (after merging contiguous dims).
     pub dims: Vec<usize>,
-    /// The expression DAG; the last node is the root.
+    /// The expression DAG, operands before users.
     pub nodes: Vec<ENode>,
+    /// The node whose value is stored (or reduced).
+    pub root: usize,
     /// Output slot.
     pub out: SlotId,
     /// Output stride per loop dim, in elements (0 for reduced dims).
@@ -217,7 +222,12 @@ fn fusible(op: &Op) -> bool {
     op.is_elementwise()
         || matches!(
             op,
-            Op::BroadcastInDim { .. } | Op::Transpose(_) | Op::Slice { .. } | Op::Reverse(_) | Op::Reshape(_) | Op::Iota { .. }
+            Op::BroadcastInDim { .. }
+                | Op::Transpose(_)
+                | Op::Slice { .. }
+                | Op::Reverse(_)
+                | Op::Reshape(_)
+                | Op::Iota { .. }
         )
 }
 
@@ -253,10 +263,10 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     };
     for id in g.node_ids() {
         let n = g.node(id);
-        let v = n.results[0];
         if !(fusible(&n.op) || is_scalar_const(&n.op)) {
             continue;
         }
+        let v = n.results[0];
         cost[v.index()] = 1 + n.inputs.iter().map(|i| cost[i.index()]).sum::<usize>();
         let consumers = uses[v.index()].len() + usize::from(is_output[v.index()]);
         let why = if is_scalar_const(&n.op) && !is_output[v.index()] {
@@ -267,7 +277,11 @@ pub fn plan(g: &Graph) -> Result<Plan> {
             let cn = g.node(**c);
             needs_buffer(&cn.op, g.ty(cn.results[0]).dtype)
         }) {
-            Some(format!("materialized: {} '{}' reads it from memory", g.node(*c).op.name(), g.node(*c).name))
+            Some(format!(
+                "materialized: {} '{}' reads it from memory",
+                g.node(*c).op.name(),
+                g.node(*c).name
+            ))
         } else if consumers > 1 && cost[v.index()] > RECOMPUTE_LIMIT {
             Some(format!(
                 "materialized: {consumers} consumers and inline cost {} > {RECOMPUTE_LIMIT} (recomputing would cost more than a buffer)",
@@ -288,10 +302,10 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     let mut linear_safe = vec![true; g.num_values()];
     for id in g.node_ids() {
         let n = g.node(id);
-        let v = n.results[0];
         if n.results.len() != 1 {
             continue;
         }
+        let v = n.results[0];
         if let Op::Reshape(_) = n.op {
             let x = n.inputs[0];
             if kind[x.index()] == Kind::Inline && !linear_safe[x.index()] {
@@ -321,9 +335,14 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     // Slots.
     let mut slots: Vec<Slot> = Vec::new();
     let mut slot_of: HashMap<ValueId, SlotId> = HashMap::new();
-    let mut new_slot = |slots: &mut Vec<Slot>, v: ValueId, k: SlotKind, name: &str| {
+    let new_slot = |slots: &mut Vec<Slot>, v: ValueId, k: SlotKind, name: &str| {
         let ty = g.ty(v);
-        slots.push(Slot { kind: k, dtype: ty.dtype, dims: ty.shape.as_known().unwrap_or_default(), name: name.to_string() });
+        slots.push(Slot {
+            kind: k,
+            dtype: ty.dtype,
+            dims: ty.shape.as_known().unwrap_or_default(),
+            name: name.to_string(),
+        });
         slots.len() - 1
     };
     for id in g.node_ids() {
@@ -347,9 +366,18 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     let mut steps = Vec::new();
     for id in g.node_ids() {
         let n = g.node(id);
-        let v = n.results[0];
+        let Some(&v) = n.results.first() else {
+            let inputs = n.inputs.iter().map(|i| slot_of[i]).collect();
+            steps.push(Step::Runtime {
+                node: id,
+                inputs,
+                outputs: vec![],
+            });
+            continue;
+        };
         match &n.op {
-            Op::Parameter { .. } | Op::Constant(_) if !(is_output[v.index()] && kind[v.index()] == Kind::Inline) => {}
+            Op::Parameter { .. } | Op::Constant(_)
+                if !(is_output[v.index()] && kind[v.index()] == Kind::Inline) => {}
             Op::Reduce { op, axes, .. } if native_reduce(g.ty(v).dtype) => {
                 let x = n.inputs[0];
                 let in_dims = g.ty(x).shape.as_known().unwrap_or_default();
@@ -365,11 +393,22 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                         acc *= in_dims[d] as i64;
                     }
                 }
-                let k = b.finish(&n.name, KernelKind::Reduce { op: *op, reduced }, in_dims, root, slot_of[&v], out_strides);
+                let k = b.finish(
+                    &n.name,
+                    KernelKind::Reduce { op: *op, reduced },
+                    in_dims,
+                    root,
+                    slot_of[&v],
+                    out_strides,
+                );
                 steps.push(Step::Kernel(k));
             }
-            Op::DotGeneral(dd) if matches!(g.ty(v).dtype, DType::F32 | DType::F64) && gemm_shape(g, n, dd).is_some() => {
-                let (b, m, k, nn, ls, rs) = gemm_shape(g, n, dd).ok_or_else(|| Error::internal("gemm shape"))?;
+            Op::DotGeneral(dd)
+                if matches!(g.ty(v).dtype, DType::F32 | DType::F64)
+                    && gemm_shape(g, n, dd).is_some() =>
+            {
+                let (b, m, k, nn, ls, rs) =
+                    gemm_shape(g, n, dd).ok_or_else(|| Error::internal("gemm shape"))?;
                 steps.push(Step::Gemm(Gemm {
                     name: n.name.clone(),
                     dtype: g.ty(v).dtype,
@@ -383,27 +422,52 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                     lhs_strides: ls,
                     rhs_strides: rs,
                 }));
-                decisions.push(format!("{}: GEMM call (tl_gemm), b={b} m={m} k={k} n={nn}", n.name));
+                decisions.push(format!(
+                    "{}: GEMM call (tl_gemm), b={b} m={m} k={k} n={nn}",
+                    n.name
+                ));
             }
             op if (fusible(op) || is_scalar_const(op)) && kind[v.index()] == Kind::Buffer => {
                 let dims = g.ty(v).shape.as_known().unwrap_or_default();
                 let mut b = KernelBuilder::new(g, &kind, &slot_of, dims.len());
                 let root = b.build_node(id, &IndexMap::identity(dims.len()))?;
                 let out_strides = row_major(&dims);
-                let k = b.finish(&n.name, KernelKind::Loop, dims, root, slot_of[&v], out_strides);
+                let k = b.finish(
+                    &n.name,
+                    KernelKind::Loop,
+                    dims,
+                    root,
+                    slot_of[&v],
+                    out_strides,
+                );
                 steps.push(Step::Kernel(k));
             }
             op if fusible(op) || is_scalar_const(op) => {}
             op => {
-                decisions.push(format!("{}: runtime kernel ({} is not emitted inline)", n.name, op.name()));
+                decisions.push(format!(
+                    "{}: runtime kernel ({} is not emitted inline)",
+                    n.name,
+                    op.name()
+                ));
                 let inputs = n.inputs.iter().map(|i| slot_of[i]).collect();
                 let outputs = n.results.iter().map(|r| slot_of[r]).collect();
-                steps.push(Step::Runtime { node: id, inputs, outputs });
+                steps.push(Step::Runtime {
+                    node: id,
+                    inputs,
+                    outputs,
+                });
             }
         }
     }
     let outputs = g.outputs().iter().map(|o| slot_of[&o.value]).collect();
-    let mut plan = Plan { graph: g.clone(), slots, steps, outputs, arena_bytes: 0, decisions };
+    let mut plan = Plan {
+        graph: g.clone(),
+        slots,
+        steps,
+        outputs,
+        arena_bytes: 0,
+        decisions,
+    };
     plan_buffers(&mut plan);
     Ok(plan)
 }
@@ -433,12 +497,20 @@ fn collapse(dims: &[usize], strides: &[i64], group: &[usize]) -> Option<(usize, 
 
 type GemmShape = (usize, usize, usize, usize, [isize; 3], [isize; 3]);
 
-fn gemm_shape(g: &Graph, n: &tensorlift_ir::Node, dd: &tensorlift_ir::DotDims) -> Option<GemmShape> {
+fn gemm_shape(
+    g: &Graph,
+    n: &tensorlift_ir::Node,
+    dd: &tensorlift_ir::DotDims,
+) -> Option<GemmShape> {
     let ld = g.ty(n.inputs[0]).shape.as_known()?;
     let rd = g.ty(n.inputs[1]).shape.as_known()?;
     let (ls, rs) = (row_major(&ld), row_major(&rd));
-    let lfree: Vec<usize> = (0..ld.len()).filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i)).collect();
-    let rfree: Vec<usize> = (0..rd.len()).filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i)).collect();
+    let lfree: Vec<usize> = (0..ld.len())
+        .filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i))
+        .collect();
+    let rfree: Vec<usize> = (0..rd.len())
+        .filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i))
+        .collect();
     let (b, lb) = collapse(&ld, &ls, &dd.lhs_batch)?;
     let (_, rb) = collapse(&rd, &rs, &dd.rhs_batch)?;
     let (m, lm) = collapse(&ld, &ls, &lfree)?;
@@ -461,13 +533,18 @@ impl IndexMap {
     fn identity(rank: usize) -> Self {
         IndexMap::Multi {
             off: vec![0; rank],
-            coef: (0..rank).map(|k| (0..rank).map(|r| i64::from(k == r)).collect()).collect(),
+            coef: (0..rank)
+                .map(|k| (0..rank).map(|r| i64::from(k == r)).collect())
+                .collect(),
         }
     }
 
     fn scalar(loops: usize) -> Self {
         let _ = loops;
-        IndexMap::Multi { off: vec![], coef: vec![] }
+        IndexMap::Multi {
+            off: vec![],
+            coef: vec![],
+        }
     }
 
     /// The element offset (row-major over `dims`) as an affine function.
@@ -477,7 +554,9 @@ impl IndexMap {
             IndexMap::Multi { off, coef } => {
                 let rs = row_major(dims);
                 let o = off.iter().zip(&rs).map(|(a, b)| a * b).sum();
-                let s = (0..loops).map(|r| coef.iter().zip(&rs).map(|(c, b)| c[r] * b).sum()).collect();
+                let s = (0..loops)
+                    .map(|r| coef.iter().zip(&rs).map(|(c, b)| c[r] * b).sum())
+                    .collect();
                 (o, s)
             }
         }
@@ -494,8 +573,20 @@ struct KernelBuilder<'a> {
 }
 
 impl<'a> KernelBuilder<'a> {
-    fn new(g: &'a Graph, kind: &'a [Kind], slot_of: &'a HashMap<ValueId, SlotId>, loops: usize) -> Self {
-        KernelBuilder { g, kind, slot_of, loops, nodes: Vec::new(), memo: HashMap::new() }
+    fn new(
+        g: &'a Graph,
+        kind: &'a [Kind],
+        slot_of: &'a HashMap<ValueId, SlotId>,
+        loops: usize,
+    ) -> Self {
+        KernelBuilder {
+            g,
+            kind,
+            slot_of,
+            loops,
+            nodes: Vec::new(),
+            memo: HashMap::new(),
+        }
     }
 
     fn push(&mut self, n: ENode) -> usize {
@@ -514,9 +605,17 @@ impl<'a> KernelBuilder<'a> {
         let ty = self.g.ty(v);
         let dims = ty.shape.as_known().unwrap_or_default();
         let e = if self.kind[v.index()] == Kind::Buffer {
-            let slot = *self.slot_of.get(&v).ok_or_else(|| Error::internal(format!("no slot for {v}")))?;
+            let slot = *self
+                .slot_of
+                .get(&v)
+                .ok_or_else(|| Error::internal(format!("no slot for {v}")))?;
             let (offset, strides) = map.linear(&dims, self.loops);
-            self.push(ENode::Load { slot, dtype: ty.dtype, offset, strides })
+            self.push(ENode::Load {
+                slot,
+                dtype: ty.dtype,
+                offset,
+                strides,
+            })
         } else {
             let id = self.g.value(v).node;
             self.build_node(id, map)?
@@ -538,7 +637,13 @@ impl<'a> KernelBuilder<'a> {
         let v = n.results[0];
         let dt = self.g.ty(v).dtype;
         let dims = self.g.ty(v).shape.as_known().unwrap_or_default();
-        let bad = || Error::internal(format!("cannot fuse {} '{}' under a linear index map", n.op.name(), n.name));
+        let bad = || {
+            Error::internal(format!(
+                "cannot fuse {} '{}' under a linear index map",
+                n.op.name(),
+                n.name
+            ))
+        };
         let ins = &n.inputs;
         Ok(match &n.op {
             Op::Constant(l) if l.dims.is_empty() => self.push(ENode::Const(l.clone())),
@@ -555,11 +660,19 @@ impl<'a> KernelBuilder<'a> {
                 self.push(ENode::Compare(*c, x, y, self.g.ty(ins[0]).dtype))
             }
             Op::Select => {
-                let (p, x, y) = (self.operand(ins[0], map)?, self.operand(ins[1], map)?, self.operand(ins[2], map)?);
+                let (p, x, y) = (
+                    self.operand(ins[0], map)?,
+                    self.operand(ins[1], map)?,
+                    self.operand(ins[2], map)?,
+                );
                 self.push(ENode::Select(p, x, y, dt))
             }
             Op::Clamp => {
-                let (x, lo, hi) = (self.operand(ins[0], map)?, self.operand(ins[1], map)?, self.operand(ins[2], map)?);
+                let (x, lo, hi) = (
+                    self.operand(ins[0], map)?,
+                    self.operand(ins[1], map)?,
+                    self.operand(ins[2], map)?,
+                );
                 self.push(ENode::Clamp(x, lo, hi, dt))
             }
             Op::Convert(to) => {
@@ -567,15 +680,23 @@ impl<'a> KernelBuilder<'a> {
                 self.push(ENode::Convert(x, self.g.ty(ins[0]).dtype, *to))
             }
             Op::Iota { dim, .. } => {
-                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
-                self.push(ENode::Iota { dtype: dt, offset: off[*dim], strides: coef[*dim].clone() })
+                let IndexMap::Multi { off, coef } = map else {
+                    return Err(bad());
+                };
+                self.push(ENode::Iota {
+                    dtype: dt,
+                    offset: off[*dim],
+                    strides: coef[*dim].clone(),
+                })
             }
             Op::Reshape(_) => {
                 let (o, c) = map.linear(&dims, self.loops);
                 self.build(ins[0], &IndexMap::Linear { off: o, coef: c })?
             }
             Op::BroadcastInDim { dims: bd, .. } => {
-                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                let IndexMap::Multi { off, coef } = map else {
+                    return Err(bad());
+                };
                 let xd = self.g.ty(ins[0]).shape.as_known().unwrap_or_default();
                 let mut xo = Vec::new();
                 let mut xc = Vec::new();
@@ -591,7 +712,9 @@ impl<'a> KernelBuilder<'a> {
                 self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
             Op::Transpose(perm) => {
-                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                let IndexMap::Multi { off, coef } = map else {
+                    return Err(bad());
+                };
                 let mut xo = vec![0; perm.len()];
                 let mut xc = vec![Vec::new(); perm.len()];
                 for (d, &p) in perm.iter().enumerate() {
@@ -601,13 +724,21 @@ impl<'a> KernelBuilder<'a> {
                 self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
             Op::Slice { start, stride, .. } => {
-                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
-                let xo = (0..off.len()).map(|d| start[d] as i64 + stride[d] as i64 * off[d]).collect();
-                let xc = (0..off.len()).map(|d| coef[d].iter().map(|c| c * stride[d] as i64).collect()).collect();
+                let IndexMap::Multi { off, coef } = map else {
+                    return Err(bad());
+                };
+                let xo = (0..off.len())
+                    .map(|d| start[d] as i64 + stride[d] as i64 * off[d])
+                    .collect();
+                let xc = (0..off.len())
+                    .map(|d| coef[d].iter().map(|c| c * stride[d] as i64).collect())
+                    .collect();
                 self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
             Op::Reverse(axes) => {
-                let IndexMap::Multi { off, coef } = map else { return Err(bad()) };
+                let IndexMap::Multi { off, coef } = map else {
+                    return Err(bad());
+                };
                 let mut xo = off.clone();
                 let mut xc = coef.clone();
                 for &a in axes {
@@ -632,8 +763,6 @@ impl<'a> KernelBuilder<'a> {
         mut out_strides: Vec<i64>,
     ) -> Kernel {
         let mut nodes = self.nodes;
-        // Put the root last (nodes are in dependency order already).
-        let _ = root;
         let mut d = dims.len();
         while d >= 2 {
             d -= 1;
@@ -666,7 +795,15 @@ impl<'a> KernelBuilder<'a> {
                 }
             }
         }
-        Kernel { name: name.to_string(), kind, dims, nodes, out, out_strides }
+        Kernel {
+            name: name.to_string(),
+            kind,
+            dims,
+            nodes,
+            root,
+            out,
+            out_strides,
+        }
     }
 }
 
@@ -689,7 +826,9 @@ fn plan_buffers(plan: &mut Plan) {
     // (offset, size, last use) of live allocations.
     let mut live: Vec<(usize, usize, usize)> = Vec::new();
     let mut arena = 0usize;
-    let mut order: Vec<usize> = (0..n).filter(|s| matches!(plan.slots[*s].kind, SlotKind::Temp { .. })).collect();
+    let mut order: Vec<usize> = (0..n)
+        .filter(|s| matches!(plan.slots[*s].kind, SlotKind::Temp { .. }))
+        .collect();
     order.sort_by_key(|s| first[*s]);
     for s in order {
         let start = first[s];
@@ -725,7 +864,9 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
             (reads, vec![k.out])
         }
         Step::Gemm(g) => (vec![g.lhs, g.rhs], vec![g.out]),
-        Step::Runtime { inputs, outputs, .. } => (inputs.clone(), outputs.clone()),
+        Step::Runtime {
+            inputs, outputs, ..
+        } => (inputs.clone(), outputs.clone()),
     }
 }
 
@@ -733,7 +874,11 @@ impl Plan {
     /// The plan as text: slots, steps with their expressions, decisions.
     pub fn dump(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "plan @{} (arena {} bytes)", self.graph.name, self.arena_bytes);
+        let _ = writeln!(
+            s,
+            "plan @{} (arena {} bytes)",
+            self.graph.name, self.arena_bytes
+        );
         for (i, sl) in self.slots.iter().enumerate() {
             let kind = match &sl.kind {
                 SlotKind::Input(k) => format!("input {k}"),
@@ -741,16 +886,28 @@ impl Plan {
                 SlotKind::Temp { offset } => format!("temp @{offset}"),
                 SlotKind::Output => "output".to_string(),
             };
-            let _ = writeln!(s, "  slot {i}: {}{:?} {kind} ({})", sl.dtype.short_name(), sl.dims, sl.name);
+            let _ = writeln!(
+                s,
+                "  slot {i}: {}{:?} {kind} ({})",
+                sl.dtype.short_name(),
+                sl.dims,
+                sl.name
+            );
         }
         for (i, st) in self.steps.iter().enumerate() {
             match st {
                 Step::Kernel(k) => {
                     let kind = match &k.kind {
                         KernelKind::Loop => "loop".to_string(),
-                        KernelKind::Reduce { op, reduced } => format!("reduce_{} reduced={reduced:?}", op.name()),
+                        KernelKind::Reduce { op, reduced } => {
+                            format!("reduce_{} reduced={reduced:?}", op.name())
+                        }
                     };
-                    let _ = writeln!(s, "  step {i}: kernel '{}' {kind} dims={:?} -> slot {} strides={:?}", k.name, k.dims, k.out, k.out_strides);
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: kernel '{}' {kind} dims={:?} root=e{} -> slot {} strides={:?}",
+                        k.name, k.dims, k.root, k.out, k.out_strides
+                    );
                     for (j, n) in k.nodes.iter().enumerate() {
                         let _ = writeln!(s, "    e{j} = {}", enode_text(n));
                     }
@@ -759,12 +916,31 @@ impl Plan {
                     let _ = writeln!(
                         s,
                         "  step {i}: gemm '{}' {} b={} m={} k={} n={} lhs=slot {} {:?} rhs=slot {} {:?} -> slot {}",
-                        g.name, g.dtype.short_name(), g.b, g.m, g.k, g.n, g.lhs, g.lhs_strides, g.rhs, g.rhs_strides, g.out
+                        g.name,
+                        g.dtype.short_name(),
+                        g.b,
+                        g.m,
+                        g.k,
+                        g.n,
+                        g.lhs,
+                        g.lhs_strides,
+                        g.rhs,
+                        g.rhs_strides,
+                        g.out
                     );
                 }
-                Step::Runtime { node, inputs, outputs } => {
+                Step::Runtime {
+                    node,
+                    inputs,
+                    outputs,
+                } => {
                     let n = self.graph.node(*node);
-                    let _ = writeln!(s, "  step {i}: runtime {} '{}' {inputs:?} -> {outputs:?}", n.op.name(), n.name);
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: runtime {} '{}' {inputs:?} -> {outputs:?}",
+                        n.op.name(),
+                        n.name
+                    );
                 }
             }
         }
@@ -778,18 +954,34 @@ impl Plan {
 
 fn enode_text(n: &ENode) -> String {
     match n {
-        ENode::Load { slot, dtype, offset, strides } => format!("load slot {slot} {} [{offset} + {strides:?}]", dtype.short_name()),
+        ENode::Load {
+            slot,
+            dtype,
+            offset,
+            strides,
+        } => format!(
+            "load slot {slot} {} [{offset} + {strides:?}]",
+            dtype.short_name()
+        ),
         ENode::Const(l) => {
             let mut v = String::new();
             l.format_element(0, &mut v);
             format!("const {} {v}", l.dtype.short_name())
         }
-        ENode::Iota { dtype, offset, strides } => format!("iota {} [{offset} + {strides:?}]", dtype.short_name()),
+        ENode::Iota {
+            dtype,
+            offset,
+            strides,
+        } => format!("iota {} [{offset} + {strides:?}]", dtype.short_name()),
         ENode::Unary(u, x, d) => format!("{} e{x} : {}", u.name(), d.short_name()),
         ENode::Binary(b, x, y, d) => format!("{} e{x}, e{y} : {}", b.name(), d.short_name()),
-        ENode::Compare(c, x, y, d) => format!("compare_{} e{x}, e{y} ({})", c.name(), d.short_name()),
+        ENode::Compare(c, x, y, d) => {
+            format!("compare_{} e{x}, e{y} ({})", c.name(), d.short_name())
+        }
         ENode::Select(p, x, y, d) => format!("select e{p}, e{x}, e{y} : {}", d.short_name()),
         ENode::Clamp(x, l, h, d) => format!("clamp e{x}, e{l}, e{h} : {}", d.short_name()),
-        ENode::Convert(x, f, t) => format!("convert e{x} : {} -> {}", f.short_name(), t.short_name()),
+        ENode::Convert(x, f, t) => {
+            format!("convert e{x} : {} -> {}", f.short_name(), t.short_name())
+        }
     }
 }

@@ -1,6 +1,17 @@
-//! tensorlift's JIT compiler (Cranelift backend).
+//! tensorlift's JIT compiler: turns a graph with concrete shapes into native
+//! code with Cranelift, XLA-style.
 //!
-//! Not implemented yet: this crate pins the Cranelift dependencies and will
-//! hold the pipeline of `docs/architecture.md` (specialize, check, optimize,
-//! fuse, plan buffers, emit Cranelift IR). Nothing here compiles anything,
-//! and nothing in tensorlift pretends that it does.
+//! Pipeline ([`compile`]): check (everything that cannot be compiled is a
+//! `JitIncompatible` error listing every offending node) → optimize (the IR
+//! passes) → fuse and plan buffers ([`fusion::plan`]) → emit Cranelift IR
+//! ([`codegen`]) → finalize with cranelift-jit. The result is an
+//! [`Executable`]: native code, its plan and the runtime tables it calls
+//! into. See `docs/compiler.md`.
+
+mod codegen;
+mod exec;
+pub mod fusion;
+mod rt;
+
+pub use codegen::{JitOptions, OptLevel};
+pub use exec::{Executable, check, compile};

@@ -32,11 +32,17 @@ pub struct StepTable {
 }
 
 fn unary(code: i32) -> UnaryOp {
-    UnaryOp::ALL.get(code as usize).copied().unwrap_or(UnaryOp::Neg)
+    UnaryOp::ALL
+        .get(code as usize)
+        .copied()
+        .unwrap_or(UnaryOp::Neg)
 }
 
 fn binary(code: i32) -> BinaryOp {
-    BinaryOp::ALL.get(code as usize).copied().unwrap_or(BinaryOp::Add)
+    BinaryOp::ALL
+        .get(code as usize)
+        .copied()
+        .unwrap_or(BinaryOp::Add)
 }
 
 /// Runs `f`, turning a panic into `on_panic`.
@@ -85,7 +91,9 @@ extern "C" fn tl_f64_to_bf16(x: f64) -> i32 {
 /// # Safety
 /// `out` points to two writable f32.
 unsafe extern "C" fn tl_c64_un(op: i32, re: f32, im: f32, out: *mut f32) {
-    let r = guard(Complex32::new(f32::NAN, f32::NAN), || Complex32::un(unary(op), Complex32::new(re, im)));
+    let r = guard(Complex32::new(f32::NAN, f32::NAN), || {
+        Complex32::un(unary(op), Complex32::new(re, im))
+    });
     // SAFETY: the caller passes a 2-element stack slot.
     unsafe {
         *out = r.re;
@@ -95,7 +103,9 @@ unsafe extern "C" fn tl_c64_un(op: i32, re: f32, im: f32, out: *mut f32) {
 /// # Safety
 /// `out` points to two writable f64.
 unsafe extern "C" fn tl_c128_un(op: i32, re: f64, im: f64, out: *mut f64) {
-    let r = guard(Complex64::new(f64::NAN, f64::NAN), || Complex64::un(unary(op), Complex64::new(re, im)));
+    let r = guard(Complex64::new(f64::NAN, f64::NAN), || {
+        Complex64::un(unary(op), Complex64::new(re, im))
+    });
     // SAFETY: the caller passes a 2-element stack slot.
     unsafe {
         *out = r.re;
@@ -150,16 +160,25 @@ unsafe fn slot_tensor(plan: &Plan, bufs: *const *mut u8, s: usize) -> Result<Ten
 fn run_step(table: &StepTable, step: usize, bufs: *const *mut u8) -> Result<(), Error> {
     let plan = &table.plan;
     match plan.steps.get(step) {
-        Some(Step::Runtime { node, inputs, outputs }) => {
+        Some(Step::Runtime {
+            node,
+            inputs,
+            outputs,
+        }) => {
             let args: Vec<Tensor> =
                 // SAFETY: slot pointers are valid while main runs.
                 inputs.iter().map(|&s| unsafe { slot_tensor(plan, bufs, s) }).collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = args.iter().collect();
-            let outs = interp::eval_node(&plan.graph, *node, &refs).map_err(|e| e.at_node(plan.graph.node_ref(*node)))?;
+            let outs = interp::eval_node(&plan.graph, *node, &refs)
+                .map_err(|e| e.at_node(plan.graph.node_ref(*node)))?;
             for (t, &s) in outs.iter().zip(outputs) {
                 let bytes = t.bytes();
                 if bytes.len() != plan.slots[s].bytes() {
-                    return Err(Error::internal(format!("runtime step wrote {} bytes into a {}-byte slot", bytes.len(), plan.slots[s].bytes())));
+                    return Err(Error::internal(format!(
+                        "runtime step wrote {} bytes into a {}-byte slot",
+                        bytes.len(),
+                        plan.slots[s].bytes()
+                    )));
                 }
                 // SAFETY: output slots are distinct writable buffers of this size.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *bufs.add(s), bytes.len()) };
@@ -185,23 +204,45 @@ fn run_step(table: &StepTable, step: usize, bufs: *const *mut u8) -> Result<(), 
                     let out_off = bi * (g.m * g.n) as isize;
                     match g.dtype {
                         tensorlift_ir::DType::F32 => matrixmultiply::sgemm(
-                            g.m, g.k, g.n, 1.0,
-                            (a as *const f32).offset(bi * lb), lm, lk,
-                            (b as *const f32).offset(bi * rb), rk, rn,
-                            0.0, (c as *mut f32).offset(out_off), g.n as isize, 1,
+                            g.m,
+                            g.k,
+                            g.n,
+                            1.0,
+                            (a as *const f32).offset(bi * lb),
+                            lm,
+                            lk,
+                            (b as *const f32).offset(bi * rb),
+                            rk,
+                            rn,
+                            0.0,
+                            (c as *mut f32).offset(out_off),
+                            g.n as isize,
+                            1,
                         ),
                         _ => matrixmultiply::dgemm(
-                            g.m, g.k, g.n, 1.0,
-                            (a as *const f64).offset(bi * lb), lm, lk,
-                            (b as *const f64).offset(bi * rb), rk, rn,
-                            0.0, (c as *mut f64).offset(out_off), g.n as isize, 1,
+                            g.m,
+                            g.k,
+                            g.n,
+                            1.0,
+                            (a as *const f64).offset(bi * lb),
+                            lm,
+                            lk,
+                            (b as *const f64).offset(bi * rb),
+                            rk,
+                            rn,
+                            0.0,
+                            (c as *mut f64).offset(out_off),
+                            g.n as isize,
+                            1,
                         ),
                     }
                 }
             }
             Ok(())
         }
-        _ => Err(Error::internal(format!("step {step} is not a runtime step"))),
+        _ => Err(Error::internal(format!(
+            "step {step} is not a runtime step"
+        ))),
     }
 }
 
@@ -209,7 +250,12 @@ fn run_step(table: &StepTable, step: usize, bufs: *const *mut u8) -> Result<(), 
 ///
 /// # Safety
 /// `table` and `ctx` are valid; `bufs` holds a pointer for every slot.
-unsafe extern "C" fn tl_runtime_step(table: *const StepTable, step: u64, bufs: *const *mut u8, ctx: *mut CallCtx) -> i32 {
+unsafe extern "C" fn tl_runtime_step(
+    table: *const StepTable,
+    step: u64,
+    bufs: *const *mut u8,
+    ctx: *mut CallCtx,
+) -> i32 {
     let r = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the executable owns the table for as long as its code runs.
         let table = unsafe { &*table };

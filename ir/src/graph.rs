@@ -511,11 +511,18 @@ impl Graph {
                         && want.shape.compatible(&t.shape)
                         && (want.shape.rank().is_none() || want.shape.rank() == t.shape.rank());
                     if !fits {
-                        return Err(Error::invalid(format!("input {index} must be {want}, got {t}")));
+                        return Err(Error::invalid(format!(
+                            "input {index} must be {want}, got {t}"
+                        )));
                     }
                     Some(vec![t.clone()])
                 }
-                Op::Callback(_) => Some(node.results.iter().map(|r| self.values[r.index()].ty.clone()).collect()),
+                Op::Callback(_) => Some(
+                    node.results
+                        .iter()
+                        .map(|r| self.values[r.index()].ty.clone())
+                        .collect(),
+                ),
                 _ => None,
             };
             let id = g.add_node(NewNode {
@@ -531,7 +538,8 @@ impl Graph {
             }
         }
         for o in &self.outputs {
-            let v = map[o.value.index()].ok_or_else(|| Error::internal("output not specialized"))?;
+            let v =
+                map[o.value.index()].ok_or_else(|| Error::internal("output not specialized"))?;
             g.add_output(v, o.name.clone())?;
         }
         Ok(g)

@@ -1,0 +1,1485 @@
+//! Cranelift code generation: one function per fused kernel plus a `main`
+//! that runs the steps in order, calling kernels directly and runtime
+//! symbols (GEMM, runtime kernels) through imports.
+//!
+//! Kernel ABI: `extern "C" fn(bufs: *const *mut u8, ctx: *mut CallCtx) -> i32`
+//! where `bufs[s]` is the address of slot `s`; the result is a status
+//! (0 = ok). `main` has the same signature.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    AbiParam, Function, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type,
+    UserFuncName, Value, types,
+};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module};
+use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, ReduceOp, Result, Scalar, UnaryOp};
+
+use crate::fusion::{ENode, Kernel, KernelKind, Plan, Step};
+use crate::rt::{self, StepTable};
+
+/// Cranelift's optimization level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum OptLevel {
+    /// No optimization (fastest compile).
+    None,
+    /// Optimize for speed.
+    #[default]
+    Speed,
+}
+
+/// Options of the JIT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct JitOptions {
+    /// Cranelift optimization level.
+    pub opt_level: OptLevel,
+    /// Bit-exact with the interpreter: no approximated functions, no
+    /// reordered floating-point reductions.
+    pub exact: bool,
+    /// Emit 128-bit SIMD loops where the kernel allows.
+    pub vectorize: bool,
+}
+
+impl Default for JitOptions {
+    fn default() -> Self {
+        JitOptions {
+            opt_level: OptLevel::Speed,
+            exact: false,
+            vectorize: true,
+        }
+    }
+}
+
+fn cg_err(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("code generation failed: {e}"))
+}
+
+/// The finalized module, its entry point and the Cranelift IR text.
+pub(crate) struct Generated {
+    pub module: JITModule,
+    pub entry: *const u8,
+    pub clif: String,
+}
+
+fn make_module(opts: &JitOptions) -> Result<JITModule> {
+    let mut flags = settings::builder();
+    let level = match opts.opt_level {
+        OptLevel::None => "none",
+        OptLevel::Speed => "speed",
+    };
+    flags.set("opt_level", level).map_err(cg_err)?;
+    flags
+        .set("use_colocated_libcalls", "false")
+        .map_err(cg_err)?;
+    flags.set("is_pic", "false").map_err(cg_err)?;
+    let isa = cranelift_native::builder()
+        .map_err(|m| Error::unimplemented(format!("this host is not supported by Cranelift: {m}")))?
+        .finish(settings::Flags::new(flags))
+        .map_err(cg_err)?;
+    let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+    for (name, ptr) in rt::symbols() {
+        jb.symbol(name, ptr);
+    }
+    Ok(JITModule::new(jb))
+}
+
+/// Whether the host has SSE4.1 (vector rounding and min/max).
+fn has_sse41() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("sse4.1")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        true
+    }
+}
+
+/// Compiles `plan` into a module. `table` must outlive the module's code.
+pub(crate) fn generate(
+    plan: &Plan,
+    table: *const StepTable,
+    opts: &JitOptions,
+) -> Result<Generated> {
+    let mut module = make_module(opts)?;
+    let ptr = module.target_config().pointer_type();
+    let mut sig = module.make_signature();
+    sig.params.push(AbiParam::new(ptr));
+    sig.params.push(AbiParam::new(ptr));
+    sig.returns.push(AbiParam::new(types::I32));
+    let mut clif = String::new();
+    let mut helpers = Helpers {
+        ids: HashMap::new(),
+    };
+    let mut fctx = FunctionBuilderContext::new();
+    let mut kernel_ids = HashMap::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Step::Kernel(k) = step {
+            let mut func =
+                Function::with_name_signature(UserFuncName::user(0, i as u32), sig.clone());
+            {
+                let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+                let mut kg = KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
+                kg.emit()?;
+                b.finalize(module.target_config());
+            }
+            clif.push_str(&format!(
+                "; kernel '{}' (step {i})\n{}\n",
+                k.name,
+                func.display()
+            ));
+            let id = module
+                .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
+                .map_err(cg_err)?;
+            let mut ctx = module.make_context();
+            ctx.func = func;
+            module
+                .define_function(id, &mut ctx)
+                .map_err(|e| cg_err(format!("kernel '{}': {e:?}", k.name)))?;
+            kernel_ids.insert(i, id);
+        }
+    }
+    // main: run the steps in order, stopping at the first failing status.
+    let mut func = Function::with_name_signature(UserFuncName::user(0, u32::MAX), sig.clone());
+    {
+        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        b.seal_block(entry);
+        let (bufs, ctx) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+        let step_fn = helpers.get(
+            &mut module,
+            "tl_runtime_step",
+            &[ptr, types::I64, ptr, ptr],
+            &[types::I32],
+        )?;
+        let step_ref = module.declare_func_in_func(step_fn, b.func);
+        for (i, step) in plan.steps.iter().enumerate() {
+            let status = match step {
+                Step::Kernel(_) => {
+                    let f = module.declare_func_in_func(kernel_ids[&i], b.func);
+                    let call = b.ins().call(f, &[bufs, ctx]);
+                    b.inst_results(call)[0]
+                }
+                Step::Gemm(_) | Step::Runtime { .. } => {
+                    let t = b.ins().iconst(ptr, table as i64);
+                    let s = b.ins().iconst(types::I64, i as i64);
+                    let call = b.ins().call(step_ref, &[t, s, bufs, ctx]);
+                    b.inst_results(call)[0]
+                }
+            };
+            let fail = b.create_block();
+            let next = b.create_block();
+            b.ins().brif(status, fail, &[], next, &[]);
+            b.switch_to_block(fail);
+            b.seal_block(fail);
+            b.ins().return_(&[status]);
+            b.switch_to_block(next);
+            b.seal_block(next);
+        }
+        let zero = b.ins().iconst(types::I32, 0);
+        b.ins().return_(&[zero]);
+        b.finalize(module.target_config());
+    }
+    clif.push_str(&format!("; main\n{}\n", func.display()));
+    let main_id = module
+        .declare_function("main", Linkage::Local, &sig)
+        .map_err(cg_err)?;
+    let mut ctx = module.make_context();
+    ctx.func = func;
+    module
+        .define_function(main_id, &mut ctx)
+        .map_err(|e| cg_err(format!("main: {e:?}")))?;
+    module.finalize_definitions().map_err(cg_err)?;
+    let entry = module.get_finalized_function(main_id);
+    Ok(Generated {
+        module,
+        entry,
+        clif,
+    })
+}
+
+struct Helpers {
+    ids: HashMap<&'static str, FuncId>,
+}
+
+impl Helpers {
+    fn get(
+        &mut self,
+        m: &mut JITModule,
+        name: &'static str,
+        params: &[Type],
+        rets: &[Type],
+    ) -> Result<FuncId> {
+        if let Some(id) = self.ids.get(name) {
+            return Ok(*id);
+        }
+        let mut sig: Signature = m.make_signature();
+        sig.params.extend(params.iter().map(|t| AbiParam::new(*t)));
+        sig.returns.extend(rets.iter().map(|t| AbiParam::new(*t)));
+        let id = m
+            .declare_function(name, Linkage::Import, &sig)
+            .map_err(cg_err)?;
+        self.ids.insert(name, id);
+        Ok(id)
+    }
+}
+
+/// A computed element: a real/int/bool value (or vector), or a complex pair.
+#[derive(Clone, Copy, Debug)]
+enum V {
+    S(Value),
+    C(Value, Value),
+}
+
+impl V {
+    fn s(self) -> Value {
+        match self {
+            V::S(v) | V::C(v, _) => v,
+        }
+    }
+}
+
+/// Type of a computed scalar of `d` (halves compute in f32; complex parts).
+fn comp_ty(d: DType) -> Type {
+    match d {
+        DType::Bool | DType::I8 | DType::U8 => types::I8,
+        DType::I16 | DType::U16 => types::I16,
+        DType::I32 | DType::U32 => types::I32,
+        DType::I64 | DType::U64 | DType::String => types::I64,
+        DType::F16 | DType::BF16 | DType::F32 | DType::C64 => types::F32,
+        DType::F64 | DType::C128 => types::F64,
+    }
+}
+
+fn vec_ty(d: DType) -> Option<Type> {
+    match d {
+        DType::F32 => Some(types::F32X4),
+        DType::F64 => Some(types::F64X2),
+        DType::I32 => Some(types::I32X4),
+        DType::I64 => Some(types::I64X2),
+        _ => None,
+    }
+}
+
+fn trusted() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+fn unaligned() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Scalar,
+    Vector(Type),
+}
+
+struct KernelGen<'a, 'b> {
+    b: &'a mut FunctionBuilder<'b>,
+    m: &'a mut JITModule,
+    helpers: &'a mut Helpers,
+    plan: &'a Plan,
+    k: &'a Kernel,
+    opts: &'a JitOptions,
+    ptr: Type,
+    bases: HashMap<usize, Value>,
+    /// Current byte pointer (loads, store) or element position (iota) per
+    /// accessor node; `usize::MAX` keys the output.
+    pos: HashMap<usize, Variable>,
+    frefs: HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+    hoisted: HashMap<usize, Value>,
+}
+
+const OUT: usize = usize::MAX;
+
+impl<'a, 'b> KernelGen<'a, 'b> {
+    fn new(
+        b: &'a mut FunctionBuilder<'b>,
+        m: &'a mut JITModule,
+        helpers: &'a mut Helpers,
+        plan: &'a Plan,
+        k: &'a Kernel,
+        opts: &'a JitOptions,
+        ptr: Type,
+    ) -> Self {
+        KernelGen {
+            b,
+            m,
+            helpers,
+            plan,
+            k,
+            opts,
+            ptr,
+            bases: HashMap::new(),
+            pos: HashMap::new(),
+            frefs: HashMap::new(),
+            hoisted: HashMap::new(),
+        }
+    }
+
+    fn call(
+        &mut self,
+        name: &'static str,
+        params: &[Type],
+        rets: &[Type],
+        args: &[Value],
+    ) -> Result<Vec<Value>> {
+        let fref = match self.frefs.get(name) {
+            Some(f) => *f,
+            None => {
+                let id = self.helpers.get(self.m, name, params, rets)?;
+                let f = self.m.declare_func_in_func(id, self.b.func);
+                self.frefs.insert(name, f);
+                f
+            }
+        };
+        let inst = self.b.ins().call(fref, args);
+        Ok(self.b.inst_results(inst).to_vec())
+    }
+
+    fn out_dtype(&self) -> DType {
+        self.plan.slots[self.k.out].dtype
+    }
+
+    /// Accessors: (key, offset, strides, element size) for every load/iota and the output.
+    fn accessors(&self) -> Vec<(usize, i64, Vec<i64>, i64)> {
+        let mut v: Vec<(usize, i64, Vec<i64>, i64)> = self
+            .k
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n {
+                ENode::Load {
+                    dtype,
+                    offset,
+                    strides,
+                    ..
+                } => Some((i, *offset, strides.clone(), dtype.size() as i64)),
+                ENode::Iota {
+                    offset, strides, ..
+                } => Some((i, *offset, strides.clone(), 0)),
+                _ => None,
+            })
+            .collect();
+        v.push((
+            OUT,
+            0,
+            self.k.out_strides.clone(),
+            self.out_dtype().size() as i64,
+        ));
+        v
+    }
+
+    fn emit(&mut self) -> Result<()> {
+        let entry = self.b.create_block();
+        self.b.append_block_params_for_function_params(entry);
+        self.b.switch_to_block(entry);
+        self.b.seal_block(entry);
+        let bufs = self.b.block_params(entry)[0];
+        let mut slots: Vec<usize> = self
+            .k
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                ENode::Load { slot, .. } => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        slots.push(self.k.out);
+        slots.sort_unstable();
+        slots.dedup();
+        for s in slots {
+            let p = self.b.ins().load(self.ptr, trusted(), bufs, (s * 8) as i32);
+            self.bases.insert(s, p);
+        }
+        let rank = self.k.dims.len();
+        if let KernelKind::Reduce { op, .. } = &self.k.kind {
+            self.emit_reduce_init(*op)?;
+        }
+        let mut idx = Vec::new();
+        if rank == 0 {
+            self.inner(&[], 1)?;
+        } else {
+            self.nest(0, &mut idx)?;
+        }
+        let zero = self.b.ins().iconst(types::I32, 0);
+        self.b.ins().return_(&[zero]);
+        Ok(())
+    }
+
+    /// `for i in 0..n { body(i) }` with `i` as a block parameter.
+    fn for_loop(
+        &mut self,
+        n: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<()>,
+    ) -> Result<Value> {
+        let header = self.b.create_block();
+        let body_blk = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().jump(header, &[zero.into()]);
+        self.b.switch_to_block(header);
+        let i = self.b.block_params(header)[0];
+        let cond = if step == 1 {
+            self.b.ins().icmp(IntCC::SignedLessThan, i, n)
+        } else {
+            // Vector loop: while i + step <= n.
+            let end = self.b.ins().iadd_imm_s(i, step);
+            self.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, n)
+        };
+        self.b.ins().brif(cond, body_blk, &[], exit, &[]);
+        self.b.switch_to_block(body_blk);
+        self.b.seal_block(body_blk);
+        body(self, i)?;
+        let next = self.b.ins().iadd_imm_s(i, step);
+        self.b.ins().jump(header, &[next.into()]);
+        self.b.seal_block(header);
+        self.b.switch_to_block(exit);
+        self.b.seal_block(exit);
+        Ok(i)
+    }
+
+    fn nest(&mut self, d: usize, idx: &mut Vec<Value>) -> Result<()> {
+        let rank = self.k.dims.len();
+        if d + 1 == rank {
+            let n = self.k.dims[d];
+            return self.inner(idx, n);
+        }
+        let n = self.b.ins().iconst(types::I64, self.k.dims[d] as i64);
+        self.for_loop(n, 1, &mut |s, i| {
+            idx.push(i);
+            s.nest(d + 1, idx)?;
+            idx.pop();
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Sets up accessor positions for the innermost loop given the outer
+    /// indices, then runs it (vector part, then scalar tail).
+    fn inner(&mut self, outer: &[Value], n: usize) -> Result<()> {
+        let rank = self.k.dims.len();
+        let accs = self.accessors();
+        for (key, offset, strides, esize) in &accs {
+            let mut pos = self.b.ins().iconst(types::I64, *offset);
+            for (d, i) in outer.iter().enumerate() {
+                if strides[d] != 0 {
+                    let t = self.b.ins().imul_imm_s(*i, strides[d]);
+                    pos = self.b.ins().iadd(pos, t);
+                }
+            }
+            let val = if *esize == 0 {
+                pos
+            } else {
+                let slot = if *key == OUT {
+                    self.k.out
+                } else {
+                    self.load_slot(*key)
+                };
+                let bytes = self.b.ins().imul_imm_s(pos, *esize);
+                let base = self.bases[&slot];
+                self.b.ins().iadd(base, bytes)
+            };
+            let var = self.b.declare_var(types::I64);
+            self.b.def_var(var, val);
+            self.pos.insert(*key, var);
+        }
+        let inner_stride = |s: &Vec<i64>| if rank == 0 { 0 } else { s[rank - 1] };
+        let reduce_inner = matches!(&self.k.kind, KernelKind::Reduce { reduced, .. } if rank > 0 && reduced[rank - 1]);
+        // Register accumulator for a reduction over the innermost dim.
+        let acc = if reduce_inner {
+            let ty = comp_ty(self.out_dtype());
+            let var = self.b.declare_var(ty);
+            let p = self.b.use_var(self.pos[&OUT]);
+            let v = self.b.ins().load(ty, trusted(), p, 0);
+            self.b.def_var(var, v);
+            Some(var)
+        } else {
+            None
+        };
+        let nv = self.b.ins().iconst(types::I64, n as i64);
+        let mut start = None;
+        if let Some(vt) = self.vector_type(n) {
+            let lanes = vt.lane_count() as i64;
+            // Hoist stride-0 loads and constants out of the vector loop.
+            self.hoisted.clear();
+            for (i, node) in self.k.nodes.iter().enumerate() {
+                if let ENode::Load { strides, dtype, .. } = node
+                    && inner_stride(strides) == 0
+                {
+                    let p = self.b.use_var(self.pos[&i]);
+                    let v = self.b.ins().load(comp_ty(*dtype), trusted(), p, 0);
+                    let v = self.b.ins().splat(vt, v);
+                    self.hoisted.insert(i, v);
+                }
+            }
+            let vacc = if let (Some(_), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
+                let init = self.reduce_init(*op)?;
+                let v = self.b.ins().splat(vt, init);
+                let var = self.b.declare_var(vt);
+                self.b.def_var(var, v);
+                Some(var)
+            } else {
+                None
+            };
+            let accs2 = accs.clone();
+            let last = self.for_loop(nv, lanes, &mut |s, _i| {
+                let vals = s.eval(Mode::Vector(vt))?;
+                let root = vals[s.k.root].s();
+                match (&s.k.kind, vacc) {
+                    (KernelKind::Loop, _) => {
+                        let p = s.b.use_var(s.pos[&OUT]);
+                        s.b.ins().store(unaligned(), root, p, 0);
+                    }
+                    (KernelKind::Reduce { op, .. }, Some(va)) => {
+                        let a = s.b.use_var(va);
+                        let r = s.reduce_op(*op, a, root);
+                        s.b.def_var(va, r);
+                    }
+                    (KernelKind::Reduce { op, .. }, None) => {
+                        let p = s.b.use_var(s.pos[&OUT]);
+                        let a = s.b.ins().load(vt, unaligned(), p, 0);
+                        let r = s.reduce_op(*op, a, root);
+                        s.b.ins().store(unaligned(), r, p, 0);
+                    }
+                }
+                for (key, _, strides, esize) in &accs2 {
+                    let st = inner_stride(strides);
+                    if st != 0 && *esize != 0 {
+                        let var = s.pos[key];
+                        let p = s.b.use_var(var);
+                        let p = s.b.ins().iadd_imm_s(p, st * esize * lanes);
+                        s.b.def_var(var, p);
+                    }
+                }
+                Ok(())
+            })?;
+            // Fold the vector partials into the scalar accumulator, lane by lane.
+            if let (Some(va), Some(sa), KernelKind::Reduce { op, .. }) = (vacc, acc, &self.k.kind) {
+                let v = self.b.use_var(va);
+                let mut a = self.b.use_var(sa);
+                for l in 0..lanes {
+                    let e = self.b.ins().extractlane(v, l as u8);
+                    a = self.reduce_op(*op, a, e);
+                }
+                self.b.def_var(sa, a);
+            }
+            start = Some(last);
+        }
+        // Scalar loop (the tail after a vector loop, or the whole row).
+        let first = match start {
+            Some(s) => s,
+            None => self.b.ins().iconst(types::I64, 0),
+        };
+        let remaining = self.b.ins().isub(nv, first);
+        let accs2 = accs.clone();
+        self.for_loop(remaining, 1, &mut |s, _i| {
+            let vals = s.eval(Mode::Scalar)?;
+            let root_v = vals[s.k.root];
+            match (&s.k.kind, acc) {
+                (KernelKind::Loop, _) => s.store_out(root_v)?,
+                (KernelKind::Reduce { op, .. }, Some(a)) => {
+                    let cur = s.b.use_var(a);
+                    let r = s.reduce_op(*op, cur, root_v.s());
+                    s.b.def_var(a, r);
+                }
+                (KernelKind::Reduce { op, .. }, None) => {
+                    let p = s.b.use_var(s.pos[&OUT]);
+                    let ty = comp_ty(s.out_dtype());
+                    let cur = s.b.ins().load(ty, trusted(), p, 0);
+                    let r = s.reduce_op(*op, cur, root_v.s());
+                    s.b.ins().store(trusted(), r, p, 0);
+                }
+            }
+            for (key, _, strides, esize) in &accs2 {
+                let st = inner_stride(strides);
+                if st != 0 {
+                    let var = s.pos[key];
+                    let p = s.b.use_var(var);
+                    let p =
+                        s.b.ins()
+                            .iadd_imm_s(p, if *esize == 0 { st } else { st * esize });
+                    s.b.def_var(var, p);
+                }
+            }
+            Ok(())
+        })?;
+        if let Some(a) = acc {
+            let p = self.b.use_var(self.pos[&OUT]);
+            let v = self.b.use_var(a);
+            self.b.ins().store(trusted(), v, p, 0);
+        }
+        Ok(())
+    }
+
+    fn load_slot(&self, node: usize) -> usize {
+        match &self.k.nodes[node] {
+            ENode::Load { slot, .. } => *slot,
+            _ => self.k.out,
+        }
+    }
+
+    /// The SIMD type for this kernel's innermost loop, if it can be vectorized.
+    fn vector_type(&self, n: usize) -> Option<Type> {
+        if !self.opts.vectorize || !has_sse41() {
+            return None;
+        }
+        let dt = self.out_dtype();
+        let vt = vec_ty(dt)?;
+        let rank = self.k.dims.len();
+        if rank == 0 || n < vt.lane_count() as usize {
+            return None;
+        }
+        let float = dt.is_float();
+        let exact = self.opts.exact;
+        if let KernelKind::Reduce { op, reduced } = &self.k.kind {
+            let ok = match op {
+                ReduceOp::Sum | ReduceOp::Prod => !float || !exact || !reduced[rank - 1],
+                ReduceOp::Max | ReduceOp::Min => float || dt == DType::I32,
+                _ => false,
+            };
+            if !ok || (*op == ReduceOp::Prod && dt == DType::I64 && !float) {
+                return None;
+            }
+        }
+        for n in &self.k.nodes {
+            let ok = n.dtype() == dt
+                && match n {
+                    ENode::Load { strides, .. } => matches!(strides[rank - 1], 0 | 1),
+                    ENode::Const(_) => true,
+                    ENode::Unary(u, _, _) => match u {
+                        UnaryOp::Neg | UnaryOp::Square => true,
+                        UnaryOp::Abs
+                        | UnaryOp::Sqrt
+                        | UnaryOp::Floor
+                        | UnaryOp::Ceil
+                        | UnaryOp::Round
+                        | UnaryOp::Reciprocal
+                        | UnaryOp::Rsqrt => float,
+                        UnaryOp::Exp | UnaryOp::Logistic => dt == DType::F32 && !exact,
+                        _ => false,
+                    },
+                    ENode::Binary(b, _, _, _) => match b {
+                        BinaryOp::Add | BinaryOp::Sub => true,
+                        BinaryOp::Mul => float || dt == DType::I32,
+                        BinaryOp::Div => float,
+                        BinaryOp::Max | BinaryOp::Min => float || dt == DType::I32,
+                        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => !float,
+                        _ => false,
+                    },
+                    ENode::Clamp(..) => float,
+                    _ => false,
+                };
+            if !ok {
+                return None;
+            }
+        }
+        Some(vt)
+    }
+
+    fn reduce_init(&mut self, op: ReduceOp) -> Result<Value> {
+        let d = self.out_dtype();
+        let ty = comp_ty(d);
+        Ok(match (op, d) {
+            (ReduceOp::Sum, d) if d.is_float() => self.fconst(ty, 0.0),
+            (ReduceOp::Prod, d) if d.is_float() => self.fconst(ty, 1.0),
+            (ReduceOp::Max, d) if d.is_float() => self.fconst(ty, f64::NEG_INFINITY),
+            (ReduceOp::Min, d) if d.is_float() => self.fconst(ty, f64::INFINITY),
+            (ReduceOp::Sum | ReduceOp::Or, _) => self.ic(ty, 0),
+            (ReduceOp::Prod | ReduceOp::And, _) => self.ic(ty, 1),
+            (ReduceOp::Max, d) => {
+                let v = if d.is_signed_int() {
+                    -(1i128 << (d.size() * 8 - 1))
+                } else {
+                    0
+                };
+                self.ic(ty, v as i64)
+            }
+            (ReduceOp::Min, d) => {
+                let v: i128 = if d.is_signed_int() {
+                    (1i128 << (d.size() * 8 - 1)) - 1
+                } else {
+                    (1i128 << (d.size() * 8)) - 1
+                };
+                self.ic(ty, v as i64)
+            }
+        })
+    }
+
+    /// An integer constant of `ty`, given as the two's-complement value
+    /// (narrow types take the low bits, as Cranelift requires).
+    fn ic(&mut self, ty: Type, v: i64) -> Value {
+        let bits = ty.lane_type().bits();
+        let v = if bits < 64 {
+            v & ((1i64 << bits) - 1)
+        } else {
+            v
+        };
+        self.b.ins().iconst(ty.lane_type(), v)
+    }
+
+    fn fconst(&mut self, ty: Type, v: f64) -> Value {
+        if ty == types::F32 {
+            self.b.ins().f32const(v as f32)
+        } else {
+            self.b.ins().f64const(v)
+        }
+    }
+
+    fn reduce_op(&mut self, op: ReduceOp, a: Value, x: Value) -> Value {
+        let d = self.out_dtype();
+        let ins = self.b.ins();
+        match op {
+            ReduceOp::Sum if d.is_float() => ins.fadd(a, x),
+            ReduceOp::Prod if d.is_float() => ins.fmul(a, x),
+            ReduceOp::Max if d.is_float() => ins.fmax(a, x),
+            ReduceOp::Min if d.is_float() => ins.fmin(a, x),
+            ReduceOp::Sum => ins.iadd(a, x),
+            ReduceOp::Prod => ins.imul(a, x),
+            ReduceOp::Max if d.is_signed_int() => ins.smax(a, x),
+            ReduceOp::Max => ins.umax(a, x),
+            ReduceOp::Min if d.is_signed_int() => ins.smin(a, x),
+            ReduceOp::Min => ins.umin(a, x),
+            ReduceOp::And => ins.band(a, x),
+            ReduceOp::Or => ins.bor(a, x),
+        }
+    }
+
+    /// Writes the reduction's identity into every output element.
+    fn emit_reduce_init(&mut self, op: ReduceOp) -> Result<()> {
+        let len = self.plan.slots[self.k.out].dims.iter().product::<usize>() as i64;
+        let init = self.reduce_init(op)?;
+        let base = self.bases[&self.k.out];
+        let esize = self.out_dtype().size() as i64;
+        let n = self.b.ins().iconst(types::I64, len);
+        self.for_loop(n, 1, &mut |s, i| {
+            let off = s.b.ins().imul_imm_s(i, esize);
+            let p = s.b.ins().iadd(base, off);
+            s.b.ins().store(trusted(), init, p, 0);
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    fn store_out(&mut self, v: V) -> Result<()> {
+        let p = self.b.use_var(self.pos[&OUT]);
+        let d = self.out_dtype();
+        self.store(d, v, p)
+    }
+
+    fn store(&mut self, d: DType, v: V, p: Value) -> Result<()> {
+        match (d, v) {
+            (DType::C64 | DType::C128, V::C(re, im)) => {
+                let half = (d.size() / 2) as i32;
+                self.b.ins().store(trusted(), re, p, 0);
+                self.b.ins().store(trusted(), im, p, half);
+            }
+            (DType::F16, V::S(x)) => {
+                let bits = self.call("tl_f32_to_f16", &[types::F32], &[types::I32], &[x])?[0];
+                let h = self.b.ins().ireduce(types::I16, bits);
+                self.b.ins().store(trusted(), h, p, 0);
+            }
+            (DType::BF16, V::S(x)) => {
+                // The value is exactly representable: its top 16 bits are the bf16.
+                let bits = self.b.ins().bitcast(types::I32, MemFlagsData::new(), x);
+                let hi = self.b.ins().ushr_imm_u(bits, 16);
+                let h = self.b.ins().ireduce(types::I16, hi);
+                self.b.ins().store(trusted(), h, p, 0);
+            }
+            (_, V::S(x)) => {
+                self.b.ins().store(trusted(), x, p, 0);
+            }
+            (_, V::C(..)) => return Err(Error::internal("complex value stored into a real slot")),
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, d: DType, p: Value) -> Result<V> {
+        Ok(match d {
+            DType::C64 | DType::C128 => {
+                let t = comp_ty(d);
+                let half = (d.size() / 2) as i32;
+                V::C(
+                    self.b.ins().load(t, trusted(), p, 0),
+                    self.b.ins().load(t, trusted(), p, half),
+                )
+            }
+            DType::F16 => {
+                let h = self.b.ins().load(types::I16, trusted(), p, 0);
+                let w = self.b.ins().uextend(types::I32, h);
+                V::S(self.call("tl_f16_to_f32", &[types::I32], &[types::F32], &[w])?[0])
+            }
+            DType::BF16 => {
+                let h = self.b.ins().load(types::I16, trusted(), p, 0);
+                V::S(self.bf16_to_f32(h))
+            }
+            _ => V::S(self.b.ins().load(comp_ty(d), trusted(), p, 0)),
+        })
+    }
+
+    fn bf16_to_f32(&mut self, h: Value) -> Value {
+        let w = self.b.ins().uextend(types::I32, h);
+        let w = self.b.ins().ishl_imm_s(w, 16);
+        self.b.ins().bitcast(types::F32, MemFlagsData::new(), w)
+    }
+
+    /// Rounds an f32 to the half type `d` and back (halves compute in f32
+    /// and round after every op, as the interpreter does).
+    fn round_half(&mut self, d: DType, x: Value) -> Result<Value> {
+        Ok(match d {
+            DType::F16 => {
+                let bits = self.call("tl_f32_to_f16", &[types::F32], &[types::I32], &[x])?[0];
+                self.call("tl_f16_to_f32", &[types::I32], &[types::F32], &[bits])?[0]
+            }
+            DType::BF16 => {
+                let bits = self.call("tl_f32_to_bf16", &[types::F32], &[types::I32], &[x])?[0];
+                let h = self.b.ins().ireduce(types::I16, bits);
+                self.bf16_to_f32(h)
+            }
+            _ => x,
+        })
+    }
+
+    fn const_value(&mut self, l: &tensorlift_ir::Literal, mode: Mode) -> V {
+        let d = l.dtype;
+        let v = match l.element(0) {
+            Scalar::Bool(b) => V::S(self.ic(types::I8, i64::from(b))),
+            Scalar::Int(i) => V::S(self.ic(comp_ty(d), i as i64)),
+            Scalar::Float(f, bits) => {
+                let t = comp_ty(d);
+                match (d, bits) {
+                    (DType::F64, Some(b)) => V::S(self.b.ins().f64const(f64::from_bits(b))),
+                    (DType::F32, Some(b)) => V::S(self.b.ins().f32const(f32::from_bits(b as u32))),
+                    _ => V::S(self.fconst(t, f)),
+                }
+            }
+            Scalar::Complex(re, im) => {
+                let t = comp_ty(d);
+                V::C(self.fconst(t, re), self.fconst(t, im))
+            }
+        };
+        match (mode, v) {
+            (Mode::Vector(vt), V::S(x)) => V::S(self.b.ins().splat(vt, x)),
+            _ => v,
+        }
+    }
+
+    /// Evaluates every node of the kernel at the current position.
+    fn eval(&mut self, mode: Mode) -> Result<Vec<V>> {
+        let nodes = self.k.nodes.clone();
+        let mut vals: Vec<V> = Vec::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            let v = match n {
+                ENode::Load { dtype, .. } => match mode {
+                    Mode::Vector(vt) => match self.hoisted.get(&i) {
+                        Some(v) => V::S(*v),
+                        None => {
+                            let p = self.b.use_var(self.pos[&i]);
+                            V::S(self.b.ins().load(vt, unaligned(), p, 0))
+                        }
+                    },
+                    Mode::Scalar => {
+                        let p = self.b.use_var(self.pos[&i]);
+                        self.load(*dtype, p)?
+                    }
+                },
+                ENode::Const(l) => self.const_value(l, mode),
+                ENode::Iota { dtype, .. } => {
+                    let p = self.b.use_var(self.pos[&i]);
+                    self.convert(V::S(p), DType::I64, *dtype)?
+                }
+                ENode::Unary(u, x, d) => {
+                    let r = self.unary(*u, vals[*x], self.dtype_of(*x), mode)?;
+                    self.round_if_half(*d, r)?
+                }
+                ENode::Binary(op, x, y, d) => {
+                    let r = self.binary(*op, vals[*x], vals[*y], *d, mode)?;
+                    self.round_if_half(*d, r)?
+                }
+                ENode::Compare(c, x, y, d) => self.compare(*c, vals[*x], vals[*y], *d),
+                ENode::Select(p, x, y, _) => match (vals[*x], vals[*y]) {
+                    (V::C(a, b), V::C(c, e)) => {
+                        let pv = vals[*p].s();
+                        V::C(self.b.ins().select(pv, a, c), self.b.ins().select(pv, b, e))
+                    }
+                    (a, c) => {
+                        let pv = vals[*p].s();
+                        V::S(self.b.ins().select(pv, a.s(), c.s()))
+                    }
+                },
+                ENode::Clamp(x, lo, hi, d) => {
+                    let (x, lo, hi) = (vals[*x].s(), vals[*lo].s(), vals[*hi].s());
+                    V::S(if d.is_float() {
+                        let m = self.b.ins().fmax(x, lo);
+                        self.b.ins().fmin(m, hi)
+                    } else if d.is_signed_int() {
+                        let m = self.b.ins().smax(x, lo);
+                        self.b.ins().smin(m, hi)
+                    } else {
+                        let m = self.b.ins().umax(x, lo);
+                        self.b.ins().umin(m, hi)
+                    })
+                }
+                ENode::Convert(x, from, to) => self.convert(vals[*x], *from, *to)?,
+            };
+            vals.push(v);
+        }
+        Ok(vals)
+    }
+
+    fn dtype_of(&self, node: usize) -> DType {
+        self.k.nodes[node].dtype()
+    }
+
+    fn round_if_half(&mut self, d: DType, v: V) -> Result<V> {
+        Ok(match v {
+            V::S(x) if d.is_half() => V::S(self.round_half(d, x)?),
+            other => other,
+        })
+    }
+
+    fn unary(&mut self, u: UnaryOp, x: V, xd: DType, mode: Mode) -> Result<V> {
+        if let V::C(re, im) = x {
+            return self.complex_unary(u, re, im, xd);
+        }
+        let x = x.s();
+        let ty = self.b.func.dfg.value_type(x);
+        let is_float = xd.is_float();
+        Ok(V::S(match u {
+            UnaryOp::Neg if is_float => self.b.ins().fneg(x),
+            UnaryOp::Neg => self.b.ins().ineg(x),
+            UnaryOp::Abs if is_float => self.b.ins().fabs(x),
+            UnaryOp::Abs if xd.is_signed_int() => self.b.ins().iabs(x),
+            UnaryOp::Abs => x,
+            UnaryOp::Sign if is_float => {
+                let one = self.splat_f(ty, 1.0);
+                let s = self.b.ins().fcopysign(one, x);
+                let zero = self.splat_f(ty, 0.0);
+                let keep = self.b.ins().fcmp(FloatCC::UnorderedOrEqual, x, zero);
+                self.b.ins().select(keep, x, s)
+            }
+            UnaryOp::Sign => {
+                let zero = self.ic(ty, 0);
+                let one = self.ic(ty, 1);
+                if xd.is_signed_int() {
+                    let neg = self.ic(ty, -1);
+                    let gt = self.b.ins().icmp(IntCC::SignedGreaterThan, x, zero);
+                    let lt = self.b.ins().icmp(IntCC::SignedLessThan, x, zero);
+                    let t = self.b.ins().select(lt, neg, zero);
+                    self.b.ins().select(gt, one, t)
+                } else {
+                    let nz = self.b.ins().icmp(IntCC::NotEqual, x, zero);
+                    self.b.ins().select(nz, one, zero)
+                }
+            }
+            UnaryOp::Floor => self.b.ins().floor(x),
+            UnaryOp::Ceil => self.b.ins().ceil(x),
+            UnaryOp::Round => self.b.ins().nearest(x),
+            UnaryOp::Sqrt => self.b.ins().sqrt(x),
+            UnaryOp::Rsqrt => {
+                let s = self.b.ins().sqrt(x);
+                let one = self.splat_f(ty, 1.0);
+                self.b.ins().fdiv(one, s)
+            }
+            UnaryOp::Reciprocal => {
+                let one = self.splat_f(ty, 1.0);
+                self.b.ins().fdiv(one, x)
+            }
+            UnaryOp::Square if is_float => self.b.ins().fmul(x, x),
+            UnaryOp::Square => self.b.ins().imul(x, x),
+            UnaryOp::IsFinite => {
+                let a = self.b.ins().fabs(x);
+                let inf = self.splat_f(ty, f64::INFINITY);
+                self.b.ins().fcmp(FloatCC::LessThan, a, inf)
+            }
+            UnaryOp::Not if xd == DType::Bool => self.b.ins().bxor_imm_u(x, 1),
+            UnaryOp::Not => self.b.ins().bnot(x),
+            UnaryOp::Exp if ty.lane_type() == types::F32 && !self.opts.exact => self.exp_f32(x, ty),
+            UnaryOp::Logistic if ty.lane_type() == types::F32 && !self.opts.exact => {
+                let nx = self.b.ins().fneg(x);
+                let e = self.exp_f32(nx, ty);
+                let one = self.splat_f(ty, 1.0);
+                let den = self.b.ins().fadd(one, e);
+                self.b.ins().fdiv(one, den)
+            }
+            _ => {
+                if matches!(mode, Mode::Vector(_)) {
+                    return Err(Error::internal(format!(
+                        "{} cannot be vectorized",
+                        u.name()
+                    )));
+                }
+                let code = self.b.ins().iconst(types::I32, u as i64);
+                let (name, t) = if ty == types::F32 {
+                    ("tl_f32_un", types::F32)
+                } else {
+                    ("tl_f64_un", types::F64)
+                };
+                self.call(name, &[types::I32, t], &[t], &[code, x])?[0]
+            }
+        }))
+    }
+
+    fn splat_f(&mut self, ty: Type, v: f64) -> Value {
+        let lane = ty.lane_type();
+        let c = self.fconst(lane, v);
+        if ty.is_vector() {
+            self.b.ins().splat(ty, c)
+        } else {
+            c
+        }
+    }
+
+    fn splat_i(&mut self, ty: Type, v: i64) -> Value {
+        let c = self.ic(ty, v);
+        if ty.is_vector() {
+            self.b.ins().splat(ty, c)
+        } else {
+            c
+        }
+    }
+
+    /// `e^x` for f32 (scalar or F32X4): Cephes' polynomial after reduction
+    /// by `ln 2`, scaled by two powers of two so that results down to the
+    /// smallest denormal round once. Within 2 ulp of a correctly rounded
+    /// result (tested); NaN, ±inf and overflow behave as `expf`.
+    fn exp_f32(&mut self, x: Value, ty: Type) -> Value {
+        let ity = if ty.is_vector() {
+            types::I32X4
+        } else {
+            types::I32
+        };
+        let hi = self.splat_f(ty, 88.73);
+        let lo = self.splat_f(ty, -104.0);
+        let x = self.b.ins().fmin(x, hi);
+        let x = self.b.ins().fmax(x, lo);
+        let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
+        let t = self.b.ins().fmul(x, log2e);
+        let n = self.b.ins().nearest(t);
+        let c1 = self.splat_f(ty, 0.693_359_375);
+        let c2 = self.splat_f(ty, -2.121_944_4e-4);
+        let a = self.b.ins().fmul(n, c1);
+        let r = self.b.ins().fsub(x, a);
+        let bq = self.b.ins().fmul(n, c2);
+        let r = self.b.ins().fsub(r, bq);
+        let coeffs = [
+            1.987_569_150_0e-4,
+            1.398_199_950_7e-3,
+            8.333_451_907_3e-3,
+            4.166_579_589_4e-2,
+            1.666_666_545_9e-1,
+            5.000_000_120_1e-1,
+        ];
+        let mut p = self.splat_f(ty, coeffs[0]);
+        for c in &coeffs[1..] {
+            let cc = self.splat_f(ty, *c);
+            p = self.b.ins().fmul(p, r);
+            p = self.b.ins().fadd(p, cc);
+        }
+        let rr = self.b.ins().fmul(r, r);
+        let y = self.b.ins().fmul(p, rr);
+        let y = self.b.ins().fadd(y, r);
+        let one = self.splat_f(ty, 1.0);
+        let y = self.b.ins().fadd(y, one);
+        // 2^n as 2^n1 * 2^n2 with n1 = n >> 1, n2 = n - n1.
+        let ni = self.b.ins().fcvt_to_sint_sat(ity, n);
+        let n1 = self.b.ins().sshr_imm_s(ni, 1);
+        let n2 = self.b.ins().isub(ni, n1);
+        let bias = self.splat_i(ity, 127);
+        let e1 = self.b.ins().iadd(n1, bias);
+        let e1 = self.b.ins().ishl_imm_s(e1, 23);
+        let e2 = self.b.ins().iadd(n2, bias);
+        let e2 = self.b.ins().ishl_imm_s(e2, 23);
+        let s1 = self.b.ins().bitcast(ty, MemFlagsData::new(), e1);
+        let s2 = self.b.ins().bitcast(ty, MemFlagsData::new(), e2);
+        let y = self.b.ins().fmul(y, s1);
+        self.b.ins().fmul(y, s2)
+    }
+
+    fn complex_unary(&mut self, u: UnaryOp, re: Value, im: Value, xd: DType) -> Result<V> {
+        let t = comp_ty(xd);
+        Ok(match u {
+            UnaryOp::Neg => V::C(self.b.ins().fneg(re), self.b.ins().fneg(im)),
+            UnaryOp::Square => self.cmul(re, im, re, im),
+            UnaryOp::Abs => {
+                let name = if t == types::F32 {
+                    "tl_c64_abs"
+                } else {
+                    "tl_c128_abs"
+                };
+                V::S(self.call(name, &[t, t], &[t], &[re, im])?[0])
+            }
+            _ => {
+                let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+                    StackSlotKind::ExplicitSlot,
+                    16,
+                    3,
+                ));
+                let p = self.b.ins().stack_addr(self.ptr, slot, 0);
+                let code = self.b.ins().iconst(types::I32, u as i64);
+                let name = if t == types::F32 {
+                    "tl_c64_un"
+                } else {
+                    "tl_c128_un"
+                };
+                let ptr = self.ptr;
+                self.call(name, &[types::I32, t, t, ptr], &[], &[code, re, im, p])?;
+                let half = t.bytes() as i32;
+                V::C(
+                    self.b.ins().load(t, trusted(), p, 0),
+                    self.b.ins().load(t, trusted(), p, half),
+                )
+            }
+        })
+    }
+
+    fn cmul(&mut self, a: Value, b: Value, c: Value, d: Value) -> V {
+        let ac = self.b.ins().fmul(a, c);
+        let bd = self.b.ins().fmul(b, d);
+        let ad = self.b.ins().fmul(a, d);
+        let bc = self.b.ins().fmul(b, c);
+        V::C(self.b.ins().fsub(ac, bd), self.b.ins().fadd(ad, bc))
+    }
+
+    fn binary(&mut self, op: BinaryOp, x: V, y: V, d: DType, mode: Mode) -> Result<V> {
+        if let (V::C(a, b), V::C(c, e)) = (x, y) {
+            return self.complex_binary(op, a, b, c, e, d);
+        }
+        let (x, y) = (x.s(), y.s());
+        let ty = self.b.func.dfg.value_type(x);
+        let f = d.is_float();
+        let s = d.is_signed_int();
+        Ok(V::S(match op {
+            BinaryOp::Add if f => self.b.ins().fadd(x, y),
+            BinaryOp::Sub if f => self.b.ins().fsub(x, y),
+            BinaryOp::Mul if f => self.b.ins().fmul(x, y),
+            BinaryOp::Div if f => self.b.ins().fdiv(x, y),
+            BinaryOp::Max if f => self.b.ins().fmax(x, y),
+            BinaryOp::Min if f => self.b.ins().fmin(x, y),
+            BinaryOp::Add => self.b.ins().iadd(x, y),
+            BinaryOp::Sub => self.b.ins().isub(x, y),
+            BinaryOp::Mul => self.b.ins().imul(x, y),
+            BinaryOp::Max if s => self.b.ins().smax(x, y),
+            BinaryOp::Max => self.b.ins().umax(x, y),
+            BinaryOp::Min if s => self.b.ins().smin(x, y),
+            BinaryOp::Min => self.b.ins().umin(x, y),
+            BinaryOp::And => self.b.ins().band(x, y),
+            BinaryOp::Or => self.b.ins().bor(x, y),
+            BinaryOp::Xor => self.b.ins().bxor(x, y),
+            BinaryOp::Div | BinaryOp::Rem if !f => {
+                self.int_divrem(op == BinaryOp::Div, s, x, y, ty)
+            }
+            BinaryOp::Rem | BinaryOp::Pow if f => {
+                if matches!(mode, Mode::Vector(_)) {
+                    return Err(Error::internal("rem/pow cannot be vectorized"));
+                }
+                let code = self.b.ins().iconst(types::I32, op as i64);
+                let (name, t) = if ty == types::F32 {
+                    ("tl_f32_bin", types::F32)
+                } else {
+                    ("tl_f64_bin", types::F64)
+                };
+                self.call(name, &[types::I32, t, t], &[t], &[code, x, y])?[0]
+            }
+            BinaryOp::Pow => {
+                let name = match d {
+                    DType::I8 => "tl_pow_i8",
+                    DType::I16 => "tl_pow_i16",
+                    DType::I32 => "tl_pow_i32",
+                    DType::I64 => "tl_pow_i64",
+                    DType::U8 => "tl_pow_u8",
+                    DType::U16 => "tl_pow_u16",
+                    DType::U32 => "tl_pow_u32",
+                    _ => "tl_pow_u64",
+                };
+                self.call(name, &[ty, ty], &[ty], &[x, y])?[0]
+            }
+            _ => {
+                return Err(Error::internal(format!(
+                    "{} on {d} reached code generation",
+                    op.name()
+                )));
+            }
+        }))
+    }
+
+    /// Integer division/remainder that never traps: `x / 0 = -1`,
+    /// `x % 0 = x`, `MIN / -1 = MIN` (wrapping), `MIN % -1 = 0`.
+    fn int_divrem(&mut self, div: bool, signed: bool, x: Value, y: Value, ty: Type) -> Value {
+        let z = self.ic(ty, 0);
+        let zero = self.b.ins().icmp(IntCC::Equal, y, z);
+        let one = self.ic(ty, 1);
+        if signed {
+            let minus1 = self.ic(ty, -1);
+            let m1 = self.b.ins().icmp(IntCC::Equal, y, minus1);
+            let special = self.b.ins().bor(zero, m1);
+            let safe = self.b.ins().select(special, one, y);
+            if div {
+                let q = self.b.ins().sdiv(x, safe);
+                let nx = self.b.ins().ineg(x);
+                let q = self.b.ins().select(m1, nx, q);
+                self.b.ins().select(zero, minus1, q)
+            } else {
+                let r = self.b.ins().srem(x, safe);
+                let r = self.b.ins().select(m1, z, r);
+                self.b.ins().select(zero, x, r)
+            }
+        } else {
+            let safe = self.b.ins().select(zero, one, y);
+            if div {
+                let q = self.b.ins().udiv(x, safe);
+                let all = self.ic(ty, -1);
+                self.b.ins().select(zero, all, q)
+            } else {
+                let r = self.b.ins().urem(x, safe);
+                self.b.ins().select(zero, x, r)
+            }
+        }
+    }
+
+    fn complex_binary(
+        &mut self,
+        op: BinaryOp,
+        a: Value,
+        b: Value,
+        c: Value,
+        e: Value,
+        d: DType,
+    ) -> Result<V> {
+        Ok(match op {
+            BinaryOp::Add => V::C(self.b.ins().fadd(a, c), self.b.ins().fadd(b, e)),
+            BinaryOp::Sub => V::C(self.b.ins().fsub(a, c), self.b.ins().fsub(b, e)),
+            BinaryOp::Mul => self.cmul(a, b, c, e),
+            BinaryOp::Div => {
+                // num-complex: ((a c + b e) / |y|², (b c - a e) / |y|²)
+                let cc = self.b.ins().fmul(c, c);
+                let ee = self.b.ins().fmul(e, e);
+                let n = self.b.ins().fadd(cc, ee);
+                let ac = self.b.ins().fmul(a, c);
+                let be = self.b.ins().fmul(b, e);
+                let re = self.b.ins().fadd(ac, be);
+                let bc = self.b.ins().fmul(b, c);
+                let ae = self.b.ins().fmul(a, e);
+                let im = self.b.ins().fsub(bc, ae);
+                V::C(self.b.ins().fdiv(re, n), self.b.ins().fdiv(im, n))
+            }
+            _ => {
+                let t = comp_ty(d);
+                let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+                    StackSlotKind::ExplicitSlot,
+                    16,
+                    3,
+                ));
+                let p = self.b.ins().stack_addr(self.ptr, slot, 0);
+                let code = self.b.ins().iconst(types::I32, op as i64);
+                let name = if t == types::F32 {
+                    "tl_c64_bin"
+                } else {
+                    "tl_c128_bin"
+                };
+                let ptr = self.ptr;
+                self.call(
+                    name,
+                    &[types::I32, t, t, t, t, ptr],
+                    &[],
+                    &[code, a, b, c, e, p],
+                )?;
+                let half = t.bytes() as i32;
+                V::C(
+                    self.b.ins().load(t, trusted(), p, 0),
+                    self.b.ins().load(t, trusted(), p, half),
+                )
+            }
+        })
+    }
+
+    fn compare(&mut self, c: CmpOp, x: V, y: V, d: DType) -> V {
+        if let (V::C(a, b), V::C(p, q)) = (x, y) {
+            let r = self.b.ins().fcmp(FloatCC::Equal, a, p);
+            let i = self.b.ins().fcmp(FloatCC::Equal, b, q);
+            let eq = self.b.ins().band(r, i);
+            return V::S(if c == CmpOp::Eq {
+                eq
+            } else {
+                self.b.ins().bxor_imm_u(eq, 1)
+            });
+        }
+        let (x, y) = (x.s(), y.s());
+        if d.is_float() {
+            let cc = match c {
+                CmpOp::Eq => FloatCC::Equal,
+                CmpOp::Ne => FloatCC::NotEqual,
+                CmpOp::Lt => FloatCC::LessThan,
+                CmpOp::Le => FloatCC::LessThanOrEqual,
+                CmpOp::Gt => FloatCC::GreaterThan,
+                CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+            };
+            V::S(self.b.ins().fcmp(cc, x, y))
+        } else {
+            let s = d.is_signed_int();
+            let cc = match c {
+                CmpOp::Eq => IntCC::Equal,
+                CmpOp::Ne => IntCC::NotEqual,
+                CmpOp::Lt if s => IntCC::SignedLessThan,
+                CmpOp::Le if s => IntCC::SignedLessThanOrEqual,
+                CmpOp::Gt if s => IntCC::SignedGreaterThan,
+                CmpOp::Ge if s => IntCC::SignedGreaterThanOrEqual,
+                CmpOp::Lt => IntCC::UnsignedLessThan,
+                CmpOp::Le => IntCC::UnsignedLessThanOrEqual,
+                CmpOp::Gt => IntCC::UnsignedGreaterThan,
+                CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
+            };
+            V::S(self.b.ins().icmp(cc, x, y))
+        }
+    }
+
+    /// Casts with the interpreter's rules (see `docs/ir.md`).
+    fn convert(&mut self, x: V, from: DType, to: DType) -> Result<V> {
+        if from == to {
+            return Ok(x);
+        }
+        // Complex sources: drop the imaginary part unless the target is
+        // complex or bool.
+        if let V::C(re, im) = x {
+            if to.is_complex() {
+                let t = comp_ty(to);
+                let cv = |g: &mut Self, v: Value| {
+                    if t == types::F64 {
+                        g.b.ins().fpromote(t, v)
+                    } else {
+                        g.b.ins().fdemote(t, v)
+                    }
+                };
+                return Ok(V::C(cv(self, re), cv(self, im)));
+            }
+            if to == DType::Bool {
+                let z = self.splat_f(comp_ty(from), 0.0);
+                let a = self.b.ins().fcmp(FloatCC::NotEqual, re, z);
+                let b = self.b.ins().fcmp(FloatCC::NotEqual, im, z);
+                return Ok(V::S(self.b.ins().bor(a, b)));
+            }
+            return self.convert(V::S(re), from.real_part(), to);
+        }
+        let x = x.s();
+        if to.is_complex() {
+            let part = to.real_part();
+            let re = self.convert(V::S(x), from, part)?.s();
+            let z = self.splat_f(comp_ty(part), 0.0);
+            return Ok(V::C(re, z));
+        }
+        let xt = self.b.func.dfg.value_type(x);
+        let tt = comp_ty(to);
+        let from_int = from == DType::Bool || from.is_int();
+        let from_signed = from.is_signed_int();
+        Ok(V::S(if to == DType::Bool {
+            if from_int {
+                let z = self.ic(xt, 0);
+                self.b.ins().icmp(IntCC::NotEqual, x, z)
+            } else {
+                let z = self.splat_f(xt, 0.0);
+                self.b.ins().fcmp(FloatCC::NotEqual, x, z)
+            }
+        } else if to.is_int() {
+            if from_int {
+                if xt.bits() < tt.bits() {
+                    if from_signed {
+                        self.b.ins().sextend(tt, x)
+                    } else {
+                        self.b.ins().uextend(tt, x)
+                    }
+                } else if xt.bits() > tt.bits() {
+                    self.b.ins().ireduce(tt, x)
+                } else {
+                    x
+                }
+            } else if to == DType::U64 {
+                self.b.ins().fcvt_to_uint_sat(types::I64, x)
+            } else {
+                let w = self.b.ins().fcvt_to_sint_sat(types::I64, x);
+                if to == DType::I64 {
+                    w
+                } else {
+                    let bits = to.size() as u32 * 8;
+                    let (lo, hi) = if to.is_signed_int() {
+                        (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+                    } else {
+                        (0, ((1u64 << bits) - 1) as i64)
+                    };
+                    let lo = self.b.ins().iconst(types::I64, lo);
+                    let hi = self.b.ins().iconst(types::I64, hi);
+                    let w = self.b.ins().smax(w, lo);
+                    let w = self.b.ins().smin(w, hi);
+                    self.b.ins().ireduce(tt, w)
+                }
+            }
+        } else {
+            // Float targets (halves computed in f32).
+            let v = if from_int {
+                let wide = if xt.bits() < 64 {
+                    if from_signed {
+                        self.b.ins().sextend(types::I64, x)
+                    } else {
+                        self.b.ins().uextend(types::I64, x)
+                    }
+                } else {
+                    x
+                };
+                if from_signed {
+                    self.b.ins().fcvt_from_sint(tt, wide)
+                } else {
+                    self.b.ins().fcvt_from_uint(tt, wide)
+                }
+            } else if to.is_half() {
+                let bits = if xt == types::F64 {
+                    self.call(
+                        if to == DType::F16 {
+                            "tl_f64_to_f16"
+                        } else {
+                            "tl_f64_to_bf16"
+                        },
+                        &[types::F64],
+                        &[types::I32],
+                        &[x],
+                    )?[0]
+                } else {
+                    self.call(
+                        if to == DType::F16 {
+                            "tl_f32_to_f16"
+                        } else {
+                            "tl_f32_to_bf16"
+                        },
+                        &[types::F32],
+                        &[types::I32],
+                        &[x],
+                    )?[0]
+                };
+                return Ok(V::S(if to == DType::F16 {
+                    self.call("tl_f16_to_f32", &[types::I32], &[types::F32], &[bits])?[0]
+                } else {
+                    let h = self.b.ins().ireduce(types::I16, bits);
+                    self.bf16_to_f32(h)
+                }));
+            } else if xt == tt {
+                x
+            } else if tt == types::F64 {
+                self.b.ins().fpromote(tt, x)
+            } else {
+                self.b.ins().fdemote(tt, x)
+            };
+            if to.is_half() {
+                self.round_half(to, v)?
+            } else {
+                v
+            }
+        }))
+    }
+}

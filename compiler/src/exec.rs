@@ -1,0 +1,248 @@
+//! The executable: owns the JIT module (freed on drop), the plan, the
+//! constants; runs the compiled `main` on caller tensors.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cranelift_jit::JITModule;
+use tensorlift_ir::{CallbackKind, Detail, Error, Graph, NodeRef, Offender, Op, Result};
+use tensorlift_runtime::{AlignedBytes, Tensor, interp};
+
+use crate::codegen::{self, JitOptions};
+use crate::fusion::{self, SlotKind};
+use crate::rt::{CallCtx, StepTable};
+
+type Entry = unsafe extern "C" fn(*const *mut u8, *mut CallCtx) -> i32;
+
+/// Owns a finalized JIT module and frees its code memory on drop.
+struct ModuleHolder(Option<JITModule>);
+
+impl Drop for ModuleHolder {
+    fn drop(&mut self) {
+        if let Some(m) = self.0.take() {
+            // SAFETY: the module's code is only reachable through the
+            // executable that owns this holder, which is being dropped; no
+            // function pointer into it survives.
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+/// Compiled native code for one graph and one set of input shapes.
+pub struct Executable {
+    // Field order matters: the module (code) is dropped before the tables
+    // its code points into.
+    #[allow(dead_code, reason = "held for its Drop, which frees the code")]
+    module: ModuleHolder,
+    entry: Entry,
+    table: Box<StepTable>,
+    consts: Vec<Option<Tensor>>,
+    clif: String,
+    options: JitOptions,
+}
+
+// SAFETY: after finalization the module is never mutated; the generated code
+// is reentrant (it only touches its stack and the per-call buffer table),
+// and the step table and constants are read-only. Dropping frees the code
+// exactly once.
+unsafe impl Send for Executable {}
+// SAFETY: see `Send`; `run` takes `&self` and shares nothing mutable.
+unsafe impl Sync for Executable {}
+
+impl std::fmt::Debug for Executable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executable")
+            .field("graph", &self.table.plan.graph.name)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// Lists every node that cannot be compiled, or `Ok` when all can.
+pub fn check(g: &Graph) -> Result<()> {
+    let mut offenders = Vec::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        let node = NodeRef {
+            name: n.name.clone(),
+            op: n.op.name(),
+            site: n.site.clone(),
+        };
+        if let Op::Callback(c) = &n.op {
+            let reason = match c.kind {
+                CallbackKind::PyFunction => "py_function runs Python on eager tensors and cannot be compiled with jit_compile=true; use numpy_function/py_func (which are compiled as calls), or jit_compile=false".to_string(),
+                _ => format!("{} callbacks cannot be compiled yet", c.kind.name()),
+            };
+            offenders.push(Offender { node, reason });
+            continue;
+        }
+        for r in &n.results {
+            if !g.ty(*r).shape.is_static() {
+                offenders.push(Offender {
+                    node: node.clone(),
+                    reason: format!(
+                        "its type {} is not static; the JIT compiles for concrete input shapes",
+                        g.ty(*r)
+                    ),
+                });
+                break;
+            }
+        }
+    }
+    if offenders.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::JitIncompatible { offenders })
+    }
+}
+
+static DUMP_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// Compiles `graph` (static shapes) to native code.
+pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
+    check(graph)?;
+    let mut g = graph.clone();
+    interp::optimize(&mut g)?;
+    let plan = fusion::plan(&g)?;
+    let table = Box::new(StepTable { plan });
+    let generated = codegen::generate(&table.plan, &*table as *const StepTable, options)?;
+    // SAFETY: `main` was generated with exactly this signature.
+    let entry: Entry = unsafe { std::mem::transmute::<*const u8, Entry>(generated.entry) };
+    let consts = table
+        .plan
+        .slots
+        .iter()
+        .map(|s| match &s.kind {
+            SlotKind::Const(l) => Tensor::from_literal(l).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let exe = Executable {
+        module: ModuleHolder(Some(generated.module)),
+        entry,
+        table,
+        consts,
+        clif: generated.clif,
+        options: *options,
+    };
+    if let Some(dir) = std::env::var_os("TENSORLIFT_DUMP_TO") {
+        let seq = DUMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        exe.dump_to(
+            std::path::Path::new(&dir),
+            &format!("{}.{seq}", graph.name),
+            Some(graph),
+        )?;
+    }
+    Ok(exe)
+}
+
+impl Executable {
+    /// The optimized graph that was compiled.
+    pub fn graph(&self) -> &Graph {
+        &self.table.plan.graph
+    }
+
+    /// The fusion plan as text: slots, kernels with their expressions, GEMM
+    /// and runtime steps, and every fusion decision with its reason.
+    pub fn fused_ir(&self) -> String {
+        self.table.plan.dump()
+    }
+
+    /// The Cranelift IR of every kernel and of `main`.
+    pub fn cranelift_ir(&self) -> String {
+        self.clif.clone()
+    }
+
+    /// The options it was compiled with.
+    pub fn options(&self) -> &JitOptions {
+        &self.options
+    }
+
+    /// Writes every stage to `dir` as `<stem>.<stage>.<ext>`.
+    pub fn dump_to(&self, dir: &std::path::Path, stem: &str, traced: Option<&Graph>) -> Result<()> {
+        let io = |e: std::io::Error| {
+            Error::invalid(format!("cannot write dumps to {}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        if let Some(t) = traced {
+            std::fs::write(
+                dir.join(format!("{stem}.input.tlir")),
+                tensorlift_ir::text::print(t),
+            )
+            .map_err(io)?;
+        }
+        std::fs::write(
+            dir.join(format!("{stem}.optimized.tlir")),
+            tensorlift_ir::text::print(self.graph()),
+        )
+        .map_err(io)?;
+        std::fs::write(dir.join(format!("{stem}.fused.txt")), self.fused_ir()).map_err(io)?;
+        std::fs::write(dir.join(format!("{stem}.clif")), &self.clif).map_err(io)?;
+        Ok(())
+    }
+
+    /// Runs the compiled code on `inputs`.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let plan = &self.table.plan;
+        interp::check_inputs(&plan.graph, inputs)?;
+        let mut arena = AlignedBytes::zeroed(plan.arena_bytes);
+        let arena_ptr = arena.as_mut_slice().as_mut_ptr();
+        let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];
+        let mut bufs: Vec<*mut u8> = Vec::with_capacity(plan.slots.len());
+        for (i, s) in plan.slots.iter().enumerate() {
+            let p = match &s.kind {
+                SlotKind::Input(k) => inputs[*k].bytes().as_ptr() as *mut u8,
+                SlotKind::Const(_) => self.consts[i]
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |t| t.bytes().as_ptr() as *mut u8),
+                // SAFETY: offsets come from the buffer plan and lie inside the arena.
+                SlotKind::Temp { offset } => unsafe { arena_ptr.add(*offset) },
+                SlotKind::Output => {
+                    let mut b = AlignedBytes::zeroed(s.bytes());
+                    let p = b.as_mut_slice().as_mut_ptr();
+                    outs[i] = Some(b);
+                    p
+                }
+            };
+            bufs.push(p);
+        }
+        let mut ctx = CallCtx::default();
+        // SAFETY: `bufs` holds a valid pointer of the planned size for every
+        // slot the code touches; inputs and constants are only read; the
+        // code and tables live as long as `self`.
+        let status = unsafe { (self.entry)(bufs.as_ptr(), &mut ctx) };
+        if status != 0 {
+            return Err(ctx.error.take().unwrap_or_else(|| {
+                Error::internal(format!("compiled code failed with status {status}"))
+            }));
+        }
+        let mut done: Vec<Option<Tensor>> = vec![None; plan.slots.len()];
+        plan.outputs
+            .iter()
+            .map(|&s| {
+                if let Some(t) = &done[s] {
+                    return Ok(t.clone());
+                }
+                let slot = &plan.slots[s];
+                let t = match &slot.kind {
+                    SlotKind::Input(k) => inputs[*k].clone(),
+                    SlotKind::Const(_) => self.consts[s]
+                        .clone()
+                        .ok_or_else(|| Error::internal("missing constant"))?,
+                    SlotKind::Output => {
+                        let b = outs[s]
+                            .take()
+                            .ok_or_else(|| Error::internal("output buffer missing"))?;
+                        Tensor::from_aligned(slot.dtype, &slot.dims, b)?
+                    }
+                    SlotKind::Temp { .. } => {
+                        return Err(Error::Internal(Detail::msg(format!(
+                            "output slot {s} is a temporary"
+                        ))));
+                    }
+                };
+                done[s] = Some(t.clone());
+                Ok(t)
+            })
+            .collect()
+    }
+}
