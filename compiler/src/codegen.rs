@@ -1005,11 +1005,22 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Not => self.b.ins().bnot(x),
             UnaryOp::Exp if ty.lane_type() == types::F32 && !self.opts.exact => self.exp_f32(x, ty),
             UnaryOp::Logistic if ty.lane_type() == types::F32 && !self.opts.exact => {
-                let nx = self.b.ins().fneg(x);
-                let e = self.exp_f32(nx, ty);
+                // t = e^-|x| never overflows; sigmoid = (x >= 0 ? 1 : t) / (1 + t).
+                let a = self.b.ins().fabs(x);
+                let na = self.b.ins().fneg(a);
+                let t = self.exp_f32(na, ty);
                 let one = self.splat_f(ty, 1.0);
-                let den = self.b.ins().fadd(one, e);
-                self.b.ins().fdiv(one, den)
+                let zero = self.splat_f(ty, 0.0);
+                let den = self.b.ins().fadd(one, t);
+                let pos = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, x, zero);
+                let num = if ty.is_vector() {
+                    // Vector compares give lane masks: select bitwise.
+                    let m = self.b.ins().bitcast(ty, MemFlagsData::new(), pos);
+                    self.b.ins().bitselect(m, one, t)
+                } else {
+                    self.b.ins().select(pos, one, t)
+                };
+                self.b.ins().fdiv(num, den)
             }
             _ => {
                 if matches!(mode, Mode::Vector(_)) {

@@ -269,19 +269,21 @@ pub fn plan(g: &Graph) -> Result<Plan> {
         let v = n.results[0];
         cost[v.index()] = 1 + n.inputs.iter().map(|i| cost[i.index()]).sum::<usize>();
         let consumers = uses[v.index()].len() + usize::from(is_output[v.index()]);
-        let why = if is_scalar_const(&n.op) && !is_output[v.index()] {
-            None
-        } else if is_output[v.index()] {
+        let why = if is_output[v.index()] {
             Some("materialized: it is an output".to_string())
         } else if let Some(c) = uses[v.index()].iter().find(|c| {
             let cn = g.node(**c);
-            needs_buffer(&cn.op, g.ty(cn.results[0]).dtype)
+            cn.results
+                .first()
+                .is_none_or(|r| needs_buffer(&cn.op, g.ty(*r).dtype))
         }) {
             Some(format!(
                 "materialized: {} '{}' reads it from memory",
                 g.node(*c).op.name(),
                 g.node(*c).name
             ))
+        } else if is_scalar_const(&n.op) {
+            None
         } else if consumers > 1 && cost[v.index()] > RECOMPUTE_LIMIT {
             Some(format!(
                 "materialized: {consumers} consumers and inline cost {} > {RECOMPUTE_LIMIT} (recomputing would cost more than a buffer)",
@@ -367,7 +369,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     for id in g.node_ids() {
         let n = g.node(id);
         let Some(&v) = n.results.first() else {
-            let inputs = n.inputs.iter().map(|i| slot_of[i]).collect();
+            let inputs = slots_of(&slot_of, &n.inputs)?;
             steps.push(Step::Runtime {
                 node: id,
                 inputs,
@@ -398,7 +400,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                     KernelKind::Reduce { op: *op, reduced },
                     in_dims,
                     root,
-                    slot_of[&v],
+                    slots_of(&slot_of, &[v])?[0],
                     out_strides,
                 );
                 steps.push(Step::Kernel(k));
@@ -412,9 +414,9 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                 steps.push(Step::Gemm(Gemm {
                     name: n.name.clone(),
                     dtype: g.ty(v).dtype,
-                    lhs: slot_of[&n.inputs[0]],
-                    rhs: slot_of[&n.inputs[1]],
-                    out: slot_of[&v],
+                    lhs: slots_of(&slot_of, &n.inputs[..1])?[0],
+                    rhs: slots_of(&slot_of, &n.inputs[1..2])?[0],
+                    out: slots_of(&slot_of, &[v])?[0],
                     b,
                     m,
                     k,
@@ -437,7 +439,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                     KernelKind::Loop,
                     dims,
                     root,
-                    slot_of[&v],
+                    slots_of(&slot_of, &[v])?[0],
                     out_strides,
                 );
                 steps.push(Step::Kernel(k));
@@ -449,8 +451,8 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                     n.name,
                     op.name()
                 ));
-                let inputs = n.inputs.iter().map(|i| slot_of[i]).collect();
-                let outputs = n.results.iter().map(|r| slot_of[r]).collect();
+                let inputs = slots_of(&slot_of, &n.inputs)?;
+                let outputs = slots_of(&slot_of, &n.results)?;
                 steps.push(Step::Runtime {
                     node: id,
                     inputs,
@@ -459,7 +461,11 @@ pub fn plan(g: &Graph) -> Result<Plan> {
             }
         }
     }
-    let outputs = g.outputs().iter().map(|o| slot_of[&o.value]).collect();
+    let outputs = g
+        .outputs()
+        .iter()
+        .map(|o| slots_of(&slot_of, &[o.value]).map(|s| s[0]))
+        .collect::<Result<_>>()?;
     let mut plan = Plan {
         graph: g.clone(),
         slots,
@@ -470,6 +476,17 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     };
     plan_buffers(&mut plan);
     Ok(plan)
+}
+
+fn slots_of(slot_of: &HashMap<ValueId, SlotId>, vs: &[ValueId]) -> Result<Vec<SlotId>> {
+    vs.iter()
+        .map(|v| {
+            slot_of
+                .get(v)
+                .copied()
+                .ok_or_else(|| Error::internal(format!("value {v} has no buffer")))
+        })
+        .collect()
 }
 
 fn row_major(dims: &[usize]) -> Vec<i64> {

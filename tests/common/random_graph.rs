@@ -51,7 +51,16 @@ pub const DTYPES: [DType; 10] = [
     DType::BF16,
     DType::C64,
 ];
-const SHAPES: [&[usize]; 6] = [&[4], &[2, 3], &[3, 1], &[], &[2, 1, 3], &[1, 4]];
+const SHAPES: [&[usize]; 8] = [
+    &[4],
+    &[2, 3],
+    &[3, 1],
+    &[],
+    &[2, 1, 3],
+    &[1, 4],
+    &[11],
+    &[2, 9],
+];
 
 /// A scalar of `dtype`, sometimes an edge value (NaN, ±inf, -0.0,
 /// denormal, integer extremes).
@@ -126,7 +135,15 @@ fn random_op(rng: &mut Rng, g: &Graph, values: &[ValueId]) -> (Op, Vec<ValueId>)
     } else {
         *rng.pick(values)
     };
-    match rng.below(20) {
+    match rng.below(21) {
+        20 if rank > 0 => (
+            Op::Iota {
+                dtype: ta.dtype,
+                dims: dims.clone(),
+                dim: rng.below(rank),
+            },
+            vec![],
+        ),
         0..=4 => (Op::Unary(*rng.pick(UnaryOp::ALL)), vec![a]),
         5..=9 => (Op::Binary(*rng.pick(BinaryOp::ALL)), vec![a, b]),
         10 => (Op::Compare(*rng.pick(CmpOp::ALL)), vec![a, b]),

@@ -41,9 +41,15 @@ fn fold_rows<T: Pod>(
 }
 
 /// Reduces over `axes` (sequentially, in row-major order of the reduced
-/// elements). Empty reductions give the identity.
+/// elements). Reductions of zero elements give the op's identity; a
+/// reduction over no axes returns the operand.
 pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Result<Tensor> {
     let d = x.dtype();
+    // A reduction over no axes is the identity (not `init + x`, which would
+    // turn -0.0 into +0.0).
+    if axes.is_empty() {
+        return Ok(x.clone());
+    }
     if d.is_half() {
         return downcast_half(&reduce(op, &upcast_half(x)?, axes, keepdims)?, d);
     }

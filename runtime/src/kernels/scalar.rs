@@ -111,7 +111,8 @@ macro_rules! float_scalar {
                     UnaryOp::Log => x.ln(),
                     UnaryOp::Log1p => x.ln_1p(),
                     UnaryOp::Tanh => x.tanh(),
-                    UnaryOp::Logistic => 1.0 / (1.0 + (-x).exp()),
+                    // exp(-|x|) never overflows: x/(1+x) form for x < 0.
+                    UnaryOp::Logistic => { let t = (-x.abs()).exp(); (if x >= 0.0 { 1.0 } else { t }) / (1.0 + t) }
                     UnaryOp::Sin => x.sin(),
                     UnaryOp::Cos => x.cos(),
                     UnaryOp::Erf => $erf(x),
