@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tensorlift_compiler::{JitOptions, OptLevel};
 use tensorlift_ir::{Error, Graph, Result};
 use tensorlift_runtime::{Tensor, interp};
 
@@ -19,6 +20,28 @@ pub struct Cli {
 pub enum Mode {
     /// The reference interpreter (after the optimization passes).
     Interp,
+    /// Compiled to native code by the Cranelift JIT.
+    Jit,
+}
+
+/// Cranelift optimization level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Opt {
+    /// No optimization.
+    None,
+    /// Optimize for speed.
+    Speed,
+}
+
+fn jit_options(opt: Opt, exact: bool) -> JitOptions {
+    JitOptions {
+        opt_level: match opt {
+            Opt::None => OptLevel::None,
+            Opt::Speed => OptLevel::Speed,
+        },
+        exact,
+        vectorize: true,
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -36,6 +59,36 @@ enum Command {
         /// Execution mode.
         #[arg(long, value_enum, default_value_t = Mode::Interp)]
         mode: Mode,
+        /// JIT: bit-exact with the interpreter (no approximated functions,
+        /// no reordered float reductions).
+        #[arg(long)]
+        exact: bool,
+    },
+    /// Compile a program and write every stage (input, optimized, fused
+    /// plan, Cranelift IR) to DIR.
+    Compile {
+        /// The program (.tlir).
+        program: PathBuf,
+        /// Where to write the stages.
+        #[arg(long, value_name = "DIR")]
+        dump_to: PathBuf,
+        /// Cranelift optimization level.
+        #[arg(long, value_enum, default_value_t = Opt::Speed)]
+        opt_level: Opt,
+        /// Bit-exact with the interpreter.
+        #[arg(long)]
+        exact: bool,
+    },
+    /// Time the interpreter and the JIT on the same inputs (medians, ratio).
+    Bench {
+        /// The program (.tlir).
+        program: PathBuf,
+        /// An input as NAME=FILE.npy.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Timed runs of each (after one warm-up run).
+        #[arg(long, default_value_t = 20)]
+        iters: usize,
     },
     /// Print the program as a Graphviz DOT graph.
     Graph {
@@ -139,11 +192,36 @@ fn execute(cli: Cli) -> Result<()> {
             print!("{}", tensorlift_ir::to_dot(&g));
             Ok(())
         }
+        Command::Compile {
+            program,
+            dump_to,
+            opt_level,
+            exact,
+        } => {
+            let g = load_program(&program)?;
+            let exe = tensorlift_compiler::compile(&g, &jit_options(opt_level, exact))?;
+            let stem = program.file_stem().map_or_else(
+                || "program".to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            );
+            exe.dump_to(&dump_to, &stem, Some(&g))?;
+            println!(
+                "wrote {stem}.input.tlir, {stem}.optimized.tlir, {stem}.fused.txt, {stem}.clif to {}",
+                dump_to.display()
+            );
+            Ok(())
+        }
+        Command::Bench {
+            program,
+            inputs,
+            iters,
+        } => bench(&program, &inputs, iters.max(1)),
         Command::Run {
             program,
             inputs,
             output_dir,
             mode,
+            exact,
         } => {
             let mut g = load_program(&program)?;
             let inputs = load_inputs(&g, &inputs)?;
@@ -152,6 +230,8 @@ fn execute(cli: Cli) -> Result<()> {
                     interp::optimize(&mut g)?;
                     interp::run(&g, &inputs)?
                 }
+                Mode::Jit => tensorlift_compiler::compile(&g, &jit_options(Opt::Speed, exact))?
+                    .run(&inputs)?,
             };
             std::fs::create_dir_all(&output_dir).map_err(|e| {
                 Error::invalid(format!("cannot create {}: {e}", output_dir.display()))
@@ -168,4 +248,46 @@ fn execute(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn median_ms(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn bench(program: &Path, specs: &[String], iters: usize) -> Result<()> {
+    let g = load_program(program)?;
+    let inputs = load_inputs(&g, specs)?;
+    let mut opt = g.clone();
+    interp::optimize(&mut opt)?;
+    let t = std::time::Instant::now();
+    let exe = tensorlift_compiler::compile(&g, &JitOptions::default())?;
+    let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+    let time = |f: &dyn Fn() -> Result<Vec<Tensor>>| -> Result<(f64, Vec<Tensor>)> {
+        let out = f()?;
+        let mut ts = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t = std::time::Instant::now();
+            f()?;
+            ts.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok((median_ms(ts), out))
+    };
+    let (ti, oi) = time(&|| interp::run(&opt, &inputs))?;
+    let (tj, oj) = time(&|| exe.run(&inputs))?;
+    let same = oi
+        .iter()
+        .zip(&oj)
+        .all(|(a, b)| a.dtype() == b.dtype() && a.shape() == b.shape());
+    println!("program      {}", program.display());
+    println!("compile      {compile_ms:.3} ms");
+    println!("interpreter  {ti:.3} ms (median of {iters})");
+    println!("jit          {tj:.3} ms (median of {iters})");
+    println!("speedup      {:.2}x", ti / tj);
+    if !same {
+        return Err(Error::internal(
+            "interpreter and JIT results differ in type or shape",
+        ));
+    }
+    Ok(())
 }

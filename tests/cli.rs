@@ -198,3 +198,119 @@ fn bad_input_is_one_line_and_nonzero() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn jit_mode_matches_the_interpreter_on_every_example() {
+    let d = "examples/data/";
+    let runs: &[(&str, &[&str])] = &[
+        ("softmax", &["x"]),
+        ("arith", &["x"]),
+        ("mlp", &["x", "w1", "b1", "w2", "b2"]),
+        ("gather", &["table", "ids"]),
+    ];
+    for (prog, names) in runs {
+        let mut outs = Vec::new();
+        for mode in ["interp", "jit"] {
+            let dir = tmpdir(&format!("{prog}-{mode}"));
+            let mut args = vec![
+                "run".to_string(),
+                format!("examples/{prog}.tlir"),
+                "--mode".into(),
+                mode.into(),
+                "--output-dir".into(),
+                dir.display().to_string(),
+            ];
+            for n in *names {
+                args.push("--input".into());
+                args.push(format!("{n}={d}{prog}_{n}.npy"));
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = tensorlift(&args);
+            assert!(
+                o.status.success(),
+                "{prog} {mode}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            outs.push(dir);
+        }
+        for entry in std::fs::read_dir(&outs[0]).unwrap() {
+            let name = entry.unwrap().file_name();
+            let a = tensorlift::npy::load(outs[0].join(&name)).unwrap();
+            let b = tensorlift::npy::load(outs[1].join(&name)).unwrap();
+            common::assert_close(
+                &b,
+                &a,
+                1e-6,
+                1e-6,
+                &format!("{prog}/{}", name.to_string_lossy()),
+            );
+        }
+    }
+}
+
+#[test]
+fn compile_dumps_every_stage_and_bench_reports_a_ratio() {
+    let dir = tmpdir("dump");
+    let o = tensorlift(&[
+        "compile",
+        "examples/softmax.tlir",
+        "--dump-to",
+        dir.to_str().unwrap(),
+        "--opt-level",
+        "none",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in [
+        "softmax.input.tlir",
+        "softmax.optimized.tlir",
+        "softmax.fused.txt",
+        "softmax.clif",
+    ] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    let fused = std::fs::read_to_string(dir.join("softmax.fused.txt")).unwrap();
+    assert!(
+        fused.contains("reduce_max") && fused.contains("decision:"),
+        "{fused}"
+    );
+    let o = tensorlift(&[
+        "bench",
+        "examples/softmax.tlir",
+        "--input",
+        "x=examples/data/softmax_x.npy",
+        "--iters",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.contains("interpreter") && out.contains("jit") && out.contains("speedup"),
+        "{out}"
+    );
+    // TENSORLIFT_DUMP_TO dumps every compilation of the process.
+    let env_dir = tmpdir("env-dump");
+    let o = Command::new(env!("CARGO_BIN_EXE_tensorlift"))
+        .env("TENSORLIFT_DUMP_TO", &env_dir)
+        .args([
+            "run",
+            "examples/arith.tlir",
+            "--mode",
+            "jit",
+            "--input",
+            "x=examples/data/arith_x.npy",
+            "--output-dir",
+            tmpdir("arith-out").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let names: Vec<String> = std::fs::read_dir(&env_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with(".clif"))
+            && names.iter().any(|n| n.ends_with(".fused.txt")),
+        "{names:?}"
+    );
+}

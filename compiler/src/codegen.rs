@@ -159,6 +159,13 @@ pub(crate) fn generate(
             &[types::I32],
         )?;
         let step_ref = module.declare_func_in_func(step_fn, b.func);
+        let gemm_fn = helpers.get(
+            &mut module,
+            "tl_gemm",
+            &[ptr, types::I64, ptr, ptr],
+            &[types::I32],
+        )?;
+        let gemm_ref = module.declare_func_in_func(gemm_fn, b.func);
         for (i, step) in plan.steps.iter().enumerate() {
             let status = match step {
                 Step::Kernel(_) => {
@@ -169,7 +176,12 @@ pub(crate) fn generate(
                 Step::Gemm(_) | Step::Runtime { .. } => {
                     let t = b.ins().iconst(ptr, table as i64);
                     let s = b.ins().iconst(types::I64, i as i64);
-                    let call = b.ins().call(step_ref, &[t, s, bufs, ctx]);
+                    let f = if matches!(step, Step::Gemm(_)) {
+                        gemm_ref
+                    } else {
+                        step_ref
+                    };
+                    let call = b.ins().call(f, &[t, s, bufs, ctx]);
                     b.inst_results(call)[0]
                 }
             };

@@ -425,7 +425,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                     rhs_strides: rs,
                 }));
                 decisions.push(format!(
-                    "{}: GEMM call (tl_gemm), b={b} m={m} k={k} n={nn}",
+                    "{}: GEMM call (tl_gemm: matrixmultiply), b={b} m={m} k={k} n={nn}",
                     n.name
                 ));
             }

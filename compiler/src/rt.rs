@@ -275,6 +275,20 @@ unsafe extern "C" fn tl_runtime_step(
     1
 }
 
+/// Runs GEMM step `step` (matrixmultiply's sgemm/dgemm over the batch).
+///
+/// # Safety
+/// As [`tl_runtime_step`].
+unsafe extern "C" fn tl_gemm(
+    table: *const StepTable,
+    step: u64,
+    bufs: *const *mut u8,
+    ctx: *mut CallCtx,
+) -> i32 {
+    // SAFETY: same contract.
+    unsafe { tl_runtime_step(table, step, bufs, ctx) }
+}
+
 /// Every runtime symbol with its address.
 pub fn symbols() -> Vec<(&'static str, *const u8)> {
     vec![
@@ -302,5 +316,6 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("tl_c64_abs", tl_c64_abs as *const u8),
         ("tl_c128_abs", tl_c128_abs as *const u8),
         ("tl_runtime_step", tl_runtime_step as *const u8),
+        ("tl_gemm", tl_gemm as *const u8),
     ]
 }

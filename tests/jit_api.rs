@@ -1,0 +1,281 @@
+//! The JIT's user-facing behaviour: jit_compile and compile(), compile
+//! counts, JitIncompatible errors, IR stages and dumps, thread safety, and
+//! freeing code memory.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use std::sync::Arc;
+
+use tensorlift::compiler::{self, JitOptions};
+use tensorlift::ir::text;
+use tensorlift::{Code, DType, IrStage, Sym, Tensor, TensorSpec, function};
+
+fn softmax(x: Sym) -> Sym {
+    let e = (&x - x.reduce_max(Some(&[-1]), true)).exp();
+    &e / e.reduce_sum(Some(&[-1]), true)
+}
+
+#[test]
+fn jit_and_interpreter_agree_and_compiles_are_counted() {
+    let f = function(softmax).jit_compile(true);
+    let g = function(softmax);
+    for rows in [1usize, 3, 3, 5] {
+        let x = common::f32s(
+            &(0..rows * 7)
+                .map(|i| (i as f32 * 0.37).sin() * 4.0)
+                .collect::<Vec<_>>(),
+            &[rows, 7],
+        );
+        let (a, b) = (
+            f.call(std::slice::from_ref(&x)).unwrap(),
+            g.call(&[x]).unwrap(),
+        );
+        common::assert_close(&a[0], &b[0], 2e-6, 1e-7, "softmax");
+    }
+    // One compilation per new shape, none for a repeated one.
+    assert_eq!(f.compile_count(), 3);
+    assert_eq!(g.compile_count(), 0);
+}
+
+#[test]
+fn compile_ahead_of_time_and_reuse() {
+    let f = function(|x: Sym, y: Sym| (x.matmul(&y) + 1.0).maximum(0.0)).jit_compile(true);
+    let specs = [
+        TensorSpec::known(DType::F32, &[2, 3]),
+        TensorSpec::known(DType::F32, &[3, 4]),
+    ];
+    let c = f.compile(&specs).unwrap();
+    assert_eq!(f.compile_count(), 1);
+    let x = common::f32s(&[1.0, -2.0, 3.0, 0.5, 0.0, -1.0], &[2, 3]);
+    let y = common::f32s(
+        &(0..12).map(|i| i as f32 - 6.0).collect::<Vec<_>>(),
+        &[3, 4],
+    );
+    let out = c.call(&[x.clone(), y.clone()]).unwrap();
+    let want = function(|x: Sym, y: Sym| (x.matmul(&y) + 1.0).maximum(0.0))
+        .call(&[x.clone(), y.clone()])
+        .unwrap();
+    common::assert_close(&out[0], &want[0], 1e-6, 1e-6, "mlp layer");
+    // Calling the Function with the same shapes reuses the executable.
+    f.call(&[x, y]).unwrap();
+    assert_eq!(f.compile_count(), 1);
+    // Inputs that do not match the specs are errors, not recompiles.
+    let e = c
+        .call(&[common::f32s(&[1.0], &[1, 1]), common::f32s(&[1.0], &[1, 1])])
+        .unwrap_err();
+    assert!(e.to_string().contains("compiled for f32[2,3]"), "{e}");
+    assert_eq!(f.compile_count(), 1);
+}
+
+#[test]
+fn relaxed_specs_compile_per_concrete_shape() {
+    let f = function(|x: Sym| (&x * 2.0).reduce_sum(None, false))
+        .input_signature(vec![TensorSpec::new(DType::F32, &[None])])
+        .jit_compile(true);
+    let c = f.compile(&[TensorSpec::new(DType::F32, &[None])]).unwrap();
+    assert_eq!(f.compile_count(), 0);
+    for n in [3usize, 5, 3] {
+        let out = c.call(&[common::f32s(&vec![1.5; n], &[n])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![3.0 * n as f32]);
+    }
+    assert_eq!(f.compile_count(), 2);
+    assert_eq!(f.trace_count(), 1);
+}
+
+#[test]
+fn jit_incompatible_lists_every_offending_node_before_running() {
+    let src = "graph @g {\n  %x = parameter 0 : f32[2]\n  %a = py_function \"first\" (%x) : (f32[2])\n  %b = neg(%x) : f32[2]\n  %c = py_function \"second\" (%b) : (f32[2])\n  return %a as \"a\", %c as \"c\"\n}\n";
+    let g = text::parse(src, "prog.tlir").unwrap();
+    let e = compiler::compile(&g, &JitOptions::default()).unwrap_err();
+    assert_eq!(e.code(), Code::JitIncompatible);
+    let msg = e.to_string();
+    assert!(msg.contains("2 node(s) cannot be compiled"), "{msg}");
+    assert!(
+        msg.contains("py_function 'a' (created at prog.tlir:3:3)")
+            && msg.contains("py_function 'c' (created at prog.tlir:5:3)"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("jit_compile=true")
+            && msg.contains("numpy_function/py_func")
+            && msg.contains("jit_compile=false"),
+        "{msg}"
+    );
+    let tensorlift::Error::JitIncompatible { offenders } = e else {
+        panic!()
+    };
+    assert_eq!(
+        offenders
+            .iter()
+            .map(|o| o.node.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "c"]
+    );
+}
+
+#[test]
+fn ir_stages_and_dumps() {
+    let f = function(softmax).jit_compile(true).name("softmax");
+    let spec = [TensorSpec::known(DType::F32, &[4, 16])];
+    let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
+    // Row softmax materializes only the row max, the row sum and the output.
+    assert_eq!(fused.matches(": kernel").count(), 3, "{fused}");
+    assert_eq!(fused.matches(" temp @").count(), 2, "{fused}");
+    let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+    assert!(
+        clif.contains("function u0:") && clif.contains("; main"),
+        "{clif}"
+    );
+    assert_eq!(f.compile_count(), 1);
+    let dir = std::env::temp_dir().join(format!("tensorlift-dump-{}", std::process::id()));
+    let exe = compiler::compile(
+        &f.concrete(&spec).unwrap().optimized,
+        &JitOptions::default(),
+    )
+    .unwrap();
+    exe.dump_to(&dir, "softmax", None).unwrap();
+    for ext in ["optimized.tlir", "fused.txt", "clif"] {
+        assert!(dir.join(format!("softmax.{ext}")).exists(), "{ext}");
+    }
+}
+
+#[test]
+fn fusion_decisions_say_why() {
+    // exp(x) read by two consumers with a small inline cost is recomputed;
+    // an expensive shared subexpression is materialized with a reason.
+    let f = function(|x: Sym| {
+        let mut y = x.exp();
+        for _ in 0..10 {
+            y = (&y * 1.1 + 0.5).tanh();
+        }
+        (&y + 1.0, &y * 2.0)
+    })
+    .jit_compile(true);
+    let fused = f
+        .compiler_ir(&[TensorSpec::known(DType::F32, &[8])], IrStage::Fused)
+        .unwrap();
+    assert!(
+        fused.contains("materialized: 2 consumers and inline cost"),
+        "{fused}"
+    );
+    let g = function(|x: Sym, w: Sym| x.exp().matmul(&w)).jit_compile(true);
+    let fused = g
+        .compiler_ir(
+            &[
+                TensorSpec::known(DType::F32, &[2, 2]),
+                TensorSpec::known(DType::F32, &[2, 2]),
+            ],
+            IrStage::Fused,
+        )
+        .unwrap();
+    assert!(
+        fused.contains("exp: materialized: dot_general 'dot_general' reads it from memory"),
+        "{fused}"
+    );
+    assert!(fused.contains("GEMM call"), "{fused}");
+}
+
+#[test]
+fn one_compiled_function_from_eight_threads() {
+    let f = function(|x: Sym| (x.exp() * 2.0).reduce_sum(Some(&[1]), false)).jit_compile(true);
+    let c = Arc::new(
+        f.compile(&[TensorSpec::known(DType::F32, &[64, 33])])
+            .unwrap(),
+    );
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for k in 0..50 {
+                    let v = (t * 100 + k) as f32 * 1e-3;
+                    let out = c
+                        .call(&[common::f32s(&vec![v; 64 * 33], &[64, 33])])
+                        .unwrap();
+                    let want = 2.0 * 33.0 * v.exp();
+                    for y in common::to_vec::<f32>(&out[0]) {
+                        assert!((y - want).abs() <= 1e-4 * want, "{y} vs {want}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+fn rss_kib() -> usize {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<usize>().ok())
+        })
+        .map_or(0, |pages| pages * 4)
+}
+
+#[test]
+fn compiling_and_dropping_ten_thousand_functions_keeps_memory_flat() {
+    let g = text::parse("graph @g {\n  %x = parameter 0 : f32[16]\n  %y = exp(%x) : f32[16]\n  %z = mul(%y, %x) : f32[16]\n  return %z as \"z\"\n}\n", "g").unwrap();
+    let x = common::f32s(&[0.5; 16], &[16]);
+    let round = |n: usize| {
+        for _ in 0..n {
+            let exe = compiler::compile(&g, &JitOptions::default()).unwrap();
+            exe.run(std::slice::from_ref(&x)).unwrap();
+        }
+    };
+    round(1000);
+    let before = rss_kib();
+    round(10_000);
+    let after = rss_kib();
+    // Leaking even one 4 KiB code page per module would add ~40 MiB.
+    assert!(
+        after <= before + 8 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+}
+
+#[test]
+fn strings_pass_through_compiled_code() {
+    let f = function(|s: Sym, x: Sym| (s, x.neg())).jit_compile(true);
+    let s = Tensor::from(
+        ndarray::ArrayD::from_shape_vec(vec![2], vec!["a".to_string(), "βγ".to_string()]).unwrap(),
+    );
+    let out = f.call(&[s.clone(), common::f32s(&[1.0], &[1])]).unwrap();
+    assert_eq!(out[0].strings(), s.strings());
+    assert_eq!(common::to_vec::<f32>(&out[1]), vec![-1.0]);
+}
+
+#[test]
+fn runtime_errors_in_compiled_code_are_clean_and_recoverable() {
+    let f = function(|x: Sym, i: Sym| x.take(&i, 0) * 2.0).jit_compile(true);
+    let x = common::f32s(&[1.0, 2.0, 3.0], &[3]);
+    let bad = Tensor::from(ndarray::arr1(&[0i32, 7]).into_dyn());
+    let e = f.call(&[x.clone(), bad]).unwrap_err();
+    assert!(
+        e.to_string().contains("indices[1] = 7 is not in [0, 3)")
+            && e.to_string().contains("jit_api.rs"),
+        "{e}"
+    );
+    let ok = f
+        .call(&[x, Tensor::from(ndarray::arr1(&[2i32, 1]).into_dyn())])
+        .unwrap();
+    assert_eq!(common::to_vec::<f32>(&ok[0]), vec![6.0, 4.0]);
+    // Integer division by zero never traps in compiled code.
+    let d = function(|a: Sym, b: Sym| (&a / &b, &a % &b)).jit_compile(true);
+    let out = d
+        .call(&[
+            Tensor::from(ndarray::arr1(&[i64::MIN, 5, 7]).into_dyn()),
+            Tensor::from(ndarray::arr1(&[-1i64, 0, 2]).into_dyn()),
+        ])
+        .unwrap();
+    assert_eq!(common::to_vec::<i64>(&out[0]), vec![i64::MIN, -1, 3]);
+    assert_eq!(common::to_vec::<i64>(&out[1]), vec![0, 5, 1]);
+}
