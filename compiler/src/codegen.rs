@@ -137,6 +137,22 @@ pub(crate) fn generate(
                 .map_err(cg_err)?;
             let mut ctx = module.make_context();
             ctx.func = func;
+            if std::env::var_os("TENSORLIFT_DISASM").is_some() {
+                // A second compilation, only for the disassembly dump.
+                let mut probe = module.make_context();
+                probe.func = ctx.func.clone();
+                probe.set_disasm(true);
+                match probe.compile(module.isa(), &mut Default::default()) {
+                    Ok(code) => {
+                        let v = code.vcode.clone().unwrap_or_default();
+                        clif.push_str(&format!("; machine code of kernel '{}'\n{v}\n", k.name));
+                    }
+                    Err(e) => clif.push_str(&format!(
+                        "; no machine code for kernel '{}': {:?}\n",
+                        k.name, e.inner
+                    )),
+                }
+            }
             module
                 .define_function(id, &mut ctx)
                 .map_err(|e| cg_err(format!("kernel '{}': {e:?}", k.name)))?;
@@ -307,6 +323,8 @@ struct KernelGen<'a, 'b> {
     pos: HashMap<usize, Variable>,
     frefs: HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
     hoisted: HashMap<usize, Value>,
+    /// Element offset applied to vector loads (unrolled copies).
+    load_off: i64,
 }
 
 const OUT: usize = usize::MAX;
@@ -333,6 +351,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             pos: HashMap::new(),
             frefs: HashMap::new(),
             hoisted: HashMap::new(),
+            load_off: 0,
         }
     }
 
@@ -433,11 +452,26 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         step: i64,
         body: &mut dyn FnMut(&mut Self, Value) -> Result<()>,
     ) -> Result<Value> {
+        self.for_loop_from(None, n, step, body)
+    }
+
+    /// `for (i = from; i + step <= n; i += step) body(i)` (`from` defaults
+    /// to 0); returns the index the loop stopped at.
+    fn for_loop_from(
+        &mut self,
+        from: Option<Value>,
+        n: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<()>,
+    ) -> Result<Value> {
         let header = self.b.create_block();
         let body_blk = self.b.create_block();
         let exit = self.b.create_block();
         self.b.append_block_param(header, types::I64);
-        let zero = self.b.ins().iconst(types::I64, 0);
+        let zero = match from {
+            Some(v) => v,
+            None => self.b.ins().iconst(types::I64, 0),
+        };
         self.b.ins().jump(header, &[zero.into()]);
         self.b.switch_to_block(header);
         let i = self.b.block_params(header)[0];
@@ -534,50 +568,77 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     self.hoisted.insert(i, v);
                 }
             }
-            let vacc = if let (Some(_), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
+            // Reductions over the innermost dim keep several independent
+            // vector accumulators so the loop is not bound by the latency
+            // of one dependency chain.
+            let unroll: i64 = if acc.is_some() { 4 } else { 1 };
+            let mut vaccs = Vec::new();
+            if let (Some(_), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
                 let init = self.reduce_init(*op)?;
                 let v = self.b.ins().splat(vt, init);
-                let var = self.b.declare_var(vt);
-                self.b.def_var(var, v);
-                Some(var)
-            } else {
-                None
-            };
+                for _ in 0..unroll {
+                    let var = self.b.declare_var(vt);
+                    self.b.def_var(var, v);
+                    vaccs.push(var);
+                }
+            }
             let accs2 = accs.clone();
-            let last = self.for_loop(nv, lanes, &mut |s, _i| {
-                let vals = s.eval(Mode::Vector(vt))?;
-                let root = vals[s.k.root].s();
-                match (&s.k.kind, vacc) {
-                    (KernelKind::Loop, _) => {
-                        let p = s.b.use_var(s.pos[&OUT]);
-                        s.b.ins().store(unaligned(), root, p, 0);
-                    }
-                    (KernelKind::Reduce { op, .. }, Some(va)) => {
-                        let a = s.b.use_var(va);
-                        let r = s.reduce_op(*op, a, root);
-                        s.b.def_var(va, r);
-                    }
-                    (KernelKind::Reduce { op, .. }, None) => {
-                        let p = s.b.use_var(s.pos[&OUT]);
-                        let a = s.b.ins().load(vt, unaligned(), p, 0);
-                        let r = s.reduce_op(*op, a, root);
-                        s.b.ins().store(unaligned(), r, p, 0);
-                    }
+            let mut from = None;
+            for (step, copies) in [(lanes * unroll, unroll), (lanes, 1)] {
+                if copies == 1 && step == lanes * unroll && unroll > 1 {
+                    continue;
                 }
-                for (key, _, strides, esize) in &accs2 {
-                    let st = inner_stride(strides);
-                    if st != 0 && *esize != 0 {
-                        let var = s.pos[key];
-                        let p = s.b.use_var(var);
-                        let p = s.b.ins().iadd_imm_s(p, st * esize * lanes);
-                        s.b.def_var(var, p);
-                    }
+                if unroll == 1 && from.is_some() {
+                    break;
                 }
-                Ok(())
-            })?;
+                let vaccs2 = vaccs.clone();
+                let last = self.for_loop_from(from, nv, step, &mut |s, _i| {
+                    for u in 0..copies {
+                        s.load_off = u * lanes;
+                        let vals = s.eval(Mode::Vector(vt))?;
+                        s.load_off = 0;
+                        let root = vals[s.k.root].s();
+                        let esize = s.out_dtype().size() as i32;
+                        let off = (u * lanes) as i32 * esize;
+                        match (&s.k.kind, vaccs2.get(u as usize)) {
+                            (KernelKind::Loop, _) => {
+                                let p = s.b.use_var(s.pos[&OUT]);
+                                s.b.ins().store(unaligned(), root, p, off);
+                            }
+                            (KernelKind::Reduce { op, .. }, Some(va)) => {
+                                let a = s.b.use_var(*va);
+                                let r = s.reduce_op(*op, a, root);
+                                s.b.def_var(*va, r);
+                            }
+                            (KernelKind::Reduce { op, .. }, None) => {
+                                let p = s.b.use_var(s.pos[&OUT]);
+                                let a = s.b.ins().load(vt, unaligned(), p, off);
+                                let r = s.reduce_op(*op, a, root);
+                                s.b.ins().store(unaligned(), r, p, off);
+                            }
+                        }
+                    }
+                    for (key, _, strides, esize) in &accs2 {
+                        let st = inner_stride(strides);
+                        if st != 0 && *esize != 0 {
+                            let var = s.pos[key];
+                            let p = s.b.use_var(var);
+                            let p = s.b.ins().iadd_imm_s(p, st * esize * step);
+                            s.b.def_var(var, p);
+                        }
+                    }
+                    Ok(())
+                })?;
+                from = Some(last);
+            }
+            let last = from.ok_or_else(|| Error::internal("vector loop missing"))?;
             // Fold the vector partials into the scalar accumulator, lane by lane.
-            if let (Some(va), Some(sa), KernelKind::Reduce { op, .. }) = (vacc, acc, &self.k.kind) {
-                let v = self.b.use_var(va);
+            if let (Some(sa), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
+                let mut v = self.b.use_var(vaccs[0]);
+                for va in &vaccs[1..] {
+                    let w = self.b.use_var(*va);
+                    v = self.reduce_op(*op, v, w);
+                }
                 let mut a = self.b.use_var(sa);
                 for l in 0..lanes {
                     let e = self.b.ins().extractlane(v, l as u8);
@@ -896,7 +957,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         Some(v) => V::S(*v),
                         None => {
                             let p = self.b.use_var(self.pos[&i]);
-                            V::S(self.b.ins().load(vt, unaligned(), p, 0))
+                            let off = (self.load_off * dtype.size() as i64) as i32;
+                            V::S(self.b.ins().load(vt, unaligned(), p, off))
                         }
                     },
                     Mode::Scalar => {
@@ -1025,13 +1087,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let zero = self.splat_f(ty, 0.0);
                 let den = self.b.ins().fadd(one, t);
                 let pos = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, x, zero);
-                let num = if ty.is_vector() {
-                    // Vector compares give lane masks: select bitwise.
-                    let m = self.b.ins().bitcast(ty, MemFlagsData::new(), pos);
-                    self.b.ins().bitselect(m, one, t)
-                } else {
-                    self.b.ins().select(pos, one, t)
-                };
+                let num = self.sel(pos, one, t, ty);
                 self.b.ins().fdiv(num, den)
             }
             _ => {
@@ -1081,13 +1137,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         } else {
             types::I32
         };
+        // Clamp with compare + select (NaN stays NaN and falls through).
         let hi = self.splat_f(ty, 88.73);
         let lo = self.splat_f(ty, -104.0);
-        let x = self.b.ins().fmin(x, hi);
-        let x = self.b.ins().fmax(x, lo);
+        let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
+        let x = self.sel(above, hi, x, ty);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
+        let x = self.sel(below, lo, x, ty);
+        // n = round-half-even(x·log2 e) by adding 1.5·2^23: the integer
+        // lands in the low mantissa bits (|n| ≤ 151 ≪ 2^22).
         let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
         let t = self.b.ins().fmul(x, log2e);
-        let n = self.b.ins().nearest(t);
+        let magic = self.splat_f(ty, 12_582_912.0);
+        let tm = self.b.ins().fadd(t, magic);
+        let n = self.b.ins().fsub(tm, magic);
         let c1 = self.splat_f(ty, 0.693_359_375);
         let c2 = self.splat_f(ty, -2.121_944_4e-4);
         let a = self.b.ins().fmul(n, c1);
@@ -1113,8 +1176,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let y = self.b.ins().fadd(y, r);
         let one = self.splat_f(ty, 1.0);
         let y = self.b.ins().fadd(y, one);
-        // 2^n as 2^n1 * 2^n2 with n1 = n >> 1, n2 = n - n1.
-        let ni = self.b.ins().fcvt_to_sint_sat(ity, n);
+        // 2^n as 2^n1 · 2^n2 with n1 = n >> 1, n2 = n - n1, so that results
+        // down to the smallest denormal round once.
+        let tmi = self.b.ins().bitcast(ity, MemFlagsData::new(), tm);
+        let mi = self.splat_i(ity, 0x4B40_0000);
+        let ni = self.b.ins().isub(tmi, mi);
         let n1 = self.b.ins().sshr_imm_s(ni, 1);
         let n2 = self.b.ins().isub(ni, n1);
         let bias = self.splat_i(ity, 127);
@@ -1126,6 +1192,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let s2 = self.b.ins().bitcast(ty, MemFlagsData::new(), e2);
         let y = self.b.ins().fmul(y, s1);
         self.b.ins().fmul(y, s2)
+    }
+
+    /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).
+    fn sel(&mut self, cond: Value, a: Value, b: Value, ty: Type) -> Value {
+        if ty.is_vector() {
+            let m = self.b.ins().bitcast(ty, MemFlagsData::new(), cond);
+            self.b.ins().bitselect(m, a, b)
+        } else {
+            self.b.ins().select(cond, a, b)
+        }
     }
 
     fn complex_unary(&mut self, u: UnaryOp, re: Value, im: Value, xd: DType) -> Result<V> {
