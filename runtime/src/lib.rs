@@ -8,6 +8,7 @@
 
 pub mod interp;
 pub mod kernels;
+mod memory;
 mod tensor;
 
 pub use tensor::{AlignedBytes, Data, HostElement, Pod, Tensor};

@@ -8,46 +8,7 @@ use ndarray::{ArrayD, IxDyn};
 use num_complex::{Complex32, Complex64};
 use tensorlift_ir::{DType, Error, Literal, LiteralData, Result, TensorType};
 
-/// Bytes of element data, 16-byte aligned so that every dtype (complex128
-/// included) can be viewed in place.
-#[derive(Clone, Default)]
-pub struct AlignedBytes {
-    words: Vec<u128>,
-    len: usize,
-}
-
-impl fmt::Debug for AlignedBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AlignedBytes({} bytes)", self.len)
-    }
-}
-
-impl AlignedBytes {
-    /// `len` zero bytes.
-    pub fn zeroed(len: usize) -> Self {
-        AlignedBytes {
-            words: vec![0; len.div_ceil(16)],
-            len,
-        }
-    }
-
-    /// A copy of `bytes`.
-    pub fn from_slice(bytes: &[u8]) -> Self {
-        let mut b = Self::zeroed(bytes.len());
-        b.as_mut_slice().copy_from_slice(bytes);
-        b
-    }
-
-    /// The bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
-    }
-
-    /// The bytes, mutably.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
-    }
-}
+pub use crate::memory::AlignedBytes;
 
 /// The storage behind a tensor.
 #[derive(Clone, Debug)]
@@ -87,11 +48,11 @@ impl Tensor {
                 "a string tensor is made from strings, not bytes",
             ));
         }
-        if bytes.len != n * dtype.size() {
+        if bytes.len() != n * dtype.size() {
             return Err(Error::invalid(format!(
                 "a {dtype} tensor of shape {shape:?} needs {} bytes, got {}",
                 n * dtype.size(),
-                bytes.len
+                bytes.len()
             )));
         }
         if dtype == DType::Bool && bytes.as_slice().iter().any(|b| *b > 1) {
