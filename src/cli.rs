@@ -41,6 +41,7 @@ fn jit_options(opt: Opt, exact: bool) -> JitOptions {
         },
         exact,
         vectorize: true,
+        threads: true,
     }
 }
 

@@ -279,3 +279,53 @@ fn runtime_errors_in_compiled_code_are_clean_and_recoverable() {
     assert_eq!(common::to_vec::<i64>(&out[0]), vec![i64::MIN, -1, 3]);
     assert_eq!(common::to_vec::<i64>(&out[1]), vec![0, 5, 1]);
 }
+
+#[test]
+fn multithreaded_kernels_are_deterministic() {
+    // Large enough to be split across cores; every run, threaded or not,
+    // gives the same bits.
+    let body = |x: Sym| {
+        let y = (-&x * &x).exp() * x.tanh() + x.abs().sqrt();
+        (
+            y.clone(),
+            (&x - x.reduce_max(Some(&[1]), true))
+                .exp()
+                .reduce_sum(Some(&[1]), false),
+        )
+    };
+    let x = common::f32s(
+        &(0..512 * 1024usize)
+            .map(|i| ((i * 7919) % 2003) as f32 / 300.0 - 3.0)
+            .collect::<Vec<_>>(),
+        &[512, 1024],
+    );
+    let threaded = function(body).jit_compile(true);
+    let single = function(body).jit_compile(true).jit_options(JitOptions {
+        threads: false,
+        ..JitOptions::default()
+    });
+    let a = threaded.call(std::slice::from_ref(&x)).unwrap();
+    let b = single.call(std::slice::from_ref(&x)).unwrap();
+    for _ in 0..3 {
+        let again = threaded.call(std::slice::from_ref(&x)).unwrap();
+        for i in 0..2 {
+            assert!(common::same_bits(&again[i], &a[i]));
+        }
+    }
+    for i in 0..2 {
+        assert!(
+            common::same_bits(&a[i], &b[i]),
+            "output {i} depends on threading"
+        );
+    }
+    let fused = threaded
+        .compiler_ir(
+            &[TensorSpec::known(DType::F32, &[512, 1024])],
+            IrStage::Cranelift,
+        )
+        .unwrap();
+    assert!(
+        fused.contains("tl_parallel") || fused.contains("func_addr"),
+        "no kernel was split:\n{fused}"
+    );
+}

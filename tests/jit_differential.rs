@@ -30,16 +30,19 @@ const EXACT: [JitOptions; 3] = [
         opt_level: OptLevel::None,
         exact: true,
         vectorize: false,
+        threads: false,
     },
     JitOptions {
         opt_level: OptLevel::Speed,
         exact: true,
         vectorize: true,
+        threads: true,
     },
     JitOptions {
         opt_level: OptLevel::None,
         exact: true,
         vectorize: true,
+        threads: true,
     },
 ];
 

@@ -42,6 +42,10 @@ pub struct JitOptions {
     pub exact: bool,
     /// Emit 128-bit SIMD loops where the kernel allows.
     pub vectorize: bool,
+    /// Split large kernels across the machine's cores (results are the
+    /// same as single-threaded: each element is computed by one thread with
+    /// the same code).
+    pub threads: bool,
 }
 
 impl Default for JitOptions {
@@ -50,6 +54,7 @@ impl Default for JitOptions {
             opt_level: OptLevel::Speed,
             exact: false,
             vectorize: true,
+            threads: true,
         }
     }
 }
@@ -87,6 +92,55 @@ fn make_module(opts: &JitOptions) -> Result<JITModule> {
     Ok(JITModule::new(jb))
 }
 
+/// True when the kernel's outermost loop can be split across threads:
+/// different ranges write disjoint outputs (loops, and reductions whose
+/// outermost dim is kept), and the kernel is compute-bound. Memory-bound
+/// kernels (a few ops per element) already saturate memory bandwidth on
+/// one core of the benchmark machine, and splitting them made them slower
+/// (fresh output pages faulted in from two threads contend).
+fn splittable(k: &Kernel) -> bool {
+    let disjoint = match &k.kind {
+        KernelKind::Loop => !k.dims.is_empty(),
+        KernelKind::Reduce { reduced, .. } => !reduced.is_empty() && !reduced[0],
+    };
+    disjoint && element_cost(k) >= MIN_PARALLEL_COST
+}
+
+/// Rough cost of computing one element (simple ops 1, divisions 4,
+/// transcendental functions and helper calls 20).
+fn element_cost(k: &Kernel) -> usize {
+    k.nodes
+        .iter()
+        .map(|n| match n {
+            ENode::Unary(u, ..) => match u {
+                UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Sign
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::Round => 1,
+                UnaryOp::Not | UnaryOp::IsFinite | UnaryOp::Square => 1,
+                UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4,
+                _ => 20,
+            },
+            ENode::Binary(BinaryOp::Div | BinaryOp::Rem, ..) => 4,
+            ENode::Binary(BinaryOp::Pow, ..) => 20,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Per-element cost from which a kernel is considered compute-bound.
+const MIN_PARALLEL_COST: usize = 8;
+
+/// A rough cost of one call: loop iterations times per-element cost.
+fn kernel_work(k: &Kernel) -> usize {
+    k.dims
+        .iter()
+        .product::<usize>()
+        .saturating_mul(element_cost(k))
+}
+
 /// Whether the host has SSE4.1 (vector rounding and min/max).
 fn has_sse41() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -111,6 +165,11 @@ pub(crate) fn generate(
     sig.params.push(AbiParam::new(ptr));
     sig.params.push(AbiParam::new(ptr));
     sig.returns.push(AbiParam::new(types::I32));
+    // Kernels take the range [begin, end) of their outermost loop dim, so
+    // the runtime can split them across threads.
+    let mut ksig = sig.clone();
+    ksig.params.push(AbiParam::new(types::I64));
+    ksig.params.push(AbiParam::new(types::I64));
     let mut clif = String::new();
     let mut helpers = Helpers {
         ids: HashMap::new(),
@@ -120,7 +179,7 @@ pub(crate) fn generate(
     for (i, step) in plan.steps.iter().enumerate() {
         if let Step::Kernel(k) = step {
             let mut func =
-                Function::with_name_signature(UserFuncName::user(0, i as u32), sig.clone());
+                Function::with_name_signature(UserFuncName::user(0, i as u32), ksig.clone());
             {
                 let mut b = FunctionBuilder::new(&mut func, &mut fctx);
                 let mut kg = KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
@@ -133,7 +192,7 @@ pub(crate) fn generate(
                 func.display()
             ));
             let id = module
-                .declare_function(&format!("kernel{i}"), Linkage::Local, &sig)
+                .declare_function(&format!("kernel{i}"), Linkage::Local, &ksig)
                 .map_err(cg_err)?;
             let mut ctx = module.make_context();
             ctx.func = func;
@@ -182,12 +241,29 @@ pub(crate) fn generate(
             &[types::I32],
         )?;
         let gemm_ref = module.declare_func_in_func(gemm_fn, b.func);
+        let par_fn = helpers.get(
+            &mut module,
+            "tl_parallel",
+            &[ptr, ptr, ptr, types::I64, types::I64],
+            &[types::I32],
+        )?;
+        let par_ref = module.declare_func_in_func(par_fn, b.func);
         for (i, step) in plan.steps.iter().enumerate() {
             let status = match step {
-                Step::Kernel(_) => {
+                Step::Kernel(k) => {
                     let f = module.declare_func_in_func(kernel_ids[&i], b.func);
-                    let call = b.ins().call(f, &[bufs, ctx]);
-                    b.inst_results(call)[0]
+                    let n0 = k.dims.first().copied().unwrap_or(1) as i64;
+                    let n = b.ins().iconst(types::I64, n0);
+                    if splittable(k) && opts.threads {
+                        let addr = b.ins().func_addr(ptr, f);
+                        let work = b.ins().iconst(types::I64, kernel_work(k) as i64);
+                        let call = b.ins().call(par_ref, &[addr, bufs, ctx, n, work]);
+                        b.inst_results(call)[0]
+                    } else {
+                        let zero = b.ins().iconst(types::I64, 0);
+                        let call = b.ins().call(f, &[bufs, ctx, zero, n]);
+                        b.inst_results(call)[0]
+                    }
                 }
                 Step::Gemm(_) | Step::Runtime { .. } => {
                     let t = b.ins().iconst(ptr, table as i64);
@@ -325,6 +401,8 @@ struct KernelGen<'a, 'b> {
     hoisted: HashMap<usize, Value>,
     /// Element offset applied to vector loads (unrolled copies).
     load_off: i64,
+    /// `[begin, end)` of the outermost dim, for split kernels.
+    range: Option<(Value, Value)>,
 }
 
 const OUT: usize = usize::MAX;
@@ -352,6 +430,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             frefs: HashMap::new(),
             hoisted: HashMap::new(),
             load_off: 0,
+            range: None,
         }
     }
 
@@ -414,6 +493,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         self.b.switch_to_block(entry);
         self.b.seal_block(entry);
         let bufs = self.b.block_params(entry)[0];
+        let (begin, end) = (self.b.block_params(entry)[2], self.b.block_params(entry)[3]);
+        if splittable(self.k) {
+            self.range = Some((begin, end));
+        }
         let mut slots: Vec<usize> = self
             .k
             .nodes
@@ -436,7 +519,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         let mut idx = Vec::new();
         if rank == 0 {
-            self.inner(&[], 1)?;
+            let one = self.b.ins().iconst(types::I64, 1);
+            self.inner(&[], 1, None, one)?;
         } else {
             self.nest(0, &mut idx)?;
         }
@@ -496,12 +580,26 @@ impl<'a, 'b> KernelGen<'a, 'b> {
 
     fn nest(&mut self, d: usize, idx: &mut Vec<Value>) -> Result<()> {
         let rank = self.k.dims.len();
+        // The outermost dim runs over [begin, end) when the kernel is split.
+        let range = if d == 0 { self.range } else { None };
         if d + 1 == rank {
             let n = self.k.dims[d];
-            return self.inner(idx, n);
+            return match range {
+                Some((b, e)) => {
+                    let count = self.b.ins().isub(e, b);
+                    self.inner(idx, n, Some(b), count)
+                }
+                None => {
+                    let count = self.b.ins().iconst(types::I64, n as i64);
+                    self.inner(idx, n, None, count)
+                }
+            };
         }
-        let n = self.b.ins().iconst(types::I64, self.k.dims[d] as i64);
-        self.for_loop(n, 1, &mut |s, i| {
+        let (from, n) = match range {
+            Some((b, e)) => (Some(b), e),
+            None => (None, self.b.ins().iconst(types::I64, self.k.dims[d] as i64)),
+        };
+        self.for_loop_from(from, n, 1, &mut |s, i| {
             idx.push(i);
             s.nest(d + 1, idx)?;
             idx.pop();
@@ -512,11 +610,23 @@ impl<'a, 'b> KernelGen<'a, 'b> {
 
     /// Sets up accessor positions for the innermost loop given the outer
     /// indices, then runs it (vector part, then scalar tail).
-    fn inner(&mut self, outer: &[Value], n: usize) -> Result<()> {
+    fn inner(
+        &mut self,
+        outer: &[Value],
+        n: usize,
+        start: Option<Value>,
+        count: Value,
+    ) -> Result<()> {
         let rank = self.k.dims.len();
         let accs = self.accessors();
         for (key, offset, strides, esize) in &accs {
             let mut pos = self.b.ins().iconst(types::I64, *offset);
+            if let Some(st) = start
+                && strides[rank - 1] != 0
+            {
+                let t = self.b.ins().imul_imm_s(st, strides[rank - 1]);
+                pos = self.b.ins().iadd(pos, t);
+            }
             for (d, i) in outer.iter().enumerate() {
                 if strides[d] != 0 {
                     let t = self.b.ins().imul_imm_s(*i, strides[d]);
@@ -552,7 +662,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         } else {
             None
         };
-        let nv = self.b.ins().iconst(types::I64, n as i64);
+        let nv = count;
         let mut start = None;
         if let Some(vt) = self.vector_type(n) {
             let lanes = vt.lane_count() as i64;
@@ -828,13 +938,24 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     }
 
     /// Writes the reduction's identity into every output element.
+    /// Writes the reduction's identity into every output element this call
+    /// owns (the rows of `[begin, end)` when split).
     fn emit_reduce_init(&mut self, op: ReduceOp) -> Result<()> {
         let len = self.plan.slots[self.k.out].dims.iter().product::<usize>() as i64;
         let init = self.reduce_init(op)?;
         let base = self.bases[&self.k.out];
         let esize = self.out_dtype().size() as i64;
-        let n = self.b.ins().iconst(types::I64, len);
-        self.for_loop(n, 1, &mut |s, i| {
+        let (from, n) = match self.range {
+            Some((b, e)) => {
+                let row = self.k.out_strides[0];
+                (
+                    Some(self.b.ins().imul_imm_s(b, row)),
+                    self.b.ins().imul_imm_s(e, row),
+                )
+            }
+            None => (None, self.b.ins().iconst(types::I64, len)),
+        };
+        self.for_loop_from(from, n, 1, &mut |s, i| {
             let off = s.b.ins().imul_imm_s(i, esize);
             let p = s.b.ins().iadd(base, off);
             s.b.ins().store(trusted(), init, p, 0);

@@ -289,6 +289,65 @@ unsafe extern "C" fn tl_gemm(
     unsafe { tl_runtime_step(table, step, bufs, ctx) }
 }
 
+/// A kernel: `fn(bufs, ctx, begin, end) -> status` over `[begin, end)` of
+/// its outermost loop dim.
+type KernelFn = unsafe extern "C" fn(*const *mut u8, *mut CallCtx, i64, i64) -> i32;
+
+/// Kernels cheaper than this (loop iterations × expression size) run on the
+/// calling thread: below it, waking the pool costs more than it saves
+/// (measured: see docs/benchmarks.md).
+pub const PARALLEL_WORK: i64 = 1 << 18;
+
+struct SendPtr<T>(*mut T);
+// SAFETY: the pointers are only dereferenced by kernels writing disjoint
+// rows, while the caller blocks in the scope until every task finished.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// Runs `kernel` over `[0, n)`, split into one contiguous range per core
+/// when `work` is large enough. Every element is computed by exactly one
+/// thread with the same code, so results do not depend on the split.
+///
+/// # Safety
+/// `kernel` is a kernel of this module, `bufs`/`ctx` as for `main`, and
+/// ranges of the kernel's outermost dim write disjoint memory.
+unsafe extern "C" fn tl_parallel(
+    kernel: KernelFn,
+    bufs: *const *mut u8,
+    ctx: *mut CallCtx,
+    n: i64,
+    work: i64,
+) -> i32 {
+    let threads = rayon::current_num_threads() as i64;
+    if work < PARALLEL_WORK || n < 2 || threads < 2 {
+        // SAFETY: the caller's contract.
+        return unsafe { kernel(bufs, ctx, 0, n) };
+    }
+    let parts = threads.min(n);
+    let status = std::sync::atomic::AtomicI32::new(0);
+    let (b, c) = (SendPtr(bufs as *mut *mut u8), SendPtr(ctx));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rayon::scope(|s| {
+            for p in 0..parts {
+                let (lo, hi) = (n * p / parts, n * (p + 1) / parts);
+                let (b, c, status) = (&b, &c, &status);
+                s.spawn(move |_| {
+                    // SAFETY: disjoint ranges of a kernel, as the caller guarantees.
+                    let st = unsafe { kernel(b.0, c.0, lo, hi) };
+                    if st != 0 {
+                        status.store(st, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+    }));
+    match r {
+        Ok(()) => status.load(std::sync::atomic::Ordering::Relaxed),
+        Err(_) => 1,
+    }
+}
+
 /// Every runtime symbol with its address.
 pub fn symbols() -> Vec<(&'static str, *const u8)> {
     vec![
@@ -317,5 +376,6 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("tl_c128_abs", tl_c128_abs as *const u8),
         ("tl_runtime_step", tl_runtime_step as *const u8),
         ("tl_gemm", tl_gemm as *const u8),
+        ("tl_parallel", tl_parallel as *const u8),
     ]
 }
