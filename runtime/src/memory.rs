@@ -7,7 +7,9 @@
 //! This file holds all of the runtime's `unsafe` memory code.
 
 /// Buffers at least this large are mapped (and advised to use huge pages).
-const MAP_THRESHOLD: usize = 4 << 20;
+/// glibc serves smaller ones from memory it reuses across calls, which is
+/// faster still; at 32 MiB and above it maps fresh (faulting) pages anyway.
+const MAP_THRESHOLD: usize = 32 << 20;
 
 enum Storage {
     Heap(Vec<u128>),
