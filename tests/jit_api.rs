@@ -329,3 +329,12 @@ fn multithreaded_kernels_are_deterministic() {
         "no kernel was split:\n{fused}"
     );
 }
+
+#[test]
+fn compiled_functions_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<tensorlift::CompiledFunction>();
+    assert_send_sync::<tensorlift::Executable>();
+    assert_send_sync::<tensorlift::Function>();
+    assert_send_sync::<Tensor>();
+}
