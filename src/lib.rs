@@ -3,7 +3,9 @@
 //!
 //! [`function`] traces a Rust closure over symbolic values ([`Sym`]) into a
 //! graph, once per input signature; [`Function::call`] optimizes it and runs
-//! it through the reference interpreter. See `docs/architecture.md`.
+//! it through the reference interpreter, or — with
+//! [`Function::jit_compile`] — compiles it to native code with Cranelift.
+//! See `docs/architecture.md` and `docs/compiler.md`.
 
 pub mod cli;
 mod function;
@@ -11,8 +13,10 @@ pub mod npy;
 mod trace;
 
 pub use function::{
-    ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec, TraceBody, function,
+    CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,
+    TraceBody, function,
 };
+pub use tensorlift_compiler::{Executable, JitOptions, OptLevel};
 pub use tensorlift_ir::{
     Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType,
 };
