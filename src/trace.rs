@@ -11,10 +11,11 @@ use std::rc::Rc;
 
 use tensorlift_ir::infer::broadcast_shapes;
 use tensorlift_ir::{
-    BinaryOp, CmpOp, DType, Detail, DotDims, Error, Graph, Literal, NodeRef, Op, ReduceOp, Shape,
-    Site, TensorType, UnaryOp, ValueId,
+    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
+    Literal, NewNode, NodeRef, Op, ReduceOp, Shape, Site, TensorType, UnaryOp, ValueId,
 };
 use tensorlift_runtime::Tensor;
+use tensorlift_runtime::callback::HostCallback;
 
 struct Ctx {
     graph: RefCell<Graph>,
@@ -170,6 +171,142 @@ impl Tracer {
         }
     }
 
+    /// A Rust callback (`host_fn`): `f` receives one tensor per input and
+    /// returns one tensor per `tout` dtype (view them as ndarrays with
+    /// [`Tensor::array_view`]). Outputs have unknown shape unless declared
+    /// with `output_shapes` or [`Sym::set_shape`]. `stateful` callbacks are
+    /// never merged or removed and run once per call, in program order;
+    /// stateless ones may be merged, dropped when unused, and evaluated at
+    /// compile time when all inputs are constants.
+    #[track_caller]
+    pub fn host_fn(
+        &self,
+        f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>, Error> + Send + Sync + 'static,
+        inputs: &[&Sym],
+        tout: &[DType],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        self.callback(
+            CallbackSpec {
+                kind: CallbackKind::HostFn,
+                name: None,
+                tout,
+                output_shapes: None,
+                stateful,
+            },
+            inputs,
+            f,
+            Site::caller(),
+        )
+    }
+
+    /// [`Tracer::host_fn`] with a name (used for the node and the binding)
+    /// and declared output shapes.
+    #[track_caller]
+    pub fn host_fn_with(
+        &self,
+        name: &str,
+        f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>, Error> + Send + Sync + 'static,
+        inputs: &[&Sym],
+        tout: &[DType],
+        output_shapes: &[Shape],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        let spec = CallbackSpec {
+            kind: CallbackKind::HostFn,
+            name: Some(name),
+            tout,
+            output_shapes: Some(output_shapes),
+            stateful,
+        };
+        self.callback(spec, inputs, f, Site::caller())
+    }
+
+    fn callback(
+        &self,
+        spec: CallbackSpec<'_>,
+        inputs: &[&Sym],
+        f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>, Error> + Send + Sync + 'static,
+        site: Site,
+    ) -> Vec<Sym> {
+        let poisoned = |n: usize| {
+            (0..n)
+                .map(|_| Sym {
+                    ctx: self.ctx.clone(),
+                    v: None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
+            return poisoned(spec.tout.len());
+        };
+        let kind = spec.kind;
+        let shapes: Vec<Shape> = match spec.output_shapes {
+            Some(s) if s.len() != spec.tout.len() => {
+                let e = Error::InvalidArgument(Detail {
+                    message: format!(
+                        "{} output_shapes has {} entries, but Tout has {}",
+                        kind.name(),
+                        s.len(),
+                        spec.tout.len()
+                    ),
+                    node: Some(NodeRef {
+                        name: spec.name.unwrap_or(kind.name()).into(),
+                        op: kind.name().into(),
+                        site,
+                    }),
+                    pos: None,
+                });
+                self.record(e);
+                return poisoned(spec.tout.len());
+            }
+            Some(s) => s.to_vec(),
+            None => vec![Shape::Unranked; spec.tout.len()],
+        };
+        let mut g = self.ctx.graph.borrow_mut();
+        let target = g.fresh_name(spec.name.unwrap_or(kind.name()));
+        let types = spec
+            .tout
+            .iter()
+            .zip(shapes)
+            .map(|(d, s)| TensorType::new(*d, s))
+            .collect();
+        let r = g.add_node(NewNode {
+            op: Op::Callback(CallbackOp {
+                kind,
+                target: target.clone(),
+            }),
+            inputs: vs,
+            name: Some(target.clone()),
+            site,
+            effect: if spec.stateful {
+                Effect::Stateful
+            } else {
+                Effect::Pure
+            },
+            result_types: Some(types),
+        });
+        match r {
+            Ok(id) => {
+                g.bind(target, HostCallback::new(kind, f).into_ref());
+                let results = g.node(id).results.clone();
+                drop(g);
+                results
+                    .into_iter()
+                    .map(|v| Sym {
+                        ctx: self.ctx.clone(),
+                        v: Some(v),
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                drop(g);
+                self.record(e);
+                poisoned(spec.tout.len())
+            }
+        }
+    }
+
     /// `0, 1, 2, ...` along `dim` of a `dims`-shaped tensor.
     #[track_caller]
     pub fn iota(&self, dtype: DType, dims: &[usize], dim: usize) -> Sym {
@@ -183,6 +320,14 @@ impl Tracer {
             Site::caller(),
         )
     }
+}
+
+struct CallbackSpec<'a> {
+    kind: CallbackKind,
+    name: Option<&'a str>,
+    tout: &'a [DType],
+    output_shapes: Option<&'a [Shape]>,
+    stateful: bool,
 }
 
 /// Operands that are either symbolic values or Rust scalars (which take the
@@ -231,6 +376,30 @@ impl Sym {
     /// The tracer that recorded this value (for constants and iota).
     pub fn graph(&self) -> Tracer {
         self.tracer()
+    }
+
+    /// Declares the shape of a callback result (TensorFlow's `set_shape`):
+    /// later ops see it, and every call checks it.
+    #[track_caller]
+    pub fn set_shape(&self, dims: &[Option<usize>]) -> Sym {
+        let site = Site::caller();
+        let Some(v) = self.v else { return self.clone() };
+        let r = self
+            .ctx
+            .graph
+            .borrow_mut()
+            .refine_callback_shape(v, Shape::Ranked(dims.to_vec()));
+        match r {
+            Ok(()) => self.clone(),
+            Err(e) => {
+                let name = self.ctx.graph.borrow().producer(v).name.clone();
+                self.tracer().wrap(Err(e.at_node(NodeRef {
+                    name,
+                    op: "set_shape".into(),
+                    site,
+                })))
+            }
+        }
     }
 
     /// The value's type (`None` if an earlier error poisoned it).

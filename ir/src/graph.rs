@@ -381,6 +381,33 @@ impl Graph {
         &self.bindings
     }
 
+    /// Declares the shape of a callback result that has no users yet (what
+    /// `set_shape` does right after the callback is created).
+    pub fn refine_callback_shape(&mut self, v: ValueId, shape: crate::Shape) -> Result<()> {
+        let info = &self.values[v.index()];
+        let node = &self.nodes[info.node.index()];
+        if !matches!(node.op, Op::Callback(_)) {
+            return Err(Error::invalid(
+                "set_shape applies to callback results only; other values have inferred shapes",
+            ));
+        }
+        if !info.ty.shape.compatible(&shape)
+            || (info.ty.shape.rank().is_some() && info.ty.shape.rank() != shape.rank())
+        {
+            return Err(Error::invalid(format!(
+                "shape {shape} contradicts the declared {}",
+                info.ty.shape
+            )));
+        }
+        if self.nodes.iter().any(|n| n.inputs.contains(&v)) {
+            return Err(Error::invalid(
+                "set_shape must be called before the value is used",
+            ));
+        }
+        self.values[v.index()].ty.shape = shape;
+        Ok(())
+    }
+
     /// Replaces every use of `from` (operands and outputs) with `to`.
     pub fn replace_all_uses(&mut self, from: ValueId, to: ValueId) {
         for n in &mut self.nodes {

@@ -3,7 +3,7 @@
 //! tests and the "interpreted" side of every benchmark.
 
 use tensorlift_ir::passes::ConstEval;
-use tensorlift_ir::{Code, Detail, Error, Graph, Literal, Node, NodeId, Op, Result};
+use tensorlift_ir::{Detail, Error, Graph, Literal, Node, NodeId, Op, Result};
 
 use crate::kernels::{elementwise as ew, layout, reduce};
 use crate::tensor::Tensor;
@@ -143,15 +143,7 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
         Op::ArgMin { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, false)?,
         Op::DotGeneral(dd) => reduce::dot_general(a(0), a(1), dd)?,
         Op::Take { axis } => layout::take(a(0), a(1), *axis)?,
-        Op::Callback(c) => {
-            return Err(Error::new(
-                Code::Unimplemented,
-                Detail::msg(format!(
-                    "host callbacks ({}) cannot be executed yet",
-                    c.kind.name()
-                )),
-            ));
-        }
+        Op::Callback(_) => return crate::callback::run_callback(graph, node, args),
     };
     Ok(vec![t])
 }
@@ -162,7 +154,12 @@ pub struct InterpreterEval;
 
 impl ConstEval for InterpreterEval {
     fn eval(&self, graph: &Graph, node: &Node, inputs: &[&Literal]) -> Option<Vec<Literal>> {
-        if matches!(node.op, Op::Callback(_)) {
+        // Stateful callbacks are never folded (the pass skips them);
+        // stateless ones with constant inputs are evaluated once, as
+        // TensorFlow's constant folding does.
+        if matches!(node.op, Op::Callback(_))
+            && crate::callback::bound(graph, callback_target(node)?).is_err()
+        {
             return None;
         }
         let id = node.results.first().map(|v| graph.value(*v).node)?;
@@ -181,4 +178,11 @@ impl ConstEval for InterpreterEval {
 /// the interpreter).
 pub fn optimize(graph: &mut Graph) -> Result<()> {
     tensorlift_ir::passes::optimize(graph, &InterpreterEval)
+}
+
+fn callback_target(node: &Node) -> Option<&str> {
+    match &node.op {
+        Op::Callback(c) => Some(&c.target),
+        _ => None,
+    }
 }

@@ -6,6 +6,7 @@
 //! wrapping overflow, NaN-propagating max/min, and a clear error for an
 //! out-of-range `take` index.
 
+pub mod callback;
 pub mod interp;
 pub mod kernels;
 mod memory;

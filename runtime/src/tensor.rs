@@ -207,6 +207,13 @@ impl Tensor {
         T::to_array(self)
     }
 
+    /// A zero-copy ndarray view of the elements (the dtype must match `T`;
+    /// bool tensors are viewed as `u8` 0/1).
+    pub fn array_view<T: Pod>(&self) -> Result<ndarray::ArrayViewD<'_, T>> {
+        ndarray::ArrayViewD::from_shape(IxDyn(&self.shape), self.view::<T>()?)
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+
     /// The tensor as a literal (for constants).
     pub fn to_literal(&self) -> Literal {
         Literal {
