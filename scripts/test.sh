@@ -14,10 +14,17 @@ for arg in "$@"; do
   esac
 done
 
+# The embedded Python (pyo3 links the python3 on PATH) needs NumPy, and
+# ml_dtypes for bfloat16 arrays.
+bash scripts/setup-python.sh
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (workspace lints, warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== cargo check without the python feature"
+cargo check --workspace --all-targets --no-default-features --quiet
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -222,11 +222,129 @@ impl Tracer {
         self.callback(spec, inputs, f, Site::caller())
     }
 
+    /// `tf.numpy_function`: calls the Python callable `func` with one NumPy
+    /// array per input; it returns one array (or a scalar/list, converted
+    /// to the declared dtype), a list/tuple of them, or None for an empty
+    /// `tout`. Runs in interpreted and compiled code; takes the GIL only
+    /// for the call.
+    #[cfg(feature = "python")]
+    #[track_caller]
+    pub fn numpy_function(
+        &self,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        self.python_callback(
+            CallbackKind::NumpyFunction,
+            None,
+            func,
+            inputs,
+            tout,
+            None,
+            stateful,
+            Site::caller(),
+        )
+    }
+
+    /// `tf.compat.v1.py_func`: the TF1 name of [`Tracer::numpy_function`],
+    /// same semantics.
+    #[cfg(feature = "python")]
+    #[track_caller]
+    pub fn py_func(
+        &self,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        self.python_callback(
+            CallbackKind::PyFunc,
+            None,
+            func,
+            inputs,
+            tout,
+            None,
+            stateful,
+            Site::caller(),
+        )
+    }
+
+    /// [`Tracer::numpy_function`] (or `py_func`, by `kind`) with a name and
+    /// declared output shapes.
+    #[cfg(feature = "python")]
+    #[track_caller]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "mirrors TensorFlow's signature plus a name and shapes"
+    )]
+    pub fn numpy_function_with(
+        &self,
+        kind: CallbackKind,
+        name: &str,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+        output_shapes: &[Shape],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        self.python_callback(
+            kind,
+            Some(name),
+            func,
+            inputs,
+            tout,
+            Some(output_shapes),
+            stateful,
+            Site::caller(),
+        )
+    }
+
+    #[cfg(feature = "python")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal plumbing of the three public entry points"
+    )]
+    fn python_callback(
+        &self,
+        kind: CallbackKind,
+        name: Option<&str>,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+        output_shapes: Option<&[Shape]>,
+        stateful: bool,
+        site: Site,
+    ) -> Vec<Sym> {
+        let spec = CallbackSpec {
+            kind,
+            name,
+            tout,
+            output_shapes,
+            stateful,
+        };
+        let label = name.unwrap_or(kind.name()).to_string();
+        let body = tensorlift_runtime::python::numpy_callback(kind, func, tout.to_vec(), label);
+        self.callback_with(spec, inputs, body, site)
+    }
+
     fn callback(
         &self,
         spec: CallbackSpec<'_>,
         inputs: &[&Sym],
         f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>, Error> + Send + Sync + 'static,
+        site: Site,
+    ) -> Vec<Sym> {
+        let kind = spec.kind;
+        self.callback_with(spec, inputs, HostCallback::new(kind, f), site)
+    }
+
+    fn callback_with(
+        &self,
+        spec: CallbackSpec<'_>,
+        inputs: &[&Sym],
+        callable: HostCallback,
         site: Site,
     ) -> Vec<Sym> {
         let poisoned = |n: usize| {
@@ -288,7 +406,7 @@ impl Tracer {
         });
         match r {
             Ok(id) => {
-                g.bind(target, HostCallback::new(kind, f).into_ref());
+                g.bind(target, callable.into_ref());
                 let results = g.node(id).results.clone();
                 drop(g);
                 results

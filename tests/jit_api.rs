@@ -338,3 +338,26 @@ fn compiled_functions_are_send_and_sync() {
     assert_send_sync::<tensorlift::Function>();
     assert_send_sync::<Tensor>();
 }
+
+#[test]
+fn very_long_chains_compile_without_deep_recursion() {
+    // 20,000 dependent ops fuse into one kernel; nothing recurses per op.
+    let f = function(|x: Sym| {
+        let mut y = x;
+        for i in 0..20_000 {
+            y = if i % 2 == 0 { &y * 1.0001 } else { &y + 0.5 };
+        }
+        y
+    })
+    .jit_compile(true);
+    let out = f.call(&[common::f32s(&[0.0], &[1])]).unwrap();
+    let mut want = 0.0f32;
+    for i in 0..20_000 {
+        want = if i % 2 == 0 {
+            want * 1.0001
+        } else {
+            want + 0.5
+        };
+    }
+    assert_eq!(common::to_vec::<f32>(&out[0]), vec![want]);
+}

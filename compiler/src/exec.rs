@@ -206,7 +206,15 @@ impl Executable {
             };
             bufs.push(p);
         }
-        let mut ctx = CallCtx::default();
+        let mut ctx = CallCtx {
+            error: None,
+            strings: vec![None; plan.slots.len()],
+        };
+        for (i, s) in plan.slots.iter().enumerate() {
+            if let (SlotKind::Input(k), tensorlift_ir::DType::String) = (&s.kind, s.dtype) {
+                ctx.strings[i] = Some(inputs[*k].clone());
+            }
+        }
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.
@@ -229,6 +237,10 @@ impl Executable {
                     SlotKind::Const(_) => self.consts[s]
                         .clone()
                         .ok_or_else(|| Error::internal("missing constant"))?,
+                    SlotKind::Output if slot.dtype == tensorlift_ir::DType::String => ctx.strings
+                        [s]
+                        .take()
+                        .ok_or_else(|| Error::internal("string output missing"))?,
                     SlotKind::Output => {
                         let b = outs[s]
                             .take()

@@ -56,7 +56,7 @@ impl Slot {
 }
 
 /// A node of a kernel's expression DAG (operands precede users).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ENode {
     /// Element of a slot at `offset + Σ i[d]·strides[d]` (in elements).
     Load {
@@ -432,7 +432,8 @@ pub fn plan(g: &Graph) -> Result<Plan> {
             op if (fusible(op) || is_scalar_const(op)) && kind[v.index()] == Kind::Buffer => {
                 let dims = g.ty(v).shape.as_known().unwrap_or_default();
                 let mut b = KernelBuilder::new(g, &kind, &slot_of, dims.len());
-                let root = b.build_node(id, &IndexMap::identity(dims.len()))?;
+                b.root = Some(v);
+                let root = b.build(v, &IndexMap::identity(dims.len()))?;
                 let out_strides = row_major(&dims);
                 let k = b.finish(
                     &n.name,
@@ -586,7 +587,12 @@ struct KernelBuilder<'a> {
     slot_of: &'a HashMap<ValueId, SlotId>,
     loops: usize,
     nodes: Vec<ENode>,
+    index: HashMap<ENode, usize>,
     memo: HashMap<(ValueId, IndexMap), usize>,
+    /// Operand expressions a `build_node` attempt needed but found missing.
+    missing: Vec<(ValueId, IndexMap)>,
+    /// The kernel's root: computed here even though it has a buffer.
+    root: Option<ValueId>,
 }
 
 impl<'a> KernelBuilder<'a> {
@@ -602,26 +608,71 @@ impl<'a> KernelBuilder<'a> {
             slot_of,
             loops,
             nodes: Vec::new(),
+            index: HashMap::new(),
             memo: HashMap::new(),
+            missing: Vec::new(),
+            root: None,
         }
     }
 
     fn push(&mut self, n: ENode) -> usize {
-        if let Some(i) = self.nodes.iter().position(|e| *e == n) {
+        if let Some(&i) = self.index.get(&n) {
             return i;
         }
-        self.nodes.push(n);
+        self.nodes.push(n.clone());
+        self.index.insert(n, self.nodes.len() - 1);
         self.nodes.len() - 1
     }
 
-    /// The expression for value `v` read at `map`.
+    /// The expression for value `v` read at `map`. Iterative (an explicit
+    /// stack instead of recursion), so a 100,000-op chain cannot overflow
+    /// the stack.
     fn build(&mut self, v: ValueId, map: &IndexMap) -> Result<usize> {
-        if let Some(&e) = self.memo.get(&(v, map.clone())) {
-            return Ok(e);
+        let mut stack = vec![(v, map.clone())];
+        while let Some((u, m)) = stack.last().cloned() {
+            if self.memo.contains_key(&(u, m.clone())) {
+                stack.pop();
+                continue;
+            }
+            let saved = self.nodes.len();
+            self.missing.clear();
+            let e = self.build_value(u, &m)?;
+            if self.missing.is_empty() {
+                self.memo.insert((u, m), e);
+                stack.pop();
+            } else {
+                // Undo what the attempt pushed, build the operands first.
+                for n in self.nodes.drain(saved..) {
+                    self.index.remove(&n);
+                }
+                self.missing.reverse();
+                stack.append(&mut self.missing);
+            }
         }
+        self.memo
+            .get(&(v, map.clone()))
+            .copied()
+            .ok_or_else(|| Error::internal("expression not built"))
+    }
+
+    /// An operand's expression if already built; otherwise records it as
+    /// missing and returns a placeholder (the attempt is then undone).
+    fn resolve(&mut self, x: ValueId, map: &IndexMap) -> Result<usize> {
+        match self.memo.get(&(x, map.clone())) {
+            Some(&e) => Ok(e),
+            None => {
+                self.missing.push((x, map.clone()));
+                Ok(usize::MAX)
+            }
+        }
+    }
+
+    /// One step of [`Self::build`]: a load for a materialized value, or the
+    /// node's expression over already-built operands.
+    fn build_value(&mut self, v: ValueId, map: &IndexMap) -> Result<usize> {
         let ty = self.g.ty(v);
         let dims = ty.shape.as_known().unwrap_or_default();
-        let e = if self.kind[v.index()] == Kind::Buffer {
+        let e = if self.kind[v.index()] == Kind::Buffer && self.root != Some(v) {
             let slot = *self
                 .slot_of
                 .get(&v)
@@ -637,15 +688,14 @@ impl<'a> KernelBuilder<'a> {
             let id = self.g.value(v).node;
             self.build_node(id, map)?
         };
-        self.memo.insert((v, map.clone()), e);
         Ok(e)
     }
 
     fn operand(&mut self, x: ValueId, map: &IndexMap) -> Result<usize> {
         if self.g.ty(x).shape.rank() == Some(0) {
-            return self.build(x, &IndexMap::scalar(self.loops));
+            return self.resolve(x, &IndexMap::scalar(self.loops));
         }
-        self.build(x, map)
+        self.resolve(x, map)
     }
 
     /// The expression computed by node `id` (fusible or scalar constant) at `map`.
@@ -708,7 +758,7 @@ impl<'a> KernelBuilder<'a> {
             }
             Op::Reshape(_) => {
                 let (o, c) = map.linear(&dims, self.loops);
-                self.build(ins[0], &IndexMap::Linear { off: o, coef: c })?
+                self.resolve(ins[0], &IndexMap::Linear { off: o, coef: c })?
             }
             Op::BroadcastInDim { dims: bd, .. } => {
                 let IndexMap::Multi { off, coef } = map else {
@@ -726,7 +776,7 @@ impl<'a> KernelBuilder<'a> {
                         xc.push(coef[d].clone());
                     }
                 }
-                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+                self.resolve(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
             Op::Transpose(perm) => {
                 let IndexMap::Multi { off, coef } = map else {
@@ -738,7 +788,7 @@ impl<'a> KernelBuilder<'a> {
                     xo[p] = off[d];
                     xc[p] = coef[d].clone();
                 }
-                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+                self.resolve(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
             Op::Slice { start, stride, .. } => {
                 let IndexMap::Multi { off, coef } = map else {
@@ -750,7 +800,7 @@ impl<'a> KernelBuilder<'a> {
                 let xc = (0..off.len())
                     .map(|d| coef[d].iter().map(|c| c * stride[d] as i64).collect())
                     .collect();
-                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+                self.resolve(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
             Op::Reverse(axes) => {
                 let IndexMap::Multi { off, coef } = map else {
@@ -762,7 +812,7 @@ impl<'a> KernelBuilder<'a> {
                     xo[a] = dims[a] as i64 - 1 - off[a];
                     xc[a] = coef[a].iter().map(|c| -c).collect();
                 }
-                self.build(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
+                self.resolve(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
             op => return Err(Error::internal(format!("{} is not fusible", op.name()))),
         })

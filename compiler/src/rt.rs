@@ -17,11 +17,15 @@ use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar}
 
 use crate::fusion::{Plan, SlotKind, Step};
 
-/// Per-call state shared with runtime symbols: the first error raised.
+/// Per-call state shared with runtime symbols: the first error raised, and
+/// string tensors by slot (strings live outside byte buffers).
 #[derive(Debug, Default)]
 pub struct CallCtx {
     /// Set by a runtime symbol that fails (status 1).
     pub error: Option<Error>,
+    /// String-valued slots: inputs (filled by the executor) and callback
+    /// results (filled by runtime steps).
+    pub strings: Vec<Option<Tensor>>,
 }
 
 /// What runtime steps need at run time: the plan (slots, graph).
@@ -147,17 +151,35 @@ extern "C" fn tl_c128_abs(re: f64, im: f64) -> f64 {
 ///
 /// # Safety
 /// `bufs[s]` points to the slot's bytes, valid for reads.
-unsafe fn slot_tensor(plan: &Plan, bufs: *const *mut u8, s: usize) -> Result<Tensor, Error> {
+unsafe fn slot_tensor(
+    plan: &Plan,
+    ctx: &CallCtx,
+    bufs: *const *mut u8,
+    s: usize,
+) -> Result<Tensor, Error> {
     let slot = &plan.slots[s];
     if let SlotKind::Const(l) = &slot.kind {
         return Tensor::from_literal(l);
+    }
+    if slot.dtype == tensorlift_ir::DType::String {
+        return ctx
+            .strings
+            .get(s)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| Error::internal(format!("string slot {s} is empty")));
     }
     // SAFETY: the executor fills every slot pointer before calling main.
     let bytes = unsafe { std::slice::from_raw_parts(*bufs.add(s), slot.bytes()) };
     Tensor::from_bytes(slot.dtype, &slot.dims, bytes)
 }
 
-fn run_step(table: &StepTable, step: usize, bufs: *const *mut u8) -> Result<(), Error> {
+fn run_step(
+    table: &StepTable,
+    step: usize,
+    bufs: *const *mut u8,
+    ctx: &mut CallCtx,
+) -> Result<(), Error> {
     let plan = &table.plan;
     match plan.steps.get(step) {
         Some(Step::Runtime {
@@ -167,11 +189,18 @@ fn run_step(table: &StepTable, step: usize, bufs: *const *mut u8) -> Result<(), 
         }) => {
             let args: Vec<Tensor> =
                 // SAFETY: slot pointers are valid while main runs.
-                inputs.iter().map(|&s| unsafe { slot_tensor(plan, bufs, s) }).collect::<Result<_, _>>()?;
+                inputs.iter().map(|&s| unsafe { slot_tensor(plan, ctx, bufs, s) }).collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = args.iter().collect();
             let outs = interp::eval_node(&plan.graph, *node, &refs)
                 .map_err(|e| e.at_node(plan.graph.node_ref(*node)))?;
             for (t, &s) in outs.iter().zip(outputs) {
+                if t.dtype() == tensorlift_ir::DType::String {
+                    if ctx.strings.len() <= s {
+                        ctx.strings.resize(s + 1, None);
+                    }
+                    ctx.strings[s] = Some(t.clone());
+                    continue;
+                }
                 let bytes = t.bytes();
                 if bytes.len() != plan.slots[s].bytes() {
                     return Err(Error::internal(format!(
@@ -256,20 +285,22 @@ unsafe extern "C" fn tl_runtime_step(
     bufs: *const *mut u8,
     ctx: *mut CallCtx,
 ) -> i32 {
+    // SAFETY: ctx is the caller's live CallCtx; runtime steps run one at a
+    // time on the thread executing `main`.
+    let Some(ctx) = (unsafe { ctx.as_mut() }) else {
+        return 1;
+    };
     let r = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the executable owns the table for as long as its code runs.
         let table = unsafe { &*table };
-        run_step(table, step as usize, bufs)
+        run_step(table, step as usize, bufs, ctx)
     }));
     let err = match r {
         Ok(Ok(())) => return 0,
         Ok(Err(e)) => e,
         Err(_) => Error::internal(format!("a runtime kernel panicked in step {step}")),
     };
-    // SAFETY: ctx is the caller's live CallCtx.
-    if let Some(ctx) = unsafe { ctx.as_mut() }
-        && ctx.error.is_none()
-    {
+    if ctx.error.is_none() {
         ctx.error = Some(err);
     }
     1

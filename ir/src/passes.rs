@@ -141,11 +141,13 @@ pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
 
 /// The constant `v` holds if it is a constant, possibly broadcast or
 /// reshaped, whose elements all equal `value` bitwise.
-fn is_splat(g: &Graph, v: ValueId, value: f64) -> bool {
-    match &g.producer(v).op {
-        Op::Constant(l) => l.is_splat_of(value),
-        Op::BroadcastInDim { .. } | Op::Reshape(_) => is_splat(g, g.producer(v).inputs[0], value),
-        _ => false,
+fn is_splat(g: &Graph, mut v: ValueId, value: f64) -> bool {
+    loop {
+        match &g.producer(v).op {
+            Op::Constant(l) => return l.is_splat_of(value),
+            Op::BroadcastInDim { .. } | Op::Reshape(_) => v = g.producer(v).inputs[0],
+            _ => return false,
+        }
     }
 }
 

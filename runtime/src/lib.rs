@@ -10,6 +10,8 @@ pub mod callback;
 pub mod interp;
 pub mod kernels;
 mod memory;
+#[cfg(feature = "python")]
+pub mod python;
 mod tensor;
 
 pub use tensor::{AlignedBytes, Data, HostElement, Pod, Tensor};

@@ -1,0 +1,317 @@
+//! Python callbacks (`numpy_function`, `py_func`) through an embedded CPython.
+//!
+//! The callback body takes the GIL only for the duration of the call
+//! (`Python::attach`); the interpreter and compiled code never hold it.
+//! Inputs become NumPy arrays (writable copies: `func` may write into them
+//! without changing any other value); results are checked against `Tout`
+//! (count, dtype, declared shape) and converted: Python scalars and lists
+//! take the declared dtype, Fortran-ordered and non-contiguous arrays are
+//! accepted, object and structured arrays are `Unimplemented`. Python
+//! exceptions map to error kinds (ValueError/TypeError → InvalidArgument,
+//! StopIteration → OutOfRange, MemoryError → ResourceExhausted,
+//! NotImplementedError → Unimplemented, others → Unknown) and carry the
+//! full traceback text.
+
+use half::{bf16, f16};
+use num_complex::{Complex32, Complex64};
+use numpy::{
+    PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::exceptions::{
+    PyMemoryError, PyNotImplementedError, PyStopIteration, PyTypeError, PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use tensorlift_ir::{CallbackKind, DType, Detail, Error, Result};
+
+use crate::callback::HostCallback;
+use crate::tensor::Tensor;
+
+/// NumPy's name for a dtype.
+fn numpy_name(d: DType) -> &'static str {
+    match d {
+        DType::String => "object",
+        other => other.name(),
+    }
+}
+
+/// Converts a Python exception into an error of the matching kind with the
+/// traceback text.
+pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
+    let traceback = py
+        .import("traceback")
+        .and_then(|tb| tb.call_method1("format_exception", (e.clone_ref(py),)))
+        .and_then(|lines| lines.extract::<Vec<String>>())
+        .map(|l| l.concat())
+        .unwrap_or_else(|_| e.to_string());
+    let message = format!("{what} raised {}", traceback.trim_end());
+    let detail = Detail::msg(message);
+    if e.is_instance_of::<PyValueError>(py) || e.is_instance_of::<PyTypeError>(py) {
+        Error::InvalidArgument(detail)
+    } else if e.is_instance_of::<PyStopIteration>(py) {
+        Error::OutOfRange(detail)
+    } else if e.is_instance_of::<PyMemoryError>(py) {
+        Error::ResourceExhausted(detail)
+    } else if e.is_instance_of::<PyNotImplementedError>(py) {
+        Error::Unimplemented(detail)
+    } else {
+        Error::Unknown(detail)
+    }
+}
+
+fn internal(py: Python<'_>, e: PyErr) -> Error {
+    py_error(py, e, "NumPy conversion")
+}
+
+/// A writable NumPy array holding a copy of `t`.
+pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> Result<Bound<'py, PyAny>> {
+    macro_rules! arr {
+        ($T:ty) => {{
+            let a = numpy::PyArray1::<$T>::from_slice(py, t.view::<$T>()?);
+            a.reshape(t.shape().to_vec())
+                .map_err(|e| internal(py, e))?
+                .into_any()
+        }};
+    }
+    Ok(match t.dtype() {
+        DType::Bool => {
+            let bools: Vec<bool> = t.bytes().iter().map(|b| *b != 0).collect();
+            numpy::PyArray1::<bool>::from_vec(py, bools)
+                .reshape(t.shape().to_vec())
+                .map_err(|e| internal(py, e))?
+                .into_any()
+        }
+        DType::I8 => arr!(i8),
+        DType::I16 => arr!(i16),
+        DType::I32 => arr!(i32),
+        DType::I64 => arr!(i64),
+        DType::U8 => arr!(u8),
+        DType::U16 => arr!(u16),
+        DType::U32 => arr!(u32),
+        DType::U64 => arr!(u64),
+        DType::F16 => arr!(f16),
+        DType::BF16 => {
+            require_bfloat16(py)?;
+            arr!(bf16)
+        }
+        DType::F32 => arr!(f32),
+        DType::F64 => arr!(f64),
+        DType::C64 => arr!(Complex32),
+        DType::C128 => arr!(Complex64),
+        DType::String => {
+            let np = py.import("numpy").map_err(|e| internal(py, e))?;
+            let items: Vec<Py<PyAny>> = t
+                .strings()
+                .iter()
+                .map(|s| pyo3::types::PyBytes::new(py, s).into_any().unbind())
+                .collect();
+            let list = PyList::new(py, items).map_err(|e| internal(py, e))?;
+            let a = np
+                .call_method1("array", (list, "object"))
+                .map_err(|e| internal(py, e))?;
+            a.call_method1(
+                "reshape",
+                (PyTuple::new(py, t.shape()).map_err(|e| internal(py, e))?,),
+            )
+            .map_err(|e| internal(py, e))?
+        }
+    })
+}
+
+fn require_bfloat16(py: Python<'_>) -> Result<()> {
+    py.import("ml_dtypes").map(|_| ()).map_err(|_| {
+        Error::unimplemented("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)")
+    })
+}
+
+/// Converts what `func` returned for output `index` to a tensor of `want`.
+pub fn from_numpy(
+    py: Python<'_>,
+    value: &Bound<'_, PyAny>,
+    want: DType,
+    index: usize,
+    who: &str,
+) -> Result<Tensor> {
+    let np = py.import("numpy").map_err(|e| internal(py, e))?;
+    let is_array = value.is_instance_of::<PyUntypedArray>()
+        || value
+            .is_instance(&np.getattr("generic").map_err(|e| internal(py, e))?)
+            .unwrap_or(false);
+    if want == DType::BF16 {
+        require_bfloat16(py)?;
+    }
+    let arr = if is_array {
+        let arr = np
+            .call_method1("asarray", (value,))
+            .map_err(|e| internal(py, e))?;
+        let a = arr
+            .cast::<PyUntypedArray>()
+            .map_err(|e| internal(py, e.into()))?;
+        let kind: char = a.dtype().kind() as char;
+        let got = a
+            .dtype()
+            .getattr("name")
+            .and_then(|n| n.extract::<String>())
+            .unwrap_or_default();
+        if want == DType::String {
+            if !matches!(kind, 'S' | 'U' | 'O') {
+                return Err(Error::invalid(format!(
+                    "output {index} of {who} is {got}, but Tout says string"
+                )));
+            }
+        } else if kind == 'O' || kind == 'V' && want != DType::BF16 || a.dtype().has_fields() {
+            return Err(Error::unimplemented(format!(
+                "output {index} of {who} is an {} array, which cannot become {want}",
+                if kind == 'O' { "object" } else { "structured" }
+            )));
+        } else if got != numpy_name(want) {
+            return Err(Error::invalid(format!(
+                "output {index} of {who} is {got}, but Tout says {want}"
+            )));
+        }
+        arr
+    } else if want == DType::String {
+        np.call_method1("array", (value, "object"))
+            .map_err(|e| py_error(py, e, &format!("output {index} of {who}")))?
+    } else {
+        // Python scalars and lists take the declared dtype.
+        np.call_method1("asarray", (value, numpy_name(want)))
+            .map_err(|e| {
+                py_error(
+                    py,
+                    e,
+                    &format!("converting output {index} of {who} to {want}"),
+                )
+            })?
+    };
+    // C order (Fortran-ordered and strided arrays are accepted and copied).
+    let arr = np
+        .call_method1("ascontiguousarray", (arr,))
+        .map_err(|e| internal(py, e))?;
+    let shape: Vec<usize> = arr
+        .cast::<PyUntypedArray>()
+        .map_err(|e| internal(py, e.into()))?
+        .shape()
+        .to_vec();
+    macro_rules! take {
+        ($T:ty) => {{
+            let a = arr
+                .cast::<PyArrayDyn<$T>>()
+                .map_err(|e| internal(py, e.into()))?;
+            let ro = a.readonly();
+            let v: Vec<$T> = ro
+                .as_slice()
+                .map_err(|e| Error::internal(e.to_string()))?
+                .to_vec();
+            Tensor::from(
+                ndarray::ArrayD::from_shape_vec(shape, v)
+                    .map_err(|e| Error::internal(e.to_string()))?,
+            )
+        }};
+    }
+    Ok(match want {
+        DType::Bool => take!(bool),
+        DType::I8 => take!(i8),
+        DType::I16 => take!(i16),
+        DType::I32 => take!(i32),
+        DType::I64 => take!(i64),
+        DType::U8 => take!(u8),
+        DType::U16 => take!(u16),
+        DType::U32 => take!(u32),
+        DType::U64 => take!(u64),
+        DType::F16 => take!(f16),
+        DType::BF16 => take!(bf16),
+        DType::F32 => take!(f32),
+        DType::F64 => take!(f64),
+        DType::C64 => take!(Complex32),
+        DType::C128 => take!(Complex64),
+        DType::String => {
+            let flat = arr
+                .call_method0("ravel")
+                .and_then(|f| f.call_method0("tolist"))
+                .map_err(|e| internal(py, e))?;
+            let items: Vec<Bound<'_, PyAny>> = flat.extract().map_err(|e| internal(py, e))?;
+            let strings = items
+                .iter()
+                .map(|s| {
+                    if let Ok(b) = s.extract::<Vec<u8>>() {
+                        Ok(b)
+                    } else if let Ok(u) = s.extract::<String>() {
+                        Ok(u.into_bytes())
+                    } else {
+                        Err(Error::invalid(format!(
+                            "output {index} of {who} holds a non-string element"
+                        )))
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::from_strings(&shape, strings)?
+        }
+    })
+}
+
+/// A host callback running the Python callable `func` with NumPy arrays
+/// (`numpy_function` / `py_func` semantics). `name` is used in errors.
+pub fn numpy_callback(
+    kind: CallbackKind,
+    func: Py<PyAny>,
+    tout: Vec<DType>,
+    name: String,
+) -> HostCallback {
+    HostCallback::new(kind, move |inputs: &[Tensor]| {
+        Python::attach(|py| {
+            let who = format!("{} '{name}'", kind.name());
+            let args = inputs
+                .iter()
+                .map(|t| to_numpy(py, t))
+                .collect::<Result<Vec<_>>>()?;
+            let args = PyTuple::new(py, args).map_err(|e| internal(py, e))?;
+            let out = func
+                .bind(py)
+                .call1(args)
+                .map_err(|e| py_error(py, e, &who))?;
+            if tout.is_empty() {
+                return if out.is_none() {
+                    Ok(Vec::new())
+                } else if let Ok(t) = out.cast::<PyTuple>() {
+                    if t.is_empty() {
+                        Ok(Vec::new())
+                    } else {
+                        Err(Error::invalid(format!(
+                            "{who} returned {} value(s), but Tout declares 0",
+                            t.len()
+                        )))
+                    }
+                } else {
+                    Err(Error::invalid(format!(
+                        "{who} returned a value, but Tout is empty (return None)"
+                    )))
+                };
+            }
+            let values: Vec<Bound<'_, PyAny>> =
+                if tout.len() == 1 && !out.is_instance_of::<PyTuple>() {
+                    vec![out]
+                } else if let Ok(seq) = out.extract::<Vec<Bound<'_, PyAny>>>() {
+                    seq
+                } else {
+                    return Err(Error::invalid(format!(
+                        "{who} returned one value, but Tout declares {}",
+                        tout.len()
+                    )));
+                };
+            if values.len() != tout.len() {
+                return Err(Error::invalid(format!(
+                    "{who} returned {} value(s), but Tout declares {}",
+                    values.len(),
+                    tout.len()
+                )));
+            }
+            values
+                .iter()
+                .zip(&tout)
+                .enumerate()
+                .map(|(i, (v, d))| from_numpy(py, v, *d, i, &who))
+                .collect()
+        })
+    })
+}

@@ -1,0 +1,343 @@
+//! numpy_function / py_func: Python callbacks with NumPy arrays, in
+//! interpreted and compiled code (the seed pages' contract).
+#![cfg(feature = "python")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use std::ffi::CString;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tensorlift::ir::{CallbackKind, Shape};
+use tensorlift::{Code, DType, Function, Sym, Tensor, TensorSpec, function};
+
+/// Defines Python functions from `src` and returns the one named `name`.
+fn pyfn(src: &str, name: &str) -> Py<PyAny> {
+    Python::attach(|py| {
+        let globals = PyDict::new(py);
+        let code = CString::new(format!("import numpy as np\n{src}")).unwrap();
+        py.run(&code, Some(&globals), None).unwrap();
+        globals.get_item(name).unwrap().unwrap().unbind()
+    })
+}
+
+fn both(f: impl Fn() -> Function) -> [Function; 2] {
+    [f(), f().jit_compile(true)]
+}
+
+#[test]
+fn seed_example_in_place_write_on_a_constant() {
+    // tf.numpy_function's page: x[0] = 0.; return x on a constant gives [0., 2.] every call.
+    let func = pyfn("def f(x):\n    x[0] = 0.\n    return x\n", "f");
+    for f in both(|| {
+        let func = Python::attach(|py| func.clone_ref(py));
+        function(move |dummy: Sym| {
+            let c = dummy.graph().constant(&common::f32s(&[1.0, 2.0], &[2]));
+            let func = Python::attach(|py| func.clone_ref(py));
+            let y = dummy.graph().numpy_function_with(
+                CallbackKind::NumpyFunction,
+                "zero_first",
+                func,
+                &[&c],
+                &[DType::F32],
+                &[Shape::known(&[2])],
+                true,
+            );
+            (y[0].clone(), c)
+        })
+    }) {
+        for _ in 0..3 {
+            let out = f.call(&[common::f32s(&[0.0], &[1])]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), vec![0.0, 2.0]);
+            // The constant itself never changed.
+            assert_eq!(common::to_vec::<f32>(&out[1]), vec![1.0, 2.0]);
+        }
+    }
+}
+
+#[test]
+fn results_are_checked_and_converted() {
+    let src = "def f(x, mode):\n    m = int(mode)\n    if m == 0: return x * 2\n    if m == 1: return x.astype(np.float64)\n    if m == 2: return [1, 2, 3]\n    if m == 3: return 7\n    if m == 4: return np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))[:, ::2]\n    if m == 5: return np.array([1, 'a'], dtype=object)\n    return (x, x)\n";
+    let func = pyfn(src, "f");
+    for (i, f) in both(|| {
+        let func = Python::attach(|py| func.clone_ref(py));
+        function(move |x: Sym, mode: Sym| {
+            let func = Python::attach(|py| func.clone_ref(py));
+            x.graph()
+                .numpy_function(func, &[&x, &mode], &[DType::F32], false)[0]
+                .clone()
+        })
+        .input_signature(vec![
+            TensorSpec::new(DType::F32, &[None]),
+            TensorSpec::known(DType::I32, &[]),
+        ])
+    })
+    .into_iter()
+    .enumerate()
+    {
+        let x = common::f32s(&[1.0, 2.0, 3.0], &[3]);
+        let m = |v: i32| Tensor::scalar(v);
+        if i == 1 {
+            // Compiled code needs the callback's output shape: undeclared
+            // shapes are reported before anything runs.
+            let e = f.call(&[x, m(0)]).unwrap_err();
+            assert_eq!(e.code(), Code::JitIncompatible, "{e}");
+            continue;
+        }
+        assert_eq!(
+            common::to_vec::<f32>(&f.call(&[x.clone(), m(0)]).unwrap()[0]),
+            vec![2.0, 4.0, 6.0]
+        );
+        let e = f.call(&[x.clone(), m(1)]).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "output 0 of numpy_function 'numpy_function' is float64, but Tout says float32"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            common::to_vec::<f32>(&f.call(&[x.clone(), m(2)]).unwrap()[0]),
+            vec![1.0, 2.0, 3.0]
+        );
+        assert_eq!(
+            common::to_vec::<f32>(&f.call(&[x.clone(), m(3)]).unwrap()[0]),
+            vec![7.0]
+        );
+        let fortran = f.call(&[x.clone(), m(4)]).unwrap();
+        assert_eq!(fortran[0].shape(), &[2, 2]);
+        assert_eq!(common::to_vec::<f32>(&fortran[0]), vec![0.0, 2.0, 3.0, 5.0]);
+        let e = f.call(&[x.clone(), m(5)]).unwrap_err();
+        assert_eq!(e.code(), Code::Unimplemented, "{e}");
+        let e = f.call(&[x, m(6)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("returned 2 value(s), but Tout declares 1"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn exceptions_map_to_error_kinds_with_tracebacks() {
+    let src = "def f(x, k):\n    k = int(k)\n    if k == 0: raise ValueError('bad value')\n    if k == 1: raise TypeError('bad type')\n    if k == 2: raise StopIteration()\n    if k == 3: raise MemoryError()\n    if k == 4: raise NotImplementedError('later')\n    if k == 5: raise KeyError('other')\n    return x\n";
+    let func = pyfn(src, "f");
+    for f in both(|| {
+        let func = Python::attach(|py| func.clone_ref(py));
+        function(move |x: Sym, k: Sym| {
+            let func = Python::attach(|py| func.clone_ref(py));
+            x.graph().numpy_function_with(
+                CallbackKind::PyFunc,
+                "risky",
+                func,
+                &[&x, &k],
+                &[DType::F32],
+                &[Shape::known(&[1])],
+                true,
+            )[0]
+            .clone()
+        })
+    }) {
+        let x = common::f32s(&[1.0], &[1]);
+        let expect = [
+            Code::InvalidArgument,
+            Code::InvalidArgument,
+            Code::OutOfRange,
+            Code::ResourceExhausted,
+            Code::Unimplemented,
+            Code::Unknown,
+        ];
+        for (k, code) in expect.iter().enumerate() {
+            let e = f.call(&[x.clone(), Tensor::scalar(k as i32)]).unwrap_err();
+            assert_eq!(e.code(), *code, "k={k}: {e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("py_func 'risky'")
+                    && msg.contains("Traceback")
+                    && msg.contains("line"),
+                "k={k}: {msg}"
+            );
+        }
+        assert!(
+            f.call(&[x.clone(), Tensor::scalar(0i32)])
+                .unwrap_err()
+                .to_string()
+                .contains("ValueError: bad value")
+        );
+        // Still usable after every error.
+        assert_eq!(
+            common::to_vec::<f32>(&f.call(&[x, Tensor::scalar(9i32)]).unwrap()[0]),
+            vec![1.0]
+        );
+    }
+}
+
+#[test]
+fn every_dtype_passes_through() {
+    let ident = pyfn("def f(x):\n    return x.copy()\n", "f");
+    let cases: Vec<Tensor> = vec![
+        Tensor::from(ndarray::arr1(&[true, false]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[-3i8, 4]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[-3i16, 4]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[i32::MIN, 4]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[i64::MAX, 4]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[255u8, 4]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[65535u16, 4]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[u32::MAX, 4]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[u64::MAX, 4]).into_dyn()),
+        Tensor::from(
+            ndarray::arr1(&[half::f16::from_f32(1.5), half::f16::from_f32(-0.25)]).into_dyn(),
+        ),
+        Tensor::from(ndarray::arr1(&[1.5f32, f32::NAN]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[1.5f64, -0.0]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[num_complex::Complex32::new(1.0, -2.0)]).into_dyn()),
+        Tensor::from(ndarray::arr1(&[num_complex::Complex64::new(1.0, -2.0)]).into_dyn()),
+        Tensor::from(
+            ndarray::ArrayD::from_shape_vec(vec![2], vec!["ab".to_string(), "γ".to_string()])
+                .unwrap(),
+        ),
+    ];
+    for t in cases {
+        let d = t.dtype();
+        let shape = t.shape().to_vec();
+        for f in both(|| {
+            let func = Python::attach(|py| ident.clone_ref(py));
+            let shape = Shape::known(&shape);
+            function(move |x: Sym| {
+                let func = Python::attach(|py| func.clone_ref(py));
+                x.graph().numpy_function_with(
+                    CallbackKind::NumpyFunction,
+                    "ident",
+                    func,
+                    &[&x],
+                    &[d],
+                    std::slice::from_ref(&shape),
+                    false,
+                )[0]
+                .clone()
+            })
+        }) {
+            let out = f
+                .call(std::slice::from_ref(&t))
+                .unwrap_or_else(|e| panic!("{d}: {e}"));
+            assert!(common::same_bits(&out[0], &t), "{d}: {:?} vs {t:?}", out[0]);
+        }
+    }
+}
+
+#[test]
+fn none_for_empty_tout_and_stateful_order() {
+    let src = "log = []\ndef a(x):\n    log.append('a')\n    return None\ndef b(x):\n    log.append('b')\n";
+    let (a, b) = (pyfn(src, "a"), pyfn(src, "b"));
+    let _ = b;
+    for f in both(|| {
+        let a = Python::attach(|py| a.clone_ref(py));
+        function(move |x: Sym| {
+            let (a1, a2) = Python::attach(|py| (a.clone_ref(py), a.clone_ref(py)));
+            x.graph().numpy_function(a1, &[&x], &[], true);
+            x.graph().numpy_function(a2, &[&x], &[], true);
+            x.neg()
+        })
+    }) {
+        let log_len = || {
+            Python::attach(|py| {
+                a.bind(py)
+                    .getattr("__globals__")
+                    .unwrap()
+                    .get_item("log")
+                    .unwrap()
+                    .len()
+                    .unwrap()
+            })
+        };
+        let before = log_len();
+        f.call(&[common::f32s(&[1.0], &[1])]).unwrap();
+        assert_eq!(log_len(), before + 2, "both stateful callbacks ran once");
+    }
+}
+
+#[test]
+fn python_callbacks_from_eight_threads_do_not_deadlock() {
+    let func = pyfn("def f(x):\n    return x + np.float32(1)\n", "f");
+    let f = function(move |x: Sym| {
+        let func = Python::attach(|py| func.clone_ref(py));
+        x.graph().numpy_function_with(
+            CallbackKind::NumpyFunction,
+            "inc",
+            func,
+            &[&x],
+            &[DType::F32],
+            &[Shape::known(&[4])],
+            false,
+        )[0]
+        .clone()
+            * 2.0
+    })
+    .jit_compile(true);
+    let c = std::sync::Arc::new(f.compile(&[TensorSpec::known(DType::F32, &[4])]).unwrap());
+    let hs: Vec<_> = (0..8)
+        .map(|i| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let out = c.call(&[common::f32s(&[i as f32; 4], &[4])]).unwrap();
+                    assert_eq!(
+                        common::to_vec::<f32>(&out[0]),
+                        vec![2.0 * (i as f32 + 1.0); 4]
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn dropped_functions_release_their_python_callables() {
+    let func = pyfn("def f(x):\n    return x\n", "f");
+    let refcount = || {
+        Python::attach(|py| {
+            py.import("sys")
+                .unwrap()
+                .call_method1("getrefcount", (func.bind(py),))
+                .unwrap()
+                .extract::<isize>()
+                .unwrap()
+        })
+    };
+    let baseline = refcount();
+    for jit in [false, true] {
+        for _ in 0..1000 {
+            let f = {
+                let func = Python::attach(|py| func.clone_ref(py));
+                function(move |x: Sym| {
+                    let func = Python::attach(|py| func.clone_ref(py));
+                    x.graph().numpy_function_with(
+                        CallbackKind::NumpyFunction,
+                        "id",
+                        func,
+                        &[&x],
+                        &[DType::F32],
+                        &[Shape::known(&[1])],
+                        true,
+                    )[0]
+                    .clone()
+                })
+                .jit_compile(jit)
+            };
+            f.call(&[common::f32s(&[1.0], &[1])]).unwrap();
+        }
+    }
+    assert_eq!(
+        refcount(),
+        baseline,
+        "a dropped function still references its Python callable"
+    );
+}
