@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tensorlift_compiler::{Executable, JitOptions};
+
+use crate::staged::Runner;
 use tensorlift_ir::{DType, Error, Graph, Shape, Site, TensorType};
 use tensorlift_runtime::{Tensor, interp};
 
@@ -193,9 +195,9 @@ struct Config {
 struct Inner {
     cfg: Config,
     traces_cache: Mutex<HashMap<Vec<TensorType>, Arc<ConcreteFunction>>>,
-    executables: Mutex<HashMap<Vec<TensorType>, Arc<Executable>>>,
+    executables: Mutex<HashMap<Vec<TensorType>, Runner>>,
     traces: AtomicUsize,
-    compiles: AtomicUsize,
+    compiles: Arc<AtomicUsize>,
 }
 
 impl Inner {
@@ -256,7 +258,7 @@ impl Function {
                 traces_cache: Mutex::new(HashMap::new()),
                 executables: Mutex::new(HashMap::new()),
                 traces: AtomicUsize::new(0),
-                compiles: AtomicUsize::new(0),
+                compiles: Arc::new(AtomicUsize::new(0)),
             }),
         }
     }
@@ -408,7 +410,7 @@ impl Function {
     }
 
     /// The executable for concrete input types, compiling it on first use.
-    fn executable_for(&self, types: &[TensorType]) -> Result<Arc<Executable>, Error> {
+    fn executable_for(&self, types: &[TensorType]) -> Result<Runner, Error> {
         let mut exes = self
             .inner
             .executables
@@ -429,13 +431,9 @@ impl Function {
         } else {
             c.optimized.specialize(types)?
         };
-        let exe = Arc::new(tensorlift_compiler::compile(
-            &graph,
-            &self.inner.cfg.jit_options,
-        )?);
-        self.inner.compiles.fetch_add(1, Ordering::Relaxed);
-        exes.insert(types.to_vec(), exe.clone());
-        Ok(exe)
+        let runner = Runner::build(&graph, &self.inner.cfg.jit_options, &self.inner.compiles)?;
+        exes.insert(types.to_vec(), runner.clone());
+        Ok(runner)
     }
 
     /// Compiles ahead of execution, with no data: every spec with a static
@@ -476,7 +474,12 @@ impl Function {
             IrStage::Optimized => tensorlift_ir::text::print(&c.optimized),
             IrStage::Fused | IrStage::Cranelift => {
                 let types: Vec<TensorType> = specs.iter().map(TensorSpec::ty).collect();
-                let exe = self.executable_for(&types)?;
+                let runner = self.executable_for(&types)?;
+                let exe = runner.executable().ok_or_else(|| {
+                    Error::FailedPrecondition(tensorlift_ir::Detail::msg(
+                        "the program is split at a callback whose output shape is only known at run time; the code after it is compiled per shape when called",
+                    ))
+                })?;
                 if stage == IrStage::Fused {
                     exe.fused_ir()
                 } else {
@@ -493,7 +496,7 @@ impl Function {
 pub struct CompiledFunction {
     function: Function,
     specs: Vec<TensorSpec>,
-    exe: Option<Arc<Executable>>,
+    exe: Option<Runner>,
 }
 
 impl Clone for Function {
@@ -533,9 +536,10 @@ impl CompiledFunction {
         }
     }
 
-    /// The executable, when the specs were static.
+    /// The executable, when the specs were static and the program is not
+    /// split at a callback of unknown output shape.
     pub fn executable(&self) -> Option<&Executable> {
-        self.exe.as_deref()
+        self.exe.as_ref().and_then(|r| r.executable()).map(|e| &**e)
     }
 
     /// The function it came from (its counters, its caches).

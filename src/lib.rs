@@ -10,6 +10,7 @@
 pub mod cli;
 mod function;
 pub mod npy;
+mod staged;
 mod trace;
 
 pub use function::{

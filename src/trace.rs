@@ -937,7 +937,15 @@ impl Sym {
     }
 
     fn axes(&self, op: &str, axes: &[i64], site: &Site) -> Option<Vec<usize>> {
-        let rank = self.shape()?.rank().unwrap_or(0);
+        let Some(rank) = self.shape()?.rank() else {
+            self.error(
+                op,
+                site.clone(),
+                "the operand has unknown rank; declare its shape (set_shape / output_shapes)"
+                    .into(),
+            );
+            return None;
+        };
         let mut out = Vec::new();
         for &a in axes {
             match axis(rank, a) {
@@ -958,12 +966,20 @@ impl Sym {
 
     fn reduce_at(&self, op: ReduceOp, axes: Option<&[i64]>, keepdims: bool, site: Site) -> Sym {
         let name = format!("reduce_{}", op.name());
-        let axes = match axes {
-            Some(a) => self.axes(&name, a, &site),
-            None => self
-                .shape()
-                .and_then(|s| s.rank())
-                .map(|r| (0..r).collect()),
+        let Some(shape) = self.shape() else {
+            return self.clone();
+        };
+        let axes = match (axes, shape.rank()) {
+            (_, None) => {
+                return self.error(
+                    &name,
+                    site,
+                    "the operand has unknown rank; declare its shape (set_shape / output_shapes)"
+                        .into(),
+                );
+            }
+            (Some(a), _) => self.axes(&name, a, &site),
+            (None, Some(r)) => Some((0..r).collect()),
         };
         match axes {
             Some(axes) => self

@@ -1,0 +1,238 @@
+//! Compiled programs split at callbacks whose output shapes are only known
+//! at run time (TensorFlow's "unknown shape unless declared"): the code
+//! before the callback is compiled once; the callback runs; the code after
+//! it is compiled when its input shapes are first seen and cached per shape
+//! (every compilation is counted).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tensorlift_compiler::{Executable, JitOptions};
+use tensorlift_ir::{Effect, Error, Graph, NewNode, NodeId, Op, Result, TensorType, ValueId};
+use tensorlift_runtime::{Tensor, callback};
+
+/// A compiled program: whole, or split at a callback.
+#[derive(Debug, Clone)]
+pub enum Runner {
+    /// One executable.
+    Whole(Arc<Executable>),
+    /// Prefix, callback, then a suffix compiled per shape.
+    Split(Arc<Split>),
+}
+
+/// The pieces of a program split at callback `node`.
+#[derive(Debug)]
+pub struct Split {
+    prefix: Arc<Executable>,
+    graph: Graph,
+    node: NodeId,
+    boundary: Vec<ValueId>,
+    suffix: Graph,
+    cache: Mutex<HashMap<Vec<TensorType>, Runner>>,
+    options: JitOptions,
+    compiles: Arc<AtomicUsize>,
+}
+
+impl Runner {
+    /// Compiles `graph` (concrete input shapes), splitting it at the first
+    /// callback whose results have no static shape.
+    pub fn build(
+        graph: &Graph,
+        options: &JitOptions,
+        compiles: &Arc<AtomicUsize>,
+    ) -> Result<Runner> {
+        let Some(cid) = first_dynamic_callback(graph) else {
+            let exe = tensorlift_compiler::compile(graph, options)?;
+            compiles.fetch_add(1, Ordering::Relaxed);
+            return Ok(Runner::Whole(Arc::new(exe)));
+        };
+        let (prefix_graph, boundary) = prefix(graph, cid)?;
+        let suffix = suffix(graph, cid, &boundary)?;
+        // What can never compile (py_function) is reported before anything runs.
+        tensorlift_compiler::check(&suffix).or_else(|e| match &e {
+            Error::JitIncompatible { offenders }
+                if offenders.iter().all(|o| o.reason.contains("not static")) =>
+            {
+                Ok(())
+            }
+            _ => Err(e),
+        })?;
+        let prefix = tensorlift_compiler::compile(&prefix_graph, options)?;
+        compiles.fetch_add(1, Ordering::Relaxed);
+        Ok(Runner::Split(Arc::new(Split {
+            prefix: Arc::new(prefix),
+            graph: graph.clone(),
+            node: cid,
+            boundary,
+            suffix,
+            cache: Mutex::new(HashMap::new()),
+            options: *options,
+            compiles: compiles.clone(),
+        })))
+    }
+
+    /// Runs the program.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        match self {
+            Runner::Whole(e) => e.run(inputs),
+            Runner::Split(s) => s.run(inputs),
+        }
+    }
+
+    /// The single executable, when the program is not split.
+    pub fn executable(&self) -> Option<&Arc<Executable>> {
+        match self {
+            Runner::Whole(e) => Some(e),
+            Runner::Split(_) => None,
+        }
+    }
+}
+
+impl Split {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let pre = self.prefix.run(inputs)?;
+        let by_value: HashMap<ValueId, &Tensor> =
+            self.boundary.iter().copied().zip(pre.iter()).collect();
+        let node = self.graph.node(self.node);
+        let args = node
+            .inputs
+            .iter()
+            .map(|v| {
+                by_value
+                    .get(v)
+                    .copied()
+                    .ok_or_else(|| Error::internal("callback operand missing at the split"))
+            })
+            .collect::<Result<Vec<&Tensor>>>()?;
+        let outs = callback::run_callback(&self.graph, node, &args)
+            .map_err(|e| e.at_node(self.graph.node_ref(self.node)))?;
+        let mut rest: Vec<Tensor> = pre;
+        rest.extend(outs);
+        let types: Vec<TensorType> = rest.iter().map(Tensor::ty).collect();
+        let runner = {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.get(&types) {
+                Some(r) => r.clone(),
+                None => {
+                    let mut g = self.suffix.specialize(&types)?;
+                    tensorlift_runtime::interp::optimize(&mut g)?;
+                    let r = Runner::build(&g, &self.options, &self.compiles)?;
+                    cache.insert(types, r.clone());
+                    r
+                }
+            }
+        };
+        runner.run(&rest)
+    }
+}
+
+/// The first callback (in program order) with a result of non-static shape.
+fn first_dynamic_callback(g: &Graph) -> Option<NodeId> {
+    g.node_ids().find(|id| {
+        let n = g.node(*id);
+        matches!(n.op, Op::Callback(_)) && n.results.iter().any(|r| !g.ty(*r).shape.is_static())
+    })
+}
+
+fn declared(g: &Graph, id: NodeId) -> Option<Vec<TensorType>> {
+    let n = g.node(id);
+    matches!(n.op, Op::Parameter { .. } | Op::Callback(_))
+        .then(|| n.results.iter().map(|r| g.ty(*r).clone()).collect())
+}
+
+/// The nodes before `cid` (and every parameter), returning as outputs every
+/// value the rest of the program reads.
+fn prefix(g: &Graph, cid: NodeId) -> Result<(Graph, Vec<ValueId>)> {
+    let mut used_later = vec![false; g.num_values()];
+    for id in g.node_ids().filter(|id| *id >= cid) {
+        for v in &g.node(id).inputs {
+            used_later[v.index()] = true;
+        }
+    }
+    for o in g.outputs() {
+        used_later[o.value.index()] = true;
+    }
+    let mut p = Graph::new(format!("{}.before_{}", g.name, g.node(cid).name));
+    for (k, c) in g.bindings() {
+        p.bind(k.clone(), c.clone());
+    }
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut boundary = Vec::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        if id >= cid && !matches!(n.op, Op::Parameter { .. }) {
+            continue;
+        }
+        let inputs = n.inputs.iter().map(|v| map[v]).collect();
+        let nid = p.add_node(NewNode {
+            op: n.op.clone(),
+            inputs,
+            name: Some(n.name.clone()),
+            site: n.site.clone(),
+            effect: n.effect,
+            result_types: declared(g, id),
+        })?;
+        for (old, new) in n.results.iter().zip(p.node(nid).results.clone()) {
+            map.insert(*old, new);
+            if used_later[old.index()] {
+                boundary.push(*old);
+            }
+        }
+    }
+    for (i, b) in boundary.iter().enumerate() {
+        p.add_output(map[b], format!("b{i}"))?;
+    }
+    Ok((p, boundary))
+}
+
+/// The callback's results and the boundary values become parameters; the
+/// nodes after `cid` follow.
+fn suffix(g: &Graph, cid: NodeId, boundary: &[ValueId]) -> Result<Graph> {
+    let c = g.node(cid);
+    let mut s = Graph::new(format!("{}.after_{}", g.name, c.name));
+    for (k, cb) in g.bindings() {
+        s.bind(k.clone(), cb.clone());
+    }
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    let params = boundary.iter().copied().chain(c.results.iter().copied());
+    for (i, v) in params.enumerate() {
+        let name = format!("{}.in{i}", c.name);
+        let p = s.add_parameter(i, g.ty(v).clone(), Some(name), g.producer(v).site.clone())?;
+        map.insert(v, p);
+    }
+    for id in g.node_ids().filter(|id| *id > cid) {
+        let n = g.node(id);
+        if matches!(n.op, Op::Parameter { .. }) {
+            continue;
+        }
+        let inputs = n
+            .inputs
+            .iter()
+            .map(|v| {
+                map.get(v)
+                    .copied()
+                    .ok_or_else(|| Error::internal("operand missing in the suffix"))
+            })
+            .collect::<Result<_>>()?;
+        let nid = s.add_node(NewNode {
+            op: n.op.clone(),
+            inputs,
+            name: Some(n.name.clone()),
+            site: n.site.clone(),
+            effect: if matches!(n.op, Op::Callback(_)) {
+                n.effect
+            } else {
+                Effect::Pure
+            },
+            result_types: declared(g, id),
+        })?;
+        for (old, new) in n.results.iter().zip(s.node(nid).results.clone()) {
+            map.insert(*old, new);
+        }
+    }
+    for o in g.outputs() {
+        s.add_output(map[&o.value], o.name.clone())?;
+    }
+    Ok(s)
+}
