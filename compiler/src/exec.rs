@@ -209,6 +209,7 @@ impl Executable {
         let mut ctx = CallCtx {
             error: None,
             strings: vec![None; plan.slots.len()],
+            inputs: inputs.to_vec(),
         };
         for (i, s) in plan.slots.iter().enumerate() {
             if let (SlotKind::Input(k), tensorlift_ir::DType::String) = (&s.kind, s.dtype) {

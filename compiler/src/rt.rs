@@ -26,6 +26,9 @@ pub struct CallCtx {
     /// String-valued slots: inputs (filled by the executor) and callback
     /// results (filled by runtime steps).
     pub strings: Vec<Option<Tensor>>,
+    /// The caller's inputs: runtime steps (callbacks included) read input
+    /// slots as these tensors, without copying them.
+    pub inputs: Vec<Tensor>,
 }
 
 /// What runtime steps need at run time: the plan (slots, graph).
@@ -160,6 +163,11 @@ unsafe fn slot_tensor(
     let slot = &plan.slots[s];
     if let SlotKind::Const(l) = &slot.kind {
         return Tensor::from_literal(l);
+    }
+    if let SlotKind::Input(k) = &slot.kind
+        && let Some(t) = ctx.inputs.get(*k)
+    {
+        return Ok(t.clone());
     }
     if slot.dtype == tensorlift_ir::DType::String {
         return ctx

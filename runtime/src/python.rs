@@ -66,12 +66,7 @@ fn internal(py: Python<'_>, e: PyErr) -> Error {
 /// A writable NumPy array holding a copy of `t`.
 pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> Result<Bound<'py, PyAny>> {
     macro_rules! arr {
-        ($T:ty) => {{
-            let a = numpy::PyArray1::<$T>::from_slice(py, t.view::<$T>()?);
-            a.reshape(t.shape().to_vec())
-                .map_err(|e| internal(py, e))?
-                .into_any()
-        }};
+        ($T:ty) => {{ PyArrayDyn::<$T>::from_array(py, &t.array_view::<$T>()?).into_any() }};
     }
     Ok(match t.dtype() {
         DType::Bool => {
@@ -132,6 +127,38 @@ pub fn from_numpy(
     index: usize,
     who: &str,
 ) -> Result<Tensor> {
+    // Fast path: a C-contiguous array of exactly the declared dtype.
+    macro_rules! fast {
+        ($T:ty) => {
+            if let Ok(a) = value.cast::<PyArrayDyn<$T>>()
+                && a.is_c_contiguous()
+                // SAFETY: we hold the GIL, so no Python code runs, and no
+                // Rust code holds a mutable borrow of this array.
+                && let Ok(v) = unsafe { a.as_slice() }
+            {
+                let shape = a.shape().to_vec();
+                let arr = ndarray::ArrayD::from_shape_vec(shape, v.to_vec()).map_err(|e| Error::internal(e.to_string()))?;
+                return Ok(Tensor::from(arr));
+            }
+        };
+    }
+    match want {
+        DType::Bool => fast!(bool),
+        DType::I8 => fast!(i8),
+        DType::I16 => fast!(i16),
+        DType::I32 => fast!(i32),
+        DType::I64 => fast!(i64),
+        DType::U8 => fast!(u8),
+        DType::U16 => fast!(u16),
+        DType::U32 => fast!(u32),
+        DType::U64 => fast!(u64),
+        DType::F16 => fast!(f16),
+        DType::F32 => fast!(f32),
+        DType::F64 => fast!(f64),
+        DType::C64 => fast!(Complex32),
+        DType::C128 => fast!(Complex64),
+        DType::BF16 | DType::String => {}
+    }
     let np = py.import("numpy").map_err(|e| internal(py, e))?;
     let is_array = value.is_instance_of::<PyUntypedArray>()
         || value
