@@ -42,6 +42,15 @@ impl Runner {
         options: &JitOptions,
         compiles: &Arc<AtomicUsize>,
     ) -> Result<Runner> {
+        // What can never compile (py_function) is reported before anything
+        // runs; shapes unknown until a callback runs are what splitting is for.
+        if let Err(e) = tensorlift_compiler::check(graph) {
+            let only_shapes = matches!(&e, Error::JitIncompatible { offenders }
+                if offenders.iter().all(|o| o.reason.contains("not static")));
+            if !only_shapes {
+                return Err(e);
+            }
+        }
         let Some(cid) = first_dynamic_callback(graph) else {
             let exe = tensorlift_compiler::compile(graph, options)?;
             compiles.fetch_add(1, Ordering::Relaxed);
@@ -49,15 +58,6 @@ impl Runner {
         };
         let (prefix_graph, boundary) = prefix(graph, cid)?;
         let suffix = suffix(graph, cid, &boundary)?;
-        // What can never compile (py_function) is reported before anything runs.
-        tensorlift_compiler::check(&suffix).or_else(|e| match &e {
-            Error::JitIncompatible { offenders }
-                if offenders.iter().all(|o| o.reason.contains("not static")) =>
-            {
-                Ok(())
-            }
-            _ => Err(e),
-        })?;
         let prefix = tensorlift_compiler::compile(&prefix_graph, options)?;
         compiles.fetch_add(1, Ordering::Relaxed);
         Ok(Runner::Split(Arc::new(Split {

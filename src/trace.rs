@@ -271,6 +271,36 @@ impl Tracer {
         )
     }
 
+    /// `tf.py_function`: calls the Python callable `func` with eager
+    /// `tensorlift.Tensor` objects (operators, `abs`, `.numpy()`, `.shape`,
+    /// `.dtype`, `__array__`; `import tensorlift as tl` gives `tl.abs`,
+    /// `tl.math.log`, ...). Runs in interpreted mode only: under
+    /// `jit_compile=true` it is a compile-time `JitIncompatible` error.
+    /// Always stateful, as in TensorFlow.
+    #[cfg(feature = "python")]
+    #[track_caller]
+    pub fn py_function(
+        &self,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+    ) -> Vec<Sym> {
+        let site = Site::caller();
+        let spec = CallbackSpec {
+            kind: CallbackKind::PyFunction,
+            name: None,
+            tout,
+            output_shapes: None,
+            stateful: true,
+        };
+        let body = tensorlift_runtime::eager::py_function_callback(
+            func,
+            tout.to_vec(),
+            "py_function".into(),
+        );
+        self.callback_with(spec, inputs, body, site)
+    }
+
     /// [`Tracer::numpy_function`] (or `py_func`, by `kind`) with a name and
     /// declared output shapes.
     #[cfg(feature = "python")]

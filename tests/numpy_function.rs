@@ -335,3 +335,58 @@ fn dropped_functions_release_their_python_callables() {
         "a dropped function still references its Python callable"
     );
 }
+
+#[test]
+fn py_function_runs_log_huber_eagerly_and_is_rejected_by_the_jit() {
+    // The py_function page's example, with tensorlift's names.
+    let src = "import tensorlift as tl\ndef log_huber(x, m):\n    if tl.abs(x) <= m:\n        return x**2\n    else:\n        return m**2 * (1 - 2 * tl.math.log(m) + tl.math.log(x**2))\n";
+    let func = std::sync::Arc::new(pyfn(src, "log_huber"));
+    let body = move |x: Sym, m: Sym| {
+        let func = Python::attach(|py| func.clone_ref(py));
+        x.graph().py_function(func, &[&x, &m], &[DType::F32])[0].clone()
+    };
+    let f = function(body.clone());
+    let y = f
+        .call(&[Tensor::scalar(1.0f32), Tensor::scalar(2.0f32)])
+        .unwrap();
+    assert_eq!(common::to_vec::<f32>(&y[0]), vec![1.0]);
+    let y = f
+        .call(&[Tensor::scalar(3.0f32), Tensor::scalar(2.0f32)])
+        .unwrap();
+    let want = 4.0 * (1.0 - 2.0 * 2.0f32.ln() + 9.0f32.ln());
+    assert!((common::to_vec::<f32>(&y[0])[0] - want).abs() < 1e-5);
+    // Under jit_compile=true: a compile-time error naming py_function, the
+    // node and its creation site, before the callback ever runs.
+    let e = function(body)
+        .jit_compile(true)
+        .compile(&[
+            TensorSpec::known(DType::F32, &[]),
+            TensorSpec::known(DType::F32, &[]),
+        ])
+        .unwrap_err();
+    assert_eq!(e.code(), Code::JitIncompatible);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("py_function 'py_function' (created at tests/numpy_function.rs"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("jit_compile=true")
+            && msg.contains("numpy_function/py_func")
+            && msg.contains("jit_compile=false"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn eager_tensors_have_numpy_shape_dtype_and_operators() {
+    let src = "import numpy as np\ndef f(x):\n    assert x.shape == [2, 2], x.shape\n    assert x.dtype == 'float64'\n    a = np.asarray(x)\n    assert (a == x.numpy()).all()\n    y = (x * 2 + 1) / 2 - x\n    assert bool((y == 0.5).numpy().all())\n    return -abs(y) + np.ones((2, 2))\n";
+    let func = pyfn(src, "f");
+    let f = function(move |x: Sym| {
+        let func = Python::attach(|py| func.clone_ref(py));
+        x.graph().py_function(func, &[&x], &[DType::F64])[0].clone()
+    });
+    let x = Tensor::from(ndarray::arr2(&[[1.0f64, 2.0], [3.0, 4.0]]).into_dyn());
+    let y = f.call(&[x]).unwrap();
+    assert_eq!(common::to_vec::<f64>(&y[0]), vec![0.5; 4]);
+}

@@ -7,6 +7,8 @@
 //! out-of-range `take` index.
 
 pub mod callback;
+#[cfg(feature = "python")]
+pub mod eager;
 pub mod interp;
 pub mod kernels;
 mod memory;

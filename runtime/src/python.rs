@@ -28,6 +28,10 @@ use crate::callback::HostCallback;
 use crate::tensor::Tensor;
 
 /// NumPy's name for a dtype.
+pub fn numpy_dtype_name(d: DType) -> &'static str {
+    numpy_name(d)
+}
+
 fn numpy_name(d: DType) -> &'static str {
     match d {
         DType::String => "object",
