@@ -195,7 +195,10 @@ struct Config {
 struct Inner {
     cfg: Config,
     traces_cache: Mutex<HashMap<Vec<TensorType>, Arc<ConcreteFunction>>>,
-    executables: Mutex<HashMap<Vec<TensorType>, Runner>>,
+    /// One slot per concrete signature, locked while that signature
+    /// compiles: compilations of one signature never run twice, and a
+    /// callback may call the function (re-entrancy) without deadlock.
+    executables: Mutex<HashMap<Vec<TensorType>, Arc<Mutex<Option<Runner>>>>>,
     traces: AtomicUsize,
     compiles: Arc<AtomicUsize>,
 }
@@ -411,13 +414,17 @@ impl Function {
 
     /// The executable for concrete input types, compiling it on first use.
     fn executable_for(&self, types: &[TensorType]) -> Result<Runner, Error> {
-        let mut exes = self
-            .inner
-            .executables
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = exes.get(types) {
-            return Ok(e.clone());
+        let slot = {
+            let mut exes = self
+                .inner
+                .executables
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            exes.entry(types.to_vec()).or_default().clone()
+        };
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = &*slot {
+            return Ok(r.clone());
         }
         let c = self.concrete_for(types)?;
         let params: Vec<TensorType> = c
@@ -432,7 +439,7 @@ impl Function {
             c.optimized.specialize(types)?
         };
         let runner = Runner::build(&graph, &self.inner.cfg.jit_options, &self.inner.compiles)?;
-        exes.insert(types.to_vec(), runner.clone());
+        *slot = Some(runner.clone());
         Ok(runner)
     }
 

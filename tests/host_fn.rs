@@ -331,3 +331,59 @@ fn host_fns_run_in_parallel_from_eight_threads() {
         "callbacks never overlapped"
     );
 }
+
+#[test]
+fn callbacks_may_call_tensorlift_functions() {
+    // A callback that runs another function (interpreted and compiled), and
+    // one that calls the very function it belongs to with another shape.
+    let inner = Arc::new(function(|x: Sym| x.exp().reduce_sum(None, true)).jit_compile(true));
+    for jit in [false, true] {
+        let inner = inner.clone();
+        let f = function(move |x: Sym| {
+            let inner = inner.clone();
+            x.graph().host_fn_with(
+                "nested",
+                move |ins: &[Tensor]| inner.call(ins),
+                &[&x],
+                &[DType::F32],
+                &[Shape::known(&[1])],
+                true,
+            )[0]
+            .clone()
+                + 1.0
+        })
+        .jit_compile(jit);
+        let out = f.call(&[common::f32s(&[0.0, 0.0], &[2])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![3.0]);
+    }
+    let slot: Arc<std::sync::OnceLock<Function>> = Arc::new(std::sync::OnceLock::new());
+    let s2 = slot.clone();
+    let f = function(move |x: Sym| {
+        let s2 = s2.clone();
+        let recurse = move |ins: &[Tensor]| -> Result<Vec<Tensor>, Error> {
+            let n = ins[0].len();
+            if n == 1 {
+                return Ok(vec![ins[0].clone()]);
+            }
+            // Call the same function on the first element only.
+            let first = common::f32s(&[ins[0].array_view::<f32>()?[[0]]], &[1]);
+            s2.get()
+                .ok_or_else(|| Error::internal("not set"))?
+                .call(&[first])
+        };
+        x.graph().host_fn_with(
+            "self_call",
+            recurse,
+            &[&x],
+            &[DType::F32],
+            &[Shape::known(&[1])],
+            true,
+        )[0]
+        .clone()
+    })
+    .jit_compile(true);
+    let _ = slot.set(f.clone());
+    let out = f.call(&[common::f32s(&[7.0, 8.0, 9.0], &[3])]).unwrap();
+    assert_eq!(common::to_vec::<f32>(&out[0]), vec![7.0]);
+    assert_eq!(f.compile_count(), 2);
+}
