@@ -192,13 +192,16 @@ struct Config {
     site: Site,
 }
 
+/// A concrete signature's executable, filled by its first compilation.
+type CompileSlot = Arc<Mutex<Option<Runner>>>;
+
 struct Inner {
     cfg: Config,
     traces_cache: Mutex<HashMap<Vec<TensorType>, Arc<ConcreteFunction>>>,
     /// One slot per concrete signature, locked while that signature
     /// compiles: compilations of one signature never run twice, and a
     /// callback may call the function (re-entrancy) without deadlock.
-    executables: Mutex<HashMap<Vec<TensorType>, Arc<Mutex<Option<Runner>>>>>,
+    executables: Mutex<HashMap<Vec<TensorType>, CompileSlot>>,
     traces: AtomicUsize,
     compiles: Arc<AtomicUsize>,
 }
