@@ -1339,27 +1339,36 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 V::S(self.call(name, &[t, t], &[t], &[re, im])?[0])
             }
             _ => {
-                let slot = self.b.create_sized_stack_slot(StackSlotData::new(
-                    StackSlotKind::ExplicitSlot,
-                    16,
-                    3,
-                ));
-                let p = self.b.ins().stack_addr(self.ptr, slot, 0);
-                let code = self.b.ins().iconst(types::I32, u as i64);
                 let name = if t == types::F32 {
                     "tl_c64_un"
                 } else {
                     "tl_c128_un"
                 };
-                let ptr = self.ptr;
-                self.call(name, &[types::I32, t, t, ptr], &[], &[code, re, im, p])?;
-                let half = t.bytes() as i32;
-                V::C(
-                    self.b.ins().load(t, trusted(), p, 0),
-                    self.b.ins().load(t, trusted(), p, half),
-                )
+                self.call_complex(name, u as i64, t, &[re, im])?
             }
         })
+    }
+
+    /// Calls a complex runtime function `name(op, parts..., out)` that writes
+    /// its (re, im) result to a stack slot, and loads the result.
+    fn call_complex(&mut self, name: &'static str, op: i64, t: Type, parts: &[Value]) -> Result<V> {
+        let slot =
+            self.b
+                .create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 3));
+        let p = self.b.ins().stack_addr(self.ptr, slot, 0);
+        let code = self.b.ins().iconst(types::I32, op);
+        let mut params = vec![types::I32];
+        params.extend(parts.iter().map(|_| t));
+        params.push(self.ptr);
+        let mut args = vec![code];
+        args.extend_from_slice(parts);
+        args.push(p);
+        self.call(name, &params, &[], &args)?;
+        let half = t.bytes() as i32;
+        Ok(V::C(
+            self.b.ins().load(t, trusted(), p, 0),
+            self.b.ins().load(t, trusted(), p, half),
+        ))
     }
 
     fn cmul(&mut self, a: Value, b: Value, c: Value, d: Value) -> V {
@@ -1494,30 +1503,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             }
             _ => {
                 let t = comp_ty(d);
-                let slot = self.b.create_sized_stack_slot(StackSlotData::new(
-                    StackSlotKind::ExplicitSlot,
-                    16,
-                    3,
-                ));
-                let p = self.b.ins().stack_addr(self.ptr, slot, 0);
-                let code = self.b.ins().iconst(types::I32, op as i64);
                 let name = if t == types::F32 {
                     "tl_c64_bin"
                 } else {
                     "tl_c128_bin"
                 };
-                let ptr = self.ptr;
-                self.call(
-                    name,
-                    &[types::I32, t, t, t, t, ptr],
-                    &[],
-                    &[code, a, b, c, e, p],
-                )?;
-                let half = t.bytes() as i32;
-                V::C(
-                    self.b.ins().load(t, trusted(), p, 0),
-                    self.b.ins().load(t, trusted(), p, half),
-                )
+                self.call_complex(name, op as i64, t, &[a, b, c, e])?
             }
         })
     }
