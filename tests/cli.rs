@@ -314,3 +314,39 @@ fn compile_dumps_every_stage_and_bench_reports_a_ratio() {
         "{names:?}"
     );
 }
+
+#[test]
+fn impossible_sizes_are_errors_not_aborts() {
+    let dir = tmpdir("sizes");
+    let big = dir.join("big.tlir");
+    std::fs::write(&big, "graph @big {\n  %i = iota() {dim=0} : f32[1000000000000]\n  %n = neg(%i) : f32[1000000000000]\n  return %n as \"n\"\n}\n").unwrap();
+    let o = tensorlift(&[
+        "run",
+        big.to_str().unwrap(),
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&o, "ResourceExhausted");
+    let o = tensorlift(&[
+        "run",
+        big.to_str().unwrap(),
+        "--output-dir",
+        dir.to_str().unwrap(),
+        "--mode",
+        "jit",
+    ]);
+    assert_one_line_error(&o, "ResourceExhausted");
+    let ovf = dir.join("ovf.tlir");
+    std::fs::write(
+        &ovf,
+        "graph @o {\n  %x = parameter 0 : f32[4611686018427387904,4]\n  return %x as \"x\"\n}\n",
+    )
+    .unwrap();
+    let o = tensorlift(&[
+        "run",
+        ovf.to_str().unwrap(),
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&o, "is too large");
+}

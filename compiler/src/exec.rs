@@ -185,6 +185,16 @@ impl Executable {
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let plan = &self.table.plan;
         interp::check_inputs(&plan.graph, inputs)?;
+        let out_bytes: usize = plan
+            .slots
+            .iter()
+            .filter(|s| s.kind == SlotKind::Output)
+            .map(|s| s.bytes())
+            .sum();
+        interp::check_allocation(
+            plan.arena_bytes.saturating_add(out_bytes),
+            "this program's buffers",
+        )?;
         let mut arena = AlignedBytes::zeroed(plan.arena_bytes);
         let arena_ptr = arena.as_mut_slice().as_mut_ptr();
         let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];

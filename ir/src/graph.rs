@@ -301,6 +301,19 @@ impl Graph {
                 inferred
             }
         };
+        for t in &types {
+            if let Some(dims) = t.shape.as_known() {
+                let bytes = dims
+                    .iter()
+                    .try_fold(t.dtype.size().max(1), |acc, d| acc.checked_mul(*d))
+                    .filter(|b| *b <= isize::MAX as usize);
+                if bytes.is_none() {
+                    return Err(fail(format!(
+                        "type {t} is too large: its size overflows the address space"
+                    )));
+                }
+            }
+        }
         let id = NodeId(self.nodes.len() as u32);
         let results = types
             .into_iter()

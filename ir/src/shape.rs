@@ -55,8 +55,11 @@ impl Shape {
     }
 
     /// Number of elements, if the shape is static.
+    /// `None` also when the count overflows `usize`.
     pub fn num_elements(&self) -> Option<usize> {
-        self.as_known().map(|d| d.iter().product())
+        self.as_known()?
+            .iter()
+            .try_fold(1usize, |acc, d| acc.checked_mul(*d))
     }
 
     /// True when a tensor of the concrete shape `dims` matches this shape.

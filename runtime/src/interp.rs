@@ -54,6 +54,29 @@ pub fn check_bindings(graph: &Graph) -> Result<()> {
     Ok(())
 }
 
+/// The machine's physical memory in bytes (Linux), if known: no single
+/// tensor may be larger, so a program asking for one fails with
+/// `ResourceExhausted` instead of aborting in the allocator.
+pub fn memory_limit() -> Option<usize> {
+    static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
+}
+
+/// Fails with `ResourceExhausted` when `bytes` exceed the machine's memory.
+pub fn check_allocation(bytes: usize, what: &str) -> Result<()> {
+    match memory_limit() {
+        Some(limit) if bytes > limit => Err(Error::ResourceExhausted(Detail::msg(format!(
+            "{what} needs {bytes} bytes, more than this machine's {limit} bytes of memory"
+        )))),
+        _ => Ok(()),
+    }
+}
+
 /// Runs `graph` on `inputs` and returns its outputs in order.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     check_inputs(graph, inputs)?;
@@ -71,6 +94,13 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
                 })
             })
             .collect::<Result<_>>()?;
+        for r in &node.results {
+            let t = graph.ty(*r);
+            if let Some(n) = t.shape.num_elements() {
+                check_allocation(n.saturating_mul(t.dtype.size()), &format!("the result {t}"))
+                    .map_err(|e| e.at_node(graph.node_ref(id)))?;
+            }
+        }
         let outs = match &node.op {
             Op::Parameter { index } => vec![inputs[*index].clone()],
             _ => eval_node(graph, id, &args).map_err(|e| e.at_node(graph.node_ref(id)))?,
