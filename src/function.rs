@@ -456,13 +456,7 @@ impl Function {
         } else {
             let c = self.concrete_for(&types)?;
             // Report what can never compile (e.g. py_function) now.
-            if let Err(e @ Error::JitIncompatible { .. }) = tensorlift_compiler::check(&c.optimized)
-            {
-                let only_shapes = matches!(&e, Error::JitIncompatible { offenders } if offenders.iter().all(|o| o.reason.contains("not static")));
-                if !only_shapes {
-                    return Err(e);
-                }
-            }
+            tensorlift_compiler::check_compilable(&c.optimized)?;
             None
         };
         Ok(CompiledFunction {

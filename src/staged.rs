@@ -44,13 +44,7 @@ impl Runner {
     ) -> Result<Runner> {
         // What can never compile (py_function) is reported before anything
         // runs; shapes unknown until a callback runs are what splitting is for.
-        if let Err(e) = tensorlift_compiler::check(graph) {
-            let only_shapes = matches!(&e, Error::JitIncompatible { offenders }
-                if offenders.iter().all(|o| o.reason.contains("not static")));
-            if !only_shapes {
-                return Err(e);
-            }
-        }
+        tensorlift_compiler::check_compilable(graph)?;
         let Some(cid) = first_dynamic_callback(graph) else {
             let exe = tensorlift_compiler::compile(graph, options)?;
             compiles.fetch_add(1, Ordering::Relaxed);

@@ -59,6 +59,17 @@ impl std::fmt::Debug for Executable {
 
 /// Lists every node that cannot be compiled, or `Ok` when all can.
 pub fn check(g: &Graph) -> Result<()> {
+    check_nodes(g, true)
+}
+
+/// Lists the nodes that can never be compiled (`py_function`), ignoring
+/// shapes that are only unknown until a callback runs — what a caller
+/// that splits programs at such callbacks needs to reject up front.
+pub fn check_compilable(g: &Graph) -> Result<()> {
+    check_nodes(g, false)
+}
+
+fn check_nodes(g: &Graph, shapes: bool) -> Result<()> {
     let mut offenders = Vec::new();
     for id in g.node_ids() {
         let n = g.node(id);
@@ -76,17 +87,14 @@ pub fn check(g: &Graph) -> Result<()> {
             });
             continue;
         }
-        for r in &n.results {
-            if !g.ty(*r).shape.is_static() {
-                offenders.push(Offender {
-                    node: node.clone(),
-                    reason: format!(
-                        "its type {} is not static; the JIT compiles for concrete input shapes",
-                        g.ty(*r)
-                    ),
-                });
-                break;
-            }
+        if shapes && let Some(r) = n.results.iter().find(|r| !g.ty(**r).shape.is_static()) {
+            offenders.push(Offender {
+                node,
+                reason: format!(
+                    "its type {} is not static; the JIT compiles for concrete input shapes",
+                    g.ty(*r)
+                ),
+            });
         }
     }
     if offenders.is_empty() {
@@ -218,11 +226,14 @@ impl Executable {
         }
         let mut ctx = CallCtx {
             error: None,
-            strings: vec![None; plan.slots.len()],
+            strings: Vec::new(),
             inputs: inputs.to_vec(),
         };
         for (i, s) in plan.slots.iter().enumerate() {
             if let (SlotKind::Input(k), tensorlift_ir::DType::String) = (&s.kind, s.dtype) {
+                if ctx.strings.len() <= i {
+                    ctx.strings.resize(i + 1, None);
+                }
                 ctx.strings[i] = Some(inputs[*k].clone());
             }
         }
@@ -248,9 +259,10 @@ impl Executable {
                     SlotKind::Const(_) => self.consts[s]
                         .clone()
                         .ok_or_else(|| Error::internal("missing constant"))?,
-                    SlotKind::Output if slot.dtype == tensorlift_ir::DType::String => ctx.strings
-                        [s]
-                        .take()
+                    SlotKind::Output if slot.dtype == tensorlift_ir::DType::String => ctx
+                        .strings
+                        .get_mut(s)
+                        .and_then(Option::take)
                         .ok_or_else(|| Error::internal("string output missing"))?,
                     SlotKind::Output => {
                         let b = outs[s]

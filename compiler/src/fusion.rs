@@ -557,8 +557,7 @@ impl IndexMap {
         }
     }
 
-    fn scalar(loops: usize) -> Self {
-        let _ = loops;
+    fn scalar() -> Self {
         IndexMap::Multi {
             off: vec![],
             coef: vec![],
@@ -693,7 +692,7 @@ impl<'a> KernelBuilder<'a> {
 
     fn operand(&mut self, x: ValueId, map: &IndexMap) -> Result<usize> {
         if self.g.ty(x).shape.rank() == Some(0) {
-            return self.resolve(x, &IndexMap::scalar(self.loops));
+            return self.resolve(x, &IndexMap::scalar());
         }
         self.resolve(x, map)
     }

@@ -14,4 +14,4 @@ pub mod fusion;
 mod rt;
 
 pub use codegen::{JitOptions, OptLevel};
-pub use exec::{Executable, check, compile};
+pub use exec::{Executable, check, check_compilable, compile};

@@ -174,12 +174,8 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         Op::Binary(BinaryOp::Sub) if is_splat(g, n.inputs[1], 0.0) => Some(x),
         Op::Binary(BinaryOp::Mul) if is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::Mul) if is_splat(g, x, 1.0) => Some(n.inputs[1]),
-        Op::Binary(BinaryOp::Div | BinaryOp::Pow)
-            if is_splat(g, n.inputs[1], 1.0) && !dt.is_int() =>
-        {
-            Some(x)
-        }
-        Op::Binary(BinaryOp::Div) if is_splat(g, n.inputs[1], 1.0) => Some(x),
+        // x / 1 and x ^ 1 are x for every dtype (integer pow included).
+        Op::Binary(BinaryOp::Div | BinaryOp::Pow) if is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::And) if dt == DType::Bool && is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::Or) if dt == DType::Bool && is_splat(g, n.inputs[1], 0.0) => Some(x),
         Op::Binary(BinaryOp::Max | BinaryOp::Min | BinaryOp::And | BinaryOp::Or)
