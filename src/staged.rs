@@ -95,11 +95,13 @@ impl Split {
             .map(|v| {
                 by_value
                     .get(v)
-                    .copied()
+                    .map(|t| (*t).clone())
                     .ok_or_else(|| Error::internal("callback operand missing at the split"))
             })
-            .collect::<Result<Vec<&Tensor>>>()?;
-        let outs = callback::run_callback(&self.graph, node, &args)
+            .collect::<Result<Vec<Tensor>>>()?;
+        // The prefix's values also feed the suffix, so they are shared (a
+        // NumPy callback gets copies).
+        let outs = callback::run_callback(&self.graph, node, args)
             .map_err(|e| e.at_node(self.graph.node_ref(self.node)))?;
         let mut rest: Vec<Tensor> = pre;
         rest.extend(outs);

@@ -14,8 +14,8 @@ use tensorlift_ir::{
     BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
     Literal, NewNode, NodeRef, Op, ReduceOp, Shape, Site, TensorType, UnaryOp, ValueId,
 };
-use tensorlift_runtime::Tensor;
 use tensorlift_runtime::callback::HostCallback;
+use tensorlift_runtime::{Tensor, TensorMut, TensorRef};
 
 struct Ctx {
     graph: RefCell<Graph>,
@@ -220,6 +220,76 @@ impl Tracer {
             stateful,
         };
         self.callback(spec, inputs, f, Site::caller())
+    }
+
+    /// A Rust callback that fills its outputs in place (`host_fn_into`):
+    /// `f` reads one borrowed [`TensorRef`] per input and writes one
+    /// [`TensorMut`] per `tout` dtype, each of the static shape declared in
+    /// `output_shapes` (the runtime provides them: their contents are
+    /// unspecified, so write every element). In
+    /// compiled code this is the cheapest way out of native code: the views
+    /// point straight into the program's buffers, and nothing is allocated
+    /// or copied per call. String inputs and outputs are not allowed (use
+    /// [`Tracer::host_fn`]). Effects as [`Tracer::host_fn`].
+    #[track_caller]
+    pub fn host_fn_into(
+        &self,
+        name: &str,
+        f: impl Fn(&[TensorRef<'_>], &mut [TensorMut<'_>]) -> Result<(), Error> + Send + Sync + 'static,
+        inputs: &[&Sym],
+        tout: &[DType],
+        output_shapes: &[&[usize]],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        let site = Site::caller();
+        let kind = CallbackKind::HostFn;
+        let fail = |message: String| {
+            self.record(Error::InvalidArgument(Detail {
+                message,
+                node: Some(NodeRef {
+                    name: name.into(),
+                    op: "host_fn_into".into(),
+                    site: site.clone(),
+                }),
+                pos: None,
+            }));
+            (0..tout.len())
+                .map(|_| Sym {
+                    ctx: self.ctx.clone(),
+                    v: None,
+                })
+                .collect::<Vec<_>>()
+        };
+        if output_shapes.len() != tout.len() {
+            return fail(format!(
+                "host_fn_into output_shapes has {} entries, but Tout has {}",
+                output_shapes.len(),
+                tout.len()
+            ));
+        }
+        if tout.contains(&DType::String) {
+            return fail("host_fn_into outputs cannot be strings (use host_fn)".into());
+        }
+        let string_input = {
+            let g = self.ctx.graph.borrow();
+            inputs
+                .iter()
+                .position(|s| s.v.is_some_and(|v| g.ty(v).dtype == DType::String))
+        };
+        if let Some(i) = string_input {
+            return fail(format!(
+                "host_fn_into input {i} is a string tensor (use host_fn)"
+            ));
+        }
+        let shapes: Vec<Shape> = output_shapes.iter().map(|d| Shape::known(d)).collect();
+        let spec = CallbackSpec {
+            kind,
+            name: Some(name),
+            tout,
+            output_shapes: Some(&shapes),
+            stateful,
+        };
+        self.callback_with(spec, inputs, HostCallback::buffers(kind, f), site)
     }
 
     /// `tf.numpy_function`: calls the Python callable `func` with one NumPy

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tensorlift::ir::Shape;
-use tensorlift::{Code, DType, Error, Function, Sym, Tensor, TensorSpec, function};
+use tensorlift::{
+    Code, DType, Error, Function, Sym, Tensor, TensorMut, TensorRef, TensorSpec, function,
+};
 
 fn both(f: impl Fn() -> Function) -> [Function; 2] {
     [f(), f().jit_compile(true)]
@@ -386,4 +388,131 @@ fn callbacks_may_call_tensorlift_functions() {
     let out = f.call(&[common::f32s(&[7.0, 8.0, 9.0], &[3])]).unwrap();
     assert_eq!(common::to_vec::<f32>(&out[0]), vec![7.0]);
     assert_eq!(f.compile_count(), 2);
+}
+
+/// `out = a * b + c` and `sum(a)`, written into runtime-provided buffers.
+fn fma_and_sum(ins: &[TensorRef<'_>], outs: &mut [TensorMut<'_>]) -> Result<(), Error> {
+    let (a, b) = (ins[0].slice::<f32>()?, ins[1].array::<f32>()?);
+    let c = ins[2].slice::<f32>()?[0];
+    let b = b.as_slice().unwrap_or(&[]);
+    for ((o, x), y) in outs[0].slice_mut::<f32>()?.iter_mut().zip(a).zip(b) {
+        *o = x * y + c;
+    }
+    outs[1].array_mut::<f64>()?[[]] = a.iter().map(|v| f64::from(*v)).sum();
+    Ok(())
+}
+
+#[test]
+fn host_fn_into_fills_runtime_buffers_in_both_modes() {
+    for f in both(|| {
+        function(|x: Sym| {
+            let g = x.graph();
+            // Operands: the caller's input, a temporary and a constant.
+            let t = x.exp();
+            let c = g.scalar(DType::F32, 0.5).reshape(&[1]);
+            let r = g.host_fn_into(
+                "fma_sum",
+                fma_and_sum,
+                &[&x, &t, &c],
+                &[DType::F32, DType::F64],
+                &[&[2, 2], &[]],
+                false,
+            );
+            (&r[0] * 2.0, r[1].clone())
+        })
+    }) {
+        let x = common::f32s(&[0.0, 1.0, 2.0, 3.0], &[2, 2]);
+        for _ in 0..2 {
+            let out = f.call(std::slice::from_ref(&x)).unwrap();
+            let want: Vec<f32> = [0.0f32, 1.0, 2.0, 3.0]
+                .iter()
+                .map(|v| (v * v.exp() + 0.5) * 2.0)
+                .collect();
+            assert_eq!(out[0].shape(), &[2, 2]);
+            let want = common::f32s(&want, &[2, 2]);
+            common::assert_close(&out[0], &want, 1e-6, 0.0, "host_fn_into");
+            assert_eq!(common::to_vec::<f64>(&out[1]), vec![6.0]);
+        }
+        // The caller's input was only read.
+        assert_eq!(common::to_vec::<f32>(&x), vec![0.0, 1.0, 2.0, 3.0]);
+    }
+}
+
+#[test]
+fn host_fn_into_errors_panics_and_bad_declarations() {
+    for f in both(|| {
+        function(|x: Sym| {
+            x.graph().host_fn_into(
+                "picky",
+                |ins: &[TensorRef<'_>], outs: &mut [TensorMut<'_>]| {
+                    let v = ins[0].slice::<i32>()?[0];
+                    match v {
+                        0 => {
+                            outs[0].slice_mut::<i32>()?[0] = 7;
+                            Ok(())
+                        }
+                        1 => Err(Error::OutOfRange(tensorlift::Detail::msg("no more data"))),
+                        2 => {
+                            // Viewing with the wrong element type is an error, not UB.
+                            outs[0].slice_mut::<f32>()?[0] = 1.0;
+                            Ok(())
+                        }
+                        _ => panic!("boom"),
+                    }
+                },
+                &[&x],
+                &[DType::I32],
+                &[&[1]],
+                true,
+            )[0]
+            .clone()
+        })
+    }) {
+        let m = |v: i32| Tensor::from(ndarray::arr1(&[v]).into_dyn());
+        let e = f.call(&[m(1)]).unwrap_err();
+        assert_eq!(e.code(), Code::OutOfRange);
+        assert!(
+            e.to_string().contains("no more data") && e.to_string().contains("'picky'"),
+            "{e}"
+        );
+        let e = f.call(&[m(2)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("cannot view int32 elements as float32"),
+            "{e}"
+        );
+        let e = f.call(&[m(3)]).unwrap_err();
+        assert_eq!(e.code(), Code::Internal);
+        assert!(e.to_string().contains("the callback panicked: boom"), "{e}");
+        assert_eq!(common::to_vec::<i32>(&f.call(&[m(0)]).unwrap()[0]), vec![7]);
+    }
+    // Declarations are checked when tracing, naming the op and its site.
+    let bad = |tout: &'static [DType], shapes: &'static [&'static [usize]]| {
+        function(move |x: Sym| {
+            x.graph()
+                .host_fn_into(
+                    "bad",
+                    |_: &[TensorRef<'_>], _: &mut [TensorMut<'_>]| Ok(()),
+                    &[&x],
+                    tout,
+                    shapes,
+                    false,
+                )
+                .into_iter()
+                .next()
+                .unwrap_or(x)
+        })
+        .call(&[Tensor::scalar(1.0f32)])
+        .unwrap_err()
+    };
+    let e = bad(&[DType::F32], &[]);
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.to_string()
+            .contains("host_fn_into output_shapes has 0 entries, but Tout has 1"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("host_fn.rs"), "{e}");
+    let e = bad(&[DType::String], &[&[1]]);
+    assert!(e.to_string().contains("outputs cannot be strings"), "{e}");
 }

@@ -390,3 +390,125 @@ fn eager_tensors_have_numpy_shape_dtype_and_operators() {
     let y = f.call(&[x]).unwrap();
     assert_eq!(common::to_vec::<f64>(&y[0]), vec![0.5; 4]);
 }
+
+fn call_f32(func: &Py<PyAny>, name: &str, x: &Sym, shape: &[usize]) -> Sym {
+    let func = Python::attach(|py| func.clone_ref(py));
+    x.graph().numpy_function_with(
+        CallbackKind::NumpyFunction,
+        name,
+        func,
+        &[x],
+        &[DType::F32],
+        &[Shape::known(shape)],
+        true,
+    )[0]
+    .clone()
+}
+
+#[test]
+fn inputs_reach_numpy_uncopied_only_when_nothing_else_reads_them() {
+    // `probe` reports whether its argument views a runtime buffer (no copy)
+    // and then scribbles over it; `total` sums what it is given.
+    let probe = pyfn(
+        "def probe(x):\n    handed = type(x.base).__name__ == 'TensorBuffer'\n    x[...] = -100\n    return np.float32(1.0 if handed else 0.0)\n",
+        "probe",
+    );
+    let total = pyfn("def total(x):\n    return np.float32(x.sum())\n", "total");
+    for (mode, f) in both(|| {
+        let (probe, total) = Python::attach(|py| (probe.clone_ref(py), total.clone_ref(py)));
+        function(move |x: Sym| {
+            let t = &x * 2.0;
+            let u = &x + 1.0;
+            // t is read again (by `total`), so `probe` must get a copy; u is
+            // read by nobody else, so it is handed over; x is the caller's.
+            let a = call_f32(&probe, "probe_t", &t, &[]);
+            let sum_t = call_f32(&total, "total_t", &t, &[]);
+            let b = call_f32(&probe, "probe_u", &u, &[]);
+            let c = call_f32(&probe, "probe_x", &x, &[]);
+            [a, sum_t, b, c]
+        })
+    })
+    .into_iter()
+    .enumerate()
+    {
+        let x = common::f32s(&[1.0, 2.0, 3.0], &[3]);
+        for _ in 0..2 {
+            let out = f.call(std::slice::from_ref(&x)).unwrap();
+            let got: Vec<f32> = out.iter().map(|t| common::to_vec::<f32>(t)[0]).collect();
+            // probe_t gets a private copy (made by NumPy when interpreted,
+            // by the runtime when compiled), so its scribbles never reach
+            // `total`; u is handed over; the caller's x is copied.
+            assert_eq!(got[1..], [12.0, 1.0, 0.0], "mode {mode}");
+        }
+        assert_eq!(common::to_vec::<f32>(&x), vec![1.0, 2.0, 3.0]);
+        if mode == 1 {
+            // Compiled: u ('add') has its own buffer, moved into probe_u;
+            // t ('mul') is handed only to its last reader, total_t.
+            let plan = f
+                .compiler_ir(
+                    &[TensorSpec::known(DType::F32, &[3])],
+                    tensorlift::IrStage::Fused,
+                )
+                .unwrap();
+            assert!(plan.contains("handed off to step 4 (add)"), "{plan}");
+            assert!(plan.contains("handed off to step 3 (mul)"), "{plan}");
+        }
+    }
+}
+
+#[test]
+fn fresh_results_are_adopted_and_shared_arrays_copied() {
+    let src = "G = np.arange(3, dtype=np.float32)\nADDR = [0]\ndef fresh(x):\n    y = x + np.float32(1)\n    ADDR[0] = y.__array_interface__['data'][0]\n    return y\ndef glob(x):\n    return G\n";
+    let (fresh, glob) = (pyfn(src, "fresh"), pyfn(src, "glob"));
+    let addr = || -> usize {
+        Python::attach(|py| {
+            let g = fresh.bind(py).getattr("__globals__").unwrap();
+            g.get_item("ADDR")
+                .unwrap()
+                .get_item(0)
+                .unwrap()
+                .extract()
+                .unwrap()
+        })
+    };
+    for (mode, f) in both(|| {
+        let (fresh, glob) = Python::attach(|py| (fresh.clone_ref(py), glob.clone_ref(py)));
+        function(move |x: Sym| {
+            (
+                call_f32(&fresh, "fresh", &x, &[3]),
+                call_f32(&glob, "glob", &x, &[3]),
+            )
+        })
+    })
+    .into_iter()
+    .enumerate()
+    {
+        let x = common::f32s(&[1.0, 2.0, 3.0], &[3]);
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![2.0, 3.0, 4.0]);
+        // The fresh array's memory is the result's: no copy.
+        assert_eq!(out[0].bytes().as_ptr() as usize, addr(), "mode {mode}");
+        // The global is copied: changing it later does not change the result.
+        assert_eq!(common::to_vec::<f32>(&out[1]), vec![0.0, 1.0, 2.0]);
+        Python::attach(|py| {
+            let g = glob.bind(py).getattr("__globals__").unwrap();
+            g.get_item("G").unwrap().set_item(0, 50.0).unwrap();
+        });
+        assert_eq!(
+            common::to_vec::<f32>(&out[1]),
+            vec![0.0, 1.0, 2.0],
+            "mode {mode}"
+        );
+        let again = f.call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(common::to_vec::<f32>(&again[1]), vec![50.0, 1.0, 2.0]);
+        Python::attach(|py| {
+            let g = glob.bind(py).getattr("__globals__").unwrap();
+            g.get_item("G").unwrap().set_item(0, 0.0).unwrap();
+        });
+        // Adopted results outlive the call and the GIL: use them from another thread.
+        let t = std::thread::spawn(move || common::to_vec::<f32>(&out[0]))
+            .join()
+            .unwrap();
+        assert_eq!(t, vec![2.0, 3.0, 4.0]);
+    }
+}

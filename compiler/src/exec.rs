@@ -112,7 +112,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     let mut g = graph.clone();
     interp::optimize(&mut g)?;
     let plan = fusion::plan(&g)?;
-    let table = Box::new(StepTable { plan });
+    let table = Box::new(StepTable::new(plan));
     let generated = codegen::generate(&table.plan, &*table as *const StepTable, options)?;
     // SAFETY: `main` was generated with exactly this signature.
     let entry: Entry = unsafe { std::mem::transmute::<*const u8, Entry>(generated.entry) };
@@ -196,7 +196,7 @@ impl Executable {
         let out_bytes: usize = plan
             .slots
             .iter()
-            .filter(|s| s.kind == SlotKind::Output)
+            .filter(|s| matches!(s.kind, SlotKind::Output | SlotKind::HandOff { .. }))
             .map(|s| s.bytes())
             .sum();
         interp::check_allocation(
@@ -206,6 +206,7 @@ impl Executable {
         let mut arena = AlignedBytes::zeroed(plan.arena_bytes);
         let arena_ptr = arena.as_mut_slice().as_mut_ptr();
         let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];
+        let mut owned: Vec<Option<AlignedBytes>> = Vec::new();
         let mut bufs: Vec<*mut u8> = Vec::with_capacity(plan.slots.len());
         for (i, s) in plan.slots.iter().enumerate() {
             let p = match &s.kind {
@@ -221,6 +222,15 @@ impl Executable {
                     outs[i] = Some(b);
                     p
                 }
+                SlotKind::HandOff { .. } => {
+                    let mut b = AlignedBytes::zeroed(s.bytes());
+                    let p = b.as_mut_slice().as_mut_ptr();
+                    if owned.len() <= i {
+                        owned.resize_with(i + 1, || None);
+                    }
+                    owned[i] = Some(b);
+                    p
+                }
             };
             bufs.push(p);
         }
@@ -228,6 +238,8 @@ impl Executable {
             error: None,
             strings: Vec::new(),
             inputs: inputs.to_vec(),
+            owned,
+            kept: Vec::new(),
         };
         for (i, s) in plan.slots.iter().enumerate() {
             if let (SlotKind::Input(k), tensorlift_ir::DType::String) = (&s.kind, s.dtype) {
@@ -240,7 +252,9 @@ impl Executable {
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.
-        let status = unsafe { (self.entry)(bufs.as_ptr(), &mut ctx) };
+        // (A callback step may redirect a slot's pointer to the tensor it
+        // returned, hence the mutable table.)
+        let status = unsafe { (self.entry)(bufs.as_mut_ptr().cast_const(), &mut ctx) };
         if status != 0 {
             return Err(ctx.error.take().unwrap_or_else(|| {
                 Error::internal(format!("compiled code failed with status {status}"))
@@ -254,6 +268,10 @@ impl Executable {
                     return Ok(t.clone());
                 }
                 let slot = &plan.slots[s];
+                if let Some(t) = ctx.kept.get_mut(s).and_then(Option::take) {
+                    done[s] = Some(t.clone());
+                    return Ok(t);
+                }
                 let t = match &slot.kind {
                     SlotKind::Input(k) => inputs[*k].clone(),
                     SlotKind::Const(_) => self.consts[s]
@@ -270,7 +288,7 @@ impl Executable {
                             .ok_or_else(|| Error::internal("output buffer missing"))?;
                         Tensor::from_aligned(slot.dtype, &slot.dims, b)?
                     }
-                    SlotKind::Temp { .. } => {
+                    SlotKind::Temp { .. } | SlotKind::HandOff { .. } => {
                         return Err(Error::Internal(Detail::msg(format!(
                             "output slot {s} is a temporary"
                         ))));

@@ -33,6 +33,14 @@ pub enum SlotKind {
     },
     /// A graph output (its own allocation, returned to the caller).
     Output,
+    /// A temporary whose last reader is a callback that takes its inputs by
+    /// value (NumPy): its own allocation per call, moved into the callback
+    /// so that Python gets the buffer without a copy. Earlier steps read
+    /// it in place.
+    HandOff {
+        /// The step that takes the buffer.
+        to: usize,
+    },
 }
 
 /// A buffer.
@@ -475,8 +483,45 @@ pub fn plan(g: &Graph) -> Result<Plan> {
         arena_bytes: 0,
         decisions,
     };
+    mark_handoffs(&mut plan);
     plan_buffers(&mut plan);
     Ok(plan)
+}
+
+/// Marks the temporaries that a by-value callback (NumPy) reads last, and
+/// only once, as [`SlotKind::HandOff`]: no one reads them afterwards, so the
+/// callback may own, and write, their buffer.
+fn mark_handoffs(plan: &mut Plan) {
+    let mut last_read = vec![usize::MAX; plan.slots.len()];
+    for (i, step) in plan.steps.iter().enumerate() {
+        for s in step_slots(step).0 {
+            last_read[s] = i;
+        }
+    }
+    for (i, step) in plan.steps.iter().enumerate() {
+        let Step::Runtime { node, inputs, .. } = step else {
+            continue;
+        };
+        let Op::Callback(c) = &plan.graph.node(*node).op else {
+            continue;
+        };
+        let by_value = tensorlift_runtime::callback::bound(&plan.graph, &c.target)
+            .is_ok_and(|cb| cb.takes_ownership());
+        if !by_value {
+            continue;
+        }
+        for &s in inputs {
+            let once = inputs.iter().filter(|&&t| t == s).count() == 1;
+            let slot = &mut plan.slots[s];
+            if once
+                && last_read[s] == i
+                && matches!(slot.kind, SlotKind::Temp { .. })
+                && slot.dtype != DType::String
+            {
+                slot.kind = SlotKind::HandOff { to: i };
+            }
+        }
+    }
 }
 
 fn slots_of(slot_of: &HashMap<ValueId, SlotId>, vs: &[ValueId]) -> Result<Vec<SlotId>> {
@@ -951,6 +996,7 @@ impl Plan {
                 SlotKind::Const(_) => "constant".to_string(),
                 SlotKind::Temp { offset } => format!("temp @{offset}"),
                 SlotKind::Output => "output".to_string(),
+                SlotKind::HandOff { to } => format!("handed off to step {to}"),
             };
             let _ = writeln!(
                 s,

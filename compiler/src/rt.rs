@@ -15,7 +15,14 @@ use tensorlift_runtime::Tensor;
 use tensorlift_runtime::interp;
 use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar};
 
-use crate::fusion::{Plan, SlotKind, Step};
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use tensorlift_ir::{NodeId, Op, TensorType};
+use tensorlift_runtime::callback::{self, HostCallback};
+use tensorlift_runtime::{AlignedBytes, TensorMut, TensorRef};
+
+use crate::fusion::{Plan, SlotId, SlotKind, Step};
 
 /// Per-call state shared with runtime symbols: the first error raised, and
 /// string tensors by slot (strings live outside byte buffers).
@@ -29,13 +36,42 @@ pub struct CallCtx {
     /// The caller's inputs: runtime steps (callbacks included) read input
     /// slots as these tensors, without copying them.
     pub inputs: Vec<Tensor>,
+    /// The buffers of [`SlotKind::HandOff`] slots by slot, taken (moved)
+    /// by the callback that reads them last.
+    pub owned: Vec<Option<AlignedBytes>>,
+    /// Callback results by slot, adopted instead of copied: the slot's
+    /// pointer in `bufs` is redirected to the tensor's bytes, which later
+    /// steps only read, and an output slot returns the tensor itself.
+    pub kept: Vec<Option<Tensor>>,
 }
 
-/// What runtime steps need at run time: the plan (slots, graph).
+/// What runtime steps need at run time: the plan (slots, graph) and the
+/// callable of each callback step, resolved once when compiling.
 #[derive(Debug)]
 pub struct StepTable {
     /// The executable's plan.
     pub plan: Plan,
+    /// By step: the bound callable of a callback step (None for other
+    /// steps, and for callbacks not bound yet, which fail when they run).
+    pub callbacks: Vec<Option<Arc<HostCallback>>>,
+}
+
+impl StepTable {
+    /// The table of `plan`, resolving every bound callback.
+    pub fn new(plan: Plan) -> Self {
+        let callbacks = plan
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Runtime { node, .. } => match &plan.graph.node(*node).op {
+                    Op::Callback(c) => callback::bound(&plan.graph, &c.target).ok(),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        StepTable { plan, callbacks }
+    }
 }
 
 fn unary(code: i32) -> UnaryOp {
@@ -194,6 +230,14 @@ fn run_step(
             node,
             inputs,
             outputs,
+        }) if let Some(Some(cb)) = table.callbacks.get(step) => {
+            run_callback_step(plan, cb, (step, *node, inputs, outputs), bufs, ctx)
+                .map_err(|e| e.at_node(plan.graph.node_ref(*node)))
+        }
+        Some(Step::Runtime {
+            node,
+            inputs,
+            outputs,
         }) => {
             let args: Vec<Tensor> =
                 // SAFETY: slot pointers are valid while main runs.
@@ -281,6 +325,107 @@ fn run_step(
             "step {step} is not a runtime step"
         ))),
     }
+}
+
+/// The bytes of slot `s`.
+///
+/// # Safety
+/// `bufs[s]` points to the slot's bytes, valid for reads while `main` runs.
+unsafe fn slot_bytes<'a>(plan: &Plan, bufs: *const *mut u8, s: SlotId) -> &'a [u8] {
+    let n = plan.slots[s].bytes();
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: as the contract says.
+    unsafe { std::slice::from_raw_parts(*bufs.add(s), n) }
+}
+
+/// Runs a callback step with its resolved callable. A buffer-filling
+/// callable (`host_fn_into`) reads the slots and writes its output slots in
+/// place: nothing is allocated or copied. Others get tensors (a handed-off
+/// temporary moves in without a copy; other slots are copied, caller inputs
+/// shared) and their results are adopted: the output slot's pointer is
+/// redirected to the returned tensor's bytes.
+/// `call` is (step number, callback node, input slots, output slots).
+fn run_callback_step(
+    plan: &Plan,
+    cb: &HostCallback,
+    call: (usize, NodeId, &[SlotId], &[SlotId]),
+    bufs: *const *mut u8,
+    ctx: &mut CallCtx,
+) -> Result<(), Error> {
+    let (step, node, inputs, outputs) = call;
+    let string = |s: SlotId| plan.slots[s].dtype == tensorlift_ir::DType::String;
+    if cb.writes_buffers() && !inputs.iter().chain(outputs).any(|&s| string(s)) {
+        // Built in place (no collect through Result, which moves the
+        // inline arrays around): this path is the per-call overhead.
+        let mut ins: SmallVec<[TensorRef<'_>; 4]> = SmallVec::new();
+        for &s in inputs {
+            let slot = &plan.slots[s];
+            // SAFETY: slot pointers are valid while main runs.
+            ins.push(TensorRef::new(slot.dtype, &slot.dims, unsafe {
+                slot_bytes(plan, bufs, s)
+            })?);
+        }
+        let mut outs: SmallVec<[TensorMut<'_>; 2]> = SmallVec::new();
+        for &s in outputs {
+            let slot = &plan.slots[s];
+            let n = slot.bytes();
+            let bytes: &mut [u8] = if n == 0 {
+                &mut []
+            } else {
+                // SAFETY: output slots are distinct writable buffers of this
+                // size, disjoint from every input slot (the buffer plan keeps
+                // a step's operands live while it runs).
+                unsafe { std::slice::from_raw_parts_mut(*bufs.add(s), n) }
+            };
+            outs.push(TensorMut::new(slot.dtype, &slot.dims, bytes)?);
+        }
+        return cb.call_buffers(&ins, &mut outs);
+    }
+    let args = inputs
+        .iter()
+        .map(|&s| {
+            let slot = &plan.slots[s];
+            if slot.kind == (SlotKind::HandOff { to: step })
+                && let Some(b) = ctx.owned.get_mut(s).and_then(Option::take)
+            {
+                return Tensor::from_aligned(slot.dtype, &slot.dims, b);
+            }
+            // SAFETY: slot pointers are valid while main runs.
+            unsafe { slot_tensor(plan, ctx, bufs, s) }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = plan.graph.node(node);
+    let want: Vec<&TensorType> = n.results.iter().map(|r| plan.graph.ty(*r)).collect();
+    let outs = cb.call(args, &want)?;
+    callback::check_results(cb.kind().name(), &n.name, &want, &outs)?;
+    for (t, &s) in outs.into_iter().zip(outputs) {
+        if t.bytes().len() != plan.slots[s].bytes() && !string(s) {
+            return Err(Error::internal(format!(
+                "callback result of {} bytes for a {}-byte slot",
+                t.bytes().len(),
+                plan.slots[s].bytes()
+            )));
+        }
+        if string(s) {
+            if ctx.strings.len() <= s {
+                ctx.strings.resize(s + 1, None);
+            }
+            ctx.strings[s] = Some(t);
+            continue;
+        }
+        // SAFETY: `bufs` is the executor's mutable pointer table; later
+        // steps only read this slot, through the new pointer, and `kept`
+        // keeps the tensor (16-byte aligned, immutable) alive until the
+        // call returns.
+        unsafe { *(bufs as *mut *mut u8).add(s) = t.bytes().as_ptr().cast_mut() };
+        if ctx.kept.len() <= s {
+            ctx.kept.resize(s + 1, None);
+        }
+        ctx.kept[s] = Some(t);
+    }
+    Ok(())
 }
 
 /// Runs runtime step `step` (a runtime kernel or a GEMM).

@@ -85,15 +85,6 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     let mut values: Vec<Option<Tensor>> = vec![None; graph.num_values()];
     for id in graph.node_ids() {
         let node = graph.node(id);
-        let args: Vec<&Tensor> = node
-            .inputs
-            .iter()
-            .map(|v| {
-                values[v.index()].as_ref().ok_or_else(|| {
-                    Error::internal(format!("value {v} used before it was computed"))
-                })
-            })
-            .collect::<Result<_>>()?;
         for r in &node.results {
             let t = graph.ty(*r);
             if let Some(n) = t.shape.num_elements() {
@@ -101,9 +92,45 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
                     .map_err(|e| e.at_node(graph.node_ref(id)))?;
             }
         }
+        let computed = |v: &tensorlift_ir::ValueId, values: &[Option<Tensor>]| {
+            values[v.index()]
+                .clone()
+                .ok_or_else(|| Error::internal(format!("value {v} used before it was computed")))
+        };
         let outs = match &node.op {
             Op::Parameter { index } => vec![inputs[*index].clone()],
-            _ => eval_node(graph, id, &args).map_err(|e| e.at_node(graph.node_ref(id)))?,
+            Op::Callback(_) => {
+                // Operands this callback reads last (once) are moved in, so a
+                // buffer no one else references can reach NumPy uncopied.
+                let args = node
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        let once = node.inputs.iter().filter(|u| *u == v).count() == 1;
+                        if once && remaining[v.index()] == 1 {
+                            values[v.index()].take().ok_or_else(|| {
+                                Error::internal(format!("value {v} used before it was computed"))
+                            })
+                        } else {
+                            computed(v, &values)
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                crate::callback::run_callback(graph, node, args)
+                    .map_err(|e| e.at_node(graph.node_ref(id)))?
+            }
+            _ => {
+                let args: Vec<&Tensor> = node
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        values[v.index()].as_ref().ok_or_else(|| {
+                            Error::internal(format!("value {v} used before it was computed"))
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                eval_node(graph, id, &args).map_err(|e| e.at_node(graph.node_ref(id)))?
+            }
         };
         for (v, t) in node.results.iter().zip(outs) {
             let want = graph.ty(*v);
@@ -173,7 +200,10 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
         Op::ArgMin { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, false)?,
         Op::DotGeneral(dd) => reduce::dot_general(a(0), a(1), dd)?,
         Op::Take { axis } => layout::take(a(0), a(1), *axis)?,
-        Op::Callback(_) => return crate::callback::run_callback(graph, node, args),
+        Op::Callback(_) => {
+            let owned = args.iter().map(|t| (*t).clone()).collect();
+            return crate::callback::run_callback(graph, node, owned);
+        }
     };
     Ok(vec![t])
 }

@@ -16,5 +16,7 @@ mod memory;
 pub mod python;
 mod tensor;
 
-pub use tensor::{AlignedBytes, Data, HostElement, Pod, Tensor};
+pub use tensor::{
+    AlignedBytes, Data, ForeignBytes, HostElement, Pod, Tensor, TensorMut, TensorRef,
+};
 pub use tensorlift_ir::{Error, Result};

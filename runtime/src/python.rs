@@ -24,8 +24,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use tensorlift_ir::{CallbackKind, DType, Detail, Error, Result};
 
+use ndarray::IxDyn;
+
 use crate::callback::HostCallback;
-use crate::tensor::Tensor;
+use crate::tensor::{AlignedBytes, ForeignBytes, Tensor};
 
 /// NumPy's name for a dtype.
 pub fn numpy_dtype_name(d: DType) -> &'static str {
@@ -65,6 +67,107 @@ pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
 
 fn internal(py: Python<'_>, e: PyErr) -> Error {
     py_error(py, e, "NumPy conversion")
+}
+
+/// Owns a buffer handed to NumPy without a copy: the base object of the
+/// array that views it, so the bytes live exactly as long as the array.
+#[pyclass(frozen, name = "TensorBuffer", module = "tensorlift")]
+struct HandedOff {
+    _bytes: AlignedBytes,
+}
+
+/// A writable NumPy array over `t`'s own buffer when nothing else
+/// references it (a value no one reads again: writes by `func` change no
+/// other value), else over a copy. Numeric dtypes other than bool and
+/// bfloat16 are handed over; the rest are always converted.
+pub fn into_numpy(py: Python<'_>, t: Tensor) -> Result<Bound<'_, PyAny>> {
+    macro_rules! hand {
+        ($T:ty, $bytes:expr, $shape:expr) => {{
+            let mut bytes: AlignedBytes = $bytes;
+            let ptr = bytes.as_mut_slice().as_mut_ptr() as *const $T;
+            let owner = Bound::new(py, HandedOff { _bytes: bytes }).map_err(|e| internal(py, e))?;
+            // SAFETY: `ptr` addresses `shape`'s element count of `$T`, 16-byte
+            // aligned, inside the buffer `owner` now owns; moving the
+            // AlignedBytes did not move its heap allocation, nothing else
+            // references it, and `owner` becomes the array's base object, so
+            // the bytes outlive every view of them.
+            let view = unsafe { ndarray::ArrayViewD::<$T>::from_shape_ptr(IxDyn(&$shape), ptr) };
+            // SAFETY: as above: the container keeps the memory alive and
+            // never reallocates it.
+            unsafe { PyArrayDyn::<$T>::borrow_from_array(&view, owner.into_any()) }.into_any()
+        }};
+    }
+    let shape = t.shape().to_vec();
+    let dtype = t.dtype();
+    let handable = !matches!(dtype, DType::Bool | DType::BF16 | DType::String);
+    if !handable {
+        return to_numpy(py, &t);
+    }
+    let bytes = match t.into_unique_bytes() {
+        Ok(b) => b,
+        Err(shared) => return to_numpy(py, &shared),
+    };
+    Ok(match dtype {
+        DType::I8 => hand!(i8, bytes, shape),
+        DType::I16 => hand!(i16, bytes, shape),
+        DType::I32 => hand!(i32, bytes, shape),
+        DType::I64 => hand!(i64, bytes, shape),
+        DType::U8 => hand!(u8, bytes, shape),
+        DType::U16 => hand!(u16, bytes, shape),
+        DType::U32 => hand!(u32, bytes, shape),
+        DType::U64 => hand!(u64, bytes, shape),
+        DType::F16 => hand!(f16, bytes, shape),
+        DType::F32 => hand!(f32, bytes, shape),
+        DType::F64 => hand!(f64, bytes, shape),
+        DType::C64 => hand!(Complex32, bytes, shape),
+        DType::C128 => hand!(Complex64, bytes, shape),
+        DType::Bool | DType::BF16 | DType::String => {
+            return Err(Error::internal("unreachable dtype in into_numpy"));
+        }
+    })
+}
+
+/// The data of a NumPy array adopted as a tensor's buffer: an array that
+/// owned its data, was C-contiguous and 16-byte aligned, and that nothing
+/// but the callback's return value referenced.
+struct AdoptedArray {
+    _array: Py<PyAny>,
+    ptr: *const u8,
+    len: usize,
+}
+
+impl std::fmt::Debug for AdoptedArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdoptedArray({} bytes)", self.len)
+    }
+}
+
+// SAFETY: the array is referenced by nothing but `_array` (checked on
+// adoption), so no Python code can reach, write or resize its data; the
+// bytes are only read. `Py` is Send + Sync.
+unsafe impl Send for AdoptedArray {}
+// SAFETY: as above.
+unsafe impl Sync for AdoptedArray {}
+
+impl ForeignBytes for AdoptedArray {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr`/`len` describe the data of the array `_array` keeps
+        // alive; nothing can write or reallocate it (see the Send impl).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// True when `value` is an ndarray that owns its data and that nothing but
+/// `value` references (no global, no view, no container holds it).
+fn exclusively_owned(value: &Bound<'_, PyAny>) -> bool {
+    let Ok(a) = value.cast::<PyUntypedArray>() else {
+        return false;
+    };
+    // SAFETY: reading the reference count of a live object while attached.
+    let refs = unsafe { pyo3::ffi::Py_REFCNT(value.as_ptr()) };
+    // SAFETY: `a` is a live ndarray; its fields are read while attached.
+    let flags = unsafe { (*numpy::npyffi::_PyArray_GET_ITEM_DATA(a.as_array_ptr())).flags };
+    refs == 1 && flags & numpy::npyffi::NPY_ARRAY_OWNDATA != 0
 }
 
 /// A writable NumPy array holding a copy of `t`.
@@ -131,9 +234,29 @@ pub fn from_numpy(
     index: usize,
     who: &str,
 ) -> Result<Tensor> {
-    // Fast path: a C-contiguous array of exactly the declared dtype.
+    // Fastest path: an array of exactly the declared dtype that owns its
+    // C-contiguous, aligned data and that nothing else references (the
+    // usual fresh result, e.g. `x + 1`) is adopted without a copy. Arrays
+    // anything else may still reach (a global, a view, an input) are copied:
+    // the runtime must neither see them change nor write into them.
     macro_rules! fast {
-        ($T:ty) => {
+        ($T:ty) => {{
+            if let Ok(a) = value.cast::<PyArrayDyn<$T>>()
+                && a.is_c_contiguous()
+                && exclusively_owned(value)
+                && (a.data() as usize).is_multiple_of(16)
+            {
+                let shape = a.shape().to_vec();
+                let len = a.len() * std::mem::size_of::<$T>();
+                let buf = AdoptedArray {
+                    ptr: a.data() as *const u8,
+                    len,
+                    _array: value.clone().unbind(),
+                };
+                // The clone above is the adopted reference; ours goes with
+                // the caller's `value`.
+                return Tensor::from_foreign(want, &shape, std::sync::Arc::new(buf));
+            }
             if let Ok(a) = value.cast::<PyArrayDyn<$T>>()
                 && a.is_c_contiguous()
                 // SAFETY: we hold the GIL, so no Python code runs, and no
@@ -144,7 +267,7 @@ pub fn from_numpy(
                 let arr = ndarray::ArrayD::from_shape_vec(shape, v.to_vec()).map_err(|e| Error::internal(e.to_string()))?;
                 return Ok(Tensor::from(arr));
             }
-        };
+        }};
     }
     match want {
         DType::Bool => fast!(bool),
@@ -215,9 +338,12 @@ pub fn from_numpy(
                 )
             })?
     };
-    // C order (Fortran-ordered and strided arrays are accepted and copied).
+    // C order (Fortran-ordered and strided arrays are accepted and copied;
+    // not `ascontiguousarray`, which turns a 0-d value into shape [1]).
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("order", "C").map_err(|e| internal(py, e))?;
     let arr = np
-        .call_method1("ascontiguousarray", (arr,))
+        .call_method("asarray", (arr,), Some(&kwargs))
         .map_err(|e| internal(py, e))?;
     let shape: Vec<usize> = arr
         .cast::<PyUntypedArray>()
@@ -289,12 +415,12 @@ pub fn numpy_callback(
     tout: Vec<DType>,
     name: String,
 ) -> HostCallback {
-    HostCallback::new(kind, move |inputs: &[Tensor]| {
+    HostCallback::owned(kind, move |inputs: Vec<Tensor>| {
         Python::attach(|py| {
             let who = format!("{} '{name}'", kind.name());
             let args = inputs
-                .iter()
-                .map(|t| to_numpy(py, t))
+                .into_iter()
+                .map(|t| into_numpy(py, t))
                 .collect::<Result<Vec<_>>>()?;
             let args = PyTuple::new(py, args).map_err(|e| internal(py, e))?;
             let out = func
@@ -323,6 +449,9 @@ pub fn numpy_callback(
                 if tout.len() == 1 && !out.is_instance_of::<PyTuple>() {
                     vec![out]
                 } else if let Ok(seq) = out.extract::<Vec<Bound<'_, PyAny>>>() {
+                    // Release the tuple/list so that its arrays count only
+                    // our references (see `from_numpy`'s adoption rule).
+                    drop(out);
                     seq
                 } else {
                     return Err(Error::invalid(format!(

@@ -17,6 +17,17 @@ pub enum Data {
     Bytes(AlignedBytes),
     /// One byte string per element.
     Strings(Vec<Vec<u8>>),
+    /// Element bytes owned by something else (a NumPy array a Python
+    /// callback returned and nobody else references), adopted without a copy.
+    Foreign(Arc<dyn ForeignBytes>),
+}
+
+/// Immutable, 16-byte aligned element bytes owned outside the runtime.
+/// Implementations guarantee the bytes neither move nor change while the
+/// value lives.
+pub trait ForeignBytes: Send + Sync + fmt::Debug {
+    /// The bytes.
+    fn bytes(&self) -> &[u8];
 }
 
 /// An n-dimensional array: dtype, static shape, shared immutable data.
@@ -76,6 +87,55 @@ impl Tensor {
             dtype,
             shape: shape.to_vec(),
             data: Arc::new(Data::Bytes(b)),
+        }
+    }
+
+    /// A tensor over bytes owned elsewhere (no copy). The bytes must be
+    /// 16-byte aligned, of the right length, and 0/1 for bool.
+    pub fn from_foreign(dtype: DType, shape: &[usize], buf: Arc<dyn ForeignBytes>) -> Result<Self> {
+        let n: usize = shape.iter().product();
+        let bytes = buf.bytes();
+        if dtype == DType::String || bytes.len() != n * dtype.size() {
+            return Err(Error::internal(format!(
+                "foreign buffer of {} bytes cannot hold a {dtype} tensor of shape {shape:?}",
+                bytes.len()
+            )));
+        }
+        if !(bytes.as_ptr() as usize).is_multiple_of(16) {
+            return Err(Error::internal("foreign buffers must be 16-byte aligned"));
+        }
+        if dtype == DType::Bool && bytes.iter().any(|b| *b > 1) {
+            return Err(Error::invalid("a bool tensor's bytes must be 0 or 1"));
+        }
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Arc::new(Data::Foreign(buf)),
+        })
+    }
+
+    /// The tensor's own buffer when nothing else references it (a value no
+    /// one reads again may be handed on, and written, without a copy);
+    /// otherwise the tensor back.
+    pub fn into_unique_bytes(self) -> std::result::Result<AlignedBytes, Tensor> {
+        let Tensor { dtype, shape, data } = self;
+        match Arc::try_unwrap(data) {
+            Ok(Data::Bytes(b)) => Ok(b),
+            Ok(other) => Err(Tensor {
+                dtype,
+                shape,
+                data: Arc::new(other),
+            }),
+            Err(data) => Err(Tensor { dtype, shape, data }),
+        }
+    }
+
+    /// A borrowed view (dtype, shape, bytes).
+    pub fn as_ref(&self) -> TensorRef<'_> {
+        TensorRef {
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes: self.bytes(),
         }
     }
 
@@ -149,6 +209,7 @@ impl Tensor {
     pub fn bytes(&self) -> &[u8] {
         match &*self.data {
             Data::Bytes(b) => b.as_slice(),
+            Data::Foreign(f) => f.bytes(),
             Data::Strings(_) => &[],
         }
     }
@@ -157,7 +218,7 @@ impl Tensor {
     pub fn strings(&self) -> &[Vec<u8>] {
         match &*self.data {
             Data::Strings(s) => s,
-            Data::Bytes(_) => &[],
+            Data::Bytes(_) | Data::Foreign(_) => &[],
         }
     }
 
@@ -220,8 +281,8 @@ impl Tensor {
             dtype: self.dtype,
             dims: self.shape.clone(),
             data: match &*self.data {
-                Data::Bytes(b) => LiteralData::Bytes(b.as_slice().into()),
                 Data::Strings(s) => LiteralData::Strings(s.clone().into()),
+                Data::Bytes(_) | Data::Foreign(_) => LiteralData::Bytes(self.bytes().into()),
             },
         }
     }
@@ -263,6 +324,127 @@ impl fmt::Debug for Tensor {
             self.dtype.short_name(),
             self.shape
         )
+    }
+}
+
+/// A borrowed tensor: dtype, shape and element bytes, as a `host_fn_into`
+/// callback reads its inputs (no allocation, no copy).
+#[derive(Clone, Copy, Debug)]
+pub struct TensorRef<'a> {
+    dtype: DType,
+    shape: &'a [usize],
+    bytes: &'a [u8],
+}
+
+/// A borrowed, writable tensor buffer: a `host_fn_into` callback fills its
+/// outputs through these.
+#[derive(Debug)]
+pub struct TensorMut<'a> {
+    dtype: DType,
+    shape: &'a [usize],
+    bytes: &'a mut [u8],
+}
+
+#[cold]
+fn not_a_tensor(dtype: DType, shape: &[usize], len: usize) -> Error {
+    Error::internal(format!(
+        "{len} bytes are not a {dtype} tensor of shape {shape:?}"
+    ))
+}
+
+#[cold]
+fn bad_view(dtype: DType, want: DType) -> Error {
+    Error::invalid(format!("cannot view {dtype} elements as {want}"))
+}
+
+#[inline]
+fn check_view<T: HostElement>(dtype: DType) -> Result<()> {
+    if T::DTYPE != dtype || dtype == DType::Bool || dtype == DType::String {
+        return Err(bad_view(dtype, T::DTYPE));
+    }
+    Ok(())
+}
+
+impl<'a> TensorRef<'a> {
+    /// A view of `bytes` (which must be `shape`'s element count × the
+    /// dtype's size and aligned for it).
+    #[inline]
+    pub fn new(dtype: DType, shape: &'a [usize], bytes: &'a [u8]) -> Result<Self> {
+        if dtype == DType::String || bytes.len() != shape.iter().product::<usize>() * dtype.size() {
+            return Err(not_a_tensor(dtype, shape, bytes.len()));
+        }
+        Ok(TensorRef {
+            dtype,
+            shape,
+            bytes,
+        })
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Shape.
+    pub fn shape(&self) -> &'a [usize] {
+        self.shape
+    }
+    /// The element bytes (bool: one byte, 0 or 1).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// The elements as `T`, which must be the dtype's host type (bool is
+    /// read through [`TensorRef::bytes`]).
+    #[inline]
+    pub fn slice<T: HostElement + Pod>(&self) -> Result<&'a [T]> {
+        check_view::<T>(self.dtype)?;
+        bytemuck::try_cast_slice(self.bytes)
+            .map_err(|e| Error::internal(format!("bad tensor buffer: {e}")))
+    }
+    /// An ndarray view of the elements.
+    pub fn array<T: HostElement + Pod>(&self) -> Result<ndarray::ArrayViewD<'a, T>> {
+        ndarray::ArrayViewD::from_shape(IxDyn(self.shape), self.slice::<T>()?)
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+    /// An owned tensor with a copy of the elements.
+    pub fn to_tensor(&self) -> Result<Tensor> {
+        Tensor::from_bytes(self.dtype, self.shape, self.bytes)
+    }
+}
+
+impl<'a> TensorMut<'a> {
+    /// A writable view of `bytes` (as [`TensorRef::new`]).
+    #[inline]
+    pub fn new(dtype: DType, shape: &'a [usize], bytes: &'a mut [u8]) -> Result<Self> {
+        TensorRef::new(dtype, shape, bytes)?;
+        Ok(TensorMut {
+            dtype,
+            shape,
+            bytes,
+        })
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Shape.
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+    /// The element bytes to fill (bool: write 0 or 1 only).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+    /// The elements as `T`, to fill.
+    #[inline]
+    pub fn slice_mut<T: HostElement + Pod>(&mut self) -> Result<&mut [T]> {
+        check_view::<T>(self.dtype)?;
+        bytemuck::try_cast_slice_mut(self.bytes)
+            .map_err(|e| Error::internal(format!("bad tensor buffer: {e}")))
+    }
+    /// A writable ndarray view of the elements.
+    pub fn array_mut<T: HostElement + Pod>(&mut self) -> Result<ndarray::ArrayViewMutD<'_, T>> {
+        let shape = self.shape;
+        ndarray::ArrayViewMutD::from_shape(IxDyn(shape), self.slice_mut::<T>()?)
+            .map_err(|e| Error::internal(e.to_string()))
     }
 }
 
