@@ -512,3 +512,58 @@ fn fresh_results_are_adopted_and_shared_arrays_copied() {
         assert_eq!(t, vec![2.0, 3.0, 4.0]);
     }
 }
+
+#[test]
+fn a_blocked_python_callback_blocks_nothing_else() {
+    // `wait` blocks (releasing the GIL, as sleeping or I/O does) until the
+    // main thread, which meanwhile runs compiled code with Rust and Python
+    // callbacks, sets the event. A lock held across a callback would
+    // deadlock here; the 10 s timeout turns that into a failure instead.
+    let src = "import threading\nSTARTED = threading.Event()\nGO = threading.Event()\ndef wait(x):\n    STARTED.set()\n    return np.float32(1.0 if GO.wait(10) else 0.0)\ndef inc(x):\n    return x + np.float32(1)\n";
+    let (wait, inc) = (pyfn(src, "wait"), pyfn(src, "inc"));
+    let event = |name: &str, method: &str| {
+        Python::attach(|py| {
+            let g = wait.bind(py).getattr("__globals__").unwrap();
+            g.get_item(name)
+                .unwrap()
+                .call_method1(method, (10,))
+                .unwrap();
+        })
+    };
+    let blocked = {
+        let wait = Python::attach(|py| wait.clone_ref(py));
+        function(move |x: Sym| call_f32(&wait, "wait", &x, &[])).jit_compile(true)
+    };
+    let other = {
+        let inc = Python::attach(|py| inc.clone_ref(py));
+        function(move |x: Sym| {
+            let y = call_f32(&inc, "inc", &x, &[1]);
+            x.graph().host_fn_with(
+                "double",
+                |ins: &[Tensor]| {
+                    Ok(vec![Tensor::from(
+                        ins[0].array_view::<f32>()?.mapv(|v| v * 2.0),
+                    )])
+                },
+                &[&y],
+                &[DType::F32],
+                &[Shape::known(&[1])],
+                true,
+            )[0]
+            .clone()
+        })
+        .jit_compile(true)
+    };
+    let h = std::thread::spawn(move || blocked.call(&[common::f32s(&[0.0], &[1])]).unwrap());
+    event("STARTED", "wait");
+    for i in 0..20 {
+        let out = other.call(&[common::f32s(&[i as f32], &[1])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![2.0 * (i as f32 + 1.0)]);
+    }
+    Python::attach(|py| {
+        let g = wait.bind(py).getattr("__globals__").unwrap();
+        g.get_item("GO").unwrap().call_method0("set").unwrap();
+    });
+    let out = h.join().unwrap();
+    assert_eq!(common::to_vec::<f32>(&out[0]), vec![1.0]);
+}
