@@ -2,6 +2,7 @@
 # Runs every test of the workspace: formatting, lints, unit, integration,
 # property and doc tests. `--long` runs the property tests with many more
 # cases (minutes); CI runs the default, which is sized for a 2-core machine.
+# `--long` also checks the JIT's f32 approximations on all 2^32 inputs.
 # The last line is a total over every test binary: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 cases=256
 for arg in "$@"; do
   case "$arg" in
-    --long) cases=20000 ;;
+    --long) cases=20000; export TENSORLIFT_EXHAUSTIVE=1 ;;
     *) echo "usage: $0 [--long]" >&2; exit 2 ;;
   esac
 done

@@ -225,8 +225,7 @@ impl Tracer {
     /// A Rust callback that fills its outputs in place (`host_fn_into`):
     /// `f` reads one borrowed [`TensorRef`] per input and writes one
     /// [`TensorMut`] per `tout` dtype, each of the static shape declared in
-    /// `output_shapes` (the runtime provides them: their contents are
-    /// unspecified, so write every element). In
+    /// `output_shapes` (the runtime provides them, zeroed). In
     /// compiled code this is the cheapest way out of native code: the views
     /// point straight into the program's buffers, and nothing is allocated
     /// or copied per call. String inputs and outputs are not allowed (use

@@ -848,7 +848,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         | UnaryOp::Round
                         | UnaryOp::Reciprocal
                         | UnaryOp::Rsqrt => float,
-                        UnaryOp::Exp | UnaryOp::Logistic => dt == DType::F32 && !exact,
+                        UnaryOp::Exp | UnaryOp::Logistic | UnaryOp::Tanh | UnaryOp::Log => {
+                            dt == DType::F32 && !exact
+                        }
                         _ => false,
                     },
                     ENode::Binary(b, _, _, _) => match b {
@@ -1199,6 +1201,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Not if xd == DType::Bool => self.b.ins().bxor_imm_u(x, 1),
             UnaryOp::Not => self.b.ins().bnot(x),
             UnaryOp::Exp if ty.lane_type() == types::F32 && !self.opts.exact => self.exp_f32(x, ty),
+            UnaryOp::Tanh if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.tanh_f32(x, ty)
+            }
+            UnaryOp::Log if ty.lane_type() == types::F32 && !self.opts.exact => self.log_f32(x, ty),
             UnaryOp::Logistic if ty.lane_type() == types::F32 && !self.opts.exact => {
                 // t = e^-|x| never overflows; sigmoid = (x >= 0 ? 1 : t) / (1 + t).
                 let a = self.b.ins().fabs(x);
@@ -1313,6 +1319,162 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let s2 = self.b.ins().bitcast(ty, MemFlagsData::new(), e2);
         let y = self.b.ins().fmul(y, s1);
         self.b.ins().fmul(y, s2)
+    }
+
+    /// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule.
+    fn horner(&mut self, z: Value, coeffs: &[f64], ty: Type) -> Value {
+        let mut p = self.splat_f(ty, coeffs[0]);
+        for c in &coeffs[1..] {
+            let cc = self.splat_f(ty, *c);
+            p = self.b.ins().fmul(p, z);
+            p = self.b.ins().fadd(p, cc);
+        }
+        p
+    }
+
+    /// `tanh x` for f32 (scalar or F32X4), after Cephes' `tanhf`: for
+    /// |x| < 0.625 an odd polynomial, else `1 - 2/(e^(2|x|) + 1)` with the
+    /// inline exp; both on |x|, the sign copied back (so -0 stays -0).
+    /// Within 4 ulp of a correctly rounded result (tested); NaN propagates,
+    /// ±inf give ±1.
+    fn tanh_f32(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let z = self.b.ins().fmul(a, a);
+        let p = self.horner(
+            z,
+            &[
+                -5.704_988_727_45e-3,
+                2.063_908_879_54e-2,
+                -5.373_971_555_31e-2,
+                1.333_144_220_36e-1,
+                -3.333_328_194_22e-1,
+            ],
+            ty,
+        );
+        let zp = self.b.ins().fmul(z, p);
+        let azp = self.b.ins().fmul(a, zp);
+        let small = self.b.ins().fadd(a, azp);
+        let two_a = self.b.ins().fadd(a, a);
+        let e = self.exp_f32(two_a, ty);
+        let one = self.splat_f(ty, 1.0);
+        let two = self.splat_f(ty, 2.0);
+        let e1 = self.b.ins().fadd(e, one);
+        let q = self.b.ins().fdiv(two, e1);
+        let large = self.b.ins().fsub(one, q);
+        let cut = self.splat_f(ty, 0.625);
+        let is_small = self.b.ins().fcmp(FloatCC::LessThan, a, cut);
+        let r = self.sel(is_small, small, large, ty);
+        // copysign(r, x) with bit operations (x64 has no vector fcopysign).
+        let ity = if ty.is_vector() {
+            types::I32X4
+        } else {
+            types::I32
+        };
+        let flags = MemFlagsData::new();
+        let xb = self.b.ins().bitcast(ity, flags, x);
+        let sign_mask = self.splat_i(ity, i64::from(i32::MIN));
+        let sign = self.b.ins().band(xb, sign_mask);
+        let rb = self.b.ins().bitcast(ity, flags, r);
+        let rb = self.b.ins().bor(rb, sign);
+        self.b.ins().bitcast(ty, flags, rb)
+    }
+
+    /// `ln x` for f32 (scalar or F32X4), after Cephes' `logf`: x = m·2^e
+    /// with m in [√½, √2), a degree-8 polynomial in m - 1. Denormals are
+    /// scaled by 2^23 first. x < 0 and NaN give NaN, ±0 gives -inf, +inf
+    /// gives +inf. Within 4 ulp of a correctly rounded result (tested).
+    fn log_f32(&mut self, x: Value, ty: Type) -> Value {
+        let ity = if ty.is_vector() {
+            types::I32X4
+        } else {
+            types::I32
+        };
+        let flags = MemFlagsData::new();
+        // Denormals: scale into the normal range, remembering the exponent.
+        let tiny = self.splat_f(ty, f64::from(f32::MIN_POSITIVE));
+        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, x, tiny);
+        let scale = self.splat_f(ty, 8_388_608.0);
+        let xs = self.b.ins().fmul(x, scale);
+        let xn = self.sel(is_tiny, xs, x, ty);
+        let zero_i = self.splat_i(ity, 0);
+        let m23 = self.splat_i(ity, 23);
+        let bias_adj = self.sel_i(is_tiny, m23, zero_i, ty, ity);
+        // Split into mantissa in [0.5, 1) and exponent.
+        let bits = self.b.ins().bitcast(ity, flags, xn);
+        let e = self.b.ins().ushr_imm_s(bits, 23);
+        let ff = self.splat_i(ity, 0xff);
+        let e = self.b.ins().band(e, ff);
+        let e = self.b.ins().isub(e, bias_adj);
+        let mant_mask = self.splat_i(ity, 0x807f_ffff_u32 as i32 as i64);
+        let mb = self.b.ins().band(bits, mant_mask);
+        let half_bits = self.splat_i(ity, 0x3f00_0000);
+        let mb = self.b.ins().bor(mb, half_bits);
+        let m = self.b.ins().bitcast(ty, flags, mb);
+        let bias = self.splat_i(ity, 126);
+        let e = self.b.ins().isub(e, bias);
+        let ef = if ty.is_vector() {
+            self.b.ins().fcvt_from_sint(ty, e)
+        } else {
+            self.b.ins().fcvt_from_sint(types::F32, e)
+        };
+        // m < √½: use 2m - 1 and e - 1; else m - 1.
+        let sqrthf = self.splat_f(ty, std::f64::consts::FRAC_1_SQRT_2);
+        let lt = self.b.ins().fcmp(FloatCC::LessThan, m, sqrthf);
+        let one = self.splat_f(ty, 1.0);
+        let m2 = self.b.ins().fadd(m, m);
+        let mm = self.sel(lt, m2, m, ty);
+        let f = self.b.ins().fsub(mm, one);
+        let em1 = self.b.ins().fsub(ef, one);
+        let ef = self.sel(lt, em1, ef, ty);
+        let z = self.b.ins().fmul(f, f);
+        let p = self.horner(
+            f,
+            &[
+                7.037_683_629_2e-2,
+                -1.151_461_031_0e-1,
+                1.167_699_874_0e-1,
+                -1.242_014_084_6e-1,
+                1.424_932_278_7e-1,
+                -1.666_805_766_5e-1,
+                2.000_071_476_5e-1,
+                -2.499_999_399_3e-1,
+                3.333_333_117_4e-1,
+            ],
+            ty,
+        );
+        let y = self.b.ins().fmul(p, f);
+        let y = self.b.ins().fmul(y, z);
+        let q1 = self.splat_f(ty, -2.121_944_40e-4);
+        let t = self.b.ins().fmul(ef, q1);
+        let y = self.b.ins().fadd(y, t);
+        let h = self.splat_f(ty, 0.5);
+        let hz = self.b.ins().fmul(z, h);
+        let y = self.b.ins().fsub(y, hz);
+        let r = self.b.ins().fadd(f, y);
+        let q2 = self.splat_f(ty, 0.693_359_375);
+        let t2 = self.b.ins().fmul(ef, q2);
+        let r = self.b.ins().fadd(r, t2);
+        // Special values: x < 0 or NaN → NaN; 0 → -inf; +inf → +inf.
+        let zero = self.splat_f(ty, 0.0);
+        let nan = self.splat_f(ty, f64::NAN);
+        let ninf = self.splat_f(ty, f64::NEG_INFINITY);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
+        let r = self.sel(is_inf, inf, r, ty);
+        let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
+        let r = self.sel(is_zero, ninf, r, ty);
+        let bad = self.b.ins().fcmp(FloatCC::UnorderedOrLessThan, x, zero);
+        self.sel(bad, nan, r, ty)
+    }
+
+    /// `cond ? a : b` for integer values under a float comparison's mask.
+    fn sel_i(&mut self, cond: Value, a: Value, b: Value, ty: Type, ity: Type) -> Value {
+        if ty.is_vector() {
+            let m = self.b.ins().bitcast(ity, MemFlagsData::new(), cond);
+            self.b.ins().bitselect(m, a, b)
+        } else {
+            self.b.ins().select(cond, a, b)
+        }
     }
 
     /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).

@@ -203,8 +203,13 @@ impl Executable {
             plan.arena_bytes.saturating_add(out_bytes),
             "this program's buffers",
         )?;
-        let mut arena = AlignedBytes::zeroed(plan.arena_bytes);
-        let arena_ptr = arena.as_mut_slice().as_mut_ptr();
+        // SAFETY (for_overwrite, here and below): every temporary is
+        // written by its step before any step reads it (the buffer plan
+        // follows program order), the arena itself is never read from Rust,
+        // and every output or handed-off slot is fully written by the step
+        // that produces it before the executor or a callback reads it.
+        let mut arena = unsafe { AlignedBytes::for_overwrite(plan.arena_bytes) };
+        let arena_ptr = arena.as_mut_ptr();
         let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];
         let mut owned: Vec<Option<AlignedBytes>> = Vec::new();
         let mut bufs: Vec<*mut u8> = Vec::with_capacity(plan.slots.len());
@@ -217,14 +222,16 @@ impl Executable {
                 // SAFETY: offsets come from the buffer plan and lie inside the arena.
                 SlotKind::Temp { offset } => unsafe { arena_ptr.add(*offset) },
                 SlotKind::Output => {
-                    let mut b = AlignedBytes::zeroed(s.bytes());
-                    let p = b.as_mut_slice().as_mut_ptr();
+                    // SAFETY: see the arena above.
+                    let mut b = unsafe { AlignedBytes::for_overwrite(s.bytes()) };
+                    let p = b.as_mut_ptr();
                     outs[i] = Some(b);
                     p
                 }
                 SlotKind::HandOff { .. } => {
-                    let mut b = AlignedBytes::zeroed(s.bytes());
-                    let p = b.as_mut_slice().as_mut_ptr();
+                    // SAFETY: see the arena above.
+                    let mut b = unsafe { AlignedBytes::for_overwrite(s.bytes()) };
+                    let p = b.as_mut_ptr();
                     if owned.len() <= i {
                         owned.resize_with(i + 1, || None);
                     }

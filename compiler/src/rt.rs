@@ -376,8 +376,13 @@ fn run_callback_step(
             } else {
                 // SAFETY: output slots are distinct writable buffers of this
                 // size, disjoint from every input slot (the buffer plan keeps
-                // a step's operands live while it runs).
-                unsafe { std::slice::from_raw_parts_mut(*bufs.add(s), n) }
+                // a step's operands live while it runs). They may hold
+                // garbage, so they are zeroed before any reference exists
+                // (the callable need not write every element).
+                unsafe {
+                    std::ptr::write_bytes(*bufs.add(s), 0, n);
+                    std::slice::from_raw_parts_mut(*bufs.add(s), n)
+                }
             };
             outs.push(TensorMut::new(slot.dtype, &slot.dims, bytes)?);
         }

@@ -13,7 +13,15 @@ const MAP_THRESHOLD: usize = 32 << 20;
 
 enum Storage {
     Heap(Vec<u128>),
-    Mapped { ptr: *mut u8, map_len: usize },
+    /// From the global allocator without zeroing (16-byte aligned).
+    Raw {
+        ptr: *mut u8,
+        layout: std::alloc::Layout,
+    },
+    Mapped {
+        ptr: *mut u8,
+        map_len: usize,
+    },
 }
 
 /// Zero-initialized, 16-byte aligned bytes.
@@ -92,6 +100,44 @@ impl AlignedBytes {
         }
     }
 
+    /// `len` bytes for compiled code to fill, not zeroed (zeroing a fresh
+    /// 4 MiB output costs as much as a simple kernel writing it). Debug
+    /// builds fill them with 0xA5 so that a byte left unwritten shows up in
+    /// the differential tests.
+    ///
+    /// # Safety
+    /// Every byte is written, through [`AlignedBytes::as_mut_ptr`], before
+    /// the value is read in any way (`as_slice`, `as_mut_slice`, `clone`).
+    pub unsafe fn for_overwrite(len: usize) -> Self {
+        if len >= MAP_THRESHOLD || len == 0 {
+            return Self::zeroed(len);
+        }
+        let Ok(layout) = std::alloc::Layout::from_size_align(len, 16) else {
+            return Self::zeroed(len);
+        };
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        if cfg!(debug_assertions) {
+            // SAFETY: `ptr` is a fresh allocation of `len` bytes.
+            unsafe { std::ptr::write_bytes(ptr, 0xA5, len) };
+        }
+        AlignedBytes {
+            storage: Storage::Raw { ptr, layout },
+            len,
+        }
+    }
+
+    /// The address of the first byte, for writing (valid for `len` bytes).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        match &mut self.storage {
+            Storage::Heap(v) => v.as_mut_ptr().cast(),
+            Storage::Raw { ptr, .. } | Storage::Mapped { ptr, .. } => *ptr,
+        }
+    }
+
     /// A copy of `bytes`.
     pub fn from_slice(bytes: &[u8]) -> Self {
         let mut b = Self::zeroed(bytes.len());
@@ -113,8 +159,12 @@ impl AlignedBytes {
     pub fn as_slice(&self) -> &[u8] {
         match &self.storage {
             Storage::Heap(v) => &bytemuck::cast_slice(v)[..self.len],
-            // SAFETY: the mapping is `map_len >= len` readable bytes owned by self.
-            Storage::Mapped { ptr, .. } => unsafe { std::slice::from_raw_parts(*ptr, self.len) },
+            // SAFETY: the mapping (allocation) is at least `len` bytes owned
+            // by self, initialized (zeroed, or written as `for_overwrite`
+            // requires).
+            Storage::Raw { ptr, .. } | Storage::Mapped { ptr, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr, self.len)
+            },
         }
     }
 
@@ -123,7 +173,7 @@ impl AlignedBytes {
         match &mut self.storage {
             Storage::Heap(v) => &mut bytemuck::cast_slice_mut(v)[..self.len],
             // SAFETY: as above, and `&mut self` makes the access exclusive.
-            Storage::Mapped { ptr, .. } => unsafe {
+            Storage::Raw { ptr, .. } | Storage::Mapped { ptr, .. } => unsafe {
                 std::slice::from_raw_parts_mut(*ptr, self.len)
             },
         }
@@ -132,6 +182,11 @@ impl AlignedBytes {
 
 impl Drop for AlignedBytes {
     fn drop(&mut self) {
+        if let Storage::Raw { ptr, layout } = self.storage {
+            // SAFETY: freeing the allocation this value owns, exactly once,
+            // with the layout it was allocated with.
+            unsafe { std::alloc::dealloc(ptr, layout) };
+        }
         #[cfg(unix)]
         if let Storage::Mapped { ptr, map_len } = self.storage {
             // SAFETY: unmapping the mapping this value owns, exactly once.
