@@ -203,11 +203,12 @@ impl Executable {
             plan.arena_bytes.saturating_add(out_bytes),
             "this program's buffers",
         )?;
-        // SAFETY (for_overwrite, here and below): every temporary is
-        // written by its step before any step reads it (the buffer plan
-        // follows program order), the arena itself is never read from Rust,
-        // and every output or handed-off slot is fully written by the step
-        // that produces it before the executor or a callback reads it.
+        // Buffers are not zeroed (for_overwrite): every temporary is written
+        // by its step before any step reads it (the buffer plan follows
+        // program order), the arena itself is never read from Rust, and
+        // every output or handed-off slot is fully written by the step that
+        // produces it before the executor or a callback reads it.
+        // SAFETY: as just said.
         let mut arena = unsafe { AlignedBytes::for_overwrite(plan.arena_bytes) };
         let arena_ptr = arena.as_mut_ptr();
         let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];
