@@ -141,6 +141,21 @@ fn kernel_work(k: &Kernel) -> usize {
         .saturating_mul(element_cost(k))
 }
 
+/// Whether the host has FMA3: the inline approximations then evaluate their
+/// polynomials with fused multiply-adds (Cranelift lowers `fma` natively
+/// only then; without it, to a libm call per lane). Graph ops themselves
+/// are never contracted, so results of `a * b + c` stay bit-exact.
+fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the host has SSE4.1 (vector rounding and min/max).
 fn has_sse41() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -1278,29 +1293,25 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let magic = self.splat_f(ty, 12_582_912.0);
         let tm = self.b.ins().fadd(t, magic);
         let n = self.b.ins().fsub(tm, magic);
-        let c1 = self.splat_f(ty, 0.693_359_375);
-        let c2 = self.splat_f(ty, -2.121_944_4e-4);
-        let a = self.b.ins().fmul(n, c1);
-        let r = self.b.ins().fsub(x, a);
-        let bq = self.b.ins().fmul(n, c2);
-        let r = self.b.ins().fsub(r, bq);
-        let coeffs = [
-            1.987_569_150_0e-4,
-            1.398_199_950_7e-3,
-            8.333_451_907_3e-3,
-            4.166_579_589_4e-2,
-            1.666_666_545_9e-1,
-            5.000_000_120_1e-1,
-        ];
-        let mut p = self.splat_f(ty, coeffs[0]);
-        for c in &coeffs[1..] {
-            let cc = self.splat_f(ty, *c);
-            p = self.b.ins().fmul(p, r);
-            p = self.b.ins().fadd(p, cc);
-        }
+        // r = x - n·ln2 in two parts (Cody–Waite).
+        let c1 = self.splat_f(ty, -0.693_359_375);
+        let c2 = self.splat_f(ty, 2.121_944_4e-4);
+        let r = self.mul_add(n, c1, x);
+        let r = self.mul_add(n, c2, r);
+        let p = self.horner(
+            r,
+            &[
+                1.987_569_150_0e-4,
+                1.398_199_950_7e-3,
+                8.333_451_907_3e-3,
+                4.166_579_589_4e-2,
+                1.666_666_545_9e-1,
+                5.000_000_120_1e-1,
+            ],
+            ty,
+        );
         let rr = self.b.ins().fmul(r, r);
-        let y = self.b.ins().fmul(p, rr);
-        let y = self.b.ins().fadd(y, r);
+        let y = self.mul_add(p, rr, r);
         let one = self.splat_f(ty, 1.0);
         let y = self.b.ins().fadd(y, one);
         // 2^n as 2^n1 · 2^n2 with n1 = n >> 1, n2 = n - n1, so that results
@@ -1321,13 +1332,23 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         self.b.ins().fmul(y, s2)
     }
 
+    /// `a·b + c`: one fused multiply-add where the host has FMA (inside
+    /// the approximations only), else a multiply and an add.
+    fn mul_add(&mut self, a: Value, b: Value, c: Value) -> Value {
+        if has_fma() {
+            self.b.ins().fma(a, b, c)
+        } else {
+            let m = self.b.ins().fmul(a, b);
+            self.b.ins().fadd(m, c)
+        }
+    }
+
     /// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule.
     fn horner(&mut self, z: Value, coeffs: &[f64], ty: Type) -> Value {
         let mut p = self.splat_f(ty, coeffs[0]);
         for c in &coeffs[1..] {
             let cc = self.splat_f(ty, *c);
-            p = self.b.ins().fmul(p, z);
-            p = self.b.ins().fadd(p, cc);
+            p = self.mul_add(p, z, cc);
         }
         p
     }
@@ -1352,8 +1373,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             ty,
         );
         let zp = self.b.ins().fmul(z, p);
-        let azp = self.b.ins().fmul(a, zp);
-        let small = self.b.ins().fadd(a, azp);
+        let small = self.mul_add(a, zp, a);
         let two_a = self.b.ins().fadd(a, a);
         let e = self.exp_f32(two_a, ty);
         let one = self.splat_f(ty, 1.0);
@@ -1445,15 +1465,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let y = self.b.ins().fmul(p, f);
         let y = self.b.ins().fmul(y, z);
         let q1 = self.splat_f(ty, -2.121_944_40e-4);
-        let t = self.b.ins().fmul(ef, q1);
-        let y = self.b.ins().fadd(y, t);
-        let h = self.splat_f(ty, 0.5);
-        let hz = self.b.ins().fmul(z, h);
-        let y = self.b.ins().fsub(y, hz);
+        let y = self.mul_add(ef, q1, y);
+        let h = self.splat_f(ty, -0.5);
+        let y = self.mul_add(z, h, y);
         let r = self.b.ins().fadd(f, y);
         let q2 = self.splat_f(ty, 0.693_359_375);
-        let t2 = self.b.ins().fmul(ef, q2);
-        let r = self.b.ins().fadd(r, t2);
+        let r = self.mul_add(ef, q2, r);
         // Special values: x < 0 or NaN → NaN; 0 → -inf; +inf → +inf.
         let zero = self.splat_f(ty, 0.0);
         let nan = self.splat_f(ty, f64::NAN);
