@@ -71,6 +71,28 @@ pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
     } else {
         shape.clone()
     };
+    // Fast path: little-endian (or byte-sized) data in C order is read
+    // straight into the tensor's buffer: no intermediate copies, so a 64 MiB
+    // input costs 64 MiB (the `/usr/bin/time -v` check in docs/benchmarks.md).
+    let native = !fortran
+        && cfg!(target_endian = "little")
+        && matches!(
+            ts.endianness(),
+            npyz::Endianness::Little | npyz::Endianness::Irrelevant
+        )
+        && ts.num_bytes() == Some(dtype.size());
+    if native && dtype != DType::String {
+        let n: usize = shape.iter().product();
+        let bytes = n
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::invalid("shape too large"))?;
+        tensorlift_runtime::interp::check_allocation(bytes, "this .npy file's data")?;
+        let mut buf = tensorlift_runtime::AlignedBytes::zeroed(bytes);
+        file.into_inner()
+            .read_exact(buf.as_mut_slice())
+            .map_err(io_err)?;
+        return Tensor::from_aligned(dtype, &shape, buf);
+    }
     macro_rules! load {
         ($T:ty) => {
             Tensor::from(
@@ -115,9 +137,10 @@ pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
 pub fn write(t: &Tensor, writer: impl Write) -> Result<()> {
     let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
     let werr = |e: std::io::Error| Error::invalid(format!("cannot write .npy data: {e}"));
+    // Elements stream from the tensor's buffer (no copy of the data).
     macro_rules! save {
         ($T:ty) => {{
-            let v = t.to_ndarray::<$T>()?;
+            let v = t.view::<$T>()?;
             let mut w = npyz::WriteOptions::new()
                 .default_dtype()
                 .shape(&shape)
@@ -129,7 +152,16 @@ pub fn write(t: &Tensor, writer: impl Write) -> Result<()> {
         }};
     }
     match t.dtype() {
-        DType::Bool => save!(bool),
+        DType::Bool => {
+            let mut w = npyz::WriteOptions::<bool>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(writer)
+                .begin_nd()
+                .map_err(werr)?;
+            w.extend(t.bytes().iter().map(|b| *b != 0)).map_err(werr)?;
+            w.finish().map_err(werr)
+        }
         DType::I8 => save!(i8),
         DType::I16 => save!(i16),
         DType::I32 => save!(i32),
