@@ -138,3 +138,71 @@ fn tanh_f32_within_4_ulp() {
 fn log_f32_within_4_ulp() {
     check("log", |x| x.log(), f64::ln, -10.0, f32::MAX, 4);
 }
+
+/// f64 inputs: every 2^40th-ish bit pattern over the whole range (~16M, of
+/// both signs) plus the special values, against glibc's `exp`.
+#[test]
+fn exp_f64_within_2_ulp_of_libm() {
+    let step: u64 = if stride() == 1 {
+        1 << 36
+    } else {
+        (1 << 40) + 12_345
+    };
+    let mut xs: Vec<f64> = (0..u64::MAX / step)
+        .map(|i| f64::from_bits(i.wrapping_mul(step)))
+        .filter(|x| x.abs() <= 800.0 || !x.is_finite())
+        .collect();
+    xs.extend(
+        [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.0,
+            -0.0,
+            5e-324,
+            709.78,
+            709.79,
+            -745.13,
+            -745.14,
+            -708.4,
+            1e-300,
+        ]
+        .iter(),
+    );
+    let n = xs.len();
+    let x = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], xs.clone()).unwrap());
+    let jf = function(|x: Sym| x.exp()).jit_compile(true);
+    let y = common::to_vec::<f64>(&jf.call(&[x]).unwrap()[0]);
+    let ulps64 = |a: f64, b: f64| -> u64 {
+        if a.is_nan() || b.is_nan() {
+            return if a.is_nan() && b.is_nan() {
+                0
+            } else {
+                u64::MAX
+            };
+        }
+        let key = |x: f64| {
+            let i = x.to_bits() as i64;
+            if i < 0 {
+                i128::from(i64::MIN) - i128::from(i)
+            } else {
+                i128::from(i)
+            }
+        };
+        u64::try_from((key(a) - key(b)).unsigned_abs()).unwrap_or(u64::MAX)
+    };
+    let mut worst = (0u64, 0.0f64);
+    for (x, y) in xs.iter().zip(&y) {
+        let e = ulps64(*y, x.exp());
+        if e > worst.0 {
+            worst = (e, *x);
+        }
+    }
+    assert!(
+        worst.0 <= 2,
+        "exp f64: {} ulp at x = {:e}",
+        worst.0,
+        worst.1
+    );
+    println!("exp f64: max {} ulp over {n} samples", worst.0);
+}

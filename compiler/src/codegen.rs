@@ -863,7 +863,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         | UnaryOp::Round
                         | UnaryOp::Reciprocal
                         | UnaryOp::Rsqrt => float,
-                        UnaryOp::Exp | UnaryOp::Logistic | UnaryOp::Tanh | UnaryOp::Log => {
+                        UnaryOp::Exp => float && !exact,
+                        UnaryOp::Logistic | UnaryOp::Tanh | UnaryOp::Log => {
                             dt == DType::F32 && !exact
                         }
                         _ => false,
@@ -1216,6 +1217,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Not if xd == DType::Bool => self.b.ins().bxor_imm_u(x, 1),
             UnaryOp::Not => self.b.ins().bnot(x),
             UnaryOp::Exp if ty.lane_type() == types::F32 && !self.opts.exact => self.exp_f32(x, ty),
+            UnaryOp::Exp if ty.lane_type() == types::F64 && !self.opts.exact => self.exp_f64(x, ty),
             UnaryOp::Tanh if ty.lane_type() == types::F32 && !self.opts.exact => {
                 self.tanh_f32(x, ty)
             }
@@ -1351,6 +1353,75 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             p = self.mul_add(p, z, cc);
         }
         p
+    }
+
+    /// `e^x` for f64 (scalar or F64X2), after Cephes' `exp`: reduction by
+    /// `ln 2` in two parts, then the Padé form `1 + 2·P(r)/(Q(r²) - P(r))`;
+    /// 2^n applied as two powers of two so that denormal results round
+    /// once. NaN propagates; overflow gives +inf, underflow +0. Within 2 ulp
+    /// of glibc's `exp` (tested).
+    fn exp_f64(&mut self, x: Value, ty: Type) -> Value {
+        let ity = if ty.is_vector() {
+            types::I64X2
+        } else {
+            types::I64
+        };
+        let flags = MemFlagsData::new();
+        let hi = self.splat_f(ty, 709.79);
+        let lo = self.splat_f(ty, -746.0);
+        let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
+        let x = self.sel(above, hi, x, ty);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
+        let x = self.sel(below, lo, x, ty);
+        // n = round(x·log2 e) via the 1.5·2^52 trick.
+        let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
+        let magic = self.splat_f(ty, 6_755_399_441_055_744.0);
+        let tm = self.mul_add(x, log2e, magic);
+        let n = self.b.ins().fsub(tm, magic);
+        let c1 = self.splat_f(ty, -6.931_457_519_531_25e-1);
+        let c2 = self.splat_f(ty, -1.428_606_820_309_417_3e-6);
+        let r = self.mul_add(n, c1, x);
+        let r = self.mul_add(n, c2, r);
+        let rr = self.b.ins().fmul(r, r);
+        let p = self.horner(
+            rr,
+            &[
+                1.261_771_930_748_105_8e-4,
+                3.029_944_077_074_419_5e-2,
+                1.0,
+            ],
+            ty,
+        );
+        let px = self.b.ins().fmul(p, r);
+        let q = self.horner(
+            rr,
+            &[
+                3.001_985_051_386_644_6e-6,
+                2.524_483_403_496_841e-3,
+                2.272_655_482_081_550_3e-1,
+                2.0,
+            ],
+            ty,
+        );
+        let den = self.b.ins().fsub(q, px);
+        let y = self.b.ins().fdiv(px, den);
+        let one = self.splat_f(ty, 1.0);
+        let two = self.splat_f(ty, 2.0);
+        let y = self.mul_add(y, two, one);
+        let tmi = self.b.ins().bitcast(ity, flags, tm);
+        let mi = self.splat_i(ity, 0x4338_0000_0000_0000);
+        let ni = self.b.ins().isub(tmi, mi);
+        let n1 = self.b.ins().sshr_imm_s(ni, 1);
+        let n2 = self.b.ins().isub(ni, n1);
+        let bias = self.splat_i(ity, 1023);
+        let e1 = self.b.ins().iadd(n1, bias);
+        let e1 = self.b.ins().ishl_imm_s(e1, 52);
+        let e2 = self.b.ins().iadd(n2, bias);
+        let e2 = self.b.ins().ishl_imm_s(e2, 52);
+        let s1 = self.b.ins().bitcast(ty, flags, e1);
+        let s2 = self.b.ins().bitcast(ty, flags, e2);
+        let y = self.b.ins().fmul(y, s1);
+        self.b.ins().fmul(y, s2)
     }
 
     /// `tanh x` for f32 (scalar or F32X4), after Cephes' `tanhf`: for
