@@ -17,6 +17,7 @@ use proptest::prelude::*;
 use tensorlift::compiler::{self, JitOptions, OptLevel};
 use tensorlift::ir::text;
 use tensorlift::runtime::interp;
+use tensorlift::{DType, IrStage, Sym, TensorSpec, function};
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
@@ -242,4 +243,64 @@ fn reductions_and_loops_of_every_length() {
             }
         }
     }
+}
+
+/// Row groups (kernels interleaved a block of rows at a time, row ranges on
+/// different threads) compute exactly what the interpreter computes:
+/// softmax and a row normalization over shapes with many blocks, and a
+/// column reduction, which must not be grouped (its rows depend on every
+/// row).
+#[test]
+fn row_groups_agree_bitwise_with_the_interpreter() {
+    let bodies: [(&str, fn(Sym) -> Sym, bool); 3] = [
+        ("softmax", softmax_, true),
+        ("normalize", normalize_, true),
+        ("by_column", by_column_, false),
+    ];
+    for (name, body, grouped) in bodies {
+        for (rows, cols) in [(3000usize, 257usize), (7, 20000), (1, 64)] {
+            let n = rows * cols;
+            let data: Vec<f32> = (0..n)
+                .map(|i| ((i as u64).wrapping_mul(2_654_435_761) % 1000) as f32 / 100.0 - 5.0)
+                .collect();
+            let x = common::f32s(&data, &[rows, cols]);
+            let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+            for opts in EXACT {
+                let f = function(body).jit_compile(true).jit_options(opts);
+                let got = f.call(std::slice::from_ref(&x)).unwrap();
+                assert!(
+                    common::same_bits(&got[0], &want[0]),
+                    "{name} {rows}x{cols} {opts:?}"
+                );
+                let plan = f
+                    .compiler_ir(
+                        &[TensorSpec::known(DType::F32, &[rows, cols])],
+                        IrStage::Fused,
+                    )
+                    .unwrap();
+                assert_eq!(
+                    plan.contains("row group"),
+                    grouped && rows > 1,
+                    "{name}\n{plan}"
+                );
+            }
+        }
+    }
+}
+
+fn softmax_(x: Sym) -> Sym {
+    let e = (&x - x.reduce_max(Some(&[1]), true)).exp();
+    &e / e.reduce_sum(Some(&[1]), true)
+}
+
+fn normalize_(x: Sym) -> Sym {
+    let n = 1.0 / 64.0;
+    let mean = x.reduce_sum(Some(&[1]), true) * n;
+    let d = &x - mean;
+    let var = (&d * &d).reduce_sum(Some(&[1]), true) * n;
+    &d / (var + 1e-5).sqrt()
+}
+
+fn by_column_(x: Sym) -> Sym {
+    &x - x.reduce_max(Some(&[0]), true)
 }

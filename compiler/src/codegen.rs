@@ -99,11 +99,7 @@ fn make_module(opts: &JitOptions) -> Result<JITModule> {
 /// one core of the benchmark machine, and splitting them made them slower
 /// (fresh output pages faulted in from two threads contend).
 fn splittable(k: &Kernel) -> bool {
-    let disjoint = match &k.kind {
-        KernelKind::Loop => !k.dims.is_empty(),
-        KernelKind::Reduce { reduced, .. } => !reduced.is_empty() && !reduced[0],
-    };
-    disjoint && element_cost(k) >= MIN_PARALLEL_COST
+    crate::fusion::range_capable(k) && element_cost(k) >= MIN_PARALLEL_COST
 }
 
 /// Rough cost of computing one element (simple ops 1, divisions 4,
@@ -263,8 +259,59 @@ pub(crate) fn generate(
             &[types::I32],
         )?;
         let par_ref = module.declare_func_in_func(par_fn, b.func);
+        let group_fn = helpers.get(
+            &mut module,
+            "tl_row_group",
+            &[
+                ptr,
+                types::I64,
+                ptr,
+                ptr,
+                types::I64,
+                types::I64,
+                types::I64,
+            ],
+            &[types::I32],
+        )?;
+        let group_ref = module.declare_func_in_func(group_fn, b.func);
         for (i, step) in plan.steps.iter().enumerate() {
+            if plan.groups.iter().any(|g| g.start < i && i < g.end) {
+                continue;
+            }
+            let group = plan.groups.iter().find(|g| g.start == i);
             let status = match step {
+                Step::Kernel(_) if let Some(g) = group => {
+                    // The group's kernels as an array of function addresses
+                    // on the stack, run block by block by the runtime.
+                    let n = g.end - g.start;
+                    let slot = b.create_sized_stack_slot(StackSlotData::new(
+                        StackSlotKind::ExplicitSlot,
+                        (n * 8) as u32,
+                        3,
+                    ));
+                    let mut work = 0usize;
+                    let mut parallel = false;
+                    for (j, step) in plan.steps[g.start..g.end].iter().enumerate() {
+                        let Step::Kernel(k) = step else {
+                            return Err(Error::internal("a row group holds a non-kernel step"));
+                        };
+                        let f = module.declare_func_in_func(kernel_ids[&(g.start + j)], b.func);
+                        let addr = b.ins().func_addr(ptr, f);
+                        b.ins().stack_store(ptr, addr, slot, (j * 8) as i32);
+                        work = work.saturating_add(kernel_work(k));
+                        parallel |= splittable(k);
+                    }
+                    let fns = b.ins().stack_addr(ptr, slot, 0);
+                    let count = b.ins().iconst(types::I64, n as i64);
+                    let rows = b.ins().iconst(types::I64, g.rows as i64);
+                    let block = b.ins().iconst(types::I64, g.block as i64);
+                    let par = parallel && opts.threads && work >= rt::PARALLEL_WORK as usize;
+                    let par = b.ins().iconst(types::I64, i64::from(par));
+                    let call = b
+                        .ins()
+                        .call(group_ref, &[fns, count, bufs, ctx, rows, block, par]);
+                    b.inst_results(call)[0]
+                }
                 Step::Kernel(k) => {
                     let f = module.declare_func_in_func(kernel_ids[&i], b.func);
                     let n0 = k.dims.first().copied().unwrap_or(1) as i64;
@@ -509,7 +556,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         self.b.seal_block(entry);
         let bufs = self.b.block_params(entry)[0];
         let (begin, end) = (self.b.block_params(entry)[2], self.b.block_params(entry)[3]);
-        if splittable(self.k) {
+        if crate::fusion::range_capable(self.k) {
             self.range = Some((begin, end));
         }
         let mut slots: Vec<usize> = self
@@ -1385,11 +1432,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let rr = self.b.ins().fmul(r, r);
         let p = self.horner(
             rr,
-            &[
-                1.261_771_930_748_105_8e-4,
-                3.029_944_077_074_419_5e-2,
-                1.0,
-            ],
+            &[1.261_771_930_748_105_8e-4, 3.029_944_077_074_419_5e-2, 1.0],
             ty,
         );
         let px = self.b.ins().fmul(p, r);

@@ -212,6 +212,135 @@ pub struct Plan {
     pub arena_bytes: usize,
     /// Fusion decisions, one line per node that was not simply inlined.
     pub decisions: Vec<String>,
+    /// Runs of consecutive kernels executed row block by row block.
+    pub groups: Vec<RowGroup>,
+}
+
+/// Consecutive kernel steps `start..end` over the same outermost ("row")
+/// dim, where every kernel reads what an earlier one of the run wrote only
+/// from the same row. They run interleaved, a block of rows at a time
+/// (`block` rows: every kernel on rows 0..8, then 8..16, ...), so that the
+/// rows a block touches stay in cache between kernels — the three passes
+/// of a row softmax read `x` from memory once instead of three times — and
+/// row ranges can go to different threads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowGroup {
+    /// First step.
+    pub start: usize,
+    /// One past the last step.
+    pub end: usize,
+    /// Rows (the shared outermost loop dim).
+    pub rows: usize,
+    /// Rows per block.
+    pub block: usize,
+}
+
+/// Bytes of all the rows one block of a row group touches, at most.
+const ROW_BLOCK_BYTES: usize = 64 << 10;
+
+/// True when a kernel's work splits by ranges of its outermost loop dim
+/// into disjoint writes (loops, and reductions keeping that dim).
+pub fn range_capable(k: &Kernel) -> bool {
+    match &k.kind {
+        KernelKind::Loop => !k.dims.is_empty(),
+        KernelKind::Reduce { reduced, .. } => !reduced.is_empty() && !reduced[0],
+    }
+}
+
+/// The extent `Σ_{d≥1} strides[d]·(dims[d] - 1)`, or None when a stride is
+/// negative.
+fn inner_extent(strides: &[i64], dims: &[usize]) -> Option<i64> {
+    let mut e = 0i64;
+    for (s, d) in strides.iter().zip(dims).skip(1) {
+        if *s < 0 {
+            return None;
+        }
+        e = e.checked_add(s.checked_mul(*d as i64 - 1)?)?;
+    }
+    Some(e)
+}
+
+/// Finds the row groups of `plan` (see [`RowGroup`]).
+fn find_row_groups(plan: &mut Plan) {
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < plan.steps.len() {
+        let Step::Kernel(first) = &plan.steps[i] else {
+            i += 1;
+            continue;
+        };
+        if !range_capable(first) {
+            i += 1;
+            continue;
+        }
+        let rows = first.dims[0];
+        // Slot -> row stride of the group kernel that wrote it.
+        let mut written: HashMap<SlotId, i64> = HashMap::new();
+        let row_of = |k: &Kernel| -> Option<i64> {
+            let r = *k.out_strides.first()?;
+            let inner = inner_extent(&k.out_strides, &k.dims)?;
+            (r > inner && r >= 0).then_some(r)
+        };
+        let Some(r) = row_of(first) else {
+            i += 1;
+            continue;
+        };
+        written.insert(first.out, r);
+        let mut shares = false;
+        let mut end = i + 1;
+        while let Some(Step::Kernel(k)) = plan.steps.get(end) {
+            if !range_capable(k) || k.dims[0] != rows {
+                break;
+            }
+            let mut local = true;
+            for n in &k.nodes {
+                if let ENode::Load {
+                    slot,
+                    offset,
+                    strides,
+                    ..
+                } = n
+                    && let Some(&r) = written.get(slot)
+                {
+                    shares = true;
+                    let inner = inner_extent(strides, &k.dims);
+                    local &= *offset == 0
+                        && strides.first() == Some(&r)
+                        && inner.is_some_and(|e| e < r.max(1));
+                }
+            }
+            let Some(r) = row_of(k).filter(|_| local) else {
+                break;
+            };
+            written.insert(k.out, r);
+            end += 1;
+        }
+        if shares && end - i >= 2 && rows >= 2 {
+            let mut slots: Vec<SlotId> = Vec::new();
+            for step in &plan.steps[i..end] {
+                let (r, w) = step_slots(step);
+                slots.extend(r);
+                slots.extend(w);
+            }
+            slots.sort_unstable();
+            slots.dedup();
+            let row_bytes: usize = slots.iter().map(|s| plan.slots[*s].bytes() / rows).sum();
+            let block = (ROW_BLOCK_BYTES / row_bytes.max(1)).clamp(1, rows);
+            plan.decisions.push(format!(
+                "row group: steps {i}..{end} run {block} of {rows} rows at a time ({row_bytes} bytes per row)"
+            ));
+            groups.push(RowGroup {
+                start: i,
+                end,
+                rows,
+                block,
+            });
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    plan.groups = groups;
 }
 
 /// Above this inline cost a value read by several kernels is materialized
@@ -482,7 +611,9 @@ pub fn plan(g: &Graph) -> Result<Plan> {
         outputs,
         arena_bytes: 0,
         decisions,
+        groups: Vec::new(),
     };
+    find_row_groups(&mut plan);
     mark_handoffs(&mut plan);
     plan_buffers(&mut plan);
     Ok(plan)
@@ -925,13 +1056,20 @@ fn plan_buffers(plan: &mut Plan) {
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
     for (i, step) in plan.steps.iter().enumerate() {
+        // The steps of a row group run interleaved: everything they touch
+        // is live for the whole group.
+        let (lo, hi) = plan
+            .groups
+            .iter()
+            .find(|g| (g.start..g.end).contains(&i))
+            .map_or((i, i), |g| (g.start, g.end - 1));
         let (reads, writes) = step_slots(step);
         for s in writes {
-            first[s] = first[s].min(i);
-            last[s] = last[s].max(i);
+            first[s] = first[s].min(lo);
+            last[s] = last[s].max(hi);
         }
         for s in reads {
-            last[s] = last[s].max(i);
+            last[s] = last[s].max(hi);
         }
     }
     // (offset, size, last use) of live allocations.

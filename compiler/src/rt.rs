@@ -537,6 +537,71 @@ unsafe extern "C" fn tl_parallel(
     }
 }
 
+/// Runs the kernels of a row group (`fns[0..count]`) over `[0, rows)`, a
+/// block of rows at a time: every kernel on one block before the next
+/// block, so a block's rows stay in cache between kernels. With `parallel`
+/// set, the rows are split into one contiguous range per core first (each
+/// kernel reads only rows its range's earlier kernels wrote, so ranges are
+/// independent); each element is still computed by the same code, so
+/// results do not depend on the split.
+///
+/// # Safety
+/// `fns` holds `count` kernels of this module forming a row group of the
+/// plan; `bufs`/`ctx` as for `main`.
+unsafe extern "C" fn tl_row_group(
+    fns: *const KernelFn,
+    count: i64,
+    bufs: *const *mut u8,
+    ctx: *mut CallCtx,
+    rows: i64,
+    block: i64,
+    parallel: i64,
+) -> i32 {
+    // SAFETY: the caller's contract.
+    let kernels = unsafe { std::slice::from_raw_parts(fns, count.max(0) as usize) };
+    let block = block.max(1);
+    let run = |b: *const *mut u8, c: *mut CallCtx, lo: i64, hi: i64| -> i32 {
+        let mut start = lo;
+        while start < hi {
+            let end = (start + block).min(hi);
+            for k in kernels {
+                // SAFETY: a range of a row group's kernel, in group order.
+                let st = unsafe { k(b, c, start, end) };
+                if st != 0 {
+                    return st;
+                }
+            }
+            start = end;
+        }
+        0
+    };
+    let threads = rayon::current_num_threads() as i64;
+    if parallel == 0 || threads < 2 || rows < 2 {
+        return run(bufs, ctx, 0, rows);
+    }
+    let parts = threads.min(rows);
+    let status = std::sync::atomic::AtomicI32::new(0);
+    let (b, c) = (SendPtr(bufs as *mut *mut u8), SendPtr(ctx));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rayon::scope(|s| {
+            for p in 0..parts {
+                let (lo, hi) = (rows * p / parts, rows * (p + 1) / parts);
+                let (b, c, status, run) = (&b, &c, &status, &run);
+                s.spawn(move |_| {
+                    let st = run(b.0, c.0, lo, hi);
+                    if st != 0 {
+                        status.store(st, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+    }));
+    match r {
+        Ok(()) => status.load(std::sync::atomic::Ordering::Relaxed),
+        Err(_) => 1,
+    }
+}
+
 /// Every runtime symbol with its address.
 pub fn symbols() -> Vec<(&'static str, *const u8)> {
     vec![
@@ -564,6 +629,7 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("tl_c64_abs", tl_c64_abs as *const u8),
         ("tl_c128_abs", tl_c128_abs as *const u8),
         ("tl_runtime_step", tl_runtime_step as *const u8),
+        ("tl_row_group", tl_row_group as *const u8),
         ("tl_gemm", tl_gemm as *const u8),
         ("tl_parallel", tl_parallel as *const u8),
     ]
