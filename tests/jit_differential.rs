@@ -252,7 +252,8 @@ fn reductions_and_loops_of_every_length() {
 /// row).
 #[test]
 fn row_groups_agree_bitwise_with_the_interpreter() {
-    let bodies: [(&str, fn(Sym) -> Sym, bool); 3] = [
+    type Body = fn(Sym) -> Sym;
+    let bodies: [(&str, Body, bool); 3] = [
         ("softmax", softmax_, true),
         ("normalize", normalize_, true),
         ("by_column", by_column_, false),
