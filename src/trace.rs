@@ -252,12 +252,7 @@ impl Tracer {
                 }),
                 pos: None,
             }));
-            (0..tout.len())
-                .map(|_| Sym {
-                    ctx: self.ctx.clone(),
-                    v: None,
-                })
-                .collect::<Vec<_>>()
+            self.poisoned(tout.len())
         };
         if output_shapes.len() != tout.len() {
             return fail(format!(
@@ -439,6 +434,16 @@ impl Tracer {
         self.callback_with(spec, inputs, HostCallback::new(kind, f), site)
     }
 
+    /// `n` poisoned values (an error was recorded instead of a node).
+    fn poisoned(&self, n: usize) -> Vec<Sym> {
+        (0..n)
+            .map(|_| Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            })
+            .collect()
+    }
+
     fn callback_with(
         &self,
         spec: CallbackSpec<'_>,
@@ -446,16 +451,8 @@ impl Tracer {
         callable: HostCallback,
         site: Site,
     ) -> Vec<Sym> {
-        let poisoned = |n: usize| {
-            (0..n)
-                .map(|_| Sym {
-                    ctx: self.ctx.clone(),
-                    v: None,
-                })
-                .collect::<Vec<_>>()
-        };
         let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
-            return poisoned(spec.tout.len());
+            return self.poisoned(spec.tout.len());
         };
         let kind = spec.kind;
         let shapes: Vec<Shape> = match spec.output_shapes {
@@ -475,7 +472,7 @@ impl Tracer {
                     pos: None,
                 });
                 self.record(e);
-                return poisoned(spec.tout.len());
+                return self.poisoned(spec.tout.len());
             }
             Some(s) => s.to_vec(),
             None => vec![Shape::Unranked; spec.tout.len()],
@@ -519,7 +516,7 @@ impl Tracer {
             Err(e) => {
                 drop(g);
                 self.record(e);
-                poisoned(spec.tout.len())
+                self.poisoned(spec.tout.len())
             }
         }
     }

@@ -1323,11 +1323,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// smallest denormal round once. Within 2 ulp of a correctly rounded
     /// result (tested); NaN, ±inf and overflow behave as `expf`.
     fn exp_f32(&mut self, x: Value, ty: Type) -> Value {
-        let ity = if ty.is_vector() {
-            types::I32X4
-        } else {
-            types::I32
-        };
         // Clamp with compare + select (NaN stays NaN and falls through).
         let hi = self.splat_f(ty, 88.73);
         let lo = self.splat_f(ty, -104.0);
@@ -1363,20 +1358,40 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let y = self.mul_add(p, rr, r);
         let one = self.splat_f(ty, 1.0);
         let y = self.b.ins().fadd(y, one);
-        // 2^n as 2^n1 · 2^n2 with n1 = n >> 1, n2 = n - n1, so that results
-        // down to the smallest denormal round once.
-        let tmi = self.b.ins().bitcast(ity, MemFlagsData::new(), tm);
-        let mi = self.splat_i(ity, 0x4B40_0000);
+        self.scale_by_pow2(y, tm, ty)
+    }
+
+    /// `y · 2^n`, where `tm = n + magic` came from the round-to-integer
+    /// trick (magic = 1.5·2^23 for f32, 1.5·2^52 for f64, so `n` sits in
+    /// the low mantissa bits). Applied as 2^n1 · 2^n2 with n1 = n >> 1,
+    /// n2 = n - n1, so that results down to the smallest denormal round
+    /// once and no factor overflows before the product does.
+    fn scale_by_pow2(&mut self, y: Value, tm: Value, ty: Type) -> Value {
+        let f64_lanes = ty.lane_type() == types::F64;
+        let ity = match (f64_lanes, ty.is_vector()) {
+            (false, false) => types::I32,
+            (false, true) => types::I32X4,
+            (true, false) => types::I64,
+            (true, true) => types::I64X2,
+        };
+        let (magic_bits, bias, shift) = if f64_lanes {
+            (0x4338_0000_0000_0000, 1023, 52)
+        } else {
+            (0x4B40_0000, 127, 23)
+        };
+        let flags = MemFlagsData::new();
+        let tmi = self.b.ins().bitcast(ity, flags, tm);
+        let mi = self.splat_i(ity, magic_bits);
         let ni = self.b.ins().isub(tmi, mi);
         let n1 = self.b.ins().sshr_imm_s(ni, 1);
         let n2 = self.b.ins().isub(ni, n1);
-        let bias = self.splat_i(ity, 127);
+        let bias = self.splat_i(ity, bias);
         let e1 = self.b.ins().iadd(n1, bias);
-        let e1 = self.b.ins().ishl_imm_s(e1, 23);
+        let e1 = self.b.ins().ishl_imm_s(e1, shift);
         let e2 = self.b.ins().iadd(n2, bias);
-        let e2 = self.b.ins().ishl_imm_s(e2, 23);
-        let s1 = self.b.ins().bitcast(ty, MemFlagsData::new(), e1);
-        let s2 = self.b.ins().bitcast(ty, MemFlagsData::new(), e2);
+        let e2 = self.b.ins().ishl_imm_s(e2, shift);
+        let s1 = self.b.ins().bitcast(ty, flags, e1);
+        let s2 = self.b.ins().bitcast(ty, flags, e2);
         let y = self.b.ins().fmul(y, s1);
         self.b.ins().fmul(y, s2)
     }
@@ -1408,12 +1423,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// once. NaN propagates; overflow gives +inf, underflow +0. Within 2 ulp
     /// of glibc's `exp` (tested).
     fn exp_f64(&mut self, x: Value, ty: Type) -> Value {
-        let ity = if ty.is_vector() {
-            types::I64X2
-        } else {
-            types::I64
-        };
-        let flags = MemFlagsData::new();
         let hi = self.splat_f(ty, 709.79);
         let lo = self.splat_f(ty, -746.0);
         let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
@@ -1451,20 +1460,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let one = self.splat_f(ty, 1.0);
         let two = self.splat_f(ty, 2.0);
         let y = self.mul_add(y, two, one);
-        let tmi = self.b.ins().bitcast(ity, flags, tm);
-        let mi = self.splat_i(ity, 0x4338_0000_0000_0000);
-        let ni = self.b.ins().isub(tmi, mi);
-        let n1 = self.b.ins().sshr_imm_s(ni, 1);
-        let n2 = self.b.ins().isub(ni, n1);
-        let bias = self.splat_i(ity, 1023);
-        let e1 = self.b.ins().iadd(n1, bias);
-        let e1 = self.b.ins().ishl_imm_s(e1, 52);
-        let e2 = self.b.ins().iadd(n2, bias);
-        let e2 = self.b.ins().ishl_imm_s(e2, 52);
-        let s1 = self.b.ins().bitcast(ty, flags, e1);
-        let s2 = self.b.ins().bitcast(ty, flags, e2);
-        let y = self.b.ins().fmul(y, s1);
-        self.b.ins().fmul(y, s2)
+        self.scale_by_pow2(y, tm, ty)
     }
 
     /// `tanh x` for f32 (scalar or F32X4), after Cephes' `tanhf`: for
@@ -1532,7 +1528,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let xn = self.sel(is_tiny, xs, x, ty);
         let zero_i = self.splat_i(ity, 0);
         let m23 = self.splat_i(ity, 23);
-        let bias_adj = self.sel_i(is_tiny, m23, zero_i, ty, ity);
+        let bias_adj = self.sel(is_tiny, m23, zero_i, ty);
         // Split into mantissa in [0.5, 1) and exponent.
         let bits = self.b.ins().bitcast(ity, flags, xn);
         let e = self.b.ins().ushr_imm_s(bits, 23);
@@ -1598,20 +1594,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         self.sel(bad, nan, r, ty)
     }
 
-    /// `cond ? a : b` for integer values under a float comparison's mask.
-    fn sel_i(&mut self, cond: Value, a: Value, b: Value, ty: Type, ity: Type) -> Value {
-        if ty.is_vector() {
-            let m = self.b.ins().bitcast(ity, MemFlagsData::new(), cond);
-            self.b.ins().bitselect(m, a, b)
-        } else {
-            self.b.ins().select(cond, a, b)
-        }
-    }
-
     /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).
+    /// The mask is reinterpreted as `a`'s type, so float and integer lanes
+    /// both work.
     fn sel(&mut self, cond: Value, a: Value, b: Value, ty: Type) -> Value {
         if ty.is_vector() {
-            let m = self.b.ins().bitcast(ty, MemFlagsData::new(), cond);
+            let vt = self.b.func.dfg.value_type(a);
+            let m = self.b.ins().bitcast(vt, MemFlagsData::new(), cond);
             self.b.ins().bitselect(m, a, b)
         } else {
             self.b.ins().select(cond, a, b)

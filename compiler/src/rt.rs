@@ -513,6 +513,22 @@ unsafe extern "C" fn tl_parallel(
         // SAFETY: the caller's contract.
         return unsafe { kernel(bufs, ctx, 0, n) };
     }
+    split_rows(bufs, ctx, n, threads, |b, c, lo, hi| {
+        // SAFETY: disjoint ranges of a kernel, as the caller guarantees.
+        unsafe { kernel(b, c, lo, hi) }
+    })
+}
+
+/// Runs `run(bufs, ctx, lo, hi)` on `threads` contiguous parts of
+/// `[0, n)` in parallel; the first failing status (or 1 for a panic) is
+/// returned. The caller guarantees the parts write disjoint memory.
+fn split_rows(
+    bufs: *const *mut u8,
+    ctx: *mut CallCtx,
+    n: i64,
+    threads: i64,
+    run: impl Fn(*const *mut u8, *mut CallCtx, i64, i64) -> i32 + Sync,
+) -> i32 {
     let parts = threads.min(n);
     let status = std::sync::atomic::AtomicI32::new(0);
     let (b, c) = (SendPtr(bufs as *mut *mut u8), SendPtr(ctx));
@@ -520,10 +536,9 @@ unsafe extern "C" fn tl_parallel(
         rayon::scope(|s| {
             for p in 0..parts {
                 let (lo, hi) = (n * p / parts, n * (p + 1) / parts);
-                let (b, c, status) = (&b, &c, &status);
+                let (b, c, status, run) = (&b, &c, &status, &run);
                 s.spawn(move |_| {
-                    // SAFETY: disjoint ranges of a kernel, as the caller guarantees.
-                    let st = unsafe { kernel(b.0, c.0, lo, hi) };
+                    let st = run(b.0, c.0, lo, hi);
                     if st != 0 {
                         status.store(st, std::sync::atomic::Ordering::Relaxed);
                     }
@@ -579,27 +594,7 @@ unsafe extern "C" fn tl_row_group(
     if parallel == 0 || threads < 2 || rows < 2 {
         return run(bufs, ctx, 0, rows);
     }
-    let parts = threads.min(rows);
-    let status = std::sync::atomic::AtomicI32::new(0);
-    let (b, c) = (SendPtr(bufs as *mut *mut u8), SendPtr(ctx));
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        rayon::scope(|s| {
-            for p in 0..parts {
-                let (lo, hi) = (rows * p / parts, rows * (p + 1) / parts);
-                let (b, c, status, run) = (&b, &c, &status, &run);
-                s.spawn(move |_| {
-                    let st = run(b.0, c.0, lo, hi);
-                    if st != 0 {
-                        status.store(st, std::sync::atomic::Ordering::Relaxed);
-                    }
-                });
-            }
-        });
-    }));
-    match r {
-        Ok(()) => status.load(std::sync::atomic::Ordering::Relaxed),
-        Err(_) => 1,
-    }
+    split_rows(bufs, ctx, rows, threads, run)
 }
 
 /// Every runtime symbol with its address.

@@ -84,7 +84,7 @@ pub fn into_numpy(py: Python<'_>, t: Tensor) -> Result<Bound<'_, PyAny>> {
     macro_rules! hand {
         ($T:ty, $bytes:expr, $shape:expr) => {{
             let mut bytes: AlignedBytes = $bytes;
-            let ptr = bytes.as_mut_slice().as_mut_ptr() as *const $T;
+            let ptr = bytes.as_mut_ptr() as *const $T;
             let owner = Bound::new(py, HandedOff { _bytes: bytes }).map_err(|e| internal(py, e))?;
             // SAFETY: `ptr` addresses `shape`'s element count of `$T`, 16-byte
             // aligned, inside the buffer `owner` now owns; moving the
