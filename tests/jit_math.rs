@@ -139,10 +139,37 @@ fn log_f32_within_4_ulp() {
     check("log", |x| x.log(), f64::ln, -10.0, f32::MAX, 4);
 }
 
-/// f64 inputs: every 2^40th-ish bit pattern over the whole range (~16M, of
-/// both signs) plus the special values, against glibc's `exp`.
-#[test]
-fn exp_f64_within_2_ulp_of_libm() {
+/// Distance in units in the last place between two f64.
+fn ulps64(a: f64, b: f64) -> u64 {
+    if a.is_nan() || b.is_nan() {
+        return if a.is_nan() && b.is_nan() {
+            0
+        } else {
+            u64::MAX
+        };
+    }
+    let key = |x: f64| {
+        let i = x.to_bits() as i64;
+        if i < 0 {
+            i128::from(i64::MIN) - i128::from(i)
+        } else {
+            i128::from(i)
+        }
+    };
+    u64::try_from((key(a) - key(b)).unsigned_abs()).unwrap_or(u64::MAX)
+}
+
+/// f64 inputs: every 2^40th-ish bit pattern (2^36th with
+/// `TENSORLIFT_EXHAUSTIVE=1`) within `[lo, hi]` of both signs plus the
+/// special values, against glibc (or `libm`) in f64.
+fn check64(
+    name: &str,
+    f: impl Fn(Sym) -> Sym + Send + Sync + 'static,
+    reference: impl Fn(f64) -> f64,
+    lo: f64,
+    hi: f64,
+    bound: u64,
+) {
     let step: u64 = if stride() == 1 {
         1 << 36
     } else {
@@ -150,59 +177,183 @@ fn exp_f64_within_2_ulp_of_libm() {
     };
     let mut xs: Vec<f64> = (0..u64::MAX / step)
         .map(|i| f64::from_bits(i.wrapping_mul(step)))
-        .filter(|x| x.abs() <= 800.0 || !x.is_finite())
+        .filter(|x| (*x >= lo && *x <= hi) || !x.is_finite())
         .collect();
-    xs.extend(
-        [
-            f64::NAN,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            0.0,
-            -0.0,
-            5e-324,
-            709.78,
-            709.79,
-            -745.13,
-            -745.14,
-            -708.4,
-            1e-300,
-        ]
-        .iter(),
-    );
+    xs.extend([
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -0.0,
+        5e-324,
+        -5e-324,
+        1.0,
+        -1.0,
+        0.625,
+        709.78,
+        709.79,
+        -745.13,
+        -745.14,
+        -708.4,
+        1e-300,
+        f64::MAX,
+        f64::MIN,
+    ]);
+    xs.retain(|x| x.is_nan() || (*x >= lo && *x <= hi) || x.is_infinite());
     let n = xs.len();
     let x = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], xs.clone()).unwrap());
-    let jf = function(|x: Sym| x.exp()).jit_compile(true);
+    let jf = function(move |x: Sym| f(x)).jit_compile(true);
     let y = common::to_vec::<f64>(&jf.call(&[x]).unwrap()[0]);
-    let ulps64 = |a: f64, b: f64| -> u64 {
-        if a.is_nan() || b.is_nan() {
-            return if a.is_nan() && b.is_nan() {
-                0
-            } else {
-                u64::MAX
-            };
-        }
-        let key = |x: f64| {
-            let i = x.to_bits() as i64;
-            if i < 0 {
-                i128::from(i64::MIN) - i128::from(i)
-            } else {
-                i128::from(i)
-            }
-        };
-        u64::try_from((key(a) - key(b)).unsigned_abs()).unwrap_or(u64::MAX)
-    };
     let mut worst = (0u64, 0.0f64);
     for (x, y) in xs.iter().zip(&y) {
-        let e = ulps64(*y, x.exp());
+        let e = ulps64(*y, reference(*x));
         if e > worst.0 {
             worst = (e, *x);
         }
     }
     assert!(
-        worst.0 <= 2,
-        "exp f64: {} ulp at x = {:e}",
+        worst.0 <= bound,
+        "{name} f64: {} ulp at x = {:e} (bound {bound})",
         worst.0,
         worst.1
     );
-    println!("exp f64: max {} ulp over {n} samples", worst.0);
+    println!("{name} f64: max {} ulp over {n} samples", worst.0);
+}
+
+#[test]
+fn exp_f64_within_2_ulp_of_libm() {
+    check64("exp", |x| x.exp(), f64::exp, -800.0, 800.0, 2);
+}
+
+#[test]
+fn log_f64_within_2_ulp_of_libm() {
+    check64("log", |x| x.log(), f64::ln, f64::MIN, f64::MAX, 2);
+}
+
+#[test]
+fn tanh_f64_within_2_ulp_of_libm() {
+    check64("tanh", |x| x.tanh(), f64::tanh, f64::MIN, f64::MAX, 2);
+}
+
+#[test]
+fn sigmoid_f64_within_2_ulp_of_libm() {
+    check64(
+        "sigmoid",
+        |x| x.sigmoid(),
+        // e^x/(1 + e^x) below 0: 1/(1 + e^-x) would overflow there.
+        |x| {
+            if x < 0.0 {
+                x.exp() / (1.0 + x.exp())
+            } else {
+                1.0 / (1.0 + (-x).exp())
+            }
+        },
+        -800.0,
+        800.0,
+        2,
+    );
+}
+
+#[test]
+fn expm1_f32_within_4_ulp() {
+    check("expm1", |x| x.expm1(), f64::exp_m1, f32::MIN, f32::MAX, 4);
+}
+#[test]
+fn log1p_f32_within_4_ulp() {
+    check("log1p", |x| x.log1p(), f64::ln_1p, -2.0, f32::MAX, 4);
+}
+
+#[test]
+fn sin_f32_within_4_ulp() {
+    check("sin", |x| x.sin(), f64::sin, f32::MIN, f32::MAX, 4);
+}
+
+#[test]
+fn cos_f32_within_4_ulp() {
+    check("cos", |x| x.cos(), f64::cos, f32::MIN, f32::MAX, 4);
+}
+
+#[test]
+fn erf_f32_within_4_ulp() {
+    check("erf", |x| x.erf(), libm::erf, f32::MIN, f32::MAX, 4);
+}
+
+/// `pow` on pairs: x over every f32 exponent range (sparser than the unary
+/// checks) against a list of exponents that exercise the special cases
+/// (0, ±1, odd and even integers, halves, ±inf, NaN, huge), plus a dense
+/// grid of moderate bases and exponents.
+#[test]
+fn pow_f32_within_4_ulp() {
+    let step = stride() * 61;
+    let mut xs: Vec<f32> = (0..=u32::MAX / step)
+        .map(|i| f32::from_bits(i * step))
+        .collect();
+    xs.extend([
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        2.0,
+        -2.0,
+        0.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    let ys = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        2.0,
+        3.0,
+        -3.0,
+        0.5,
+        -0.5,
+        2.5,
+        -7.25,
+        1e-3,
+        16_777_215.0,
+        16_777_216.0,
+        1e10,
+        -1e10,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let mut px = Vec::new();
+    let mut py = Vec::new();
+    for x in &xs {
+        for y in &ys {
+            px.push(*x);
+            py.push(*y);
+        }
+    }
+    for i in 0..1000u32 {
+        for j in 0..200u32 {
+            px.push(i as f32 * 0.0173 + 1e-3);
+            py.push(j as f32 * 0.41 - 41.0);
+        }
+    }
+    let n = px.len();
+    let tx = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], px.clone()).unwrap());
+    let ty = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], py.clone()).unwrap());
+    let jf = function(|x: Sym, y: Sym| x.pow(&y)).jit_compile(true);
+    let out = common::to_vec::<f32>(&jf.call(&[tx, ty]).unwrap()[0]);
+    let mut worst = (0u64, 0.0f32, 0.0f32);
+    for ((x, y), got) in px.iter().zip(&py).zip(&out) {
+        let want = f64::from(*x).powf(f64::from(*y)) as f32;
+        let e = ulps(*got, want);
+        if e > worst.0 {
+            worst = (e, *x, *y);
+        }
+    }
+    assert!(
+        worst.0 <= 4,
+        "pow: {} ulp at x = {:e}, y = {:e}",
+        worst.0,
+        worst.1,
+        worst.2
+    );
+    println!("pow: max {} ulp over {n} pairs", worst.0);
 }

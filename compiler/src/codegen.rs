@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    AbiParam, Function, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type,
-    UserFuncName, Value, types,
+    AbiParam, Endianness, Function, InstBuilder, MemFlagsData, Signature, StackSlotData,
+    StackSlotKind, Type, UserFuncName, Value, types,
 };
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -910,16 +910,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         | UnaryOp::Round
                         | UnaryOp::Reciprocal
                         | UnaryOp::Rsqrt => float,
-                        UnaryOp::Exp => float && !exact,
-                        UnaryOp::Logistic | UnaryOp::Tanh | UnaryOp::Log => {
-                            dt == DType::F32 && !exact
-                        }
+                        UnaryOp::Exp | UnaryOp::Logistic => float && !exact,
+                        UnaryOp::Tanh | UnaryOp::Log => float && !exact,
+                        UnaryOp::Expm1
+                        | UnaryOp::Log1p
+                        | UnaryOp::Sin
+                        | UnaryOp::Cos
+                        | UnaryOp::Erf => dt == DType::F32 && !exact,
                         _ => false,
                     },
                     ENode::Binary(b, _, _, _) => match b {
                         BinaryOp::Add | BinaryOp::Sub => true,
                         BinaryOp::Mul => float || dt == DType::I32,
                         BinaryOp::Div => float,
+                        BinaryOp::Pow => dt == DType::F32 && !exact,
                         BinaryOp::Max | BinaryOp::Min => float || dt == DType::I32,
                         BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => !float,
                         _ => false,
@@ -1269,18 +1273,24 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.tanh_f32(x, ty)
             }
             UnaryOp::Log if ty.lane_type() == types::F32 && !self.opts.exact => self.log_f32(x, ty),
-            UnaryOp::Logistic if ty.lane_type() == types::F32 && !self.opts.exact => {
-                // t = e^-|x| never overflows; sigmoid = (x >= 0 ? 1 : t) / (1 + t).
-                let a = self.b.ins().fabs(x);
-                let na = self.b.ins().fneg(a);
-                let t = self.exp_f32(na, ty);
-                let one = self.splat_f(ty, 1.0);
-                let zero = self.splat_f(ty, 0.0);
-                let den = self.b.ins().fadd(one, t);
-                let pos = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, x, zero);
-                let num = self.sel(pos, one, t, ty);
-                self.b.ins().fdiv(num, den)
+            UnaryOp::Expm1 if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.expm1_f32(x, ty)
             }
+            UnaryOp::Log1p if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.log1p_f32(x, ty)
+            }
+            UnaryOp::Sin if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.sincos_f32(x, ty, false)?
+            }
+            UnaryOp::Cos if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.sincos_f32(x, ty, true)?
+            }
+            UnaryOp::Erf if ty.lane_type() == types::F32 && !self.opts.exact => self.erf_f32(x, ty),
+            UnaryOp::Logistic if !self.opts.exact => self.logistic(x, ty),
+            UnaryOp::Tanh if ty.lane_type() == types::F64 && !self.opts.exact => {
+                self.tanh_f64(x, ty)
+            }
+            UnaryOp::Log if ty.lane_type() == types::F64 && !self.opts.exact => self.log_f64(x, ty),
             _ => {
                 if matches!(mode, Mode::Vector(_)) {
                     return Err(Error::internal(format!(
@@ -1323,6 +1333,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// smallest denormal round once. Within 2 ulp of a correctly rounded
     /// result (tested); NaN, ±inf and overflow behave as `expf`.
     fn exp_f32(&mut self, x: Value, ty: Type) -> Value {
+        let (y, tm, _) = self.exp_f32_reduced(x, ty);
+        let one = self.splat_f(ty, 1.0);
+        let y = self.b.ins().fadd(y, one);
+        self.scale_by_pow2(y, tm, ty)
+    }
+
+    /// The shared part of f32 `exp` and `expm1`: `x` clamped to
+    /// [-104, 88.73], `n = round(x / ln 2)` and `r = x - n·ln 2`; returns
+    /// `(e^r - 1, n + 1.5·2^23, n)`, with `e^r - 1` from Cephes' polynomial.
+    fn exp_f32_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
         // Clamp with compare + select (NaN stays NaN and falls through).
         let hi = self.splat_f(ty, 88.73);
         let lo = self.splat_f(ty, -104.0);
@@ -1355,10 +1375,520 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             ty,
         );
         let rr = self.b.ins().fmul(r, r);
-        let y = self.mul_add(p, rr, r);
+        (self.mul_add(p, rr, r), tm, n)
+    }
+
+    /// `e^x - 1` for f32 (scalar or F32X4): with `e^x = 2^n·e^r`,
+    /// `2^n·(e^r - 1) + (2^n - 1)` while `|n| ≤ 24` (both terms exact
+    /// powers of two, so small results keep their relative accuracy), else
+    /// `e^x - 1` from the scaled exp. Tiny |x| returns x (keeps -0).
+    fn expm1_f32(&mut self, x: Value, ty: Type) -> Value {
+        let (y, tm, n) = self.exp_f32_reduced(x, ty);
         let one = self.splat_f(ty, 1.0);
-        let y = self.b.ins().fadd(y, one);
-        self.scale_by_pow2(y, tm, ty)
+        let y1 = self.b.ins().fadd(y, one);
+        let e = self.scale_by_pow2(y1, tm, ty);
+        let large = self.b.ins().fsub(e, one);
+        let ity = if ty.is_vector() {
+            types::I32X4
+        } else {
+            types::I32
+        };
+        let flags = MemFlagsData::new();
+        let tmi = self.b.ins().bitcast(ity, flags, tm);
+        let magic = self.splat_i(ity, 0x4B40_0000);
+        let ni = self.b.ins().isub(tmi, magic);
+        let bias = self.splat_i(ity, 127);
+        let eb = self.b.ins().iadd(ni, bias);
+        let eb = self.b.ins().ishl_imm_s(eb, 23);
+        let p2 = self.b.ins().bitcast(ty, flags, eb);
+        let p2m1 = self.b.ins().fsub(p2, one);
+        let small = self.mul_add(y, p2, p2m1);
+        let an = self.b.ins().fabs(n);
+        let lim = self.splat_f(ty, 24.0);
+        let is_small = self.b.ins().fcmp(FloatCC::LessThanOrEqual, an, lim);
+        let r = self.sel(is_small, small, large, ty);
+        let ax = self.b.ins().fabs(x);
+        let tiny = self.splat_f(ty, 2f64.powi(-26));
+        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, ax, tiny);
+        self.sel(is_tiny, x, r, ty)
+    }
+
+    /// `ln(1 + x)` for f32 (scalar or F32X4): with `u = 1 + x` rounded,
+    /// `ln(u)·x/(u - 1)` corrects the rounding of `u` (Goldberg), and
+    /// `u == 1` returns x. x < -1 gives NaN, -1 gives -inf, +inf gives +inf.
+    fn log1p_f32(&mut self, x: Value, ty: Type) -> Value {
+        let one = self.splat_f(ty, 1.0);
+        let u = self.b.ins().fadd(x, one);
+        let l = self.log_f32(u, ty);
+        let um1 = self.b.ins().fsub(u, one);
+        let q = self.b.ins().fdiv(x, um1);
+        let r = self.b.ins().fmul(l, q);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
+        let r = self.sel(is_inf, inf, r, ty);
+        let exact = self.b.ins().fcmp(FloatCC::Equal, u, one);
+        self.sel(exact, x, r, ty)
+    }
+
+    /// `sin x` or `cos x` for f32 (scalar or F32X4), after Cephes'
+    /// `sinf`/`cosf`: |x| reduced by π/2 in four parts (three of 11 bits,
+    /// so every product with n < 2^13 is exact), the quadrant picks
+    /// ±sin or ±cos of the remainder, each a polynomial on [-π/4, π/4].
+    /// Lanes with |x| > 8192 take a cold path through libm for the whole
+    /// vector (the reduction would need more bits of π there). NaN and
+    /// ±inf give NaN.
+    fn sincos_f32(&mut self, x: Value, ty: Type, cos: bool) -> Result<Value> {
+        let ity = if ty.is_vector() {
+            types::I32X4
+        } else {
+            types::I32
+        };
+        let flags = MemFlagsData::new();
+        let a = self.b.ins().fabs(x);
+        let two_over_pi = self.splat_f(ty, std::f64::consts::FRAC_2_PI);
+        let magic = self.splat_f(ty, 12_582_912.0);
+        let tm = self.mul_add(a, two_over_pi, magic);
+        let n = self.b.ins().fsub(tm, magic);
+        let mut r = a;
+        for part in [
+            1.570_312_5,
+            4.837_512_969_970_703e-4,
+            7.549_533_620_476_723e-8,
+            2.563_344_1e-12,
+        ] {
+            let c = self.splat_f(ty, -part);
+            r = self.mul_add(n, c, r);
+        }
+        let z = self.b.ins().fmul(r, r);
+        let sp = self.horner(
+            z,
+            &[-1.951_529_589_1e-4, 8.332_160_873_6e-3, -1.666_665_461_1e-1],
+            ty,
+        );
+        let rz = self.b.ins().fmul(r, z);
+        let s = self.mul_add(rz, sp, r);
+        let cp = self.horner(
+            z,
+            &[
+                2.443_315_711_809_948e-5,
+                -1.388_731_625_493_765e-3,
+                4.166_664_568_298_827e-2,
+            ],
+            ty,
+        );
+        let zz = self.b.ins().fmul(z, z);
+        let half = self.splat_f(ty, -0.5);
+        let one = self.splat_f(ty, 1.0);
+        let c = self.mul_add(z, half, one);
+        let c = self.mul_add(zz, cp, c);
+        // Quadrant q = n mod 4: odd quadrants swap sin and cos; the sign
+        // flips for q = 2, 3 (sin) or q = 1, 2 (cos).
+        let tmi = self.b.ins().bitcast(ity, flags, tm);
+        let onei = self.splat_i(ity, 1);
+        let q = if cos {
+            self.b.ins().iadd(tmi, onei)
+        } else {
+            tmi
+        };
+        let odd = self.b.ins().band(tmi, onei);
+        let zero_i = self.splat_i(ity, 0);
+        let swap = self.b.ins().icmp(IntCC::NotEqual, odd, zero_i);
+        let (first, second) = if cos { (s, c) } else { (c, s) };
+        let v = self.sel(swap, first, second, ty);
+        let twoi = self.splat_i(ity, 2);
+        let neg = self.b.ins().band(q, twoi);
+        let mut sign = self.b.ins().ishl_imm_s(neg, 30);
+        if !cos {
+            let xb = self.b.ins().bitcast(ity, flags, x);
+            let sign_mask = self.splat_i(ity, i64::from(i32::MIN));
+            let xs = self.b.ins().band(xb, sign_mask);
+            sign = self.b.ins().bxor(sign, xs);
+        }
+        let vb = self.b.ins().bitcast(ity, flags, v);
+        let vb = self.b.ins().bxor(vb, sign);
+        let inline = self.b.ins().bitcast(ty, flags, vb);
+        // Huge finite lanes: the whole value through libm, off the hot path.
+        let limit = self.splat_f(ty, 8192.0);
+        let huge = self.b.ins().fcmp(FloatCC::GreaterThan, a, limit);
+        let any = if ty.is_vector() {
+            self.b.ins().vany_true(huge)
+        } else {
+            huge
+        };
+        let cold = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.append_block_param(done, ty);
+        self.b.ins().brif(any, cold, &[], done, &[inline.into()]);
+        self.b.switch_to_block(cold);
+        self.b.seal_block(cold);
+        self.b.set_cold_block(cold);
+        let op = if cos { UnaryOp::Cos } else { UnaryOp::Sin };
+        let code = self.b.ins().iconst(types::I32, op as i64);
+        let slow = if ty.is_vector() {
+            let mut v = x;
+            for lane in 0..ty.lane_count() as u8 {
+                let e = self.b.ins().extractlane(x, lane);
+                let y = self.call(
+                    "tl_f32_un",
+                    &[types::I32, types::F32],
+                    &[types::F32],
+                    &[code, e],
+                )?[0];
+                v = self.b.ins().insertlane(v, y, lane);
+            }
+            v
+        } else {
+            self.call(
+                "tl_f32_un",
+                &[types::I32, types::F32],
+                &[types::F32],
+                &[code, x],
+            )?[0]
+        };
+        self.b.ins().jump(done, &[slow.into()]);
+        self.b.switch_to_block(done);
+        self.b.seal_block(done);
+        Ok(self.b.block_params(done)[0])
+    }
+
+    /// `erf x` for f32 (scalar or F32X4): the rational approximation used
+    /// by Eigen and XLA, `x·P(x²)/Q(x²)` on x clamped to [-4, 4] (erf is ±1
+    /// in f32 beyond), evaluated in f64 lanes (in f32 its rounding reached
+    /// 5 ulp near 1; the formula itself is within 1.4). NaN propagates; -0
+    /// stays -0.
+    fn erf_f32(&mut self, x: Value, ty: Type) -> Value {
+        let hi = self.splat_f(ty, 4.0);
+        let lo = self.splat_f(ty, -4.0);
+        let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
+        let x = self.sel(above, hi, x, ty);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
+        let x = self.sel(below, lo, x, ty);
+        self.in_f64(&[x], ty, |cg, v, ty| {
+            let x = v[0];
+            let z = cg.b.ins().fmul(x, x);
+            let p = cg.horner(
+                z,
+                &[
+                    -2.726_142_258_013_06e-10,
+                    2.770_681_424_959_02e-8,
+                    -2.101_024_020_825_08e-6,
+                    -5.692_506_394_623_46e-5,
+                    -7.349_906_303_268_55e-4,
+                    -2.954_599_808_540_25e-3,
+                    -1.609_603_332_624_15e-2,
+                ],
+                ty,
+            );
+            let q = cg.horner(
+                z,
+                &[
+                    -1.456_607_184_649_96e-5,
+                    -2.133_740_552_789_05e-4,
+                    -1.682_826_974_382_03e-3,
+                    -7.373_329_167_204_68e-3,
+                    -1.426_473_905_141_89e-2,
+                ],
+                ty,
+            );
+            let xp = cg.b.ins().fmul(x, p);
+            cg.b.ins().fdiv(xp, q)
+        })
+    }
+
+    /// `f` applied to f32 values (scalars or F32X4) in f64 precision: each
+    /// vector is widened into two F64X2 halves, `f` evaluated on each half,
+    /// and the results narrowed and joined back. `f` gets the f64 type.
+    fn in_f64(
+        &mut self,
+        xs: &[Value],
+        ty: Type,
+        mut f: impl FnMut(&mut Self, &[Value], Type) -> Value,
+    ) -> Value {
+        if !ty.is_vector() {
+            let w: Vec<Value> = xs
+                .iter()
+                .map(|x| self.b.ins().fpromote(types::F64, *x))
+                .collect();
+            let y = f(self, &w, types::F64);
+            return self.b.ins().fdemote(types::F32, y);
+        }
+        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+        let high_first: [u8; 16] = std::array::from_fn(|i| 8 + (i % 8) as u8);
+        let high_first = self.b.func.dfg.immediates.push(high_first.to_vec().into());
+        let mut lo = Vec::with_capacity(xs.len());
+        let mut hi = Vec::with_capacity(xs.len());
+        for x in xs {
+            lo.push(self.b.ins().fvpromote_low(*x));
+            let bytes = self.b.ins().bitcast(types::I8X16, flags, *x);
+            let swapped = self.b.ins().shuffle(bytes, bytes, high_first);
+            let swapped = self.b.ins().bitcast(ty, flags, swapped);
+            hi.push(self.b.ins().fvpromote_low(swapped));
+        }
+        let ylo = f(self, &lo, types::F64X2);
+        let yhi = f(self, &hi, types::F64X2);
+        let nlo = self.b.ins().fvdemote(ylo);
+        let nhi = self.b.ins().fvdemote(yhi);
+        let blo = self.b.ins().bitcast(types::I8X16, flags, nlo);
+        let bhi = self.b.ins().bitcast(types::I8X16, flags, nhi);
+        let join: [u8; 16] = std::array::from_fn(|i| if i < 8 { i as u8 } else { 8 + i as u8 });
+        let join = self.b.func.dfg.immediates.push(join.to_vec().into());
+        let y = self.b.ins().shuffle(blo, bhi, join);
+        self.b.ins().bitcast(ty, flags, y)
+    }
+
+    /// The negation of a comparison result: lane masks are all ones or
+    /// zeros, scalar results 1 or 0.
+    fn not_mask(&mut self, m: Value, ty: Type) -> Value {
+        if ty.is_vector() {
+            self.b.ins().bnot(m)
+        } else {
+            self.b.ins().bxor_imm_u(m, 1)
+        }
+    }
+
+    /// The integer type of `ty`'s shape (F32X4 → I32X4, F64 → I64, ...).
+    fn int_ty(ty: Type) -> Type {
+        match (ty.lane_type() == types::F64, ty.is_vector()) {
+            (false, false) => types::I32,
+            (false, true) => types::I32X4,
+            (true, false) => types::I64,
+            (true, true) => types::I64X2,
+        }
+    }
+
+    /// `r` with the sign bit of `x` (`r` non-negative), by bit operations:
+    /// x64 has no vector `fcopysign`.
+    fn with_sign_of(&mut self, r: Value, x: Value, ty: Type) -> Value {
+        let ity = Self::int_ty(ty);
+        let flags = MemFlagsData::new();
+        let sign_bit = if ty.lane_type() == types::F64 {
+            i64::MIN
+        } else {
+            i64::from(i32::MIN)
+        };
+        let xb = self.b.ins().bitcast(ity, flags, x);
+        let sign_mask = self.splat_i(ity, sign_bit);
+        let sign = self.b.ins().band(xb, sign_mask);
+        let rb = self.b.ins().bitcast(ity, flags, r);
+        let rb = self.b.ins().bor(rb, sign);
+        self.b.ins().bitcast(ty, flags, rb)
+    }
+
+    /// `1 / (1 + e^-x)` for f32 or f64: with `t = e^-|x|` (never
+    /// overflows), `(x >= 0 ? 1 : t) / (1 + t)`.
+    fn logistic(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let na = self.b.ins().fneg(a);
+        let t = self.exp(na, ty);
+        let one = self.splat_f(ty, 1.0);
+        let zero = self.splat_f(ty, 0.0);
+        let den = self.b.ins().fadd(one, t);
+        let pos = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, x, zero);
+        let num = self.sel(pos, one, t, ty);
+        self.b.ins().fdiv(num, den)
+    }
+
+    /// The inline `e^x` for `ty`'s lane type.
+    fn exp(&mut self, x: Value, ty: Type) -> Value {
+        if ty.lane_type() == types::F64 {
+            self.exp_f64(x, ty)
+        } else {
+            self.exp_f32(x, ty)
+        }
+    }
+
+    /// `tanh x` for f64 (scalar or F64X2), after Cephes' `tanh`: for
+    /// |x| < 0.625 `x + x·z·P(z)/Q(z)` with z = x², else
+    /// `1 - 2/(e^(2|x|) + 1)` with the inline exp; the sign copied back.
+    fn tanh_f64(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let z = self.b.ins().fmul(a, a);
+        let p = self.horner(
+            z,
+            &[
+                -9.643_991_794_250_522e-1,
+                -9.928_772_310_019_186e1,
+                -1.614_687_684_417_084_5e3,
+            ],
+            ty,
+        );
+        let q = self.horner(
+            z,
+            &[
+                1.0,
+                1.128_116_784_916_329_3e2,
+                2.235_488_390_601_004_5e3,
+                4.844_063_053_251_255e3,
+            ],
+            ty,
+        );
+        let pq = self.b.ins().fdiv(p, q);
+        let az = self.b.ins().fmul(a, z);
+        let small = self.mul_add(az, pq, a);
+        let two_a = self.b.ins().fadd(a, a);
+        let e = self.exp_f64(two_a, ty);
+        let one = self.splat_f(ty, 1.0);
+        let two = self.splat_f(ty, 2.0);
+        let e1 = self.b.ins().fadd(e, one);
+        let q = self.b.ins().fdiv(two, e1);
+        let large = self.b.ins().fsub(one, q);
+        let cut = self.splat_f(ty, 0.625);
+        let is_small = self.b.ins().fcmp(FloatCC::LessThan, a, cut);
+        let r = self.sel(is_small, small, large, ty);
+        self.with_sign_of(r, x, ty)
+    }
+
+    /// `ln x` for f64 (scalar or F64X2), after fdlibm's `__ieee754_log`:
+    /// x = m·2^k with m in [√½, √2), `s = f/(2 + f)` for f = m - 1 and a
+    /// degree-14 polynomial in s. Denormals are scaled by 2^54 first.
+    /// x < 0 and NaN give NaN, ±0 gives -inf, +inf gives +inf.
+    fn log_f64(&mut self, x: Value, ty: Type) -> Value {
+        let ity = Self::int_ty(ty);
+        let flags = MemFlagsData::new();
+        let tiny = self.splat_f(ty, f64::MIN_POSITIVE);
+        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, x, tiny);
+        let scale = self.splat_f(ty, 2f64.powi(54));
+        let xs = self.b.ins().fmul(x, scale);
+        let xn = self.sel(is_tiny, xs, x, ty);
+        let bits = self.b.ins().bitcast(ity, flags, xn);
+        // k as a float without a vector int→float conversion: the biased
+        // exponent dropped into the mantissa of 2^52.
+        let e = self.b.ins().ushr_imm_s(bits, 52);
+        let emask = self.splat_i(ity, 0x7ff);
+        let e = self.b.ins().band(e, emask);
+        let two52 = self.splat_i(ity, 0x4330_0000_0000_0000);
+        let eb = self.b.ins().bor(e, two52);
+        let ef = self.b.ins().bitcast(ty, flags, eb);
+        let off = self.splat_f(ty, 2f64.powi(52) + 1023.0);
+        let k = self.b.ins().fsub(ef, off);
+        let adj = self.splat_f(ty, 54.0);
+        let zero = self.splat_f(ty, 0.0);
+        let adj = self.sel(is_tiny, adj, zero, ty);
+        let k = self.b.ins().fsub(k, adj);
+        // m in [1, 2), halved (and k + 1) when above √2.
+        let mmask = self.splat_i(ity, 0x000f_ffff_ffff_ffff);
+        let mb = self.b.ins().band(bits, mmask);
+        let one_bits = self.splat_i(ity, 0x3ff0_0000_0000_0000);
+        let mb = self.b.ins().bor(mb, one_bits);
+        let m = self.b.ins().bitcast(ty, flags, mb);
+        let sqrt2 = self.splat_f(ty, std::f64::consts::SQRT_2);
+        let big = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, m, sqrt2);
+        let half = self.splat_f(ty, 0.5);
+        let one = self.splat_f(ty, 1.0);
+        let mh = self.b.ins().fmul(m, half);
+        let m = self.sel(big, mh, m, ty);
+        let kp1 = self.b.ins().fadd(k, one);
+        let k = self.sel(big, kp1, k, ty);
+        let f = self.b.ins().fsub(m, one);
+        let two = self.splat_f(ty, 2.0);
+        let d = self.b.ins().fadd(two, f);
+        let s = self.b.ins().fdiv(f, d);
+        let z = self.b.ins().fmul(s, s);
+        let w = self.b.ins().fmul(z, z);
+        let t1 = self.horner(
+            w,
+            &[
+                1.531_383_769_920_937_3e-1,
+                2.222_219_843_214_978_4e-1,
+                3.999_999_999_940_942e-1,
+            ],
+            ty,
+        );
+        let t1 = self.b.ins().fmul(t1, w);
+        let t2 = self.horner(
+            w,
+            &[
+                1.479_819_860_511_658_6e-1,
+                1.818_357_216_161_805e-1,
+                2.857_142_874_366_239e-1,
+                6.666_666_666_666_735e-1,
+            ],
+            ty,
+        );
+        let t2 = self.b.ins().fmul(t2, z);
+        let r = self.b.ins().fadd(t2, t1);
+        let ff = self.b.ins().fmul(f, f);
+        let hfsq = self.b.ins().fmul(ff, half);
+        let hr = self.b.ins().fadd(hfsq, r);
+        let ln2_lo = self.splat_f(ty, 1.908_214_929_270_587_7e-10);
+        let klo = self.b.ins().fmul(k, ln2_lo);
+        let inner = self.mul_add(s, hr, klo);
+        let inner = self.b.ins().fsub(hfsq, inner);
+        let inner = self.b.ins().fsub(inner, f);
+        let ln2_hi = self.splat_f(ty, 6.931_471_803_691_238e-1);
+        let khi = self.b.ins().fmul(k, ln2_hi);
+        let r = self.b.ins().fsub(khi, inner);
+        self.log_specials(x, r, ty)
+    }
+
+    /// The special values of `ln`: x < 0 or NaN → NaN, ±0 → -inf,
+    /// +inf → +inf; `r` elsewhere.
+    fn log_specials(&mut self, x: Value, r: Value, ty: Type) -> Value {
+        let zero = self.splat_f(ty, 0.0);
+        let nan = self.splat_f(ty, f64::NAN);
+        let ninf = self.splat_f(ty, f64::NEG_INFINITY);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
+        let r = self.sel(is_inf, inf, r, ty);
+        let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
+        let r = self.sel(is_zero, ninf, r, ty);
+        let bad = self.b.ins().fcmp(FloatCC::UnorderedOrLessThan, x, zero);
+        self.sel(bad, nan, r, ty)
+    }
+
+    /// `x^y` for f32 (scalar or F32X4): `e^(y·ln|x|)` evaluated in f64
+    /// (the f64 log and exp above, so the f32 result rounds once from a
+    /// value good to ~2^-50), then IEEE `pow`'s special cases: `y = 0` or
+    /// `x = 1` → 1 (even for NaN), `x = -1` with y = ±inf → 1, x < 0 with
+    /// a non-integer y → NaN, and the sign of x kept for odd integer y.
+    fn pow_f32(&mut self, x: Value, y: Value, ty: Type) -> Value {
+        let mag = self.in_f64(&[x, y], ty, |cg, v, t| {
+            let a = cg.b.ins().fabs(v[0]);
+            let l = cg.log_f64(a, t);
+            let yl = cg.b.ins().fmul(v[1], l);
+            cg.exp_f64(yl, t)
+        });
+        let zero = self.splat_f(ty, 0.0);
+        let one = self.splat_f(ty, 1.0);
+        let half = self.splat_f(ty, 0.5);
+        let nan = self.splat_f(ty, f64::NAN);
+        // y integer / odd integer (|y| ≥ 2^24 is always an even integer).
+        let yr = self.b.ins().nearest(y);
+        let y_int = self.b.ins().fcmp(FloatCC::Equal, yr, y);
+        let yh = self.b.ins().fmul(y, half);
+        let yhr = self.b.ins().nearest(yh);
+        let y_even = self.b.ins().fcmp(FloatCC::Equal, yhr, yh);
+        let y_odd = self.b.ins().band_not(y_int, y_even);
+        // Odd integer powers keep x's sign (also for -0 and -inf).
+        let signed = self.with_sign_of(mag, x, ty);
+        let r = self.sel(y_odd, signed, mag, ty);
+        let x_neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
+        let y_frac = self.not_mask(y_int, ty);
+        let y_finite = {
+            let ay = self.b.ins().fabs(y);
+            let inf = self.splat_f(ty, f64::INFINITY);
+            self.b.ins().fcmp(FloatCC::LessThan, ay, inf)
+        };
+        let y_frac = self.b.ins().band(y_frac, y_finite);
+        // A finite negative base with a non-integer exponent has no real
+        // power (-inf has: +inf or +0).
+        let ax = self.b.ins().fabs(x);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let x_finite = self.b.ins().fcmp(FloatCC::LessThan, ax, inf);
+        let x_neg = self.b.ins().band(x_neg, x_finite);
+        let invalid = self.b.ins().band(x_neg, y_frac);
+        let r = self.sel(invalid, nan, r, ty);
+        // |x| = 1 with y = ±inf, x = 1 with anything, y = 0 with anything: 1.
+        let ax_one = self.b.ins().fcmp(FloatCC::Equal, ax, one);
+        let y_inf = self.not_mask(y_finite, ty);
+        let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
+        let y_inf = self.b.ins().band_not(y_inf, y_nan);
+        let unit = self.b.ins().band(ax_one, y_inf);
+        let x_one = self.b.ins().fcmp(FloatCC::Equal, x, one);
+        let y_zero = self.b.ins().fcmp(FloatCC::Equal, y, zero);
+        let unit = self.b.ins().bor(unit, x_one);
+        let unit = self.b.ins().bor(unit, y_zero);
+        self.sel(unit, one, r, ty)
     }
 
     /// `y · 2^n`, where `tm = n + magic` came from the round-to-integer
@@ -1494,19 +2024,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let cut = self.splat_f(ty, 0.625);
         let is_small = self.b.ins().fcmp(FloatCC::LessThan, a, cut);
         let r = self.sel(is_small, small, large, ty);
-        // copysign(r, x) with bit operations (x64 has no vector fcopysign).
-        let ity = if ty.is_vector() {
-            types::I32X4
-        } else {
-            types::I32
-        };
-        let flags = MemFlagsData::new();
-        let xb = self.b.ins().bitcast(ity, flags, x);
-        let sign_mask = self.splat_i(ity, i64::from(i32::MIN));
-        let sign = self.b.ins().band(xb, sign_mask);
-        let rb = self.b.ins().bitcast(ity, flags, r);
-        let rb = self.b.ins().bor(rb, sign);
-        self.b.ins().bitcast(ty, flags, rb)
+        self.with_sign_of(r, x, ty)
     }
 
     /// `ln x` for f32 (scalar or F32X4), after Cephes' `logf`: x = m·2^e
@@ -1581,17 +2099,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let r = self.b.ins().fadd(f, y);
         let q2 = self.splat_f(ty, 0.693_359_375);
         let r = self.mul_add(ef, q2, r);
-        // Special values: x < 0 or NaN → NaN; 0 → -inf; +inf → +inf.
-        let zero = self.splat_f(ty, 0.0);
-        let nan = self.splat_f(ty, f64::NAN);
-        let ninf = self.splat_f(ty, f64::NEG_INFINITY);
-        let inf = self.splat_f(ty, f64::INFINITY);
-        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
-        let r = self.sel(is_inf, inf, r, ty);
-        let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
-        let r = self.sel(is_zero, ninf, r, ty);
-        let bad = self.b.ins().fcmp(FloatCC::UnorderedOrLessThan, x, zero);
-        self.sel(bad, nan, r, ty)
+        self.log_specials(x, r, ty)
     }
 
     /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).
@@ -1688,6 +2196,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             BinaryOp::Xor => self.b.ins().bxor(x, y),
             BinaryOp::Div | BinaryOp::Rem if !f => {
                 self.int_divrem(op == BinaryOp::Div, s, x, y, ty)
+            }
+            BinaryOp::Pow if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.pow_f32(x, y, ty)
             }
             BinaryOp::Rem | BinaryOp::Pow if f => {
                 if matches!(mode, Mode::Vector(_)) {
