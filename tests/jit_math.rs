@@ -199,6 +199,9 @@ fn check64(
         f64::MAX,
         f64::MIN,
     ]);
+    // The doubles nearest to multiples of π/2 (the hardest reductions).
+    xs.extend((1..2000).map(|k| f64::from(k) * std::f64::consts::FRAC_PI_2));
+    xs.extend((0..200).map(|k| f64::from(1 << 16) * f64::from(k) * std::f64::consts::PI));
     xs.retain(|x| x.is_nan() || (*x >= lo && *x <= hi) || x.is_infinite());
     let n = xs.len();
     let x = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], xs.clone()).unwrap());
@@ -252,6 +255,26 @@ fn sigmoid_f64_within_2_ulp_of_libm() {
         800.0,
         2,
     );
+}
+
+#[test]
+fn sin_f64_within_2_ulp_of_libm() {
+    check64("sin", |x| x.sin(), f64::sin, f64::MIN, f64::MAX, 2);
+}
+
+#[test]
+fn cos_f64_within_2_ulp_of_libm() {
+    check64("cos", |x| x.cos(), f64::cos, f64::MIN, f64::MAX, 2);
+}
+
+#[test]
+fn expm1_f64_within_4_ulp_of_libm() {
+    check64("expm1", |x| x.expm1(), f64::exp_m1, f64::MIN, f64::MAX, 4);
+}
+
+#[test]
+fn log1p_f64_within_2_ulp_of_libm() {
+    check64("log1p", |x| x.log1p(), f64::ln_1p, -2.0, f64::MAX, 2);
 }
 
 #[test]

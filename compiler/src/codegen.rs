@@ -911,12 +911,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         | UnaryOp::Reciprocal
                         | UnaryOp::Rsqrt => float,
                         UnaryOp::Exp | UnaryOp::Logistic => float && !exact,
-                        UnaryOp::Tanh | UnaryOp::Log => float && !exact,
-                        UnaryOp::Expm1
-                        | UnaryOp::Log1p
-                        | UnaryOp::Sin
-                        | UnaryOp::Cos
-                        | UnaryOp::Erf => dt == DType::F32 && !exact,
+                        UnaryOp::Tanh | UnaryOp::Log | UnaryOp::Expm1 | UnaryOp::Log1p => {
+                            float && !exact
+                        }
+                        UnaryOp::Sin | UnaryOp::Cos => float && !exact,
+                        UnaryOp::Erf => dt == DType::F32 && !exact,
                         _ => false,
                     },
                     ENode::Binary(b, _, _, _) => match b {
@@ -1273,18 +1272,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.tanh_f32(x, ty)
             }
             UnaryOp::Log if ty.lane_type() == types::F32 && !self.opts.exact => self.log_f32(x, ty),
-            UnaryOp::Expm1 if ty.lane_type() == types::F32 && !self.opts.exact => {
-                self.expm1_f32(x, ty)
-            }
-            UnaryOp::Log1p if ty.lane_type() == types::F32 && !self.opts.exact => {
-                self.log1p_f32(x, ty)
-            }
-            UnaryOp::Sin if ty.lane_type() == types::F32 && !self.opts.exact => {
-                self.sincos_f32(x, ty, false)?
-            }
-            UnaryOp::Cos if ty.lane_type() == types::F32 && !self.opts.exact => {
-                self.sincos_f32(x, ty, true)?
-            }
+            UnaryOp::Expm1 if !self.opts.exact => self.expm1(x, ty),
+            UnaryOp::Log1p if !self.opts.exact => self.log1p(x, ty),
+            UnaryOp::Sin if !self.opts.exact => self.sincos(x, ty, false)?,
+            UnaryOp::Cos if !self.opts.exact => self.sincos(x, ty, true)?,
             UnaryOp::Erf if ty.lane_type() == types::F32 && !self.opts.exact => self.erf_f32(x, ty),
             UnaryOp::Logistic if !self.opts.exact => self.logistic(x, ty),
             UnaryOp::Tanh if ty.lane_type() == types::F64 && !self.opts.exact => {
@@ -1378,48 +1369,59 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         (self.mul_add(p, rr, r), tm, n)
     }
 
-    /// `e^x - 1` for f32 (scalar or F32X4): with `e^x = 2^n·e^r`,
-    /// `2^n·(e^r - 1) + (2^n - 1)` while `|n| ≤ 24` (both terms exact
-    /// powers of two, so small results keep their relative accuracy), else
-    /// `e^x - 1` from the scaled exp. Tiny |x| returns x (keeps -0).
-    fn expm1_f32(&mut self, x: Value, ty: Type) -> Value {
-        let (y, tm, n) = self.exp_f32_reduced(x, ty);
+    /// `e^x - 1` for f32 or f64 (scalar or vector): with `e^x = 2^n·e^r`,
+    /// `2^n·(e^r - 1) + (2^n - 1)` while `|n|` is at most the mantissa
+    /// width (both terms exact powers of two, so small results keep their
+    /// relative accuracy), else `e^x - 1` from the scaled exp. Tiny |x|
+    /// returns x (keeps -0).
+    fn expm1(&mut self, x: Value, ty: Type) -> Value {
+        let f64_lanes = ty.lane_type() == types::F64;
+        let (y, tm, n) = if f64_lanes {
+            self.exp_f64_reduced(x, ty)
+        } else {
+            self.exp_f32_reduced(x, ty)
+        };
+        let (magic_bits, bias, shift, width) = if f64_lanes {
+            (0x4338_0000_0000_0000, 1023, 52, 53)
+        } else {
+            (0x4B40_0000, 127, 23, 24)
+        };
         let one = self.splat_f(ty, 1.0);
         let y1 = self.b.ins().fadd(y, one);
         let e = self.scale_by_pow2(y1, tm, ty);
         let large = self.b.ins().fsub(e, one);
-        let ity = if ty.is_vector() {
-            types::I32X4
-        } else {
-            types::I32
-        };
+        let ity = Self::int_ty(ty);
         let flags = MemFlagsData::new();
         let tmi = self.b.ins().bitcast(ity, flags, tm);
-        let magic = self.splat_i(ity, 0x4B40_0000);
+        let magic = self.splat_i(ity, magic_bits);
         let ni = self.b.ins().isub(tmi, magic);
-        let bias = self.splat_i(ity, 127);
+        let bias = self.splat_i(ity, bias);
         let eb = self.b.ins().iadd(ni, bias);
-        let eb = self.b.ins().ishl_imm_s(eb, 23);
+        let eb = self.b.ins().ishl_imm_s(eb, shift);
         let p2 = self.b.ins().bitcast(ty, flags, eb);
         let p2m1 = self.b.ins().fsub(p2, one);
         let small = self.mul_add(y, p2, p2m1);
         let an = self.b.ins().fabs(n);
-        let lim = self.splat_f(ty, 24.0);
+        let lim = self.splat_f(ty, f64::from(width));
         let is_small = self.b.ins().fcmp(FloatCC::LessThanOrEqual, an, lim);
         let r = self.sel(is_small, small, large, ty);
         let ax = self.b.ins().fabs(x);
-        let tiny = self.splat_f(ty, 2f64.powi(-26));
+        let tiny = self.splat_f(ty, 2f64.powi(-2 - width));
         let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, ax, tiny);
         self.sel(is_tiny, x, r, ty)
     }
 
-    /// `ln(1 + x)` for f32 (scalar or F32X4): with `u = 1 + x` rounded,
+    /// `ln(1 + x)` for f32 or f64 (scalar or vector): with `u = 1 + x` rounded,
     /// `ln(u)·x/(u - 1)` corrects the rounding of `u` (Goldberg), and
     /// `u == 1` returns x. x < -1 gives NaN, -1 gives -inf, +inf gives +inf.
-    fn log1p_f32(&mut self, x: Value, ty: Type) -> Value {
+    fn log1p(&mut self, x: Value, ty: Type) -> Value {
         let one = self.splat_f(ty, 1.0);
         let u = self.b.ins().fadd(x, one);
-        let l = self.log_f32(u, ty);
+        let l = if ty.lane_type() == types::F64 {
+            self.log_f64(u, ty)
+        } else {
+            self.log_f32(u, ty)
+        };
         let um1 = self.b.ins().fsub(u, one);
         let q = self.b.ins().fdiv(x, um1);
         let r = self.b.ins().fmul(l, q);
@@ -1430,59 +1432,96 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         self.sel(exact, x, r, ty)
     }
 
-    /// `sin x` or `cos x` for f32 (scalar or F32X4), after Cephes'
-    /// `sinf`/`cosf`: |x| reduced by π/2 in four parts (three of 11 bits,
-    /// so every product with n < 2^13 is exact), the quadrant picks
-    /// ±sin or ±cos of the remainder, each a polynomial on [-π/4, π/4].
-    /// Lanes with |x| > 8192 take a cold path through libm for the whole
-    /// vector (the reduction would need more bits of π there). NaN and
-    /// ±inf give NaN.
-    fn sincos_f32(&mut self, x: Value, ty: Type, cos: bool) -> Result<Value> {
-        let ity = if ty.is_vector() {
-            types::I32X4
-        } else {
-            types::I32
-        };
+    /// `sin x` or `cos x` for f32 or f64 (scalar or vector), after
+    /// Cephes' `sinf`/`cosf` and `sin`/`cos`: |x| reduced by π/2 in four
+    /// parts (the first three short enough that every product with the
+    /// quadrant count is exact), the quadrant picks ±sin or ±cos of the
+    /// remainder, each a polynomial on [-π/4, π/4]. Vectors with a lane
+    /// beyond the reduction's range (|x| > 8192 for f32, 10^5 for f64) take
+    /// a cold path through libm. NaN and ±inf give NaN.
+    fn sincos(&mut self, x: Value, ty: Type, cos: bool) -> Result<Value> {
+        let f64_lanes = ty.lane_type() == types::F64;
+        let ity = Self::int_ty(ty);
         let flags = MemFlagsData::new();
+        let (magic, parts, limit, sign_shift, sign_bit): (f64, [f64; 4], f64, i64, i64) =
+            if f64_lanes {
+                (
+                    6_755_399_441_055_744.0,
+                    [
+                        1.570_796_310_901_641_8,
+                        1.589_325_471_229_585_7e-8,
+                        6.123_233_932_053_594e-17,
+                        6.368_317_163_510_95e-25,
+                    ],
+                    1e5,
+                    62,
+                    i64::MIN,
+                )
+            } else {
+                (
+                    12_582_912.0,
+                    [
+                        1.570_312_5,
+                        4.837_512_969_970_703e-4,
+                        7.549_533_620_476_723e-8,
+                        2.563_344_1e-12,
+                    ],
+                    8192.0,
+                    30,
+                    i64::from(i32::MIN),
+                )
+            };
         let a = self.b.ins().fabs(x);
         let two_over_pi = self.splat_f(ty, std::f64::consts::FRAC_2_PI);
-        let magic = self.splat_f(ty, 12_582_912.0);
+        let magic = self.splat_f(ty, magic);
         let tm = self.mul_add(a, two_over_pi, magic);
         let n = self.b.ins().fsub(tm, magic);
         let mut r = a;
-        for part in [
-            1.570_312_5,
-            4.837_512_969_970_703e-4,
-            7.549_533_620_476_723e-8,
-            2.563_344_1e-12,
-        ] {
+        for part in parts {
             let c = self.splat_f(ty, -part);
             r = self.mul_add(n, c, r);
         }
         let z = self.b.ins().fmul(r, r);
-        let sp = self.horner(
-            z,
-            &[-1.951_529_589_1e-4, 8.332_160_873_6e-3, -1.666_665_461_1e-1],
-            ty,
-        );
+        let (sin_coeffs, cos_coeffs): (&[f64], &[f64]) = if f64_lanes {
+            (
+                &[
+                    1.589_623_015_765_465_7e-10,
+                    -2.505_074_776_285_780_7e-8,
+                    2.755_731_362_138_572_3e-6,
+                    -1.984_126_982_958_953_9e-4,
+                    8.333_333_333_322_118e-3,
+                    -1.666_666_666_666_663_1e-1,
+                ],
+                &[
+                    -1.135_853_652_138_768_2e-11,
+                    2.087_570_084_197_473_2e-9,
+                    -2.755_731_417_929_673_9e-7,
+                    2.480_158_728_885_170_5e-5,
+                    -1.388_888_888_887_305_6e-3,
+                    4.166_666_666_666_659_3e-2,
+                ],
+            )
+        } else {
+            (
+                &[-1.951_529_589_1e-4, 8.332_160_873_6e-3, -1.666_665_461_1e-1],
+                &[
+                    2.443_315_711_809_948e-5,
+                    -1.388_731_625_493_765e-3,
+                    4.166_664_568_298_827e-2,
+                ],
+            )
+        };
+        let sp = self.horner(z, sin_coeffs, ty);
         let rz = self.b.ins().fmul(r, z);
         let s = self.mul_add(rz, sp, r);
-        let cp = self.horner(
-            z,
-            &[
-                2.443_315_711_809_948e-5,
-                -1.388_731_625_493_765e-3,
-                4.166_664_568_298_827e-2,
-            ],
-            ty,
-        );
+        let cp = self.horner(z, cos_coeffs, ty);
         let zz = self.b.ins().fmul(z, z);
         let half = self.splat_f(ty, -0.5);
         let one = self.splat_f(ty, 1.0);
         let c = self.mul_add(z, half, one);
         let c = self.mul_add(zz, cp, c);
-        // Quadrant q = n mod 4: odd quadrants swap sin and cos; the sign
-        // flips for q = 2, 3 (sin) or q = 1, 2 (cos).
+        // Quadrant q = n mod 4 (the low bits of tm): odd quadrants swap sin
+        // and cos; the sign flips for q = 2, 3 (sin) or q = 1, 2 (cos).
         let tmi = self.b.ins().bitcast(ity, flags, tm);
         let onei = self.splat_i(ity, 1);
         let q = if cos {
@@ -1497,10 +1536,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let v = self.sel(swap, first, second, ty);
         let twoi = self.splat_i(ity, 2);
         let neg = self.b.ins().band(q, twoi);
-        let mut sign = self.b.ins().ishl_imm_s(neg, 30);
+        let mut sign = self.b.ins().ishl_imm_s(neg, sign_shift);
         if !cos {
             let xb = self.b.ins().bitcast(ity, flags, x);
-            let sign_mask = self.splat_i(ity, i64::from(i32::MIN));
+            let sign_mask = self.splat_i(ity, sign_bit);
             let xs = self.b.ins().band(xb, sign_mask);
             sign = self.b.ins().bxor(sign, xs);
         }
@@ -1508,7 +1547,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let vb = self.b.ins().bxor(vb, sign);
         let inline = self.b.ins().bitcast(ty, flags, vb);
         // Huge finite lanes: the whole value through libm, off the hot path.
-        let limit = self.splat_f(ty, 8192.0);
+        let limit = self.splat_f(ty, limit);
         let huge = self.b.ins().fcmp(FloatCC::GreaterThan, a, limit);
         let any = if ty.is_vector() {
             self.b.ins().vany_true(huge)
@@ -1524,26 +1563,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         self.b.set_cold_block(cold);
         let op = if cos { UnaryOp::Cos } else { UnaryOp::Sin };
         let code = self.b.ins().iconst(types::I32, op as i64);
+        let (name, lane) = if f64_lanes {
+            ("tl_f64_un", types::F64)
+        } else {
+            ("tl_f32_un", types::F32)
+        };
         let slow = if ty.is_vector() {
             let mut v = x;
-            for lane in 0..ty.lane_count() as u8 {
-                let e = self.b.ins().extractlane(x, lane);
-                let y = self.call(
-                    "tl_f32_un",
-                    &[types::I32, types::F32],
-                    &[types::F32],
-                    &[code, e],
-                )?[0];
-                v = self.b.ins().insertlane(v, y, lane);
+            for i in 0..ty.lane_count() as u8 {
+                let e = self.b.ins().extractlane(x, i);
+                let y = self.call(name, &[types::I32, lane], &[lane], &[code, e])?[0];
+                v = self.b.ins().insertlane(v, y, i);
             }
             v
         } else {
-            self.call(
-                "tl_f32_un",
-                &[types::I32, types::F32],
-                &[types::F32],
-                &[code, x],
-            )?[0]
+            self.call(name, &[types::I32, lane], &[lane], &[code, x])?[0]
         };
         self.b.ins().jump(done, &[slow.into()]);
         self.b.switch_to_block(done);
@@ -1953,6 +1987,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// once. NaN propagates; overflow gives +inf, underflow +0. Within 2 ulp
     /// of glibc's `exp` (tested).
     fn exp_f64(&mut self, x: Value, ty: Type) -> Value {
+        let (y, tm, _) = self.exp_f64_reduced(x, ty);
+        let one = self.splat_f(ty, 1.0);
+        let y = self.b.ins().fadd(y, one);
+        self.scale_by_pow2(y, tm, ty)
+    }
+
+    /// The shared part of f64 `exp` and `expm1`: `x` clamped to
+    /// [-746, 709.79], `n = round(x / ln 2)`, `r = x - n·ln 2`; returns
+    /// `(e^r - 1, n + 1.5·2^52, n)` with `e^r - 1 = 2·P(r)/(Q(r²) - P(r))`.
+    fn exp_f64_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
         let hi = self.splat_f(ty, 709.79);
         let lo = self.splat_f(ty, -746.0);
         let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
@@ -1987,10 +2031,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         );
         let den = self.b.ins().fsub(q, px);
         let y = self.b.ins().fdiv(px, den);
-        let one = self.splat_f(ty, 1.0);
-        let two = self.splat_f(ty, 2.0);
-        let y = self.mul_add(y, two, one);
-        self.scale_by_pow2(y, tm, ty)
+        (self.b.ins().fadd(y, y), tm, n)
     }
 
     /// `tanh x` for f32 (scalar or F32X4), after Cephes' `tanhf`: for
