@@ -102,8 +102,11 @@ fn splittable(k: &Kernel) -> bool {
     crate::fusion::range_capable(k) && element_cost(k) >= MIN_PARALLEL_COST
 }
 
-/// Rough cost of computing one element (simple ops 1, divisions 4,
-/// transcendental functions and helper calls 20).
+/// Rough cost of computing one element, in vectorized simple ops (about
+/// 0.02 ns each on the benchmark machine): simple ops 1, divisions and
+/// square roots 4, transcendental functions and helper calls 60 (an
+/// inline f32 exp or tanh is ~40 instructions per 4 lanes), `pow` 100
+/// (evaluated in f64).
 fn element_cost(k: &Kernel) -> usize {
     k.nodes
         .iter()
@@ -117,10 +120,10 @@ fn element_cost(k: &Kernel) -> usize {
                 | UnaryOp::Round => 1,
                 UnaryOp::Not | UnaryOp::IsFinite | UnaryOp::Square => 1,
                 UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4,
-                _ => 20,
+                _ => 60,
             },
             ENode::Binary(BinaryOp::Div | BinaryOp::Rem, ..) => 4,
-            ENode::Binary(BinaryOp::Pow, ..) => 20,
+            ENode::Binary(BinaryOp::Pow, ..) => 100,
             _ => 1,
         })
         .sum()
@@ -468,6 +471,8 @@ struct KernelGen<'a, 'b> {
 }
 
 const OUT: usize = usize::MAX;
+/// The accessor key of the kernel's stash (`Kernel::stash`).
+const STASH: usize = usize::MAX - 1;
 
 impl<'a, 'b> KernelGen<'a, 'b> {
     fn new(
@@ -546,7 +551,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             self.k.out_strides.clone(),
             self.out_dtype().size() as i64,
         ));
+        if let Some(st) = &self.k.stash {
+            let esize = self.plan.slots[st.slot].dtype.size() as i64;
+            v.push((STASH, 0, st.strides.clone(), esize));
+        }
         v
+    }
+
+    /// Stores the stashed node's value (if the kernel has a stash) at the
+    /// stash position plus `off` bytes.
+    fn store_stash(&mut self, vals: &[V], off: i32) {
+        if let Some(st) = &self.k.stash {
+            let v = vals[st.node].s();
+            let p = self.b.use_var(self.pos[&STASH]);
+            self.b.ins().store(unaligned(), v, p, off);
+        }
     }
 
     fn emit(&mut self) -> Result<()> {
@@ -569,6 +588,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             })
             .collect();
         slots.push(self.k.out);
+        slots.extend(self.k.stash.as_ref().map(|st| st.slot));
         slots.sort_unstable();
         slots.dedup();
         for s in slots {
@@ -700,6 +720,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             } else {
                 let slot = if *key == OUT {
                     self.k.out
+                } else if *key == STASH {
+                    self.k.stash.as_ref().map_or(self.k.out, |st| st.slot)
                 } else {
                     self.load_slot(*key)
                 };
@@ -743,7 +765,17 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             // Reductions over the innermost dim keep several independent
             // vector accumulators so the loop is not bound by the latency
             // of one dependency chain.
-            let unroll: i64 = if acc.is_some() { 4 } else { 1 };
+            // A body with a transcendental function is long enough to hide
+            // the accumulator's latency by itself, and unrolled copies of
+            // it would only spill its constants.
+            let costly = self
+                .k
+                .nodes
+                .iter()
+                .map(crate::fusion::node_cost)
+                .sum::<usize>()
+                >= crate::fusion::STASH_COST;
+            let unroll: i64 = if acc.is_some() && !costly { 4 } else { 1 };
             let mut vaccs = Vec::new();
             if let (Some(_), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
                 let init = self.reduce_init(*op)?;
@@ -772,6 +804,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         let root = vals[s.k.root].s();
                         let esize = s.out_dtype().size() as i32;
                         let off = (u * lanes) as i32 * esize;
+                        let stash_esize =
+                            s.k.stash
+                                .as_ref()
+                                .map_or(0, |st| s.plan.slots[st.slot].dtype.size() as i32);
+                        s.store_stash(&vals, (u * lanes) as i32 * stash_esize);
                         match (&s.k.kind, vaccs2.get(u as usize)) {
                             (KernelKind::Loop, _) => {
                                 let p = s.b.use_var(s.pos[&OUT]);
@@ -829,6 +866,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let accs2 = accs.clone();
         self.for_loop(remaining, 1, &mut |s, _i| {
             let vals = s.eval(Mode::Scalar)?;
+            s.store_stash(&vals, 0);
             let root_v = vals[s.k.root];
             match (&s.k.kind, acc) {
                 (KernelKind::Loop, _) => s.store_out(root_v)?,

@@ -149,6 +149,24 @@ pub struct Kernel {
     pub out: SlotId,
     /// Output stride per loop dim, in elements (0 for reduced dims).
     pub out_strides: Vec<i64>,
+    /// A second value this kernel stores as it goes (see [`Stash`]).
+    pub stash: Option<Stash>,
+}
+
+/// A reduction kernel's per-element value also stored to memory: a later
+/// loop kernel over the same index space that would recompute the same
+/// costly expression (the `exp(x - max)` of a softmax, summed by the
+/// reduction and divided by the loop) reads it back instead. The slot is
+/// that loop's own output, written at the index the loop will write, so no
+/// extra buffer is needed and the loop updates it in place.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stash {
+    /// The node whose value is stored (the reduction's root).
+    pub node: usize,
+    /// Where.
+    pub slot: SlotId,
+    /// Stride per loop dim, in elements.
+    pub strides: Vec<i64>,
 }
 
 /// A GEMM call: `out[b] = lhs[b] @ rhs[b]` for f32/f64 with strided operands.
@@ -286,6 +304,9 @@ fn find_row_groups(plan: &mut Plan) {
             continue;
         };
         written.insert(first.out, r);
+        if let Some(st) = &first.stash {
+            written.insert(st.slot, st.strides[0]);
+        }
         let mut shares = false;
         let mut end = i + 1;
         while let Some(Step::Kernel(k)) = plan.steps.get(end) {
@@ -313,6 +334,9 @@ fn find_row_groups(plan: &mut Plan) {
                 break;
             };
             written.insert(k.out, r);
+            if let Some(st) = &k.stash {
+                written.insert(st.slot, st.strides[0]);
+            }
             end += 1;
         }
         if shares && end - i >= 2 && rows >= 2 {
@@ -613,10 +637,179 @@ pub fn plan(g: &Graph) -> Result<Plan> {
         decisions,
         groups: Vec::new(),
     };
+    share_reduced_values(&mut plan);
     find_row_groups(&mut plan);
     mark_handoffs(&mut plan);
     plan_buffers(&mut plan);
     Ok(plan)
+}
+
+/// Per-element cost of an expression node for [`share_reduced_values`]:
+/// transcendental functions, `pow` and division are expensive, the rest
+/// about one instruction.
+pub(crate) fn node_cost(n: &ENode) -> usize {
+    match n {
+        ENode::Unary(
+            UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Tanh
+            | UnaryOp::Logistic
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf,
+            ..,
+        )
+        | ENode::Binary(BinaryOp::Pow | BinaryOp::Rem, ..) => 16,
+        ENode::Binary(BinaryOp::Div, ..) => 4,
+        _ => 1,
+    }
+}
+
+/// The operands of an expression node.
+fn enode_operands(n: &ENode) -> Vec<usize> {
+    match n {
+        ENode::Load { .. } | ENode::Const(_) | ENode::Iota { .. } => vec![],
+        ENode::Unary(_, a, _) | ENode::Convert(a, _, _) => vec![*a],
+        ENode::Binary(_, a, b, _) | ENode::Compare(_, a, b, _) => vec![*a, *b],
+        ENode::Select(a, b, c, _) | ENode::Clamp(a, b, c, _) => vec![*a, *b, *c],
+    }
+}
+
+/// True when node `i` of `a` and node `j` of `b` compute the same value at
+/// the same loop index (kernels over the same dims).
+fn same_expr(a: &[ENode], i: usize, b: &[ENode], j: usize) -> bool {
+    let (x, y) = (&a[i], &b[j]);
+    let shallow = match (x, y) {
+        (ENode::Unary(u, _, d), ENode::Unary(v, _, e)) => u == v && d == e,
+        (ENode::Binary(o, _, _, d), ENode::Binary(p, _, _, e)) => o == p && d == e,
+        (ENode::Compare(o, _, _, d), ENode::Compare(p, _, _, e)) => o == p && d == e,
+        (ENode::Select(.., d), ENode::Select(.., e))
+        | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
+        (ENode::Convert(_, f, t), ENode::Convert(_, g, u)) => f == g && t == u,
+        (x, y) => return enode_operands(x).is_empty() && x == y,
+    };
+    shallow
+        && enode_operands(x)
+            .iter()
+            .zip(enode_operands(y))
+            .all(|(p, q)| same_expr(a, *p, b, q))
+}
+
+/// The nodes reachable from `root`, in order, with the root's new index.
+fn compact(nodes: &[ENode], root: usize) -> (Vec<ENode>, usize) {
+    let mut live = vec![false; nodes.len()];
+    live[root] = true;
+    for i in (0..nodes.len()).rev() {
+        if live[i] {
+            for o in enode_operands(&nodes[i]) {
+                live[o] = true;
+            }
+        }
+    }
+    let mut index = vec![usize::MAX; nodes.len()];
+    let mut out = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        let map = |k: &usize| index[*k];
+        let n = match n {
+            ENode::Unary(u, a, d) => ENode::Unary(*u, map(a), *d),
+            ENode::Convert(a, f, t) => ENode::Convert(map(a), *f, *t),
+            ENode::Binary(o, a, b, d) => ENode::Binary(*o, map(a), map(b), *d),
+            ENode::Compare(o, a, b, d) => ENode::Compare(*o, map(a), map(b), *d),
+            ENode::Select(a, b, c, d) => ENode::Select(map(a), map(b), map(c), *d),
+            ENode::Clamp(a, b, c, d) => ENode::Clamp(map(a), map(b), map(c), *d),
+            other => other.clone(),
+        };
+        index[i] = out.len();
+        out.push(n);
+    }
+    (out, index[root])
+}
+
+/// Above this per-element cost a reduction's value recomputed by a later
+/// loop is stashed instead (one transcendental function is enough).
+pub(crate) const STASH_COST: usize = 16;
+
+/// Finds reductions whose per-element value a later loop kernel over the
+/// same index space recomputes, and lets the reduction store it into that
+/// loop's output instead ([`Stash`]): a row softmax then computes each
+/// `exp` once, not twice.
+fn share_reduced_values(plan: &mut Plan) {
+    for i in 0..plan.steps.len() {
+        let Step::Kernel(r) = &plan.steps[i] else {
+            continue;
+        };
+        if !matches!(r.kind, KernelKind::Reduce { .. }) || r.stash.is_some() {
+            continue;
+        }
+        let dtype = r.nodes[r.root].dtype();
+        if !matches!(dtype, DType::F32 | DType::F64) {
+            continue;
+        }
+        let cost = {
+            let mut c = vec![0usize; r.nodes.len()];
+            for (j, n) in r.nodes.iter().enumerate() {
+                c[j] = node_cost(n) + enode_operands(n).iter().map(|o| c[*o]).sum::<usize>();
+            }
+            c[r.root]
+        };
+        if cost < STASH_COST {
+            continue;
+        }
+        let found = plan
+            .steps
+            .iter()
+            .enumerate()
+            .skip(i + 1)
+            .find_map(|(j, st)| {
+                let Step::Kernel(k) = st else { return None };
+                let dense = k.out_strides == row_major(&k.dims);
+                let ok = k.kind == KernelKind::Loop
+                    && k.dims == r.dims
+                    && dense
+                    && plan.slots[k.out].dtype == dtype
+                    && matches!(
+                        plan.slots[k.out].kind,
+                        SlotKind::Output | SlotKind::Temp { .. }
+                    );
+                if !ok {
+                    return None;
+                }
+                let t = (0..k.nodes.len()).find(|t| same_expr(&r.nodes, r.root, &k.nodes, *t))?;
+                Some((j, t))
+            });
+        let Some((j, t)) = found else { continue };
+        let Step::Kernel(k) = &mut plan.steps[j] else {
+            continue;
+        };
+        let (out, strides) = (k.out, k.out_strides.clone());
+        k.nodes[t] = ENode::Load {
+            slot: out,
+            dtype,
+            offset: 0,
+            strides: strides.clone(),
+        };
+        let (nodes, root) = compact(&k.nodes, k.root);
+        k.nodes = nodes;
+        k.root = root;
+        let loop_name = k.name.clone();
+        let Step::Kernel(r) = &mut plan.steps[i] else {
+            continue;
+        };
+        r.stash = Some(Stash {
+            node: r.root,
+            slot: out,
+            strides,
+        });
+        plan.decisions.push(format!(
+            "{}: stashes its per-element value (cost {cost}) in '{loop_name}''s output, which reads it back instead of recomputing it",
+            r.name
+        ));
+    }
 }
 
 /// Marks the temporaries that a by-value callback (NumPy) reads last, and
@@ -1045,6 +1238,7 @@ impl<'a> KernelBuilder<'a> {
             root,
             out,
             out_strides,
+            stash: None,
         }
     }
 }
@@ -1110,7 +1304,9 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
                     _ => None,
                 })
                 .collect();
-            (reads, vec![k.out])
+            let mut writes = vec![k.out];
+            writes.extend(k.stash.as_ref().map(|st| st.slot));
+            (reads, writes)
         }
         Step::Gemm(g) => (vec![g.lhs, g.rhs], vec![g.out]),
         Step::Runtime {
@@ -1160,6 +1356,13 @@ impl Plan {
                     );
                     for (j, n) in k.nodes.iter().enumerate() {
                         let _ = writeln!(s, "    e{j} = {}", enode_text(n));
+                    }
+                    if let Some(st) = &k.stash {
+                        let _ = writeln!(
+                            s,
+                            "    stash e{} -> slot {} strides={:?}",
+                            st.node, st.slot, st.strides
+                        );
                     }
                 }
                 Step::Gemm(g) => {

@@ -482,10 +482,12 @@ unsafe extern "C" fn tl_gemm(
 /// its outermost loop dim.
 type KernelFn = unsafe extern "C" fn(*const *mut u8, *mut CallCtx, i64, i64) -> i32;
 
-/// Kernels cheaper than this (loop iterations × expression size) run on the
-/// calling thread: below it, waking the pool costs more than it saves
-/// (measured: see docs/benchmarks.md).
-pub const PARALLEL_WORK: i64 = 1 << 18;
+/// Kernels cheaper than this (loop iterations × per-element cost, ~0.02 ns
+/// a unit) run on the calling thread: waking the pool costs 15–25 µs on
+/// the benchmark machine, and a second core only pays once a kernel runs
+/// ~35 µs alone (measured crossover: arith chain between 65536 and 131072
+/// elements, exp/tanh chain between 8192 and 16384; docs/benchmarks.md).
+pub const PARALLEL_WORK: i64 = 1 << 21;
 
 struct SendPtr<T>(*mut T);
 // SAFETY: the pointers are only dereferenced by kernels writing disjoint
