@@ -155,7 +155,18 @@ fn reductions_and_loops_of_every_length() {
     use tensorlift::ir::{Graph, Literal, Op, ReduceOp, Site, TensorType, UnaryOp};
     use tensorlift::{DType, Tensor};
     let mut rng = common::random_graph::Rng::new(99);
-    for dtype in [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8] {
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+    ] {
         for n in 0..70usize {
             for (op, axis) in [
                 (ReduceOp::Sum, 1),

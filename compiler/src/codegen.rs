@@ -426,12 +426,16 @@ fn comp_ty(d: DType) -> Type {
     }
 }
 
+/// The 128-bit vector type for a dtype's lanes (bool and halves have
+/// none: bool's logic stays scalar, halves compute in f32).
 fn vec_ty(d: DType) -> Option<Type> {
     match d {
         DType::F32 => Some(types::F32X4),
         DType::F64 => Some(types::F64X2),
-        DType::I32 => Some(types::I32X4),
-        DType::I64 => Some(types::I64X2),
+        DType::I8 | DType::U8 => Some(types::I8X16),
+        DType::I16 | DType::U16 => Some(types::I16X8),
+        DType::I32 | DType::U32 => Some(types::I32X4),
+        DType::I64 | DType::U64 => Some(types::I64X2),
         _ => None,
     }
 }
@@ -924,13 +928,18 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         let float = dt.is_float();
         let exact = self.opts.exact;
+        // What SSE4.1 has for integer lanes: multiplication of 16- and
+        // 32-bit lanes (pmullw/pmulld), min/max up to 32 bits.
+        let int_mul = matches!(dt, DType::I16 | DType::U16 | DType::I32 | DType::U32);
+        let min_max = float || (!float && dt.size() <= 4);
         if let KernelKind::Reduce { op, reduced } = &self.k.kind {
             let ok = match op {
-                ReduceOp::Sum | ReduceOp::Prod => !float || !exact || !reduced[rank - 1],
-                ReduceOp::Max | ReduceOp::Min => float || dt == DType::I32,
+                ReduceOp::Sum => !float || !exact || !reduced[rank - 1],
+                ReduceOp::Prod => (float && (!exact || !reduced[rank - 1])) || int_mul,
+                ReduceOp::Max | ReduceOp::Min => min_max,
                 _ => false,
             };
-            if !ok || (*op == ReduceOp::Prod && dt == DType::I64 && !float) {
+            if !ok {
                 return None;
             }
         }
@@ -940,7 +949,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     ENode::Load { strides, .. } => matches!(strides[rank - 1], 0 | 1),
                     ENode::Const(_) => true,
                     ENode::Unary(u, _, _) => match u {
-                        UnaryOp::Neg | UnaryOp::Square => true,
+                        UnaryOp::Neg => true,
+                        UnaryOp::Square => float || int_mul,
                         UnaryOp::Abs
                         | UnaryOp::Sqrt
                         | UnaryOp::Floor
@@ -958,10 +968,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     },
                     ENode::Binary(b, _, _, _) => match b {
                         BinaryOp::Add | BinaryOp::Sub => true,
-                        BinaryOp::Mul => float || dt == DType::I32,
+                        BinaryOp::Mul => float || int_mul,
                         BinaryOp::Div => float,
                         BinaryOp::Pow => dt == DType::F32 && !exact,
-                        BinaryOp::Max | BinaryOp::Min => float || dt == DType::I32,
+                        BinaryOp::Max | BinaryOp::Min => min_max,
                         BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => !float,
                         _ => false,
                     },
