@@ -931,7 +931,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         // What SSE4.1 has for integer lanes: multiplication of 16- and
         // 32-bit lanes (pmullw/pmulld), min/max up to 32 bits.
         let int_mul = matches!(dt, DType::I16 | DType::U16 | DType::I32 | DType::U32);
-        let min_max = float || (!float && dt.size() <= 4);
+        let min_max = float || dt.size() <= 4;
         if let KernelKind::Reduce { op, reduced } = &self.k.kind {
             let ok = match op {
                 ReduceOp::Sum => !float || !exact || !reduced[rank - 1],
