@@ -12,6 +12,7 @@ pub mod eager;
 pub mod interp;
 pub mod kernels;
 mod memory;
+pub use memory::trim_buffer_cache;
 #[cfg(feature = "python")]
 pub mod python;
 mod tensor;
