@@ -268,6 +268,11 @@ fn cos_f64_within_2_ulp_of_libm() {
 }
 
 #[test]
+fn erf_f64_within_4_ulp_of_libm() {
+    check64("erf", |x| x.erf(), libm::erf, f64::MIN, f64::MAX, 4);
+}
+
+#[test]
 fn expm1_f64_within_4_ulp_of_libm() {
     check64("expm1", |x| x.expm1(), f64::exp_m1, f64::MIN, f64::MAX, 4);
 }

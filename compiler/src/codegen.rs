@@ -963,7 +963,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                             float && !exact
                         }
                         UnaryOp::Sin | UnaryOp::Cos => float && !exact,
-                        UnaryOp::Erf => dt == DType::F32 && !exact,
+                        UnaryOp::Erf => float && !exact,
                         _ => false,
                     },
                     ENode::Binary(b, _, _, _) => match b {
@@ -1325,6 +1325,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Sin if !self.opts.exact => self.sincos(x, ty, false)?,
             UnaryOp::Cos if !self.opts.exact => self.sincos(x, ty, true)?,
             UnaryOp::Erf if ty.lane_type() == types::F32 && !self.opts.exact => self.erf_f32(x, ty),
+            UnaryOp::Erf if ty.lane_type() == types::F64 && !self.opts.exact => self.erf_f64(x, ty),
             UnaryOp::Logistic if !self.opts.exact => self.logistic(x, ty),
             UnaryOp::Tanh if ty.lane_type() == types::F64 && !self.opts.exact => {
                 self.tanh_f64(x, ty)
@@ -1385,7 +1386,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         // Clamp with compare + select (NaN stays NaN and falls through).
         let hi = self.splat_f(ty, 88.73);
         let lo = self.splat_f(ty, -104.0);
-        let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
         let x = self.sel(above, hi, x, ty);
         let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
         let x = self.sel(below, lo, x, ty);
@@ -1641,7 +1642,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     fn erf_f32(&mut self, x: Value, ty: Type) -> Value {
         let hi = self.splat_f(ty, 4.0);
         let lo = self.splat_f(ty, -4.0);
-        let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
         let x = self.sel(above, hi, x, ty);
         let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
         let x = self.sel(below, lo, x, ty);
@@ -1675,6 +1676,84 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let xp = cg.b.ins().fmul(x, p);
             cg.b.ins().fdiv(xp, q)
         })
+    }
+
+    /// `erf x` for f64 (scalar or F64X2), after Cephes' `ndtr.c`: for
+    /// |x| ≤ 1 `x·T(x²)/U(x²)`, else `1 - e^(-x²)·P(|x|)/Q(|x|)` with the
+    /// inline exp and the sign of x (|x| clamped to 6, past which erf is ±1
+    /// in f64; the error of e^(-x²) from rounding x² is below erfc's weight
+    /// there). NaN propagates, -0 stays -0.
+    fn erf_f64(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let z = self.b.ins().fmul(x, x);
+        let t = self.horner(
+            z,
+            &[
+                9.604_973_739_870_516,
+                9.002_601_972_038_427e1,
+                2.232_005_345_946_843e3,
+                7.003_325_141_128_051e3,
+                5.559_230_130_103_949e4,
+            ],
+            ty,
+        );
+        let u = self.horner(
+            z,
+            &[
+                1.0,
+                3.356_171_416_475_031e1,
+                5.213_579_497_801_527e2,
+                4.594_323_829_709_801e3,
+                2.262_900_006_138_909_4e4,
+                4.926_739_426_086_359e4,
+            ],
+            ty,
+        );
+        let tu = self.b.ins().fdiv(t, u);
+        let small = self.b.ins().fmul(x, tu);
+        let six = self.splat_f(ty, 6.0);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, six, a);
+        let ac = self.sel(above, six, a, ty);
+        let p = self.horner(
+            ac,
+            &[
+                2.461_969_814_735_305e-10,
+                5.641_895_648_310_688e-1,
+                7.463_210_564_422_699,
+                4.863_719_709_856_814e1,
+                1.965_208_329_560_771e2,
+                5.264_451_949_954_773e2,
+                9.345_285_271_719_576e2,
+                1.027_551_886_895_157e3,
+                5.575_353_353_693_993e2,
+            ],
+            ty,
+        );
+        let q = self.horner(
+            ac,
+            &[
+                1.0,
+                1.322_819_511_547_449_9e1,
+                8.670_721_408_859_897e1,
+                3.549_377_788_878_199e2,
+                9.757_085_017_432_055e2,
+                1.823_909_166_879_097_4e3,
+                2.246_337_608_187_109_8e3,
+                1.656_663_091_941_613_5e3,
+                5.575_353_408_177_277e2,
+            ],
+            ty,
+        );
+        let aa = self.b.ins().fmul(ac, ac);
+        let naa = self.b.ins().fneg(aa);
+        let e = self.exp_f64(naa, ty);
+        let pq = self.b.ins().fdiv(p, q);
+        let erfc = self.b.ins().fmul(e, pq);
+        let one = self.splat_f(ty, 1.0);
+        let large = self.b.ins().fsub(one, erfc);
+        let large = self.with_sign_of(large, x, ty);
+        let is_small = self.b.ins().fcmp(FloatCC::LessThanOrEqual, a, one);
+        self.sel(is_small, small, large, ty)
     }
 
     /// `f` applied to f32 values (scalars or F32X4) in f64 precision: each
@@ -2047,7 +2126,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     fn exp_f64_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
         let hi = self.splat_f(ty, 709.79);
         let lo = self.splat_f(ty, -746.0);
-        let above = self.b.ins().fcmp(FloatCC::GreaterThan, x, hi);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
         let x = self.sel(above, hi, x, ty);
         let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
         let x = self.sel(below, lo, x, ty);
