@@ -256,6 +256,78 @@ fn reductions_and_loops_of_every_length() {
     }
 }
 
+/// `select(x <op> c, x, k·x)` for every comparison and the dtypes whose
+/// comparisons vectorize into lane masks (and i64, which stays scalar),
+/// over lengths that cover vector bodies and tails: bitwise equal to the
+/// interpreter, NaN lanes included for floats.
+#[test]
+fn selects_of_every_comparison_agree_bitwise() {
+    use tensorlift::ir::{BinaryOp, CmpOp, Graph, Literal, Op, Site, TensorType};
+    use tensorlift::{DType, Tensor};
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::U8,
+        DType::U32,
+        DType::I64,
+    ] {
+        for cmp in CmpOp::ALL {
+            for n in [0usize, 3, 17, 40, 67] {
+                let mut g = Graph::new("s");
+                let site = Site::unknown();
+                let ty = TensorType::known(dtype, &[n]);
+                let x = g.add_parameter(0, ty, None, site.clone()).unwrap();
+                let c = g
+                    .add(
+                        Op::Constant(Literal::scalar(dtype, 3.0).unwrap()),
+                        &[],
+                        site.clone(),
+                    )
+                    .unwrap();
+                let k = g
+                    .add(
+                        Op::Constant(Literal::scalar(dtype, 2.0).unwrap()),
+                        &[],
+                        site.clone(),
+                    )
+                    .unwrap();
+                let p = g.add(Op::Compare(*cmp), &[x, c], site.clone()).unwrap();
+                let kx = g
+                    .add(Op::Binary(BinaryOp::Mul), &[x, k], site.clone())
+                    .unwrap();
+                let y = g.add(Op::Select, &[p, x, kx], site.clone()).unwrap();
+                g.add_output(y, "y").unwrap();
+                let v: Vec<f64> = (0..n)
+                    .map(|i| {
+                        if dtype.is_float() && i % 11 == 5 {
+                            f64::NAN
+                        } else {
+                            ((i * 7) % 9) as f64
+                        }
+                    })
+                    .collect();
+                let input = tensorlift::runtime::kernels::elementwise::convert(
+                    &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
+                    dtype,
+                )
+                .unwrap();
+                let inputs = [input];
+                let want = interp::run(&g, &inputs).unwrap();
+                for opts in EXACT.iter().chain([&JitOptions::default()]) {
+                    let got = compiler::compile(&g, opts).unwrap().run(&inputs).unwrap();
+                    assert!(
+                        common::same_bits(&got[0], &want[0]),
+                        "{dtype} {cmp:?} n={n} {opts:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Row groups (kernels interleaved a block of rows at a time, row ranges on
 /// different threads) compute exactly what the interpreter computes:
 /// softmax and a row normalization over shapes with many blocks, and a

@@ -943,7 +943,29 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 return None;
             }
         }
-        for n in &self.k.nodes {
+        // A comparison of `dt` operands vectorizes into a lane mask when
+        // it only feeds selects (as their predicate): bool lanes of another
+        // width never reach memory. Integer lanes up to 32 bits (SSE4.1 has
+        // no 64-bit lane compare).
+        let mask_only = |i: usize| {
+            i != self.k.root
+                && self.k.nodes.iter().all(|u| match u {
+                    ENode::Select(_, a, b, _) => *a != i && *b != i,
+                    u => !crate::fusion::enode_operands(u).contains(&i),
+                })
+        };
+        for (i, n) in self.k.nodes.iter().enumerate() {
+            if let ENode::Compare(_, _, _, d) = n {
+                if *d != dt || !(float || dt.size() <= 4) || !mask_only(i) {
+                    return None;
+                }
+                continue;
+            }
+            if let ENode::Select(p, _, _, _) = n
+                && !matches!(self.k.nodes[*p], ENode::Compare(..))
+            {
+                return None;
+            }
             let ok = n.dtype() == dt
                 && match n {
                     ENode::Load { strides, .. } => matches!(strides[rank - 1], 0 | 1),
@@ -976,6 +998,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         _ => false,
                     },
                     ENode::Clamp(..) => float,
+                    ENode::Select(..) => true,
                     _ => false,
                 };
             if !ok {
@@ -1224,7 +1247,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     }
                     (a, c) => {
                         let pv = vals[*p].s();
-                        V::S(self.b.ins().select(pv, a.s(), c.s()))
+                        V::S(match mode {
+                            // A lane mask from a vector comparison.
+                            Mode::Vector(vt) => self.sel(pv, a.s(), c.s(), vt),
+                            Mode::Scalar => self.b.ins().select(pv, a.s(), c.s()),
+                        })
                     }
                 },
                 ENode::Clamp(x, lo, hi, d) => {

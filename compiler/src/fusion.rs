@@ -668,7 +668,7 @@ pub(crate) fn node_cost(n: &ENode) -> usize {
 }
 
 /// The operands of an expression node.
-fn enode_operands(n: &ENode) -> Vec<usize> {
+pub(crate) fn enode_operands(n: &ENode) -> Vec<usize> {
     match n {
         ENode::Load { .. } | ENode::Const(_) | ENode::Iota { .. } => vec![],
         ENode::Unary(_, a, _) | ENode::Convert(a, _, _) => vec![*a],
