@@ -210,8 +210,10 @@ fn reductions_and_loops_of_every_length() {
                         site.clone(),
                     )
                     .unwrap();
+                let a = g.add(Op::Unary(UnaryOp::Abs), &[m], site.clone()).unwrap();
                 g.add_output(r, "r").unwrap();
                 g.add_output(m, "m").unwrap();
+                g.add_output(a, "a").unwrap();
                 let mut input = common::random_graph::random_tensor(&mut rng, &ty);
                 if dtype.is_float() {
                     // Keep products and sums finite and well conditioned.
@@ -251,6 +253,7 @@ fn reductions_and_loops_of_every_length() {
                     &format!("{dtype} n={n} {op:?} axis {axis}"),
                 );
                 common::assert_close(&got[1], &want[1], 0.0, 0.0, &format!("{dtype} n={n} loop"));
+                common::assert_close(&got[2], &want[2], 0.0, 0.0, &format!("{dtype} n={n} abs"));
             }
         }
     }

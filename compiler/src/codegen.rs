@@ -973,8 +973,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     ENode::Unary(u, _, _) => match u {
                         UnaryOp::Neg => true,
                         UnaryOp::Square => float || int_mul,
-                        UnaryOp::Abs
-                        | UnaryOp::Sqrt
+                        // pabsb/w/d; unsigned abs is the identity.
+                        UnaryOp::Abs => float || dt.size() <= 4 || !dt.is_signed_int(),
+                        UnaryOp::Sqrt
                         | UnaryOp::Floor
                         | UnaryOp::Ceil
                         | UnaryOp::Round
