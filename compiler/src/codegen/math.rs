@@ -1,0 +1,914 @@
+//! The inline approximations of transcendental functions (exp, expm1,
+//! log, log1p, tanh, logistic, sin, cos, erf, f32 pow) as Cranelift IR, for
+//! scalars and vectors alike. Bounds and methods: docs/compiler.md,
+//! "Numerics and tolerances"; tests: tests/jit_math.rs.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Type, Value, types};
+use tensorlift_ir::{Result, UnaryOp};
+
+use super::{KernelGen, has_fma};
+
+impl KernelGen<'_, '_> {
+    /// `e^x` for f32 (scalar or F32X4): Cephes' polynomial after reduction
+    /// by `ln 2`, scaled by two powers of two so that results down to the
+    /// smallest denormal round once. Within 2 ulp of a correctly rounded
+    /// result (tested); NaN, ±inf and overflow behave as `expf`.
+    pub(super) fn exp_f32(&mut self, x: Value, ty: Type) -> Value {
+        let (y, tm, _) = self.exp_f32_reduced(x, ty);
+        let one = self.splat_f(ty, 1.0);
+        let y = self.b.ins().fadd(y, one);
+        self.scale_by_pow2(y, tm, ty)
+    }
+
+    /// The shared part of f32 `exp` and `expm1`: `x` clamped to
+    /// [-104, 88.73], `n = round(x / ln 2)` and `r = x - n·ln 2`; returns
+    /// `(e^r - 1, n + 1.5·2^23, n)`, with `e^r - 1` from Cephes' polynomial.
+    fn exp_f32_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
+        // Clamp with compare + select (NaN stays NaN and falls through).
+        let hi = self.splat_f(ty, 88.73);
+        let lo = self.splat_f(ty, -104.0);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
+        let x = self.sel(above, hi, x, ty);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
+        let x = self.sel(below, lo, x, ty);
+        // n = round-half-even(x·log2 e) by adding 1.5·2^23: the integer
+        // lands in the low mantissa bits (|n| ≤ 151 ≪ 2^22).
+        let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
+        let t = self.b.ins().fmul(x, log2e);
+        let magic = self.splat_f(ty, 12_582_912.0);
+        let tm = self.b.ins().fadd(t, magic);
+        let n = self.b.ins().fsub(tm, magic);
+        // r = x - n·ln2 in two parts (Cody–Waite).
+        let c1 = self.splat_f(ty, -0.693_359_375);
+        let c2 = self.splat_f(ty, 2.121_944_4e-4);
+        let r = self.mul_add(n, c1, x);
+        let r = self.mul_add(n, c2, r);
+        let p = self.horner(
+            r,
+            &[
+                1.987_569_150_0e-4,
+                1.398_199_950_7e-3,
+                8.333_451_907_3e-3,
+                4.166_579_589_4e-2,
+                1.666_666_545_9e-1,
+                5.000_000_120_1e-1,
+            ],
+            ty,
+        );
+        let rr = self.b.ins().fmul(r, r);
+        (self.mul_add(p, rr, r), tm, n)
+    }
+
+    /// `e^x - 1` for f32 or f64 (scalar or vector): with `e^x = 2^n·e^r`,
+    /// `2^n·(e^r - 1) + (2^n - 1)` while `|n|` is at most the mantissa
+    /// width (both terms exact powers of two, so small results keep their
+    /// relative accuracy), else `e^x - 1` from the scaled exp. Tiny |x|
+    /// returns x (keeps -0).
+    pub(super) fn expm1(&mut self, x: Value, ty: Type) -> Value {
+        let f64_lanes = ty.lane_type() == types::F64;
+        let (y, tm, n) = if f64_lanes {
+            self.exp_f64_reduced(x, ty)
+        } else {
+            self.exp_f32_reduced(x, ty)
+        };
+        let (magic_bits, bias, shift, width) = if f64_lanes {
+            (0x4338_0000_0000_0000, 1023, 52, 53)
+        } else {
+            (0x4B40_0000, 127, 23, 24)
+        };
+        let one = self.splat_f(ty, 1.0);
+        let y1 = self.b.ins().fadd(y, one);
+        let e = self.scale_by_pow2(y1, tm, ty);
+        let large = self.b.ins().fsub(e, one);
+        let ity = Self::int_ty(ty);
+        let flags = MemFlagsData::new();
+        let tmi = self.b.ins().bitcast(ity, flags, tm);
+        let magic = self.splat_i(ity, magic_bits);
+        let ni = self.b.ins().isub(tmi, magic);
+        let bias = self.splat_i(ity, bias);
+        let eb = self.b.ins().iadd(ni, bias);
+        let eb = self.b.ins().ishl_imm_s(eb, shift);
+        let p2 = self.b.ins().bitcast(ty, flags, eb);
+        let p2m1 = self.b.ins().fsub(p2, one);
+        let small = self.mul_add(y, p2, p2m1);
+        let an = self.b.ins().fabs(n);
+        let lim = self.splat_f(ty, f64::from(width));
+        let is_small = self.b.ins().fcmp(FloatCC::LessThanOrEqual, an, lim);
+        let r = self.sel(is_small, small, large, ty);
+        let ax = self.b.ins().fabs(x);
+        let tiny = self.splat_f(ty, 2f64.powi(-2 - width));
+        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, ax, tiny);
+        self.sel(is_tiny, x, r, ty)
+    }
+
+    /// `ln(1 + x)` for f32 or f64 (scalar or vector): with `u = 1 + x` rounded,
+    /// `ln(u)·x/(u - 1)` corrects the rounding of `u` (Goldberg), and
+    /// `u == 1` returns x. x < -1 gives NaN, -1 gives -inf, +inf gives +inf.
+    pub(super) fn log1p(&mut self, x: Value, ty: Type) -> Value {
+        let one = self.splat_f(ty, 1.0);
+        let u = self.b.ins().fadd(x, one);
+        let l = if ty.lane_type() == types::F64 {
+            self.log_f64(u, ty)
+        } else {
+            self.log_f32(u, ty)
+        };
+        let um1 = self.b.ins().fsub(u, one);
+        let q = self.b.ins().fdiv(x, um1);
+        let r = self.b.ins().fmul(l, q);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
+        let r = self.sel(is_inf, inf, r, ty);
+        let exact = self.b.ins().fcmp(FloatCC::Equal, u, one);
+        self.sel(exact, x, r, ty)
+    }
+
+    /// `sin x` or `cos x` for f32 or f64 (scalar or vector), after
+    /// Cephes' `sinf`/`cosf` and `sin`/`cos`: |x| reduced by π/2 in four
+    /// parts (the first three short enough that every product with the
+    /// quadrant count is exact), the quadrant picks ±sin or ±cos of the
+    /// remainder, each a polynomial on [-π/4, π/4]. Vectors with a lane
+    /// beyond the reduction's range (|x| > 8192 for f32, 10^5 for f64) take
+    /// a cold path through libm. NaN and ±inf give NaN.
+    pub(super) fn sincos(&mut self, x: Value, ty: Type, cos: bool) -> Result<Value> {
+        let f64_lanes = ty.lane_type() == types::F64;
+        let ity = Self::int_ty(ty);
+        let flags = MemFlagsData::new();
+        let (magic, parts, limit, sign_shift, sign_bit): (f64, [f64; 4], f64, i64, i64) =
+            if f64_lanes {
+                (
+                    6_755_399_441_055_744.0,
+                    [
+                        1.570_796_310_901_641_8,
+                        1.589_325_471_229_585_7e-8,
+                        6.123_233_932_053_594e-17,
+                        6.368_317_163_510_95e-25,
+                    ],
+                    1e5,
+                    62,
+                    i64::MIN,
+                )
+            } else {
+                (
+                    12_582_912.0,
+                    [
+                        1.570_312_5,
+                        4.837_512_969_970_703e-4,
+                        7.549_533_620_476_723e-8,
+                        2.563_344_1e-12,
+                    ],
+                    8192.0,
+                    30,
+                    i64::from(i32::MIN),
+                )
+            };
+        let a = self.b.ins().fabs(x);
+        let two_over_pi = self.splat_f(ty, std::f64::consts::FRAC_2_PI);
+        let magic = self.splat_f(ty, magic);
+        let tm = self.mul_add(a, two_over_pi, magic);
+        let n = self.b.ins().fsub(tm, magic);
+        let mut r = a;
+        for part in parts {
+            let c = self.splat_f(ty, -part);
+            r = self.mul_add(n, c, r);
+        }
+        let z = self.b.ins().fmul(r, r);
+        let (sin_coeffs, cos_coeffs): (&[f64], &[f64]) = if f64_lanes {
+            (
+                &[
+                    1.589_623_015_765_465_7e-10,
+                    -2.505_074_776_285_780_7e-8,
+                    2.755_731_362_138_572_3e-6,
+                    -1.984_126_982_958_954e-4,
+                    8.333_333_333_322_118e-3,
+                    -1.666_666_666_666_663e-1,
+                ],
+                &[
+                    -1.135_853_652_138_768_2e-11,
+                    2.087_570_084_197_473e-9,
+                    -2.755_731_417_929_674e-7,
+                    2.480_158_728_885_170_5e-5,
+                    -1.388_888_888_887_305_6e-3,
+                    4.166_666_666_666_659_3e-2,
+                ],
+            )
+        } else {
+            (
+                &[-1.951_529_589_1e-4, 8.332_160_873_6e-3, -1.666_665_461_1e-1],
+                &[
+                    2.443_315_711_809_948e-5,
+                    -1.388_731_625_493_765e-3,
+                    4.166_664_568_298_827e-2,
+                ],
+            )
+        };
+        let sp = self.horner(z, sin_coeffs, ty);
+        let rz = self.b.ins().fmul(r, z);
+        let s = self.mul_add(rz, sp, r);
+        let cp = self.horner(z, cos_coeffs, ty);
+        let zz = self.b.ins().fmul(z, z);
+        let half = self.splat_f(ty, -0.5);
+        let one = self.splat_f(ty, 1.0);
+        let c = self.mul_add(z, half, one);
+        let c = self.mul_add(zz, cp, c);
+        // Quadrant q = n mod 4 (the low bits of tm): odd quadrants swap sin
+        // and cos; the sign flips for q = 2, 3 (sin) or q = 1, 2 (cos).
+        let tmi = self.b.ins().bitcast(ity, flags, tm);
+        let onei = self.splat_i(ity, 1);
+        let q = if cos {
+            self.b.ins().iadd(tmi, onei)
+        } else {
+            tmi
+        };
+        let odd = self.b.ins().band(tmi, onei);
+        let zero_i = self.splat_i(ity, 0);
+        let swap = self.b.ins().icmp(IntCC::NotEqual, odd, zero_i);
+        let (first, second) = if cos { (s, c) } else { (c, s) };
+        let v = self.sel(swap, first, second, ty);
+        let twoi = self.splat_i(ity, 2);
+        let neg = self.b.ins().band(q, twoi);
+        let mut sign = self.b.ins().ishl_imm_s(neg, sign_shift);
+        if !cos {
+            let xb = self.b.ins().bitcast(ity, flags, x);
+            let sign_mask = self.splat_i(ity, sign_bit);
+            let xs = self.b.ins().band(xb, sign_mask);
+            sign = self.b.ins().bxor(sign, xs);
+        }
+        let vb = self.b.ins().bitcast(ity, flags, v);
+        let vb = self.b.ins().bxor(vb, sign);
+        let inline = self.b.ins().bitcast(ty, flags, vb);
+        // Huge finite lanes: the whole value through libm, off the hot path.
+        let limit = self.splat_f(ty, limit);
+        let huge = self.b.ins().fcmp(FloatCC::GreaterThan, a, limit);
+        let any = if ty.is_vector() {
+            self.b.ins().vany_true(huge)
+        } else {
+            huge
+        };
+        let cold = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.append_block_param(done, ty);
+        self.b.ins().brif(any, cold, &[], done, &[inline.into()]);
+        self.b.switch_to_block(cold);
+        self.b.seal_block(cold);
+        self.b.set_cold_block(cold);
+        let op = if cos { UnaryOp::Cos } else { UnaryOp::Sin };
+        let code = self.b.ins().iconst(types::I32, op as i64);
+        let (name, lane) = if f64_lanes {
+            ("tl_f64_un", types::F64)
+        } else {
+            ("tl_f32_un", types::F32)
+        };
+        let slow = if ty.is_vector() {
+            let mut v = x;
+            for i in 0..ty.lane_count() as u8 {
+                let e = self.b.ins().extractlane(x, i);
+                let y = self.call(name, &[types::I32, lane], &[lane], &[code, e])?[0];
+                v = self.b.ins().insertlane(v, y, i);
+            }
+            v
+        } else {
+            self.call(name, &[types::I32, lane], &[lane], &[code, x])?[0]
+        };
+        self.b.ins().jump(done, &[slow.into()]);
+        self.b.switch_to_block(done);
+        self.b.seal_block(done);
+        Ok(self.b.block_params(done)[0])
+    }
+
+    /// `erf x` for f32 (scalar or F32X4): the rational approximation used
+    /// by Eigen and XLA, `x·P(x²)/Q(x²)` on x clamped to [-4, 4] (erf is ±1
+    /// in f32 beyond), evaluated in f64 lanes (in f32 its rounding reached
+    /// 5 ulp near 1; the formula itself is within 1.4). NaN propagates; -0
+    /// stays -0.
+    pub(super) fn erf_f32(&mut self, x: Value, ty: Type) -> Value {
+        let hi = self.splat_f(ty, 4.0);
+        let lo = self.splat_f(ty, -4.0);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
+        let x = self.sel(above, hi, x, ty);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
+        let x = self.sel(below, lo, x, ty);
+        self.in_f64(&[x], ty, |cg, v, ty| {
+            let x = v[0];
+            let z = cg.b.ins().fmul(x, x);
+            let p = cg.horner(
+                z,
+                &[
+                    -2.726_142_258_013_06e-10,
+                    2.770_681_424_959_02e-8,
+                    -2.101_024_020_825_08e-6,
+                    -5.692_506_394_623_46e-5,
+                    -7.349_906_303_268_55e-4,
+                    -2.954_599_808_540_25e-3,
+                    -1.609_603_332_624_15e-2,
+                ],
+                ty,
+            );
+            let q = cg.horner(
+                z,
+                &[
+                    -1.456_607_184_649_96e-5,
+                    -2.133_740_552_789_05e-4,
+                    -1.682_826_974_382_03e-3,
+                    -7.373_329_167_204_68e-3,
+                    -1.426_473_905_141_89e-2,
+                ],
+                ty,
+            );
+            let xp = cg.b.ins().fmul(x, p);
+            cg.b.ins().fdiv(xp, q)
+        })
+    }
+
+    /// `erf x` for f64 (scalar or F64X2), after Cephes' `ndtr.c`: for
+    /// |x| ≤ 1 `x·T(x²)/U(x²)`, else `1 - e^(-x²)·P(|x|)/Q(|x|)` with the
+    /// inline exp and the sign of x (|x| clamped to 6, past which erf is ±1
+    /// in f64; the error of e^(-x²) from rounding x² is below erfc's weight
+    /// there). NaN propagates, -0 stays -0.
+    pub(super) fn erf_f64(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let z = self.b.ins().fmul(x, x);
+        let t = self.horner(
+            z,
+            &[
+                9.604_973_739_870_516,
+                9.002_601_972_038_427e1,
+                2.232_005_345_946_843e3,
+                7.003_325_141_128_051e3,
+                5.559_230_130_103_949e4,
+            ],
+            ty,
+        );
+        let u = self.horner(
+            z,
+            &[
+                1.0,
+                3.356_171_416_475_031e1,
+                5.213_579_497_801_527e2,
+                4.594_323_829_709_801e3,
+                2.262_900_006_138_909_4e4,
+                4.926_739_426_086_359e4,
+            ],
+            ty,
+        );
+        let tu = self.b.ins().fdiv(t, u);
+        let small = self.b.ins().fmul(x, tu);
+        let six = self.splat_f(ty, 6.0);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, six, a);
+        let ac = self.sel(above, six, a, ty);
+        let p = self.horner(
+            ac,
+            &[
+                2.461_969_814_735_305e-10,
+                5.641_895_648_310_688e-1,
+                7.463_210_564_422_699,
+                4.863_719_709_856_814e1,
+                1.965_208_329_560_771e2,
+                5.264_451_949_954_773e2,
+                9.345_285_271_719_576e2,
+                1.027_551_886_895_157e3,
+                5.575_353_353_693_993e2,
+            ],
+            ty,
+        );
+        let q = self.horner(
+            ac,
+            &[
+                1.0,
+                1.322_819_511_547_449_9e1,
+                8.670_721_408_859_897e1,
+                3.549_377_788_878_199e2,
+                9.757_085_017_432_055e2,
+                1.823_909_166_879_097_4e3,
+                2.246_337_608_187_109_8e3,
+                1.656_663_091_941_613_5e3,
+                5.575_353_408_177_277e2,
+            ],
+            ty,
+        );
+        let aa = self.b.ins().fmul(ac, ac);
+        let naa = self.b.ins().fneg(aa);
+        let e = self.exp_f64(naa, ty);
+        let pq = self.b.ins().fdiv(p, q);
+        let erfc = self.b.ins().fmul(e, pq);
+        let one = self.splat_f(ty, 1.0);
+        let large = self.b.ins().fsub(one, erfc);
+        let large = self.with_sign_of(large, x, ty);
+        let is_small = self.b.ins().fcmp(FloatCC::LessThanOrEqual, a, one);
+        self.sel(is_small, small, large, ty)
+    }
+
+    /// `f` applied to f32 values (scalars or F32X4) in f64 precision: each
+    /// vector is widened into two F64X2 halves, `f` evaluated on each half,
+    /// and the results narrowed and joined back. `f` gets the f64 type.
+    fn in_f64(
+        &mut self,
+        xs: &[Value],
+        ty: Type,
+        mut f: impl FnMut(&mut Self, &[Value], Type) -> Value,
+    ) -> Value {
+        if !ty.is_vector() {
+            let w: Vec<Value> = xs
+                .iter()
+                .map(|x| self.b.ins().fpromote(types::F64, *x))
+                .collect();
+            let y = f(self, &w, types::F64);
+            return self.b.ins().fdemote(types::F32, y);
+        }
+        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+        let high_first: [u8; 16] = std::array::from_fn(|i| 8 + (i % 8) as u8);
+        let high_first = self.b.func.dfg.immediates.push(high_first.to_vec().into());
+        let mut lo = Vec::with_capacity(xs.len());
+        let mut hi = Vec::with_capacity(xs.len());
+        for x in xs {
+            lo.push(self.b.ins().fvpromote_low(*x));
+            let bytes = self.b.ins().bitcast(types::I8X16, flags, *x);
+            let swapped = self.b.ins().shuffle(bytes, bytes, high_first);
+            let swapped = self.b.ins().bitcast(ty, flags, swapped);
+            hi.push(self.b.ins().fvpromote_low(swapped));
+        }
+        let ylo = f(self, &lo, types::F64X2);
+        let yhi = f(self, &hi, types::F64X2);
+        let nlo = self.b.ins().fvdemote(ylo);
+        let nhi = self.b.ins().fvdemote(yhi);
+        let blo = self.b.ins().bitcast(types::I8X16, flags, nlo);
+        let bhi = self.b.ins().bitcast(types::I8X16, flags, nhi);
+        let join: [u8; 16] = std::array::from_fn(|i| if i < 8 { i as u8 } else { 8 + i as u8 });
+        let join = self.b.func.dfg.immediates.push(join.to_vec().into());
+        let y = self.b.ins().shuffle(blo, bhi, join);
+        self.b.ins().bitcast(ty, flags, y)
+    }
+
+    /// The negation of a comparison result: lane masks are all ones or
+    /// zeros, scalar results 1 or 0.
+    fn not_mask(&mut self, m: Value, ty: Type) -> Value {
+        if ty.is_vector() {
+            self.b.ins().bnot(m)
+        } else {
+            self.b.ins().bxor_imm_u(m, 1)
+        }
+    }
+
+    /// The integer type of `ty`'s shape (F32X4 → I32X4, F64 → I64, ...).
+    fn int_ty(ty: Type) -> Type {
+        match (ty.lane_type() == types::F64, ty.is_vector()) {
+            (false, false) => types::I32,
+            (false, true) => types::I32X4,
+            (true, false) => types::I64,
+            (true, true) => types::I64X2,
+        }
+    }
+
+    /// `r` with the sign bit of `x` (`r` non-negative), by bit operations:
+    /// x64 has no vector `fcopysign`.
+    fn with_sign_of(&mut self, r: Value, x: Value, ty: Type) -> Value {
+        let ity = Self::int_ty(ty);
+        let flags = MemFlagsData::new();
+        let sign_bit = if ty.lane_type() == types::F64 {
+            i64::MIN
+        } else {
+            i64::from(i32::MIN)
+        };
+        let xb = self.b.ins().bitcast(ity, flags, x);
+        let sign_mask = self.splat_i(ity, sign_bit);
+        let sign = self.b.ins().band(xb, sign_mask);
+        let rb = self.b.ins().bitcast(ity, flags, r);
+        let rb = self.b.ins().bor(rb, sign);
+        self.b.ins().bitcast(ty, flags, rb)
+    }
+
+    /// `1 / (1 + e^-x)` for f32 or f64: with `t = e^-|x|` (never
+    /// overflows), `(x >= 0 ? 1 : t) / (1 + t)`.
+    pub(super) fn logistic(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let na = self.b.ins().fneg(a);
+        let t = self.exp(na, ty);
+        let one = self.splat_f(ty, 1.0);
+        let zero = self.splat_f(ty, 0.0);
+        let den = self.b.ins().fadd(one, t);
+        let pos = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, x, zero);
+        let num = self.sel(pos, one, t, ty);
+        self.b.ins().fdiv(num, den)
+    }
+
+    /// The inline `e^x` for `ty`'s lane type.
+    fn exp(&mut self, x: Value, ty: Type) -> Value {
+        if ty.lane_type() == types::F64 {
+            self.exp_f64(x, ty)
+        } else {
+            self.exp_f32(x, ty)
+        }
+    }
+
+    /// `tanh x` for f64 (scalar or F64X2), after Cephes' `tanh`: for
+    /// |x| < 0.625 `x + x·z·P(z)/Q(z)` with z = x², else
+    /// `1 - 2/(e^(2|x|) + 1)` with the inline exp; the sign copied back.
+    pub(super) fn tanh_f64(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let z = self.b.ins().fmul(a, a);
+        let p = self.horner(
+            z,
+            &[
+                -9.643_991_794_250_522e-1,
+                -9.928_772_310_019_186e1,
+                -1.614_687_684_417_084_5e3,
+            ],
+            ty,
+        );
+        let q = self.horner(
+            z,
+            &[
+                1.0,
+                1.128_116_784_916_329_3e2,
+                2.235_488_390_601_004_5e3,
+                4.844_063_053_251_255e3,
+            ],
+            ty,
+        );
+        let pq = self.b.ins().fdiv(p, q);
+        let az = self.b.ins().fmul(a, z);
+        let small = self.mul_add(az, pq, a);
+        let two_a = self.b.ins().fadd(a, a);
+        let e = self.exp_f64(two_a, ty);
+        let one = self.splat_f(ty, 1.0);
+        let two = self.splat_f(ty, 2.0);
+        let e1 = self.b.ins().fadd(e, one);
+        let q = self.b.ins().fdiv(two, e1);
+        let large = self.b.ins().fsub(one, q);
+        let cut = self.splat_f(ty, 0.625);
+        let is_small = self.b.ins().fcmp(FloatCC::LessThan, a, cut);
+        let r = self.sel(is_small, small, large, ty);
+        self.with_sign_of(r, x, ty)
+    }
+
+    /// `ln x` for f64 (scalar or F64X2), after fdlibm's `__ieee754_log`:
+    /// x = m·2^k with m in [√½, √2), `s = f/(2 + f)` for f = m - 1 and a
+    /// degree-14 polynomial in s. Denormals are scaled by 2^54 first.
+    /// x < 0 and NaN give NaN, ±0 gives -inf, +inf gives +inf.
+    pub(super) fn log_f64(&mut self, x: Value, ty: Type) -> Value {
+        let ity = Self::int_ty(ty);
+        let flags = MemFlagsData::new();
+        let tiny = self.splat_f(ty, f64::MIN_POSITIVE);
+        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, x, tiny);
+        let scale = self.splat_f(ty, 2f64.powi(54));
+        let xs = self.b.ins().fmul(x, scale);
+        let xn = self.sel(is_tiny, xs, x, ty);
+        let bits = self.b.ins().bitcast(ity, flags, xn);
+        // k as a float without a vector int→float conversion: the biased
+        // exponent dropped into the mantissa of 2^52.
+        let e = self.b.ins().ushr_imm_s(bits, 52);
+        let emask = self.splat_i(ity, 0x7ff);
+        let e = self.b.ins().band(e, emask);
+        let two52 = self.splat_i(ity, 0x4330_0000_0000_0000);
+        let eb = self.b.ins().bor(e, two52);
+        let ef = self.b.ins().bitcast(ty, flags, eb);
+        let off = self.splat_f(ty, 2f64.powi(52) + 1023.0);
+        let k = self.b.ins().fsub(ef, off);
+        let adj = self.splat_f(ty, 54.0);
+        let zero = self.splat_f(ty, 0.0);
+        let adj = self.sel(is_tiny, adj, zero, ty);
+        let k = self.b.ins().fsub(k, adj);
+        // m in [1, 2), halved (and k + 1) when above √2.
+        let mmask = self.splat_i(ity, 0x000f_ffff_ffff_ffff);
+        let mb = self.b.ins().band(bits, mmask);
+        let one_bits = self.splat_i(ity, 0x3ff0_0000_0000_0000);
+        let mb = self.b.ins().bor(mb, one_bits);
+        let m = self.b.ins().bitcast(ty, flags, mb);
+        let sqrt2 = self.splat_f(ty, std::f64::consts::SQRT_2);
+        let big = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, m, sqrt2);
+        let half = self.splat_f(ty, 0.5);
+        let one = self.splat_f(ty, 1.0);
+        let mh = self.b.ins().fmul(m, half);
+        let m = self.sel(big, mh, m, ty);
+        let kp1 = self.b.ins().fadd(k, one);
+        let k = self.sel(big, kp1, k, ty);
+        let f = self.b.ins().fsub(m, one);
+        let two = self.splat_f(ty, 2.0);
+        let d = self.b.ins().fadd(two, f);
+        let s = self.b.ins().fdiv(f, d);
+        let z = self.b.ins().fmul(s, s);
+        let w = self.b.ins().fmul(z, z);
+        let t1 = self.horner(
+            w,
+            &[
+                1.531_383_769_920_937_3e-1,
+                2.222_219_843_214_978_4e-1,
+                3.999_999_999_940_942e-1,
+            ],
+            ty,
+        );
+        let t1 = self.b.ins().fmul(t1, w);
+        let t2 = self.horner(
+            w,
+            &[
+                1.479_819_860_511_658_6e-1,
+                1.818_357_216_161_805e-1,
+                2.857_142_874_366_239e-1,
+                6.666_666_666_666_735e-1,
+            ],
+            ty,
+        );
+        let t2 = self.b.ins().fmul(t2, z);
+        let r = self.b.ins().fadd(t2, t1);
+        let ff = self.b.ins().fmul(f, f);
+        let hfsq = self.b.ins().fmul(ff, half);
+        let hr = self.b.ins().fadd(hfsq, r);
+        let ln2_lo = self.splat_f(ty, 1.908_214_929_270_587_7e-10);
+        let klo = self.b.ins().fmul(k, ln2_lo);
+        let inner = self.mul_add(s, hr, klo);
+        let inner = self.b.ins().fsub(hfsq, inner);
+        let inner = self.b.ins().fsub(inner, f);
+        let ln2_hi = self.splat_f(ty, 6.931_471_803_691_238e-1);
+        let khi = self.b.ins().fmul(k, ln2_hi);
+        let r = self.b.ins().fsub(khi, inner);
+        self.log_specials(x, r, ty)
+    }
+
+    /// The special values of `ln`: x < 0 or NaN → NaN, ±0 → -inf,
+    /// +inf → +inf; `r` elsewhere.
+    fn log_specials(&mut self, x: Value, r: Value, ty: Type) -> Value {
+        let zero = self.splat_f(ty, 0.0);
+        let nan = self.splat_f(ty, f64::NAN);
+        let ninf = self.splat_f(ty, f64::NEG_INFINITY);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
+        let r = self.sel(is_inf, inf, r, ty);
+        let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
+        let r = self.sel(is_zero, ninf, r, ty);
+        let bad = self.b.ins().fcmp(FloatCC::UnorderedOrLessThan, x, zero);
+        self.sel(bad, nan, r, ty)
+    }
+
+    /// `x^y` for f32 (scalar or F32X4): `e^(y·ln|x|)` evaluated in f64
+    /// (the f64 log and exp above, so the f32 result rounds once from a
+    /// value good to ~2^-50), then IEEE `pow`'s special cases: `y = 0` or
+    /// `x = 1` → 1 (even for NaN), `x = -1` with y = ±inf → 1, x < 0 with
+    /// a non-integer y → NaN, and the sign of x kept for odd integer y.
+    pub(super) fn pow_f32(&mut self, x: Value, y: Value, ty: Type) -> Value {
+        let mag = self.in_f64(&[x, y], ty, |cg, v, t| {
+            let a = cg.b.ins().fabs(v[0]);
+            let l = cg.log_f64(a, t);
+            let yl = cg.b.ins().fmul(v[1], l);
+            cg.exp_f64(yl, t)
+        });
+        let zero = self.splat_f(ty, 0.0);
+        let one = self.splat_f(ty, 1.0);
+        let half = self.splat_f(ty, 0.5);
+        let nan = self.splat_f(ty, f64::NAN);
+        // y integer / odd integer (|y| ≥ 2^24 is always an even integer).
+        let yr = self.b.ins().nearest(y);
+        let y_int = self.b.ins().fcmp(FloatCC::Equal, yr, y);
+        let yh = self.b.ins().fmul(y, half);
+        let yhr = self.b.ins().nearest(yh);
+        let y_even = self.b.ins().fcmp(FloatCC::Equal, yhr, yh);
+        let y_odd = self.b.ins().band_not(y_int, y_even);
+        // Odd integer powers keep x's sign (also for -0 and -inf).
+        let signed = self.with_sign_of(mag, x, ty);
+        let r = self.sel(y_odd, signed, mag, ty);
+        let x_neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
+        let y_frac = self.not_mask(y_int, ty);
+        let y_finite = {
+            let ay = self.b.ins().fabs(y);
+            let inf = self.splat_f(ty, f64::INFINITY);
+            self.b.ins().fcmp(FloatCC::LessThan, ay, inf)
+        };
+        let y_frac = self.b.ins().band(y_frac, y_finite);
+        // A finite negative base with a non-integer exponent has no real
+        // power (-inf has: +inf or +0).
+        let ax = self.b.ins().fabs(x);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let x_finite = self.b.ins().fcmp(FloatCC::LessThan, ax, inf);
+        let x_neg = self.b.ins().band(x_neg, x_finite);
+        let invalid = self.b.ins().band(x_neg, y_frac);
+        let r = self.sel(invalid, nan, r, ty);
+        // |x| = 1 with y = ±inf, x = 1 with anything, y = 0 with anything: 1.
+        let ax_one = self.b.ins().fcmp(FloatCC::Equal, ax, one);
+        let y_inf = self.not_mask(y_finite, ty);
+        let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
+        let y_inf = self.b.ins().band_not(y_inf, y_nan);
+        let unit = self.b.ins().band(ax_one, y_inf);
+        let x_one = self.b.ins().fcmp(FloatCC::Equal, x, one);
+        let y_zero = self.b.ins().fcmp(FloatCC::Equal, y, zero);
+        let unit = self.b.ins().bor(unit, x_one);
+        let unit = self.b.ins().bor(unit, y_zero);
+        self.sel(unit, one, r, ty)
+    }
+
+    /// `y · 2^n`, where `tm = n + magic` came from the round-to-integer
+    /// trick (magic = 1.5·2^23 for f32, 1.5·2^52 for f64, so `n` sits in
+    /// the low mantissa bits). Applied as 2^n1 · 2^n2 with n1 = n >> 1,
+    /// n2 = n - n1, so that results down to the smallest denormal round
+    /// once and no factor overflows before the product does.
+    fn scale_by_pow2(&mut self, y: Value, tm: Value, ty: Type) -> Value {
+        let f64_lanes = ty.lane_type() == types::F64;
+        let ity = match (f64_lanes, ty.is_vector()) {
+            (false, false) => types::I32,
+            (false, true) => types::I32X4,
+            (true, false) => types::I64,
+            (true, true) => types::I64X2,
+        };
+        let (magic_bits, bias, shift) = if f64_lanes {
+            (0x4338_0000_0000_0000, 1023, 52)
+        } else {
+            (0x4B40_0000, 127, 23)
+        };
+        let flags = MemFlagsData::new();
+        let tmi = self.b.ins().bitcast(ity, flags, tm);
+        let mi = self.splat_i(ity, magic_bits);
+        let ni = self.b.ins().isub(tmi, mi);
+        let n1 = self.b.ins().sshr_imm_s(ni, 1);
+        let n2 = self.b.ins().isub(ni, n1);
+        let bias = self.splat_i(ity, bias);
+        let e1 = self.b.ins().iadd(n1, bias);
+        let e1 = self.b.ins().ishl_imm_s(e1, shift);
+        let e2 = self.b.ins().iadd(n2, bias);
+        let e2 = self.b.ins().ishl_imm_s(e2, shift);
+        let s1 = self.b.ins().bitcast(ty, flags, e1);
+        let s2 = self.b.ins().bitcast(ty, flags, e2);
+        let y = self.b.ins().fmul(y, s1);
+        self.b.ins().fmul(y, s2)
+    }
+
+    /// `a·b + c`: one fused multiply-add where the host has FMA (inside
+    /// the approximations only), else a multiply and an add.
+    fn mul_add(&mut self, a: Value, b: Value, c: Value) -> Value {
+        if has_fma() {
+            self.b.ins().fma(a, b, c)
+        } else {
+            let m = self.b.ins().fmul(a, b);
+            self.b.ins().fadd(m, c)
+        }
+    }
+
+    /// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule.
+    fn horner(&mut self, z: Value, coeffs: &[f64], ty: Type) -> Value {
+        let mut p = self.splat_f(ty, coeffs[0]);
+        for c in &coeffs[1..] {
+            let cc = self.splat_f(ty, *c);
+            p = self.mul_add(p, z, cc);
+        }
+        p
+    }
+
+    /// `e^x` for f64 (scalar or F64X2), after Cephes' `exp`: reduction by
+    /// `ln 2` in two parts, then the Padé form `1 + 2·P(r)/(Q(r²) - P(r))`;
+    /// 2^n applied as two powers of two so that denormal results round
+    /// once. NaN propagates; overflow gives +inf, underflow +0. Within 2 ulp
+    /// of glibc's `exp` (tested).
+    pub(super) fn exp_f64(&mut self, x: Value, ty: Type) -> Value {
+        let (y, tm, _) = self.exp_f64_reduced(x, ty);
+        let one = self.splat_f(ty, 1.0);
+        let y = self.b.ins().fadd(y, one);
+        self.scale_by_pow2(y, tm, ty)
+    }
+
+    /// The shared part of f64 `exp` and `expm1`: `x` clamped to
+    /// [-746, 709.79], `n = round(x / ln 2)`, `r = x - n·ln 2`; returns
+    /// `(e^r - 1, n + 1.5·2^52, n)` with `e^r - 1 = 2·P(r)/(Q(r²) - P(r))`.
+    fn exp_f64_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
+        let hi = self.splat_f(ty, 709.79);
+        let lo = self.splat_f(ty, -746.0);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
+        let x = self.sel(above, hi, x, ty);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
+        let x = self.sel(below, lo, x, ty);
+        // n = round(x·log2 e) via the 1.5·2^52 trick.
+        let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
+        let magic = self.splat_f(ty, 6_755_399_441_055_744.0);
+        let tm = self.mul_add(x, log2e, magic);
+        let n = self.b.ins().fsub(tm, magic);
+        let c1 = self.splat_f(ty, -6.931_457_519_531_25e-1);
+        let c2 = self.splat_f(ty, -1.428_606_820_309_417_3e-6);
+        let r = self.mul_add(n, c1, x);
+        let r = self.mul_add(n, c2, r);
+        let rr = self.b.ins().fmul(r, r);
+        let p = self.horner(
+            rr,
+            &[1.261_771_930_748_105_8e-4, 3.029_944_077_074_419_5e-2, 1.0],
+            ty,
+        );
+        let px = self.b.ins().fmul(p, r);
+        let q = self.horner(
+            rr,
+            &[
+                3.001_985_051_386_644_6e-6,
+                2.524_483_403_496_841e-3,
+                2.272_655_482_081_550_3e-1,
+                2.0,
+            ],
+            ty,
+        );
+        let den = self.b.ins().fsub(q, px);
+        let y = self.b.ins().fdiv(px, den);
+        (self.b.ins().fadd(y, y), tm, n)
+    }
+
+    /// `tanh x` for f32 (scalar or F32X4), after Cephes' `tanhf`: for
+    /// |x| < 0.625 an odd polynomial, else `1 - 2/(e^(2|x|) + 1)` with the
+    /// inline exp; both on |x|, the sign copied back (so -0 stays -0).
+    /// Within 4 ulp of a correctly rounded result (tested); NaN propagates,
+    /// ±inf give ±1.
+    pub(super) fn tanh_f32(&mut self, x: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let z = self.b.ins().fmul(a, a);
+        let p = self.horner(
+            z,
+            &[
+                -5.704_988_727_45e-3,
+                2.063_908_879_54e-2,
+                -5.373_971_555_31e-2,
+                1.333_144_220_36e-1,
+                -3.333_328_194_22e-1,
+            ],
+            ty,
+        );
+        let zp = self.b.ins().fmul(z, p);
+        let small = self.mul_add(a, zp, a);
+        let two_a = self.b.ins().fadd(a, a);
+        let e = self.exp_f32(two_a, ty);
+        let one = self.splat_f(ty, 1.0);
+        let two = self.splat_f(ty, 2.0);
+        let e1 = self.b.ins().fadd(e, one);
+        let q = self.b.ins().fdiv(two, e1);
+        let large = self.b.ins().fsub(one, q);
+        let cut = self.splat_f(ty, 0.625);
+        let is_small = self.b.ins().fcmp(FloatCC::LessThan, a, cut);
+        let r = self.sel(is_small, small, large, ty);
+        self.with_sign_of(r, x, ty)
+    }
+
+    /// `ln x` for f32 (scalar or F32X4), after Cephes' `logf`: x = m·2^e
+    /// with m in [√½, √2), a degree-8 polynomial in m - 1. Denormals are
+    /// scaled by 2^23 first. x < 0 and NaN give NaN, ±0 gives -inf, +inf
+    /// gives +inf. Within 4 ulp of a correctly rounded result (tested).
+    pub(super) fn log_f32(&mut self, x: Value, ty: Type) -> Value {
+        let ity = if ty.is_vector() {
+            types::I32X4
+        } else {
+            types::I32
+        };
+        let flags = MemFlagsData::new();
+        // Denormals: scale into the normal range, remembering the exponent.
+        let tiny = self.splat_f(ty, f64::from(f32::MIN_POSITIVE));
+        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, x, tiny);
+        let scale = self.splat_f(ty, 8_388_608.0);
+        let xs = self.b.ins().fmul(x, scale);
+        let xn = self.sel(is_tiny, xs, x, ty);
+        let zero_i = self.splat_i(ity, 0);
+        let m23 = self.splat_i(ity, 23);
+        let bias_adj = self.sel(is_tiny, m23, zero_i, ty);
+        // Split into mantissa in [0.5, 1) and exponent.
+        let bits = self.b.ins().bitcast(ity, flags, xn);
+        let e = self.b.ins().ushr_imm_s(bits, 23);
+        let ff = self.splat_i(ity, 0xff);
+        let e = self.b.ins().band(e, ff);
+        let e = self.b.ins().isub(e, bias_adj);
+        let mant_mask = self.splat_i(ity, 0x807f_ffff_u32 as i32 as i64);
+        let mb = self.b.ins().band(bits, mant_mask);
+        let half_bits = self.splat_i(ity, 0x3f00_0000);
+        let mb = self.b.ins().bor(mb, half_bits);
+        let m = self.b.ins().bitcast(ty, flags, mb);
+        let bias = self.splat_i(ity, 126);
+        let e = self.b.ins().isub(e, bias);
+        let ef = if ty.is_vector() {
+            self.b.ins().fcvt_from_sint(ty, e)
+        } else {
+            self.b.ins().fcvt_from_sint(types::F32, e)
+        };
+        // m < √½: use 2m - 1 and e - 1; else m - 1.
+        let sqrthf = self.splat_f(ty, std::f64::consts::FRAC_1_SQRT_2);
+        let lt = self.b.ins().fcmp(FloatCC::LessThan, m, sqrthf);
+        let one = self.splat_f(ty, 1.0);
+        let m2 = self.b.ins().fadd(m, m);
+        let mm = self.sel(lt, m2, m, ty);
+        let f = self.b.ins().fsub(mm, one);
+        let em1 = self.b.ins().fsub(ef, one);
+        let ef = self.sel(lt, em1, ef, ty);
+        let z = self.b.ins().fmul(f, f);
+        let p = self.horner(
+            f,
+            &[
+                7.037_683_629_2e-2,
+                -1.151_461_031_0e-1,
+                1.167_699_874_0e-1,
+                -1.242_014_084_6e-1,
+                1.424_932_278_7e-1,
+                -1.666_805_766_5e-1,
+                2.000_071_476_5e-1,
+                -2.499_999_399_3e-1,
+                3.333_333_117_4e-1,
+            ],
+            ty,
+        );
+        let y = self.b.ins().fmul(p, f);
+        let y = self.b.ins().fmul(y, z);
+        let q1 = self.splat_f(ty, -2.121_944_40e-4);
+        let y = self.mul_add(ef, q1, y);
+        let h = self.splat_f(ty, -0.5);
+        let y = self.mul_add(z, h, y);
+        let r = self.b.ins().fadd(f, y);
+        let q2 = self.splat_f(ty, 0.693_359_375);
+        let r = self.mul_add(ef, q2, r);
+        self.log_specials(x, r, ty)
+    }
+}
