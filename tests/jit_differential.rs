@@ -155,18 +155,11 @@ fn reductions_and_loops_of_every_length() {
     use tensorlift::ir::{Graph, Literal, Op, ReduceOp, Site, TensorType, UnaryOp};
     use tensorlift::{DType, Tensor};
     let mut rng = common::random_graph::Rng::new(99);
-    for dtype in [
-        DType::F32,
-        DType::F64,
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-        DType::U16,
-        DType::U32,
-        DType::U64,
-    ] {
+    // Every dtype with 128-bit vector lanes: the integers, f32 and f64.
+    let lane_dtypes = tensorlift::ir::ALL_DTYPES
+        .into_iter()
+        .filter(|d| d.is_int() || matches!(d, DType::F32 | DType::F64));
+    for dtype in lane_dtypes {
         for n in 0..70usize {
             for (op, axis) in [
                 (ReduceOp::Sum, 1),
@@ -265,8 +258,8 @@ fn reductions_and_loops_of_every_length() {
 /// interpreter, NaN lanes included for floats.
 #[test]
 fn selects_of_every_comparison_agree_bitwise() {
-    use tensorlift::ir::{BinaryOp, CmpOp, Graph, Literal, Op, Site, TensorType};
-    use tensorlift::{DType, Tensor};
+    use tensorlift::ir::CmpOp;
+    use tensorlift::{DType, Sym, Tensor};
     for dtype in [
         DType::F32,
         DType::F64,
@@ -277,32 +270,19 @@ fn selects_of_every_comparison_agree_bitwise() {
         DType::U32,
         DType::I64,
     ] {
-        for cmp in CmpOp::ALL {
+        for &cmp in CmpOp::ALL {
+            let body = move |x: Sym| {
+                let p = match cmp {
+                    CmpOp::Eq => x.equal(3.0),
+                    CmpOp::Ne => x.not_equal(3.0),
+                    CmpOp::Lt => x.less(3.0),
+                    CmpOp::Le => x.less_equal(3.0),
+                    CmpOp::Gt => x.greater(3.0),
+                    CmpOp::Ge => x.greater_equal(3.0),
+                };
+                p.select(&x, &x * 2.0)
+            };
             for n in [0usize, 3, 17, 40, 67] {
-                let mut g = Graph::new("s");
-                let site = Site::unknown();
-                let ty = TensorType::known(dtype, &[n]);
-                let x = g.add_parameter(0, ty, None, site.clone()).unwrap();
-                let c = g
-                    .add(
-                        Op::Constant(Literal::scalar(dtype, 3.0).unwrap()),
-                        &[],
-                        site.clone(),
-                    )
-                    .unwrap();
-                let k = g
-                    .add(
-                        Op::Constant(Literal::scalar(dtype, 2.0).unwrap()),
-                        &[],
-                        site.clone(),
-                    )
-                    .unwrap();
-                let p = g.add(Op::Compare(*cmp), &[x, c], site.clone()).unwrap();
-                let kx = g
-                    .add(Op::Binary(BinaryOp::Mul), &[x, k], site.clone())
-                    .unwrap();
-                let y = g.add(Op::Select, &[p, x, kx], site.clone()).unwrap();
-                g.add_output(y, "y").unwrap();
                 let v: Vec<f64> = (0..n)
                     .map(|i| {
                         if dtype.is_float() && i % 11 == 5 {
@@ -312,15 +292,15 @@ fn selects_of_every_comparison_agree_bitwise() {
                         }
                     })
                     .collect();
-                let input = tensorlift::runtime::kernels::elementwise::convert(
+                let x = tensorlift::runtime::kernels::elementwise::convert(
                     &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
                     dtype,
                 )
                 .unwrap();
-                let inputs = [input];
-                let want = interp::run(&g, &inputs).unwrap();
+                let want = function(body).call(std::slice::from_ref(&x)).unwrap();
                 for opts in EXACT.iter().chain([&JitOptions::default()]) {
-                    let got = compiler::compile(&g, opts).unwrap().run(&inputs).unwrap();
+                    let f = function(body).jit_compile(true).jit_options(*opts);
+                    let got = f.call(std::slice::from_ref(&x)).unwrap();
                     assert!(
                         common::same_bits(&got[0], &want[0]),
                         "{dtype} {cmp:?} n={n} {opts:?}"

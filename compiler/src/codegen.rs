@@ -104,31 +104,9 @@ fn splittable(k: &Kernel) -> bool {
     crate::fusion::range_capable(k) && element_cost(k) >= MIN_PARALLEL_COST
 }
 
-/// Rough cost of computing one element, in vectorized simple ops (about
-/// 0.02 ns each on the benchmark machine): simple ops 1, divisions and
-/// square roots 4, transcendental functions and helper calls 60 (an
-/// inline f32 exp or tanh is ~40 instructions per 4 lanes), `pow` 100
-/// (evaluated in f64).
+/// Rough cost of computing one element (see `fusion::node_cost`).
 fn element_cost(k: &Kernel) -> usize {
-    k.nodes
-        .iter()
-        .map(|n| match n {
-            ENode::Unary(u, ..) => match u {
-                UnaryOp::Neg
-                | UnaryOp::Abs
-                | UnaryOp::Sign
-                | UnaryOp::Floor
-                | UnaryOp::Ceil
-                | UnaryOp::Round => 1,
-                UnaryOp::Not | UnaryOp::IsFinite | UnaryOp::Square => 1,
-                UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4,
-                _ => 60,
-            },
-            ENode::Binary(BinaryOp::Div | BinaryOp::Rem, ..) => 4,
-            ENode::Binary(BinaryOp::Pow, ..) => 100,
-            _ => 1,
-        })
-        .sum()
+    k.nodes.iter().map(crate::fusion::node_cost).sum()
 }
 
 /// Per-element cost from which a kernel is considered compute-bound.
@@ -774,13 +752,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             // A body with a transcendental function is long enough to hide
             // the accumulator's latency by itself, and unrolled copies of
             // it would only spill its constants.
-            let costly = self
-                .k
-                .nodes
-                .iter()
-                .map(crate::fusion::node_cost)
-                .sum::<usize>()
-                >= crate::fusion::STASH_COST;
+            let costly = element_cost(self.k) >= crate::fusion::TRANSCENDENTAL_COST;
             let unroll: i64 = if acc.is_some() && !costly { 4 } else { 1 };
             let mut vaccs = Vec::new();
             if let (Some(_), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {

@@ -644,28 +644,38 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     Ok(plan)
 }
 
-/// Per-element cost of an expression node for [`share_reduced_values`]:
-/// transcendental functions, `pow` and division are expensive, the rest
-/// about one instruction.
+/// Rough cost of computing one node per element, in vectorized simple ops
+/// (about 0.02 ns each on the benchmark machine): simple ops 1, divisions
+/// and square roots 4, transcendental functions and helper calls
+/// [`TRANSCENDENTAL_COST`] (an inline f32 exp or tanh is ~40 instructions
+/// per 4 lanes), `pow` 100 (evaluated in f64). Used for stashing, for
+/// unrolling reductions and for the parallel threshold.
 pub(crate) fn node_cost(n: &ENode) -> usize {
     match n {
-        ENode::Unary(
-            UnaryOp::Exp
-            | UnaryOp::Expm1
-            | UnaryOp::Log
-            | UnaryOp::Log1p
-            | UnaryOp::Tanh
-            | UnaryOp::Logistic
-            | UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Erf,
-            ..,
-        )
-        | ENode::Binary(BinaryOp::Pow | BinaryOp::Rem, ..) => 16,
-        ENode::Binary(BinaryOp::Div, ..) => 4,
+        ENode::Unary(u, ..) => match u {
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Not
+            | UnaryOp::IsFinite
+            | UnaryOp::Square => 1,
+            UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4,
+            _ => TRANSCENDENTAL_COST,
+        },
+        ENode::Binary(BinaryOp::Div | BinaryOp::Rem, ..) => 4,
+        ENode::Binary(BinaryOp::Pow, ..) => 100,
         _ => 1,
     }
 }
+
+/// The cost of one transcendental function (see [`node_cost`]): a
+/// reduction's per-element value that costs this much is worth stashing,
+/// and a reduction body that costs this much hides its accumulator's
+/// latency without unrolling.
+pub(crate) const TRANSCENDENTAL_COST: usize = 60;
 
 /// The operands of an expression node.
 pub(crate) fn enode_operands(n: &ENode) -> Vec<usize> {
@@ -730,10 +740,6 @@ fn compact(nodes: &[ENode], root: usize) -> (Vec<ENode>, usize) {
     (out, index[root])
 }
 
-/// Above this per-element cost a reduction's value recomputed by a later
-/// loop is stashed instead (one transcendental function is enough).
-pub(crate) const STASH_COST: usize = 16;
-
 /// Finds reductions whose per-element value a later loop kernel over the
 /// same index space recomputes, and lets the reduction store it into that
 /// loop's output instead ([`Stash`]): a row softmax then computes each
@@ -757,7 +763,7 @@ fn share_reduced_values(plan: &mut Plan) {
             }
             c[r.root]
         };
-        if cost < STASH_COST {
+        if cost < TRANSCENDENTAL_COST {
             continue;
         }
         let found = plan

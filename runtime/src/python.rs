@@ -76,6 +76,26 @@ struct HandedOff {
     _bytes: AlignedBytes,
 }
 
+/// `match $dtype` with one arm for every element type NumPy holds natively,
+/// `$body` running with `$T` naming its Rust type; the other dtypes (bool,
+/// bfloat16, strings) take the arms given after it.
+macro_rules! match_numpy_element {
+    ($dtype:expr, $T:ident => $body:expr, $($pat:pat => $other:expr),+ $(,)?) => {
+        match_numpy_element!(@table $dtype, $T, $body, [$($pat => $other),+],
+            I8: i8, I16: i16, I32: i32, I64: i64, U8: u8, U16: u16, U32: u32, U64: u64,
+            F16: f16, F32: f32, F64: f64, C64: Complex32, C128: Complex64)
+    };
+    (@table $dtype:expr, $T:ident, $body:expr, [$($pat:pat => $other:expr),+], $($d:ident: $t:ty),+) => {
+        match $dtype {
+            $(DType::$d => {
+                type $T = $t;
+                $body
+            })+
+            $($pat => $other),+
+        }
+    };
+}
+
 /// A writable NumPy array over `t`'s own buffer when nothing else
 /// references it (a value no one reads again: writes by `func` change no
 /// other value), else over a copy. Numeric dtypes other than bool and
@@ -107,24 +127,11 @@ pub fn into_numpy(py: Python<'_>, t: Tensor) -> Result<Bound<'_, PyAny>> {
         Ok(b) => b,
         Err(shared) => return to_numpy(py, &shared),
     };
-    Ok(match dtype {
-        DType::I8 => hand!(i8, bytes, shape),
-        DType::I16 => hand!(i16, bytes, shape),
-        DType::I32 => hand!(i32, bytes, shape),
-        DType::I64 => hand!(i64, bytes, shape),
-        DType::U8 => hand!(u8, bytes, shape),
-        DType::U16 => hand!(u16, bytes, shape),
-        DType::U32 => hand!(u32, bytes, shape),
-        DType::U64 => hand!(u64, bytes, shape),
-        DType::F16 => hand!(f16, bytes, shape),
-        DType::F32 => hand!(f32, bytes, shape),
-        DType::F64 => hand!(f64, bytes, shape),
-        DType::C64 => hand!(Complex32, bytes, shape),
-        DType::C128 => hand!(Complex64, bytes, shape),
+    Ok(match_numpy_element!(dtype, T => hand!(T, bytes, shape),
         DType::Bool | DType::BF16 | DType::String => {
             return Err(Error::internal("unreachable dtype in into_numpy"));
         }
-    })
+    ))
 }
 
 /// The data of a NumPy array adopted as a tensor's buffer: an array that
@@ -175,31 +182,18 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> Result<Bound<'py, PyAny>> {
     macro_rules! arr {
         ($T:ty) => {{ PyArrayDyn::<$T>::from_array(py, &t.array_view::<$T>()?).into_any() }};
     }
-    Ok(match t.dtype() {
+    Ok(match_numpy_element!(t.dtype(), T => arr!(T),
         DType::Bool => {
             let bools: Vec<bool> = t.bytes().iter().map(|b| *b != 0).collect();
             numpy::PyArray1::<bool>::from_vec(py, bools)
                 .reshape(t.shape().to_vec())
                 .map_err(|e| internal(py, e))?
                 .into_any()
-        }
-        DType::I8 => arr!(i8),
-        DType::I16 => arr!(i16),
-        DType::I32 => arr!(i32),
-        DType::I64 => arr!(i64),
-        DType::U8 => arr!(u8),
-        DType::U16 => arr!(u16),
-        DType::U32 => arr!(u32),
-        DType::U64 => arr!(u64),
-        DType::F16 => arr!(f16),
+        },
         DType::BF16 => {
             require_bfloat16(py)?;
             arr!(bf16)
-        }
-        DType::F32 => arr!(f32),
-        DType::F64 => arr!(f64),
-        DType::C64 => arr!(Complex32),
-        DType::C128 => arr!(Complex64),
+        },
         DType::String => {
             let np = py.import("numpy").map_err(|e| internal(py, e))?;
             let items: Vec<Py<PyAny>> = t
@@ -217,7 +211,7 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> Result<Bound<'py, PyAny>> {
             )
             .map_err(|e| internal(py, e))?
         }
-    })
+    ))
 }
 
 fn require_bfloat16(py: Python<'_>) -> Result<()> {
@@ -269,23 +263,10 @@ pub fn from_numpy(
             }
         }};
     }
-    match want {
+    match_numpy_element!(want, T => fast!(T),
         DType::Bool => fast!(bool),
-        DType::I8 => fast!(i8),
-        DType::I16 => fast!(i16),
-        DType::I32 => fast!(i32),
-        DType::I64 => fast!(i64),
-        DType::U8 => fast!(u8),
-        DType::U16 => fast!(u16),
-        DType::U32 => fast!(u32),
-        DType::U64 => fast!(u64),
-        DType::F16 => fast!(f16),
-        DType::F32 => fast!(f32),
-        DType::F64 => fast!(f64),
-        DType::C64 => fast!(Complex32),
-        DType::C128 => fast!(Complex64),
         DType::BF16 | DType::String => {}
-    }
+    );
     let np = py.import("numpy").map_err(|e| internal(py, e))?;
     let is_array = value.is_instance_of::<PyUntypedArray>()
         || value
@@ -366,22 +347,9 @@ pub fn from_numpy(
             )
         }};
     }
-    Ok(match want {
+    Ok(match_numpy_element!(want, T => take!(T),
         DType::Bool => take!(bool),
-        DType::I8 => take!(i8),
-        DType::I16 => take!(i16),
-        DType::I32 => take!(i32),
-        DType::I64 => take!(i64),
-        DType::U8 => take!(u8),
-        DType::U16 => take!(u16),
-        DType::U32 => take!(u32),
-        DType::U64 => take!(u64),
-        DType::F16 => take!(f16),
         DType::BF16 => take!(bf16),
-        DType::F32 => take!(f32),
-        DType::F64 => take!(f64),
-        DType::C64 => take!(Complex32),
-        DType::C128 => take!(Complex64),
         DType::String => {
             let flat = arr
                 .call_method0("ravel")
@@ -404,7 +372,7 @@ pub fn from_numpy(
                 .collect::<Result<Vec<_>>>()?;
             Tensor::from_strings(&shape, strings)?
         }
-    })
+    ))
 }
 
 /// A host callback running the Python callable `func` with NumPy arrays

@@ -25,13 +25,7 @@ impl KernelGen<'_, '_> {
     /// [-104, 88.73], `n = round(x / ln 2)` and `r = x - n·ln 2`; returns
     /// `(e^r - 1, n + 1.5·2^23, n)`, with `e^r - 1` from Cephes' polynomial.
     fn exp_f32_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
-        // Clamp with compare + select (NaN stays NaN and falls through).
-        let hi = self.splat_f(ty, 88.73);
-        let lo = self.splat_f(ty, -104.0);
-        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
-        let x = self.sel(above, hi, x, ty);
-        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
-        let x = self.sel(below, lo, x, ty);
+        let x = self.clamp_f(x, -104.0, 88.73, ty);
         // n = round-half-even(x·log2 e) by adding 1.5·2^23: the integer
         // lands in the low mantissa bits (|n| ≤ 151 ≪ 2^22).
         let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
@@ -282,12 +276,7 @@ impl KernelGen<'_, '_> {
     /// 5 ulp near 1; the formula itself is within 1.4). NaN propagates; -0
     /// stays -0.
     pub(super) fn erf_f32(&mut self, x: Value, ty: Type) -> Value {
-        let hi = self.splat_f(ty, 4.0);
-        let lo = self.splat_f(ty, -4.0);
-        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
-        let x = self.sel(above, hi, x, ty);
-        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
-        let x = self.sel(below, lo, x, ty);
+        let x = self.clamp_f(x, -4.0, 4.0, ty);
         self.in_f64(&[x], ty, |cg, v, ty| {
             let x = v[0];
             let z = cg.b.ins().fmul(x, x);
@@ -353,9 +342,7 @@ impl KernelGen<'_, '_> {
         );
         let tu = self.b.ins().fdiv(t, u);
         let small = self.b.ins().fmul(x, tu);
-        let six = self.splat_f(ty, 6.0);
-        let above = self.b.ins().fcmp(FloatCC::LessThan, six, a);
-        let ac = self.sel(above, six, a, ty);
+        let ac = self.clamp_f(a, 0.0, 6.0, ty);
         let p = self.horner(
             ac,
             &[
@@ -447,6 +434,17 @@ impl KernelGen<'_, '_> {
         } else {
             self.b.ins().bxor_imm_u(m, 1)
         }
+    }
+
+    /// `x` clamped to `[lo, hi]` by compare + select, so that NaN falls
+    /// through unchanged (each side lowers to one `minps`/`maxps`).
+    fn clamp_f(&mut self, x: Value, lo: f64, hi: f64, ty: Type) -> Value {
+        let hi = self.splat_f(ty, hi);
+        let lo = self.splat_f(ty, lo);
+        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
+        let x = self.sel(above, hi, x, ty);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
+        self.sel(below, lo, x, ty)
     }
 
     /// The integer type of `ty`'s shape (F32X4 → I32X4, F64 → I64, ...).
@@ -766,12 +764,7 @@ impl KernelGen<'_, '_> {
     /// [-746, 709.79], `n = round(x / ln 2)`, `r = x - n·ln 2`; returns
     /// `(e^r - 1, n + 1.5·2^52, n)` with `e^r - 1 = 2·P(r)/(Q(r²) - P(r))`.
     fn exp_f64_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
-        let hi = self.splat_f(ty, 709.79);
-        let lo = self.splat_f(ty, -746.0);
-        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
-        let x = self.sel(above, hi, x, ty);
-        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
-        let x = self.sel(below, lo, x, ty);
+        let x = self.clamp_f(x, -746.0, 709.79, ty);
         // n = round(x·log2 e) via the 1.5·2^52 trick.
         let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
         let magic = self.splat_f(ty, 6_755_399_441_055_744.0);
