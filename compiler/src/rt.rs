@@ -496,13 +496,6 @@ unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
-impl<T> SendPtr<T> {
-    /// The pointer (a method, so that closures capture the wrapper).
-    fn get(&self) -> *mut T {
-        self.0
-    }
-}
-
 /// Runs `kernel` over `[0, n)`, split into one contiguous range per core
 /// when `work` is large enough. Every element is computed by exactly one
 /// thread with the same code, so results do not depend on the split.
@@ -541,22 +534,18 @@ fn split_rows(
     let parts = threads.min(n);
     let status = std::sync::atomic::AtomicI32::new(0);
     let (b, c) = (SendPtr(bufs as *mut *mut u8), SendPtr(ctx));
-    let part = |p: i64| {
-        let st = run(b.get(), c.get(), n * p / parts, n * (p + 1) / parts);
-        if st != 0 {
-            status.store(st, std::sync::atomic::Ordering::Relaxed);
-        }
-    };
     let r = catch_unwind(AssertUnwindSafe(|| {
-        // The calling thread computes part 0 itself while the pool takes
-        // the others (a plain `scope` would park it and hand every part to
-        // the pool: one more wake-up per call).
-        rayon::in_place_scope(|s| {
-            for p in 1..parts {
-                let part = &part;
-                s.spawn(move |_| part(p));
+        rayon::scope(|s| {
+            for p in 0..parts {
+                let (lo, hi) = (n * p / parts, n * (p + 1) / parts);
+                let (b, c, status, run) = (&b, &c, &status, &run);
+                s.spawn(move |_| {
+                    let st = run(b.0, c.0, lo, hi);
+                    if st != 0 {
+                        status.store(st, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
             }
-            part(0);
         });
     }));
     match r {
