@@ -42,6 +42,7 @@ fn jit_options(opt: Opt, exact: bool) -> JitOptions {
         exact,
         vectorize: true,
         threads: true,
+        wide_math: true,
     }
 }
 

@@ -32,18 +32,21 @@ const EXACT: [JitOptions; 3] = [
         exact: true,
         vectorize: false,
         threads: false,
+        wide_math: true,
     },
     JitOptions {
         opt_level: OptLevel::Speed,
         exact: true,
         vectorize: true,
         threads: true,
+        wide_math: true,
     },
     JitOptions {
         opt_level: OptLevel::None,
         exact: true,
         vectorize: true,
         threads: true,
+        wide_math: true,
     },
 ];
 

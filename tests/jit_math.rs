@@ -55,22 +55,7 @@ fn samples(chunk: u32, lo: f32, hi: f32) -> Vec<f32> {
         .filter(|x| *x >= lo && *x <= hi)
         .collect();
     if chunk == 0 {
-        v.extend([
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            0.0,
-            -0.0,
-            1e-45,
-            -1e-45,
-            88.72283,
-            88.72284,
-            -87.33654,
-            -103.97208,
-            -104.0,
-            100.0,
-            -200.0,
-        ]);
+        v.extend(common::F32_SPECIALS);
     }
     v
 }

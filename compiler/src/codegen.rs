@@ -21,8 +21,9 @@ use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, ReduceOp, Result, Scalar, Una
 
 use crate::fusion::{ENode, Kernel, KernelKind, Plan, Step};
 use crate::rt::{self, StepTable};
+use crate::wide;
 
-mod math;
+pub(crate) mod math;
 
 /// Cranelift's optimization level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -48,6 +49,11 @@ pub struct JitOptions {
     /// same as single-threaded: each element is computed by one thread with
     /// the same code).
     pub threads: bool,
+    /// Evaluate f32 transcendental functions of long vectorized rows in
+    /// chunks, through routines compiled for the host's widest vectors
+    /// (AVX-512 or AVX2; see `docs/compiler.md`, "Wide math"). Same results
+    /// as the inline 128-bit code; off, every row uses the inline code.
+    pub wide_math: bool,
 }
 
 impl Default for JitOptions {
@@ -57,6 +63,7 @@ impl Default for JitOptions {
             exact: false,
             vectorize: true,
             threads: true,
+            wide_math: true,
         }
     }
 }
@@ -112,12 +119,26 @@ fn element_cost(k: &Kernel) -> usize {
 /// Per-element cost from which a kernel is considered compute-bound.
 const MIN_PARALLEL_COST: usize = 8;
 
-/// A rough cost of one call: loop iterations times per-element cost.
-fn kernel_work(k: &Kernel) -> usize {
-    k.dims
-        .iter()
-        .product::<usize>()
-        .saturating_mul(element_cost(k))
+/// A rough cost of one call: loop iterations times per-element cost, the
+/// nodes that wide math evaluates (`wide_nodes`) counted at their cost per
+/// 4 lanes (a quarter of it with AVX-512's 16): with them, the exp/tanh
+/// chain of the benchmarks runs 2.5x faster on one core, and its crossover
+/// moved up as much (docs/benchmarks.md).
+fn kernel_work(k: &Kernel, opts: &JitOptions) -> usize {
+    let lanes = match wide::lanes() {
+        Some(l) if opts.wide_math && !opts.exact && has_fma() => l,
+        _ => 4,
+    };
+    let long_rows = k.dims.last().is_some_and(|n| *n >= WIDE_MIN_ROW);
+    let cost: usize = (k.nodes.iter())
+        .map(|n| match n {
+            ENode::Unary(u, _, DType::F32) if long_rows && wide::has_routine(*u) => {
+                crate::fusion::node_cost(n) * 4 / lanes
+            }
+            n => crate::fusion::node_cost(n),
+        })
+        .sum();
+    k.dims.iter().product::<usize>().saturating_mul(cost)
 }
 
 /// Whether the host has FMA3: the inline approximations then evaluate their
@@ -281,7 +302,7 @@ pub(crate) fn generate(
                         let f = module.declare_func_in_func(kernel_ids[&(g.start + j)], b.func);
                         let addr = b.ins().func_addr(ptr, f);
                         b.ins().stack_store(ptr, addr, slot, (j * 8) as i32);
-                        work = work.saturating_add(kernel_work(k));
+                        work = work.saturating_add(kernel_work(k, opts));
                         parallel |= splittable(k);
                     }
                     let fns = b.ins().stack_addr(ptr, slot, 0);
@@ -301,7 +322,7 @@ pub(crate) fn generate(
                     let n = b.ins().iconst(types::I64, n0);
                     if splittable(k) && opts.threads {
                         let addr = b.ins().func_addr(ptr, f);
-                        let work = b.ins().iconst(types::I64, kernel_work(k) as i64);
+                        let work = b.ins().iconst(types::I64, kernel_work(k, opts) as i64);
                         let call = b.ins().call(par_ref, &[addr, bufs, ctx, n, work]);
                         b.inst_results(call)[0]
                     } else {
@@ -336,6 +357,14 @@ pub(crate) fn generate(
         b.finalize(module.target_config());
     }
     clif.push_str(&format!("; main\n{}\n", func.display()));
+    // The functions the code imports, by the names the dump shows them as.
+    let mut imports: Vec<(u32, &str)> = (helpers.ids.iter())
+        .map(|(name, id)| (id.as_u32(), *name))
+        .collect();
+    imports.sort_unstable();
+    for (id, name) in imports {
+        clif.push_str(&format!("; u0:{id} = {name}\n"));
+    }
     let main_id = module
         .declare_function("main", Linkage::Local, &sig)
         .map_err(cg_err)?;
@@ -452,7 +481,39 @@ struct KernelGen<'a, 'b> {
     load_off: i64,
     /// `[begin, end)` of the outermost dim, for split kernels.
     range: Option<(Value, Value)>,
+    /// Set during the passes of a chunk of a wide row (`wide_chunks`).
+    wide: Option<WideCtx>,
 }
+
+/// What `eval` needs in a pass over a chunk of a wide row.
+struct WideCtx {
+    /// The chunk buffers' address at the current element.
+    addr: Value,
+    /// Byte offset of the buffer of each wide node already mapped.
+    bufs: HashMap<usize, i32>,
+    /// The nodes this pass evaluates.
+    need: Vec<bool>,
+}
+
+/// A pass over one chunk of a wide row (`KernelGen::chunk_pass`).
+struct ChunkPass<'a> {
+    /// Elements in the chunk (whole vectors).
+    len: Value,
+    /// The moving accessors at the chunk's start.
+    start: &'a [(Variable, Value, i64)],
+    /// The chunk buffers.
+    base: Value,
+    /// Byte offsets of the buffers of the wide nodes already mapped.
+    bufs: HashMap<usize, i32>,
+    /// The nodes the pass evaluates.
+    need: Vec<bool>,
+}
+
+/// An accessor: (key, element offset, strides, element size; 0 for iota).
+type Accessor = (usize, i64, Vec<i64>, i64);
+
+/// Rows shorter than this keep the inline 128-bit code for wide nodes.
+const WIDE_MIN_ROW: usize = 64;
 
 const OUT: usize = usize::MAX;
 /// The accessor key of the kernel's stash (`Kernel::stash`).
@@ -482,6 +543,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             hoisted: HashMap::new(),
             load_off: 0,
             range: None,
+            wide: None,
         }
     }
 
@@ -510,8 +572,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     }
 
     /// Accessors: (key, offset, strides, element size) for every load/iota and the output.
-    fn accessors(&self) -> Vec<(usize, i64, Vec<i64>, i64)> {
-        let mut v: Vec<(usize, i64, Vec<i64>, i64)> = self
+    fn accessors(&self) -> Vec<Accessor> {
+        let mut v: Vec<Accessor> = self
             .k
             .nodes
             .iter()
@@ -764,57 +826,18 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     vaccs.push(var);
                 }
             }
-            let accs2 = accs.clone();
             let mut from = None;
-            for (step, copies) in [(lanes * unroll, unroll), (lanes, 1)] {
-                if copies == 1 && step == lanes * unroll && unroll > 1 {
-                    continue;
+            let passes: &[(i64, i64)] = match self.wide_nodes(vt, n) {
+                Some(wide) => {
+                    from = Some(self.wide_chunks(&wide, nv, vt, &vaccs, &accs)?);
+                    &[]
                 }
-                if unroll == 1 && from.is_some() {
-                    break;
-                }
-                let vaccs2 = vaccs.clone();
+                None if unroll > 1 => &[(lanes * unroll, unroll), (lanes, 1)],
+                None => &[(lanes, 1)],
+            };
+            for &(step, copies) in passes {
                 let last = self.for_loop_from(from, nv, step, &mut |s, _i| {
-                    for u in 0..copies {
-                        s.load_off = u * lanes;
-                        let vals = s.eval(Mode::Vector(vt))?;
-                        s.load_off = 0;
-                        let root = vals[s.k.root].s();
-                        let esize = s.out_dtype().size() as i32;
-                        let off = (u * lanes) as i32 * esize;
-                        let stash_esize =
-                            s.k.stash
-                                .as_ref()
-                                .map_or(0, |st| s.plan.slots[st.slot].dtype.size() as i32);
-                        s.store_stash(&vals, (u * lanes) as i32 * stash_esize);
-                        match (&s.k.kind, vaccs2.get(u as usize)) {
-                            (KernelKind::Loop, _) => {
-                                let p = s.b.use_var(s.pos[&OUT]);
-                                s.b.ins().store(unaligned(), root, p, off);
-                            }
-                            (KernelKind::Reduce { op, .. }, Some(va)) => {
-                                let a = s.b.use_var(*va);
-                                let r = s.reduce_op(*op, a, root);
-                                s.b.def_var(*va, r);
-                            }
-                            (KernelKind::Reduce { op, .. }, None) => {
-                                let p = s.b.use_var(s.pos[&OUT]);
-                                let a = s.b.ins().load(vt, unaligned(), p, off);
-                                let r = s.reduce_op(*op, a, root);
-                                s.b.ins().store(unaligned(), r, p, off);
-                            }
-                        }
-                    }
-                    for (key, _, strides, esize) in &accs2 {
-                        let st = inner_stride(strides);
-                        if st != 0 && *esize != 0 {
-                            let var = s.pos[key];
-                            let p = s.b.use_var(var);
-                            let p = s.b.ins().iadd_imm_s(p, st * esize * step);
-                            s.b.def_var(var, p);
-                        }
-                    }
-                    Ok(())
+                    s.vector_step(vt, step, copies, &vaccs, &accs)
                 })?;
                 from = Some(last);
             }
@@ -880,6 +903,301 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             self.b.ins().store(trusted(), v, p, 0);
         }
         Ok(())
+    }
+
+    /// One step of a vector loop: `copies` vectors evaluated (at element
+    /// offsets `u·lanes`), stored or folded into the accumulators, then the
+    /// accessors advanced by `step` elements.
+    fn vector_step(
+        &mut self,
+        vt: Type,
+        step: i64,
+        copies: i64,
+        vaccs: &[Variable],
+        accs: &[Accessor],
+    ) -> Result<()> {
+        let lanes = vt.lane_count() as i64;
+        for u in 0..copies {
+            self.load_off = u * lanes;
+            let vals = self.eval(Mode::Vector(vt))?;
+            self.load_off = 0;
+            let root = vals[self.k.root].s();
+            let esize = self.out_dtype().size() as i32;
+            let off = (u * lanes) as i32 * esize;
+            let stash_esize = self
+                .k
+                .stash
+                .as_ref()
+                .map_or(0, |st| self.plan.slots[st.slot].dtype.size() as i32);
+            self.store_stash(&vals, (u * lanes) as i32 * stash_esize);
+            match (&self.k.kind, vaccs.get(u as usize)) {
+                (KernelKind::Loop, _) => {
+                    let p = self.b.use_var(self.pos[&OUT]);
+                    self.b.ins().store(unaligned(), root, p, off);
+                }
+                (KernelKind::Reduce { op, .. }, Some(va)) => {
+                    let a = self.b.use_var(*va);
+                    let r = self.reduce_op(*op, a, root);
+                    self.b.def_var(*va, r);
+                }
+                (KernelKind::Reduce { op, .. }, None) => {
+                    let p = self.b.use_var(self.pos[&OUT]);
+                    let a = self.b.ins().load(vt, unaligned(), p, off);
+                    let r = self.reduce_op(*op, a, root);
+                    self.b.ins().store(unaligned(), r, p, off);
+                }
+            }
+        }
+        self.advance(accs, step);
+        Ok(())
+    }
+
+    /// The accessors that move along the innermost dim (byte pointers with
+    /// a non-zero inner stride): their variables, current positions and
+    /// bytes per element.
+    fn moving(&mut self, accs: &[Accessor]) -> Vec<(Variable, Value, i64)> {
+        let rank = self.k.dims.len();
+        accs.iter()
+            .filter(|(_, _, strides, esize)| rank > 0 && strides[rank - 1] != 0 && *esize != 0)
+            .map(|(key, _, strides, esize)| {
+                let var = self.pos[key];
+                (var, self.b.use_var(var), strides[rank - 1] * esize)
+            })
+            .collect()
+    }
+
+    /// Sets the moving accessors to element `j` past their positions
+    /// `start` (from [`Self::moving`]). A chunk pass places them from its
+    /// loop index instead of carrying them: values live across a call are
+    /// spilled, and a pointer carried through the loop in its spill slot
+    /// made every iteration wait on the previous one's store.
+    fn place(&mut self, start: &[(Variable, Value, i64)], j: Value) {
+        for (var, base, bytes) in start {
+            let off = self.b.ins().imul_imm_s(j, *bytes);
+            let p = self.b.ins().iadd(*base, off);
+            self.b.def_var(*var, p);
+        }
+    }
+
+    /// Advances the moving accessors by `elems` elements of the innermost dim.
+    fn advance(&mut self, accs: &[Accessor], elems: i64) {
+        let rank = self.k.dims.len();
+        for (key, _, strides, esize) in accs {
+            let st = if rank == 0 { 0 } else { strides[rank - 1] };
+            if st != 0 && *esize != 0 {
+                let var = self.pos[key];
+                let p = self.b.use_var(var);
+                let p = self.b.ins().iadd_imm_s(p, st * esize * elems);
+                self.b.def_var(var, p);
+            }
+        }
+    }
+
+    /// The nodes of a vectorized row evaluated by the wide routines
+    /// (`crate::wide`): f32 functions that have one, where the host's
+    /// vectors are wider than Cranelift's and the row is long enough for a
+    /// call per chunk not to matter.
+    fn wide_nodes(&self, vt: Type, n: usize) -> Option<Vec<usize>> {
+        if !self.opts.wide_math || self.opts.exact || vt != types::F32X4 || n < WIDE_MIN_ROW {
+            return None;
+        }
+        wide::lanes()?;
+        if !has_fma() {
+            return None;
+        }
+        let nodes: Vec<usize> = (self.k.nodes.iter().enumerate())
+            .filter(|(_, node)| {
+                matches!(node, ENode::Unary(u, x, DType::F32)
+                    if wide::has_routine(*u) && self.dtype_of(*x) == DType::F32)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        (!nodes.is_empty()).then_some(nodes)
+    }
+
+    /// The vector loop of a row with wide nodes, over chunks of up to
+    /// `wide::CHUNK` elements (whole vectors; the scalar tail follows).
+    /// Per chunk, in order of depth (wide nodes feeding others first): a
+    /// 128-bit pass stores the arguments of the wide nodes into a stack
+    /// buffer each, one `tl_wide_f32` call per node maps its buffer in
+    /// place; then the row's own pass evaluates the rest, reading the wide
+    /// nodes' values from their buffers. Each pass re-reads the chunk's
+    /// inputs from the accessors' positions at the chunk's start. Returns
+    /// the element index the loop stopped at.
+    fn wide_chunks(
+        &mut self,
+        wide: &[usize],
+        nv: Value,
+        vt: Type,
+        vaccs: &[Variable],
+        accs: &[Accessor],
+    ) -> Result<Value> {
+        let k = self.k;
+        let lanes = vt.lane_count() as i64;
+        // Depth: the number of wide nodes on the longest path to a node.
+        let mut depth = vec![0usize; k.nodes.len()];
+        for (i, node) in k.nodes.iter().enumerate() {
+            let d = (crate::fusion::enode_operands(node).iter())
+                .map(|o| depth[*o])
+                .max()
+                .unwrap_or(0);
+            depth[i] = d + usize::from(wide.contains(&i));
+        }
+        let buf_bytes = (wide::CHUNK * 4) as u32;
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            buf_bytes * wide.len() as u32,
+            6,
+        ));
+        let offset = |w: usize| {
+            let j = wide.iter().position(|x| *x == w).unwrap_or(0);
+            (j as u32 * buf_bytes) as i32
+        };
+        let base = self.b.ins().stack_addr(self.ptr, slot, 0);
+        let whole = self.b.ins().band_imm_s(nv, !(lanes - 1));
+        let chunk = self.b.ins().iconst(types::I64, wide::CHUNK as i64);
+        let code_of = |w: usize| match k.nodes[w] {
+            ENode::Unary(u, ..) => u as i64,
+            _ => 0,
+        };
+        let input_of = |w: usize| match k.nodes[w] {
+            ENode::Unary(_, x, _) => x,
+            _ => w,
+        };
+        let header = self.b.create_block();
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().jump(header, &[zero.into()]);
+        self.b.switch_to_block(header);
+        let i = self.b.block_params(header)[0];
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, i, whole);
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        self.b.seal_block(body);
+        let rest = self.b.ins().isub(whole, i);
+        let len = self.b.ins().smin(rest, chunk);
+        let start = self.moving(accs);
+        // Vector accumulators go through memory around the calls: every
+        // vector register is clobbered by a call, and an accumulator live
+        // across one was otherwise kept in a stack slot for the whole final
+        // pass, each add waiting on the previous one's store.
+        let acc_slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            16 * vaccs.len() as u32,
+            4,
+        ));
+        for (j, va) in vaccs.iter().enumerate() {
+            let v = self.b.use_var(*va);
+            self.b
+                .ins()
+                .stack_store(self.ptr, v, acc_slot, 16 * j as i32);
+        }
+        let max_depth = wide.iter().map(|w| depth[*w]).max().unwrap_or(0);
+        for level in 1..=max_depth {
+            let here: Vec<usize> = wide
+                .iter()
+                .copied()
+                .filter(|w| depth[*w] == level)
+                .collect();
+            let done: Vec<usize> = wide.iter().copied().filter(|w| depth[*w] < level).collect();
+            let roots: Vec<usize> = here.iter().map(|w| input_of(*w)).collect();
+            let need = self.needed(&roots, &done);
+            let bufs = done.iter().map(|w| (*w, offset(*w))).collect();
+            let pass = ChunkPass {
+                len,
+                start: &start,
+                base,
+                bufs,
+                need,
+            };
+            self.chunk_pass(vt, &pass, &mut |s, addr| {
+                let vals = s.eval(Mode::Vector(vt))?;
+                for w in &here {
+                    let v = vals[input_of(*w)].s();
+                    s.b.ins().store(trusted(), v, addr, offset(*w));
+                }
+                Ok(())
+            })?;
+            for w in &here {
+                let code = self.b.ins().iconst(types::I32, code_of(*w));
+                let p = self.b.ins().iadd_imm_s(base, i64::from(offset(*w)));
+                self.call(
+                    "tl_wide_f32",
+                    &[types::I32, self.ptr, types::I64],
+                    &[],
+                    &[code, p, len],
+                )?;
+            }
+        }
+        for (j, va) in vaccs.iter().enumerate() {
+            let v = self
+                .b
+                .ins()
+                .stack_load(self.ptr, vt, acc_slot, 16 * j as i32);
+            self.b.def_var(*va, v);
+        }
+        let mut roots = vec![k.root];
+        roots.extend(k.stash.as_ref().map(|st| st.node));
+        let need = self.needed(&roots, wide);
+        let pass = ChunkPass {
+            len,
+            start: &start,
+            base,
+            bufs: wide.iter().map(|w| (*w, offset(*w))).collect(),
+            need,
+        };
+        self.chunk_pass(vt, &pass, &mut |s, _| {
+            s.vector_step(vt, lanes, 1, vaccs, accs)
+        })?;
+        self.place(&start, len);
+        let next = self.b.ins().iadd(i, len);
+        self.b.ins().jump(header, &[next.into()]);
+        self.b.seal_block(header);
+        self.b.switch_to_block(exit);
+        self.b.seal_block(exit);
+        Ok(whole)
+    }
+
+    /// One 128-bit pass over a chunk of a wide row: per vector, the
+    /// accessors placed at its element `j`, `eval` set up for the pass, and
+    /// `body` called with the chunk buffers' address at `j`.
+    fn chunk_pass(
+        &mut self,
+        vt: Type,
+        pass: &ChunkPass<'_>,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<()>,
+    ) -> Result<()> {
+        let lanes = vt.lane_count() as i64;
+        self.for_loop(pass.len, lanes, &mut |s, j| {
+            s.place(pass.start, j);
+            let bytes = s.b.ins().ishl_imm_s(j, 2);
+            let addr = s.b.ins().iadd(pass.base, bytes);
+            s.wide = Some(WideCtx {
+                addr,
+                bufs: pass.bufs.clone(),
+                need: pass.need.clone(),
+            });
+            let r = body(s, addr);
+            s.wide = None;
+            r
+        })?;
+        Ok(())
+    }
+
+    /// The nodes `roots` depend on, not looking past the nodes of `known`
+    /// (whose values are read from their buffers).
+    fn needed(&self, roots: &[usize], known: &[usize]) -> Vec<bool> {
+        let mut need = vec![false; self.k.nodes.len()];
+        let mut stack = roots.to_vec();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut need[i], true) || known.contains(&i) {
+                continue;
+            }
+            stack.extend(crate::fusion::enode_operands(&self.k.nodes[i]));
+        }
+        need
     }
 
     fn load_slot(&self, node: usize) -> usize {
@@ -1185,7 +1503,22 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     fn eval(&mut self, mode: Mode) -> Result<Vec<V>> {
         let nodes = self.k.nodes.clone();
         let mut vals: Vec<V> = Vec::with_capacity(nodes.len());
+        let mut unused = None;
         for (i, n) in nodes.iter().enumerate() {
+            // In a chunk pass of a wide row: nodes the pass does not need
+            // get a placeholder, wide nodes already mapped are read back.
+            if let (Some(w), Mode::Vector(vt)) = (&self.wide, mode) {
+                if !w.need[i] {
+                    let u = *unused.get_or_insert_with(|| self.b.ins().iconst(types::I8, 0));
+                    vals.push(V::S(u));
+                    continue;
+                }
+                if let Some(off) = w.bufs.get(&i) {
+                    let (addr, off) = (w.addr, *off);
+                    vals.push(V::S(self.b.ins().load(vt, trusted(), addr, off)));
+                    continue;
+                }
+            }
             let v = match n {
                 ENode::Load { dtype, .. } => match mode {
                     Mode::Vector(vt) => match self.hoisted.get(&i) {

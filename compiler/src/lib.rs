@@ -12,6 +12,7 @@ mod codegen;
 mod exec;
 pub mod fusion;
 mod rt;
+mod wide;
 
 pub use codegen::{JitOptions, OptLevel};
 pub use exec::{Executable, check, check_compilable, compile};

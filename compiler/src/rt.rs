@@ -629,5 +629,6 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("tl_row_group", tl_row_group as *const u8),
         ("tl_gemm", tl_gemm as *const u8),
         ("tl_parallel", tl_parallel as *const u8),
+        ("tl_wide_f32", crate::wide::tl_wide_f32 as *const u8),
     ]
 }

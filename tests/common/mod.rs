@@ -89,3 +89,32 @@ pub fn same_bits(a: &Tensor, b: &Tensor) -> bool {
         (x, y) => x == y,
     })
 }
+
+/// f32 values every approximation test visits besides its sample: NaNs
+/// (quiet, negative, signalling), ±inf, ±0, the smallest denormals, exp's
+/// overflow and underflow edges and clamps, tanh's polynomial cut, erf's
+/// clamp, -1 (log1p's pole).
+pub const F32_SPECIALS: [f32; 22] = [
+    f32::NAN,
+    -f32::NAN,
+    f32::from_bits(0x7f80_0001),
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    0.0,
+    -0.0,
+    1e-45,
+    -1e-45,
+    88.72283,
+    88.72284,
+    88.73,
+    -87.33654,
+    -103.97208,
+    -104.0,
+    100.0,
+    -200.0,
+    0.625,
+    -0.625,
+    4.0,
+    -4.0,
+    -1.0,
+];

@@ -9,6 +9,58 @@ use tensorlift_ir::{Result, UnaryOp};
 
 use super::{KernelGen, has_fma};
 
+/// f32 `exp`: Cephes' polynomial for `(e^r - 1 - r)/r²` (Horner order).
+pub(crate) const EXP_F32_P: [f64; 6] = [
+    1.987_569_150_0e-4,
+    1.398_199_950_7e-3,
+    8.333_451_907_3e-3,
+    4.166_579_589_4e-2,
+    1.666_666_545_9e-1,
+    5.000_000_120_1e-1,
+];
+
+/// f32 `erf`: the numerator `P(x²)` of `x·P(x²)/Q(x²)` (Eigen/XLA).
+pub(crate) const ERF_F32_P: [f64; 7] = [
+    -2.726_142_258_013_06e-10,
+    2.770_681_424_959_02e-8,
+    -2.101_024_020_825_08e-6,
+    -5.692_506_394_623_46e-5,
+    -7.349_906_303_268_55e-4,
+    -2.954_599_808_540_25e-3,
+    -1.609_603_332_624_15e-2,
+];
+
+/// f32 `erf`: the denominator `Q(x²)`.
+pub(crate) const ERF_F32_Q: [f64; 5] = [
+    -1.456_607_184_649_96e-5,
+    -2.133_740_552_789_05e-4,
+    -1.682_826_974_382_03e-3,
+    -7.373_329_167_204_68e-3,
+    -1.426_473_905_141_89e-2,
+];
+
+/// f32 `tanh`: Cephes' odd polynomial for |x| < 0.625, in x².
+pub(crate) const TANH_F32_P: [f64; 5] = [
+    -5.704_988_727_45e-3,
+    2.063_908_879_54e-2,
+    -5.373_971_555_31e-2,
+    1.333_144_220_36e-1,
+    -3.333_328_194_22e-1,
+];
+
+/// f32 `ln`: Cephes' polynomial in `m - 1`.
+pub(crate) const LOG_F32_P: [f64; 9] = [
+    7.037_683_629_2e-2,
+    -1.151_461_031_0e-1,
+    1.167_699_874_0e-1,
+    -1.242_014_084_6e-1,
+    1.424_932_278_7e-1,
+    -1.666_805_766_5e-1,
+    2.000_071_476_5e-1,
+    -2.499_999_399_3e-1,
+    3.333_333_117_4e-1,
+];
+
 impl KernelGen<'_, '_> {
     /// `e^x` for f32 (scalar or F32X4): Cephes' polynomial after reduction
     /// by `ln 2`, scaled by two powers of two so that results down to the
@@ -38,18 +90,7 @@ impl KernelGen<'_, '_> {
         let c2 = self.splat_f(ty, 2.121_944_4e-4);
         let r = self.mul_add(n, c1, x);
         let r = self.mul_add(n, c2, r);
-        let p = self.horner(
-            r,
-            &[
-                1.987_569_150_0e-4,
-                1.398_199_950_7e-3,
-                8.333_451_907_3e-3,
-                4.166_579_589_4e-2,
-                1.666_666_545_9e-1,
-                5.000_000_120_1e-1,
-            ],
-            ty,
-        );
+        let p = self.horner(r, &EXP_F32_P, ty);
         let rr = self.b.ins().fmul(r, r);
         (self.mul_add(p, rr, r), tm, n)
     }
@@ -280,30 +321,8 @@ impl KernelGen<'_, '_> {
         self.in_f64(&[x], ty, |cg, v, ty| {
             let x = v[0];
             let z = cg.b.ins().fmul(x, x);
-            let p = cg.horner(
-                z,
-                &[
-                    -2.726_142_258_013_06e-10,
-                    2.770_681_424_959_02e-8,
-                    -2.101_024_020_825_08e-6,
-                    -5.692_506_394_623_46e-5,
-                    -7.349_906_303_268_55e-4,
-                    -2.954_599_808_540_25e-3,
-                    -1.609_603_332_624_15e-2,
-                ],
-                ty,
-            );
-            let q = cg.horner(
-                z,
-                &[
-                    -1.456_607_184_649_96e-5,
-                    -2.133_740_552_789_05e-4,
-                    -1.682_826_974_382_03e-3,
-                    -7.373_329_167_204_68e-3,
-                    -1.426_473_905_141_89e-2,
-                ],
-                ty,
-            );
+            let p = cg.horner(z, &ERF_F32_P, ty);
+            let q = cg.horner(z, &ERF_F32_Q, ty);
             let xp = cg.b.ins().fmul(x, p);
             cg.b.ins().fdiv(xp, q)
         })
@@ -804,17 +823,7 @@ impl KernelGen<'_, '_> {
     pub(super) fn tanh_f32(&mut self, x: Value, ty: Type) -> Value {
         let a = self.b.ins().fabs(x);
         let z = self.b.ins().fmul(a, a);
-        let p = self.horner(
-            z,
-            &[
-                -5.704_988_727_45e-3,
-                2.063_908_879_54e-2,
-                -5.373_971_555_31e-2,
-                1.333_144_220_36e-1,
-                -3.333_328_194_22e-1,
-            ],
-            ty,
-        );
+        let p = self.horner(z, &TANH_F32_P, ty);
         let zp = self.b.ins().fmul(z, p);
         let small = self.mul_add(a, zp, a);
         let two_a = self.b.ins().fadd(a, a);
@@ -878,21 +887,7 @@ impl KernelGen<'_, '_> {
         let em1 = self.b.ins().fsub(ef, one);
         let ef = self.sel(lt, em1, ef, ty);
         let z = self.b.ins().fmul(f, f);
-        let p = self.horner(
-            f,
-            &[
-                7.037_683_629_2e-2,
-                -1.151_461_031_0e-1,
-                1.167_699_874_0e-1,
-                -1.242_014_084_6e-1,
-                1.424_932_278_7e-1,
-                -1.666_805_766_5e-1,
-                2.000_071_476_5e-1,
-                -2.499_999_399_3e-1,
-                3.333_333_117_4e-1,
-            ],
-            ty,
-        );
+        let p = self.horner(f, &LOG_F32_P, ty);
         let y = self.b.ins().fmul(p, f);
         let y = self.b.ins().fmul(y, z);
         let q1 = self.splat_f(ty, -2.121_944_40e-4);

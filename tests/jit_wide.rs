@@ -1,0 +1,213 @@
+//! Wide math (`JitOptions::wide_math`): rows whose f32 functions are
+//! evaluated in chunks by routines compiled for AVX-512/AVX2 give the same
+//! bits as the inline 128-bit approximations, for every function with a
+//! routine, at every chunk boundary, through reductions, stashes and
+//! chained functions.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use tensorlift::{DType, IrStage, JitOptions, Sym, Tensor, TensorSpec, function};
+
+fn narrow() -> JitOptions {
+    JitOptions {
+        wide_math: false,
+        ..JitOptions::default()
+    }
+}
+
+/// Whether this host runs the wide routines (AVX2 or AVX-512, with FMA).
+fn host_has_wide() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Runs `f` with and without wide math and requires the same bits.
+fn same_both_ways(
+    name: &str,
+    wide_row: bool,
+    f: impl Fn(&[Sym]) -> Sym + Copy + Send + Sync + 'static,
+    inputs: &[Tensor],
+) {
+    let specs: Vec<TensorSpec> = inputs
+        .iter()
+        .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+        .collect();
+    let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
+    let clif = wide.compiler_ir(&specs, IrStage::Cranelift).unwrap();
+    assert_eq!(
+        clif.contains("tl_wide_f32"),
+        wide_row && host_has_wide(),
+        "{name}: wide routines used only where the host has them"
+    );
+    let plain = function(move |xs: &[Sym]| f(xs))
+        .jit_compile(true)
+        .jit_options(narrow());
+    let a = wide.call(inputs).unwrap();
+    let b = plain.call(inputs).unwrap();
+    for (x, y) in a.iter().zip(&b) {
+        if !common::same_bits(x, y) {
+            let (x, y) = (common::to_vec::<f32>(x), common::to_vec::<f32>(y));
+            let i = (0..x.len())
+                .find(|i| x[*i].to_bits() != y[*i].to_bits())
+                .unwrap();
+            panic!("{name}: element {i}: wide {:e}, inline {:e}", x[i], y[i]);
+        }
+    }
+}
+
+/// Bit patterns at a stride (every one with `TENSORLIFT_EXHAUSTIVE=1`),
+/// in blocks of 2^24, each with the specials.
+fn patterns(block: u32) -> Vec<f32> {
+    let step = if std::env::var("TENSORLIFT_EXHAUSTIVE").is_ok_and(|v| v == "1") {
+        1
+    } else {
+        1021
+    };
+    let start = block << 24;
+    let first = start.div_ceil(step) * step;
+    let mut v: Vec<f32> = (first..=start | 0x00ff_ffff)
+        .step_by(step as usize)
+        .map(f32::from_bits)
+        .collect();
+    v.extend(common::F32_SPECIALS);
+    v
+}
+
+fn check_fn(name: &str, f: fn(&Sym) -> Sym) {
+    for block in 0..256 {
+        let xs = patterns(block);
+        let n = xs.len();
+        same_both_ways(name, true, move |x| f(&x[0]), &[common::f32s(&xs, &[n])]);
+    }
+}
+
+#[test]
+fn exp_wide_matches_inline() {
+    check_fn("exp", Sym::exp);
+}
+
+#[test]
+fn expm1_wide_matches_inline() {
+    check_fn("expm1", Sym::expm1);
+}
+
+#[test]
+fn log_wide_matches_inline() {
+    check_fn("log", Sym::log);
+}
+
+#[test]
+fn log1p_wide_matches_inline() {
+    check_fn("log1p", Sym::log1p);
+}
+
+#[test]
+fn tanh_wide_matches_inline() {
+    check_fn("tanh", Sym::tanh);
+}
+
+#[test]
+fn sigmoid_wide_matches_inline() {
+    check_fn("sigmoid", Sym::sigmoid);
+}
+
+#[test]
+fn erf_wide_matches_inline() {
+    check_fn("erf", Sym::erf);
+}
+
+fn ramp(n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919) % 4001) as f32 * scale / 4001.0 - scale / 2.0)
+        .collect()
+}
+
+/// Chained and nested wide nodes, a wide value used twice, plain ops around
+/// them, a second input; lengths around the chunk (512) and the smallest
+/// wide row (64), so whole chunks, a partial last chunk and scalar tails
+/// all run.
+#[test]
+fn chunked_rows_match_inline() {
+    let body = |x: &[Sym]| {
+        let a = (-(&x[0] * &x[0])).exp() * x[0].tanh() + x[0].abs().sqrt();
+        let b = (a.tanh().exp() + &x[1]).log1p();
+        &a * &b - b.sigmoid()
+    };
+    for n in [
+        63usize, 64, 67, 511, 512, 513, 1000, 1024, 1027, 4099, 100_003,
+    ] {
+        let x = common::f32s(&ramp(n, 8.0), &[n]);
+        let y = common::f32s(&ramp(n, 3.0), &[n]);
+        same_both_ways(&format!("chain n={n}"), n >= 64, body, &[x.clone(), y]);
+    }
+    for (rows, cols) in [(3usize, 1000usize), (64, 513), (5, 64)] {
+        let x = common::f32s(&ramp(rows * cols, 8.0), &[rows, cols]);
+        let y = common::f32s(&ramp(cols, 3.0), &[cols]);
+        same_both_ways(&format!("rows {rows}x{cols}"), true, body, &[x, y]);
+    }
+}
+
+/// Softmax (a wide node inside a row reduction, stashed for the division),
+/// a row log-sum-exp and a column softmax (reduction over the outer dim).
+#[test]
+fn reductions_and_stashes_match_inline() {
+    let softmax = |x: &[Sym]| {
+        let e = (&x[0] - x[0].reduce_max(Some(&[-1]), true)).exp();
+        &e / e.reduce_sum(Some(&[-1]), true)
+    };
+    let lse = |x: &[Sym]| {
+        let m = x[0].reduce_max(Some(&[-1]), true);
+        (&x[0] - &m).exp().reduce_sum(Some(&[-1]), true).log() + m
+    };
+    let column = |x: &[Sym]| {
+        let e = (&x[0] - x[0].reduce_max(Some(&[0]), true)).exp();
+        &e / e.reduce_sum(Some(&[0]), true)
+    };
+    for (rows, cols) in [(4usize, 1024usize), (7, 700), (300, 96), (2, 100_003)] {
+        let x = common::f32s(&ramp(rows * cols, 30.0), &[rows, cols]);
+        same_both_ways("softmax", true, softmax, std::slice::from_ref(&x));
+        same_both_ways("logsumexp", true, lse, std::slice::from_ref(&x));
+        same_both_ways("column softmax", true, column, std::slice::from_ref(&x));
+    }
+}
+
+/// Short rows, f64 rows and `exact` mode keep the inline code.
+#[test]
+fn short_f64_and_exact_rows_stay_inline() {
+    let f = function(|x: Sym| x.exp()).jit_compile(true);
+    let short = f
+        .compiler_ir(&[TensorSpec::known(DType::F32, &[63])], IrStage::Cranelift)
+        .unwrap();
+    assert!(!short.contains("tl_wide_f32"));
+    let f64_row = f
+        .compiler_ir(
+            &[TensorSpec::known(DType::F64, &[4096])],
+            IrStage::Cranelift,
+        )
+        .unwrap();
+    assert!(!f64_row.contains("tl_wide_f32"));
+    let exact = function(|x: Sym| x.exp())
+        .jit_compile(true)
+        .jit_options(JitOptions {
+            exact: true,
+            ..JitOptions::default()
+        })
+        .compiler_ir(
+            &[TensorSpec::known(DType::F32, &[4096])],
+            IrStage::Cranelift,
+        )
+        .unwrap();
+    assert!(!exact.contains("tl_wide_f32"));
+}
