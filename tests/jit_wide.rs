@@ -159,6 +159,25 @@ fn chunked_rows_match_inline() {
     }
 }
 
+/// A chain of 40 functions, each feeding the next: more than the 16 nodes
+/// evaluated wide (the rest stay inline), 16 passes per chunk.
+#[test]
+fn long_chains_match_inline() {
+    let body = |x: &[Sym]| {
+        let mut y = x[0].clone();
+        for i in 0..40 {
+            y = if i % 2 == 0 {
+                y.tanh()
+            } else {
+                (&y * 0.5).exp()
+            };
+        }
+        y
+    };
+    let x = common::f32s(&ramp(4099, 8.0), &[4099]);
+    same_both_ways("chain of 40", true, body, &[x]);
+}
+
 /// Softmax (a wide node inside a row reduction, stashed for the division),
 /// a row log-sum-exp and a column softmax (reduction over the outer dim).
 #[test]

@@ -1011,6 +1011,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     if wide::has_routine(*u) && self.dtype_of(*x) == DType::F32)
             })
             .map(|(i, _)| i)
+            .take(wide::MAX_NODES)
             .collect();
         (!nodes.is_empty()).then_some(nodes)
     }

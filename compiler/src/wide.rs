@@ -21,6 +21,11 @@ use crate::codegen::math::{ERF_F32_P, ERF_F32_Q, EXP_F32_P, LOG_F32_P, TANH_F32_
 /// call per chunk costs ~1% of evaluating it.
 pub(crate) const CHUNK: usize = 512;
 
+/// At most this many nodes of a kernel are evaluated wide (the first ones;
+/// later ones keep the inline code): their buffers take 32 KiB of the
+/// stack of whichever thread runs the kernel.
+pub(crate) const MAX_NODES: usize = 16;
+
 /// The functions with a wide routine (f32 only, and only where the inline
 /// approximation is used, i.e. not in `exact` mode).
 pub(crate) fn has_routine(u: UnaryOp) -> bool {
