@@ -255,6 +255,63 @@ fn reductions_and_loops_of_every_length() {
     }
 }
 
+/// Float max/min rows (vector accumulators with NaN and zero-sign
+/// companions): NaN anywhere (either sign, any position) gives NaN, a zero
+/// maximum is +0 when some element is +0 and -0 when all are, the other
+/// way round for the minimum, infinities pass; every length 0..70, bitwise
+/// against the interpreter (any NaN matching any NaN).
+#[test]
+fn float_max_min_keep_nans_and_signed_zeros() {
+    use tensorlift::ir::{Graph, Op, ReduceOp, Site, TensorType};
+    use tensorlift::{DType, Tensor};
+    for dtype in [DType::F32, DType::F64] {
+        for n in 0..70usize {
+            let k = (n * 7 + 3) % n.max(1);
+            let rows: Vec<Vec<f64>> = vec![
+                vec![-0.0; n],
+                (0..n).map(|i| if i == k { 0.0 } else { -0.0 }).collect(),
+                (0..n)
+                    .map(|i| if i == k { 0.0 } else { -1.5 - i as f64 })
+                    .collect(),
+                (0..n).map(|i| if i == k { -0.0 } else { 0.0 }).collect(),
+                (0..n)
+                    .map(|i| if i == k { f64::NAN } else { i as f64 - 9.0 })
+                    .collect(),
+                (0..n)
+                    .map(|i| if i == k { -f64::NAN } else { i as f64 })
+                    .collect(),
+                vec![f64::NEG_INFINITY; n],
+                (0..n)
+                    .map(|i| if i == k { f64::INFINITY } else { -(i as f64) })
+                    .collect(),
+            ];
+            let v: Vec<f64> = rows.iter().flatten().copied().collect();
+            let input = tensorlift::runtime::kernels::elementwise::convert(
+                &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![rows.len(), n], v).unwrap()),
+                dtype,
+            )
+            .unwrap();
+            let mut g = Graph::new("extremes");
+            let site = Site::unknown();
+            let ty = TensorType::known(dtype, &[rows.len(), n]);
+            let x = g.add_parameter(0, ty, None, site.clone()).unwrap();
+            for (op, name) in [(ReduceOp::Max, "max"), (ReduceOp::Min, "min")] {
+                let reduce = Op::Reduce {
+                    op,
+                    axes: vec![1],
+                    keepdims: false,
+                };
+                let r = g.add(reduce, &[x], site.clone()).unwrap();
+                g.add_output(r, name).unwrap();
+            }
+            for opts in EXACT.iter().chain([&JitOptions::default()]) {
+                check_graph(&g, std::slice::from_ref(&input), opts)
+                    .unwrap_or_else(|e| panic!("{dtype} n={n}: {e}"));
+            }
+        }
+    }
+}
+
 /// `select(x <op> c, x, k·x)` for every comparison and the dtypes whose
 /// comparisons vectorize into lane masks (and i64, which stays scalar),
 /// over lengths that cover vector bodies and tails: bitwise equal to the

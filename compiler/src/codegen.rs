@@ -509,6 +509,15 @@ struct ChunkPass<'a> {
     need: Vec<bool>,
 }
 
+/// The integer vector type of a float vector type's lanes.
+fn math_int_ty(vt: Type) -> Type {
+    if vt.lane_type() == types::F64 {
+        types::I64X2
+    } else {
+        types::I32X4
+    }
+}
+
 /// An accessor: (key, element offset, strides, element size; 0 for iota).
 type Accessor = (usize, i64, Vec<i64>, i64);
 
@@ -815,19 +824,39 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             // the accumulator's latency by itself, and unrolled copies of
             // it would only spill its constants.
             let costly = element_cost(self.k) >= crate::fusion::TRANSCENDENTAL_COST;
-            let unroll: i64 = if acc.is_some() && !costly { 4 } else { 1 };
+            let wide = self.wide_nodes(vt, n);
+            // Wide rows take the transcendental work out of the loop, so a
+            // reduction of them keeps one accumulator per vector of a
+            // chunk pass's iteration (two).
+            let unroll: i64 = match (acc, &wide) {
+                (Some(_), Some(_)) => 2,
+                (Some(_), None) if !costly => 4,
+                _ => 1,
+            };
             let mut vaccs = Vec::new();
             if let (Some(_), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
                 let init = self.reduce_init(*op)?;
                 let v = self.b.ins().splat(vt, init);
-                for _ in 0..unroll {
+                let mut inits = vec![v; unroll as usize];
+                // Float max/min: two companions shared by the accumulators
+                // (see `float_extreme_step`): the lanes that saw a NaN (none
+                // yet) and the AND (max) / OR (min) of every element's bits.
+                if let Some(is_max) = self.float_extreme() {
+                    let ity = math_int_ty(vt);
+                    let none = self.splat_i(ity, 0);
+                    let bits = self.splat_i(ity, if is_max { -1 } else { 0 });
+                    for m in [none, bits] {
+                        inits.push(self.b.ins().bitcast(vt, MemFlagsData::new(), m));
+                    }
+                }
+                for v in inits {
                     let var = self.b.declare_var(vt);
                     self.b.def_var(var, v);
                     vaccs.push(var);
                 }
             }
             let mut from = None;
-            let passes: &[(i64, i64)] = match self.wide_nodes(vt, n) {
+            let passes: &[(i64, i64)] = match wide {
                 Some(wide) => {
                     from = Some(self.wide_chunks(&wide, nv, vt, &vaccs, &accs)?);
                     &[]
@@ -844,10 +873,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let last = from.ok_or_else(|| Error::internal("vector loop missing"))?;
             // Fold the vector partials into the scalar accumulator, lane by lane.
             if let (Some(sa), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
-                let mut v = self.b.use_var(vaccs[0]);
-                for va in &vaccs[1..] {
-                    let w = self.b.use_var(*va);
-                    v = self.reduce_op(*op, v, w);
+                let partials = self.vector_partials(vt, &vaccs);
+                let mut v = partials[0];
+                for w in &partials[1..] {
+                    v = self.reduce_op(*op, v, *w);
                 }
                 let mut a = self.b.use_var(sa);
                 for l in 0..lanes {
@@ -935,11 +964,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     let p = self.b.use_var(self.pos[&OUT]);
                     self.b.ins().store(unaligned(), root, p, off);
                 }
-                (KernelKind::Reduce { op, .. }, Some(va)) => {
-                    let a = self.b.use_var(*va);
-                    let r = self.reduce_op(*op, a, root);
-                    self.b.def_var(*va, r);
-                }
+                (KernelKind::Reduce { op, .. }, Some(va)) => match self.float_extreme() {
+                    Some(is_max) => self.float_extreme_step(is_max, vt, vaccs, u as usize, root),
+                    None => {
+                        let a = self.b.use_var(*va);
+                        let r = self.reduce_op(*op, a, root);
+                        self.b.def_var(*va, r);
+                    }
+                },
                 (KernelKind::Reduce { op, .. }, None) => {
                     let p = self.b.use_var(self.pos[&OUT]);
                     let a = self.b.ins().load(vt, unaligned(), p, off);
@@ -950,6 +982,105 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         self.advance(accs, step);
         Ok(())
+    }
+
+    /// `Some(true)` for a float max reduction, `Some(false)` for a float
+    /// min: reductions whose vector accumulators use `float_extreme_step`.
+    fn float_extreme(&self) -> Option<bool> {
+        match &self.k.kind {
+            KernelKind::Reduce {
+                op: ReduceOp::Max, ..
+            } if self.out_dtype().is_float() => Some(true),
+            KernelKind::Reduce {
+                op: ReduceOp::Min, ..
+            } if self.out_dtype().is_float() => Some(false),
+            _ => None,
+        }
+    }
+
+    /// One step of a float max (min) vector accumulator `u` on `x` (the
+    /// last two of `vaccs` are the companions, shared by the accumulators:
+    /// a lane that is NaN or zero in one accumulator's result is so in the
+    /// final result only if it is in all of them or the result is).
+    /// Cranelift's `fmax` (NaN-propagating, +0 above -0) lowers to eight
+    /// instructions on a five-deep dependency chain, which bound a row
+    /// max by latency. Instead: `x > acc ? x : acc` (one `maxps`, NaN lanes
+    /// of x left out), the lanes where x is NaN or-ed into a mask, and the
+    /// bits of x and-ed (or-ed) together so that a zero result gets its
+    /// sign right (`vector_partials` puts both back). Same results as
+    /// `fmax` element by element.
+    fn float_extreme_step(
+        &mut self,
+        is_max: bool,
+        vt: Type,
+        vaccs: &[Variable],
+        u: usize,
+        x: Value,
+    ) {
+        let m = vaccs.len() - 2;
+        let (va, nan_var, bits_var) = (vaccs[u], vaccs[m], vaccs[m + 1]);
+        let flags = MemFlagsData::new();
+        let ity = math_int_ty(vt);
+        let a = self.b.use_var(va);
+        let better = if is_max {
+            self.b.ins().fcmp(FloatCC::LessThan, a, x)
+        } else {
+            self.b.ins().fcmp(FloatCC::LessThan, x, a)
+        };
+        let r = self.sel(better, x, a, vt);
+        self.b.def_var(va, r);
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let seen = self.b.use_var(nan_var);
+        let seen = self.b.ins().bitcast(ity, flags, seen);
+        let seen = self.b.ins().bor(seen, nan);
+        let seen = self.b.ins().bitcast(vt, flags, seen);
+        self.b.def_var(nan_var, seen);
+        let xb = self.b.ins().bitcast(ity, flags, x);
+        let bits = self.b.use_var(bits_var);
+        let bits = self.b.ins().bitcast(ity, flags, bits);
+        let bits = if is_max {
+            self.b.ins().band(bits, xb)
+        } else {
+            self.b.ins().bor(bits, xb)
+        };
+        let bits = self.b.ins().bitcast(vt, flags, bits);
+        self.b.def_var(bits_var, bits);
+    }
+
+    /// The vector accumulators' values; for a float max/min, each with the
+    /// companions applied: NaN where a NaN was seen, and a zero result
+    /// signed as `fmax`/`fmin` would have it (for a max that is zero, no
+    /// element was positive, so it is +0 exactly when some element's sign
+    /// bit was clear; for a min, -0 when some element's was set).
+    fn vector_partials(&mut self, vt: Type, vaccs: &[Variable]) -> Vec<Value> {
+        if self.float_extreme().is_none() {
+            return vaccs.iter().map(|v| self.b.use_var(*v)).collect();
+        }
+        let m = vaccs.len() - 2;
+        let flags = MemFlagsData::new();
+        let ity = math_int_ty(vt);
+        let sign_bit = if vt.lane_type() == types::F64 {
+            i64::MIN
+        } else {
+            i64::from(i32::MIN)
+        };
+        (0..m)
+            .map(|u| {
+                let r = self.b.use_var(vaccs[u]);
+                let seen = self.b.use_var(vaccs[m]);
+                let bits = self.b.use_var(vaccs[m + 1]);
+                let bits = self.b.ins().bitcast(ity, flags, bits);
+                let sign = self.splat_i(ity, sign_bit);
+                let zero_bits = self.b.ins().band(bits, sign);
+                let signed_zero = self.b.ins().bitcast(vt, flags, zero_bits);
+                let zero = self.splat_f(vt, 0.0);
+                let is_zero = self.b.ins().fcmp(FloatCC::Equal, r, zero);
+                let r = self.sel(is_zero, signed_zero, r, vt);
+                let nan = self.splat_f(vt, f64::NAN);
+                let seen = self.b.ins().bitcast(ity, flags, seen);
+                self.sel(seen, nan, r, vt)
+            })
+            .collect()
     }
 
     /// The accessors that move along the innermost dim (byte pointers with
@@ -973,7 +1104,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// made every iteration wait on the previous one's store.
     fn place(&mut self, start: &[(Variable, Value, i64)], j: Value) {
         for (var, base, bytes) in start {
-            let off = self.b.ins().imul_imm_s(j, *bytes);
+            // A shift for element sizes, so that the add folds into the
+            // loads' and stores' addressing.
+            let off = match bytes {
+                1 | 2 | 4 | 8 => self
+                    .b
+                    .ins()
+                    .ishl_imm_s(j, i64::from(bytes.trailing_zeros())),
+                _ => self.b.ins().imul_imm_s(j, *bytes),
+            };
             let p = self.b.ins().iadd(*base, off);
             self.b.def_var(*var, p);
         }
@@ -1113,7 +1252,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 bufs,
                 need,
             };
-            self.chunk_pass(vt, &pass, &mut |s, addr| {
+            self.chunk_pass(vt, &pass, &mut |s, addr, _| {
                 let vals = s.eval(Mode::Vector(vt))?;
                 for w in &here {
                     let v = vals[input_of(*w)].s();
@@ -1149,8 +1288,18 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             bufs: wide.iter().map(|w| (*w, offset(*w))).collect(),
             need,
         };
-        self.chunk_pass(vt, &pass, &mut |s, _| {
-            s.vector_step(vt, lanes, 1, vaccs, accs)
+        // Vector `c` of an iteration folds into accumulator `c`.
+        let m = if self.float_extreme().is_some() {
+            vaccs.len().saturating_sub(2)
+        } else {
+            vaccs.len()
+        };
+        self.chunk_pass(vt, &pass, &mut |s, _, c| {
+            let mut own: Vec<Variable> = vaccs.to_vec();
+            if m > 1 {
+                own.swap(0, c);
+            }
+            s.vector_step(vt, lanes, 1, &own, accs)
         })?;
         self.place(&start, len);
         let next = self.b.ins().iadd(i, len);
@@ -1168,22 +1317,36 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         &mut self,
         vt: Type,
         pass: &ChunkPass<'_>,
-        body: &mut dyn FnMut(&mut Self, Value) -> Result<()>,
+        body: &mut dyn FnMut(&mut Self, Value, usize) -> Result<()>,
     ) -> Result<()> {
         let lanes = vt.lane_count() as i64;
-        self.for_loop(pass.len, lanes, &mut |s, j| {
-            s.place(pass.start, j);
-            let bytes = s.b.ins().ishl_imm_s(j, 2);
-            let addr = s.b.ins().iadd(pass.base, bytes);
-            s.wide = Some(WideCtx {
-                addr,
-                bufs: pass.bufs.clone(),
-                need: pass.need.clone(),
-            });
-            let r = body(s, addr);
-            s.wide = None;
-            r
-        })?;
+        // Two vectors per iteration (halves the loop's own instructions),
+        // then the odd one.
+        let mut from = None;
+        for copies in [2, 1] {
+            let last = self.for_loop_from(from, pass.len, copies * lanes, &mut |s, j| {
+                for c in 0..copies {
+                    let j = if c == 0 {
+                        j
+                    } else {
+                        s.b.ins().iadd_imm_s(j, c * lanes)
+                    };
+                    s.place(pass.start, j);
+                    let bytes = s.b.ins().ishl_imm_s(j, 2);
+                    let addr = s.b.ins().iadd(pass.base, bytes);
+                    s.wide = Some(WideCtx {
+                        addr,
+                        bufs: pass.bufs.clone(),
+                        need: pass.need.clone(),
+                    });
+                    let r = body(s, addr, c as usize);
+                    s.wide = None;
+                    r?;
+                }
+                Ok(())
+            })?;
+            from = Some(last);
+        }
         Ok(())
     }
 
