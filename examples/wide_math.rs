@@ -1,5 +1,5 @@
 //! What wide math (`JitOptions::wide_math`) buys: the benchmarks'
-//! exp/tanh chain and row softmax with it off and on, with and without
+//! exp/tanh chain, `sin(x)·cos(x)` and row softmax with it off and on, with and without
 //! threads (median of 21 batches, microseconds per call). The figures are
 //! in docs/benchmarks.md. `ONLY=softmax` runs one workload.
 //!
@@ -11,6 +11,10 @@ use tensorlift::{Sym, Tensor, function};
 
 fn transc(x: Sym) -> Sym {
     (-&x * &x).exp() * x.tanh() + x.abs().sqrt()
+}
+
+fn sin_cos(x: Sym) -> Sym {
+    x.sin() * x.cos()
 }
 
 fn softmax(x: Sym) -> Sym {
@@ -25,6 +29,7 @@ fn main() {
         ("transc", transc, vec![1 << 14]),
         ("transc", transc, vec![1 << 16]),
         ("transc", transc, vec![1 << 20]),
+        ("sin*cos", sin_cos, vec![1 << 20]),
         ("softmax", softmax, vec![4096, 1024]),
     ];
     let only = std::env::var("ONLY").ok();

@@ -143,6 +143,21 @@ fn erf_wide_matches_inline() {
     check_fn("erf", Sym::erf);
 }
 
+/// Including the vectors with a lane past 8192 (or ±inf), which go through
+/// libm whole in both.
+#[test]
+fn sin_cos_wide_match_inline() {
+    check_fn("sin", Sym::sin);
+    check_fn("cos", Sym::cos);
+}
+
+#[test]
+fn sqrt_rsqrt_reciprocal_wide_match_inline() {
+    check_fn("sqrt", Sym::sqrt);
+    check_fn("rsqrt", Sym::rsqrt);
+    check_fn("reciprocal", Sym::reciprocal);
+}
+
 fn ramp(n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|i| ((i * 7919) % 4001) as f32 * scale / 4001.0 - scale / 2.0)

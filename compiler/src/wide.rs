@@ -15,7 +15,12 @@
 
 use tensorlift_ir::UnaryOp;
 
-use crate::codegen::math::{ERF_F32_P, ERF_F32_Q, EXP_F32_P, LOG_F32_P, TANH_F32_P};
+use tensorlift_runtime::kernels::scalar::FloatScalar;
+
+use crate::codegen::math::{
+    COS_F32_P, ERF_F32_P, ERF_F32_Q, EXP_F32_P, LOG_F32_P, SIN_F32_P, SINCOS_F32_LIMIT,
+    SINCOS_F32_PI_2, TANH_F32_P,
+};
 
 /// Elements per chunk: a buffer is 2 KiB, a few of them stay in L1, and the
 /// call per chunk costs ~1% of evaluating it.
@@ -38,6 +43,8 @@ pub(crate) fn has_routine(u: UnaryOp) -> bool {
             | UnaryOp::Tanh
             | UnaryOp::Logistic
             | UnaryOp::Erf
+            | UnaryOp::Sin
+            | UnaryOp::Cos
             | UnaryOp::Sqrt
             | UnaryOp::Rsqrt
             | UnaryOp::Reciprocal
@@ -117,6 +124,8 @@ macro_rules! wide_map {
                     UnaryOp::Tanh => buf.iter_mut().for_each(|x| *x = tanh(*x)),
                     UnaryOp::Logistic => buf.iter_mut().for_each(|x| *x = logistic(*x)),
                     UnaryOp::Erf => buf.iter_mut().for_each(|x| *x = erf(*x)),
+                    UnaryOp::Sin => sincos_buf(buf, false),
+                    UnaryOp::Cos => sincos_buf(buf, true),
                     UnaryOp::Sqrt => buf.iter_mut().for_each(|x| *x = x.sqrt()),
                     UnaryOp::Rsqrt => buf.iter_mut().for_each(|x| *x = rsqrt(*x)),
                     UnaryOp::Reciprocal => buf.iter_mut().for_each(|x| *x = 1.0 / *x),
@@ -133,8 +142,14 @@ wide_map!(avx2, "avx2,fma");
 /// The portable fallback (never used by compiled code, which only calls
 /// the routines where [`lanes`] is `Some`; kept so the symbol is total).
 fn map_scalar(u: UnaryOp, buf: &mut [f32]) {
-    if let Some(f) = scalar_fn(u) {
-        buf.iter_mut().for_each(|x| *x = f(*x));
+    match u {
+        UnaryOp::Sin => sincos_buf(buf, false),
+        UnaryOp::Cos => sincos_buf(buf, true),
+        _ => {
+            if let Some(f) = scalar_fn(u) {
+                buf.iter_mut().for_each(|x| *x = f(*x));
+            }
+        }
     }
 }
 
@@ -148,6 +163,8 @@ pub(crate) fn scalar_fn(u: UnaryOp) -> Option<fn(f32) -> f32> {
         UnaryOp::Tanh => tanh,
         UnaryOp::Logistic => logistic,
         UnaryOp::Erf => erf,
+        UnaryOp::Sin => |x| sincos(x, false),
+        UnaryOp::Cos => |x| sincos(x, true),
         UnaryOp::Sqrt => f32::sqrt,
         UnaryOp::Rsqrt => rsqrt,
         UnaryOp::Reciprocal => |x| 1.0 / x,
@@ -294,6 +311,54 @@ fn logistic(x: f32) -> f32 {
     let t = exp(-x.abs());
     let num = if x >= 0.0 { 1.0 } else { t };
     num / (1.0 + t)
+}
+
+/// `sincos` for f32 lanes, without its cold branch (see [`sincos_buf`]).
+#[inline(always)]
+fn sincos(x: f32, cos: bool) -> f32 {
+    let a = x.abs();
+    let magic = 12_582_912.0;
+    let tm = a.mul_add(c(std::f64::consts::FRAC_2_PI), magic);
+    let n = tm - magic;
+    let mut r = a;
+    for part in SINCOS_F32_PI_2 {
+        r = n.mul_add(c(-part), r);
+    }
+    let z = r * r;
+    let s = (r * z).mul_add(horner(z, &SIN_F32_P), r);
+    let cz = z.mul_add(-0.5, 1.0);
+    let cz = (z * z).mul_add(horner(z, &COS_F32_P), cz);
+    let tmi = tm.to_bits() as i32;
+    let q = if cos { tmi.wrapping_add(1) } else { tmi };
+    let (first, second) = if cos { (s, cz) } else { (cz, s) };
+    let v = if tmi & 1 != 0 { first } else { second };
+    let mut sign = ((q & 2) << 30) as u32;
+    if !cos {
+        sign ^= x.to_bits() & 0x8000_0000;
+    }
+    f32::from_bits(v.to_bits() ^ sign)
+}
+
+/// `sin` or `cos` of a buffer whose length is a multiple of 4, as the
+/// inline code computes it vector by vector: a group of 4 lanes (a 128-bit
+/// vector of the row) with a lane beyond the reduction's range goes through
+/// libm whole, the others take the polynomial.
+#[inline(always)]
+fn sincos_buf(buf: &mut [f32], cos: bool) {
+    let limit = c(SINCOS_F32_LIMIT);
+    let huge = |x: &f32| x.abs() > limit;
+    if !buf.iter().fold(false, |any, x| any | huge(x)) {
+        buf.iter_mut().for_each(|x| *x = sincos(*x, cos));
+        return;
+    }
+    let op = if cos { UnaryOp::Cos } else { UnaryOp::Sin };
+    for group in buf.chunks_mut(4) {
+        if group.iter().any(huge) {
+            group.iter_mut().for_each(|x| *x = f32::un(op, *x));
+        } else {
+            group.iter_mut().for_each(|x| *x = sincos(*x, cos));
+        }
+    }
 }
 
 /// `1 / sqrt(x)`, both correctly rounded (as the inline code: not the

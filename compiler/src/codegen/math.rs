@@ -61,6 +61,28 @@ pub(crate) const LOG_F32_P: [f64; 9] = [
     3.333_333_117_4e-1,
 ];
 
+/// f32 `sin`/`cos`: π/2 in four parts (the first three of 11 bits).
+pub(crate) const SINCOS_F32_PI_2: [f64; 4] = [
+    1.570_312_5,
+    4.837_512_969_970_703e-4,
+    7.549_533_620_476_723e-8,
+    2.563_344_1e-12,
+];
+
+/// f32 `sin`/`cos`: beyond this |x| the reduction is not exact (libm).
+pub(crate) const SINCOS_F32_LIMIT: f64 = 8192.0;
+
+/// f32 `sin`: Cephes' polynomial on [-π/4, π/4], in x².
+pub(crate) const SIN_F32_P: [f64; 3] =
+    [-1.951_529_589_1e-4, 8.332_160_873_6e-3, -1.666_665_461_1e-1];
+
+/// f32 `cos`: Cephes' polynomial on [-π/4, π/4], in x².
+pub(crate) const COS_F32_P: [f64; 3] = [
+    2.443_315_711_809_948e-5,
+    -1.388_731_625_493_765e-3,
+    4.166_664_568_298_827e-2,
+];
+
 impl KernelGen<'_, '_> {
     /// `e^x` for f32 (scalar or F32X4): Cephes' polynomial after reduction
     /// by `ln 2`, scaled by two powers of two so that results down to the
@@ -186,13 +208,8 @@ impl KernelGen<'_, '_> {
             } else {
                 (
                     12_582_912.0,
-                    [
-                        1.570_312_5,
-                        4.837_512_969_970_703e-4,
-                        7.549_533_620_476_723e-8,
-                        2.563_344_1e-12,
-                    ],
-                    8192.0,
+                    SINCOS_F32_PI_2,
+                    SINCOS_F32_LIMIT,
                     30,
                     i64::from(i32::MIN),
                 )
@@ -228,14 +245,7 @@ impl KernelGen<'_, '_> {
                 ],
             )
         } else {
-            (
-                &[-1.951_529_589_1e-4, 8.332_160_873_6e-3, -1.666_665_461_1e-1],
-                &[
-                    2.443_315_711_809_948e-5,
-                    -1.388_731_625_493_765e-3,
-                    4.166_664_568_298_827e-2,
-                ],
-            )
+            (&SIN_F32_P, &COS_F32_P)
         };
         let sp = self.horner(z, sin_coeffs, ty);
         let rz = self.b.ins().fmul(r, z);
