@@ -1,5 +1,6 @@
 //! What wide math (`JitOptions::wide_math`) buys: the benchmarks'
-//! exp/tanh chain, `sin(x)·cos(x)` and row softmax with it off and on, with and without
+//! exp/tanh chain (f32 and f64), `sin(x)·cos(x)` and row softmax with it
+//! off and on, with and without
 //! threads (median of 21 batches, microseconds per call). The figures are
 //! in docs/benchmarks.md. `ONLY=softmax` runs one workload.
 //!
@@ -22,18 +23,19 @@ fn softmax(x: Sym) -> Sym {
     &e / e.reduce_sum(Some(&[-1]), true)
 }
 
-type Workload = (&'static str, fn(Sym) -> Sym, Vec<usize>);
+type Workload = (&'static str, fn(Sym) -> Sym, Vec<usize>, bool);
 
 fn main() {
     let workloads: Vec<Workload> = vec![
-        ("transc", transc, vec![1 << 14]),
-        ("transc", transc, vec![1 << 16]),
-        ("transc", transc, vec![1 << 20]),
-        ("sin*cos", sin_cos, vec![1 << 20]),
-        ("softmax", softmax, vec![4096, 1024]),
+        ("transc", transc, vec![1 << 14], false),
+        ("transc", transc, vec![1 << 16], false),
+        ("transc", transc, vec![1 << 20], false),
+        ("transc f64", transc, vec![1 << 20], true),
+        ("sin*cos", sin_cos, vec![1 << 20], false),
+        ("softmax", softmax, vec![4096, 1024], false),
     ];
     let only = std::env::var("ONLY").ok();
-    for (name, body, shape) in workloads {
+    for (name, body, shape, f64_data) in workloads {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
@@ -41,7 +43,12 @@ fn main() {
         let data: Vec<f32> = (0..n)
             .map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0)
             .collect();
-        let x = Tensor::from(ndarray::ArrayD::from_shape_vec(shape.clone(), data).unwrap());
+        let x = if f64_data {
+            let data = data.into_iter().map(f64::from).collect();
+            Tensor::from(ndarray::ArrayD::from_shape_vec(shape.clone(), data).unwrap())
+        } else {
+            Tensor::from(ndarray::ArrayD::from_shape_vec(shape.clone(), data).unwrap())
+        };
         let mut line = format!("{name} {shape:?}:");
         for (wide_math, threads) in [(false, true), (true, true), (false, false), (true, false)] {
             let f = function(body).jit_compile(true).jit_options(JitOptions {

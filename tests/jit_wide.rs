@@ -60,7 +60,7 @@ fn both_ways(
     let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
     let clif = wide.compiler_ir(&specs, IrStage::Cranelift).unwrap();
     assert_eq!(
-        clif.contains("tl_wide_f32"),
+        clif.contains("tl_wide_f"),
         wide_row && host_has_wide(),
         "{name}: wide routines used only where the host has them"
     );
@@ -73,7 +73,7 @@ fn both_ways(
         if let Some(rtol) = rtol {
             common::assert_close(x, y, rtol, 0.0, name);
         } else if !common::same_bits(x, y) {
-            let (x, y) = (common::to_vec::<f32>(x), common::to_vec::<f32>(y));
+            let (x, y) = (common::to_vec::<f64>(x), common::to_vec::<f64>(y));
             let i = (0..x.len())
                 .find(|i| x[*i].to_bits() != y[*i].to_bits())
                 .unwrap();
@@ -156,6 +156,71 @@ fn sqrt_rsqrt_reciprocal_wide_match_inline() {
     check_fn("sqrt", Sym::sqrt);
     check_fn("rsqrt", Sym::rsqrt);
     check_fn("reciprocal", Sym::reciprocal);
+}
+
+/// f64: about 2^21 bit patterns spread over the whole range (every
+/// 2^43rd; 2^36th, ~270M, with `TENSORLIFT_EXHAUSTIVE=1`), in blocks, plus
+/// the specials and the doubles near k·π/2.
+fn check_fn64(name: &str, f: fn(&Sym) -> Sym) {
+    let exhaustive = std::env::var("TENSORLIFT_EXHAUSTIVE").is_ok_and(|v| v == "1");
+    let step: u64 = if exhaustive { 1 << 36 } else { 1 << 43 };
+    let per_block = 1u64 << 20;
+    let total = u64::MAX / step;
+    let mut first = 0u64;
+    while first <= total {
+        let last = (first + per_block).min(total + 1);
+        let mut xs: Vec<f64> = (first..last)
+            .map(|i| f64::from_bits(i.wrapping_mul(step) ^ 0x5555))
+            .collect();
+        if first == 0 {
+            xs.extend(common::F32_SPECIALS.iter().map(|x| f64::from(*x)));
+            xs.extend([
+                1e5,
+                1.000_000_1e5,
+                -1e300,
+                709.78,
+                709.8,
+                -745.2,
+                2.2e-308,
+                -0.0,
+            ]);
+            xs.extend((1..2000).map(|k| f64::from(k) * std::f64::consts::FRAC_PI_2));
+        }
+        let n = xs.len();
+        let t = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], xs).unwrap());
+        same_both_ways(name, true, move |x| f(&x[0]), &[t]);
+        first = last;
+    }
+}
+
+#[test]
+fn f64_functions_wide_match_inline() {
+    check_fn64("exp", Sym::exp);
+    check_fn64("expm1", Sym::expm1);
+    check_fn64("log", Sym::log);
+    check_fn64("log1p", Sym::log1p);
+    check_fn64("tanh", Sym::tanh);
+    check_fn64("sigmoid", Sym::sigmoid);
+    check_fn64("erf", Sym::erf);
+    check_fn64("sin", Sym::sin);
+    check_fn64("cos", Sym::cos);
+    check_fn64("sqrt", Sym::sqrt);
+    check_fn64("rsqrt", Sym::rsqrt);
+    check_fn64("reciprocal", Sym::reciprocal);
+}
+
+/// f64 rows at chunk boundaries, chained functions, a row sum and max.
+#[test]
+fn f64_rows_match_inline() {
+    let body = |x: &[Sym]| {
+        let a = (-(&x[0] * &x[0])).exp() * x[0].tanh() + x[0].abs().sqrt();
+        (a.sin().exp() + a.reduce_max(Some(&[-1]), true)).log1p()
+    };
+    for (rows, cols) in [(1usize, 63usize), (1, 1027), (3, 512), (2, 100_003)] {
+        let v: Vec<f64> = ramp(rows * cols, 8.0).into_iter().map(f64::from).collect();
+        let x = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![rows, cols], v).unwrap());
+        same_both_ways(&format!("f64 rows {rows}x{cols}"), cols >= 64, body, &[x]);
+    }
 }
 
 fn ramp(n: usize, scale: f32) -> Vec<f32> {
@@ -241,21 +306,22 @@ fn reductions_and_stashes_match_inline() {
     }
 }
 
-/// Short rows, f64 rows and `exact` mode keep the inline code.
+/// Short rows and `exact` mode keep the inline code; f64 rows have their
+/// own routines.
 #[test]
-fn short_f64_and_exact_rows_stay_inline() {
+fn short_and_exact_rows_stay_inline() {
     let f = function(|x: Sym| x.exp()).jit_compile(true);
     let short = f
         .compiler_ir(&[TensorSpec::known(DType::F32, &[63])], IrStage::Cranelift)
         .unwrap();
-    assert!(!short.contains("tl_wide_f32"));
+    assert!(!short.contains("tl_wide_f"));
     let f64_row = f
         .compiler_ir(
             &[TensorSpec::known(DType::F64, &[4096])],
             IrStage::Cranelift,
         )
         .unwrap();
-    assert!(!f64_row.contains("tl_wide_f32"));
+    assert_eq!(f64_row.contains("tl_wide_f64"), host_has_wide());
     let exact = function(|x: Sym| x.exp())
         .jit_compile(true)
         .jit_options(JitOptions {
@@ -267,5 +333,5 @@ fn short_f64_and_exact_rows_stay_inline() {
             IrStage::Cranelift,
         )
         .unwrap();
-    assert!(!exact.contains("tl_wide_f32"));
+    assert!(!exact.contains("tl_wide_f"));
 }

@@ -130,11 +130,11 @@ fn kernel_work(k: &Kernel, opts: &JitOptions) -> usize {
         _ => 4,
     };
     let long_rows = k.dims.last().is_some_and(|n| *n >= WIDE_MIN_ROW);
+    let dtype_of = |x: usize| k.nodes[x].dtype();
+    // (f64: 2 lanes inline, 8 wide: the same ratio.)
     let cost: usize = (k.nodes.iter())
         .map(|n| match n {
-            ENode::Unary(u, _, DType::F32) if long_rows && wide::has_routine(*u) => {
-                crate::fusion::node_cost(n) * 4 / lanes
-            }
+            n if long_rows && wide_eligible(n, dtype_of) => crate::fusion::node_cost(n) * 4 / lanes,
             n => crate::fusion::node_cost(n),
         })
         .sum();
@@ -507,6 +507,17 @@ struct ChunkPass<'a> {
     bufs: HashMap<usize, i32>,
     /// The nodes the pass evaluates.
     need: Vec<bool>,
+}
+
+/// Whether wide math has a routine for the node: an f32 or f64 function
+/// of `wide::has_routine` on an operand of the same dtype.
+fn wide_eligible(n: &ENode, dtype_of: impl Fn(usize) -> DType) -> bool {
+    match n {
+        ENode::Unary(u, x, d @ (DType::F32 | DType::F64)) => {
+            wide::has_routine(*u) && dtype_of(*x) == *d
+        }
+        _ => false,
+    }
 }
 
 /// The integer vector type of a float vector type's lanes.
@@ -1133,24 +1144,23 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     }
 
     /// The nodes of a vectorized row evaluated by the wide routines
-    /// (`crate::wide`): f32 functions that have one, where the host's
-    /// vectors are wider than Cranelift's and the row is long enough for a
-    /// call per chunk not to matter.
+    /// (`crate::wide`): f32 or f64 functions that have one, where the
+    /// host's vectors are wider than Cranelift's and the row is long enough
+    /// for a call per chunk not to matter.
     fn wide_nodes(&self, vt: Type, n: usize) -> Option<Vec<usize>> {
-        if !self.opts.wide_math || self.opts.exact || vt != types::F32X4 || n < WIDE_MIN_ROW {
+        let float = vt == types::F32X4 || vt == types::F64X2;
+        if !self.opts.wide_math || self.opts.exact || !float || n < WIDE_MIN_ROW {
             return None;
         }
         wide::lanes()?;
         if !has_fma() {
             return None;
         }
+        let max = wide::MAX_BUFFER_BYTES / (wide::CHUNK * vt.lane_type().bytes() as usize);
         let nodes: Vec<usize> = (self.k.nodes.iter().enumerate())
-            .filter(|(_, node)| {
-                matches!(node, ENode::Unary(u, x, DType::F32)
-                    if wide::has_routine(*u) && self.dtype_of(*x) == DType::F32)
-            })
+            .filter(|(_, node)| wide_eligible(node, |x| self.dtype_of(x)))
             .map(|(i, _)| i)
-            .take(wide::MAX_NODES)
+            .take(max)
             .collect();
         (!nodes.is_empty()).then_some(nodes)
     }
@@ -1183,7 +1193,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 .unwrap_or(0);
             depth[i] = d + usize::from(wide.contains(&i));
         }
-        let buf_bytes = (wide::CHUNK * 4) as u32;
+        let esize = vt.lane_type().bytes();
+        let buf_bytes = wide::CHUNK as u32 * esize;
         let slot = self.b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
             buf_bytes * wide.len() as u32,
@@ -1263,8 +1274,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             for w in &here {
                 let code = self.b.ins().iconst(types::I32, code_of(*w));
                 let p = self.b.ins().iadd_imm_s(base, i64::from(offset(*w)));
+                let symbol = if esize == 8 {
+                    "tl_wide_f64"
+                } else {
+                    "tl_wide_f32"
+                };
                 self.call(
-                    "tl_wide_f32",
+                    symbol,
                     &[types::I32, self.ptr, types::I64],
                     &[],
                     &[code, p, len],
@@ -1332,7 +1348,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         s.b.ins().iadd_imm_s(j, c * lanes)
                     };
                     s.place(pass.start, j);
-                    let bytes = s.b.ins().ishl_imm_s(j, 2);
+                    let shift = i64::from(vt.lane_type().bytes().trailing_zeros());
+                    let bytes = s.b.ins().ishl_imm_s(j, shift);
                     let addr = s.b.ins().iadd(pass.base, bytes);
                     s.wide = Some(WideCtx {
                         addr,

@@ -1,9 +1,10 @@
-//! f32 transcendental functions over whole chunks, compiled by rustc for the
-//! host's widest vectors (AVX-512: 16 lanes, AVX2: 8), called from kernels
-//! through `tl_wide_f32`.
+//! f32 and f64 transcendental functions over whole chunks, compiled by
+//! rustc for the host's widest vectors (AVX-512: 16 f32 / 8 f64 lanes,
+//! AVX2: 8 / 4), called from kernels through `tl_wide_f32`/`tl_wide_f64`.
 //!
 //! Cranelift's x64 backend has 128-bit vectors only, so the inline
-//! approximations of `codegen/math.rs` evaluate 4 f32 lanes per instruction.
+//! approximations of `codegen/math.rs` evaluate 4 f32 (2 f64) lanes per
+//! instruction.
 //! A kernel whose row has such a function (and is long enough) evaluates it
 //! in chunks instead: a 128-bit loop stores the function's argument for up to
 //! [`CHUNK`] elements into a stack buffer, one call here maps the buffer in
@@ -13,23 +14,26 @@
 //! order), so both paths give the same bits: `tests/jit_wide.rs` checks it.
 //! Rows of functions without a routine here keep the 128-bit code.
 
-use tensorlift_ir::UnaryOp;
+use std::ops::{Add, Div, Mul, Neg, Sub};
 
+use tensorlift_ir::UnaryOp;
 use tensorlift_runtime::kernels::scalar::FloatScalar;
 
 use crate::codegen::math::{
-    COS_F32_P, ERF_F32_P, ERF_F32_Q, EXP_F32_P, LOG_F32_P, SIN_F32_P, SINCOS_F32_LIMIT,
-    SINCOS_F32_PI_2, TANH_F32_P,
+    COS_F32_P, COS_F64_P, ERF_F32_P, ERF_F32_Q, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U,
+    EXP_F32_P, EXP_F64_P, EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, SIN_F32_P, SIN_F64_P,
+    SINCOS_F32_LIMIT, SINCOS_F32_PI_2, SINCOS_F64_LIMIT, SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P,
+    TANH_F64_Q,
 };
 
 /// Elements per chunk: a buffer is 2 KiB, a few of them stay in L1, and the
 /// call per chunk costs ~1% of evaluating it.
 pub(crate) const CHUNK: usize = 512;
 
-/// At most this many nodes of a kernel are evaluated wide (the first ones;
-/// later ones keep the inline code): their buffers take 32 KiB of the
-/// stack of whichever thread runs the kernel.
-pub(crate) const MAX_NODES: usize = 16;
+/// The chunk buffers of a kernel take at most this much of the stack of
+/// whichever thread runs it: 16 f32 or 8 f64 wide nodes (the first ones;
+/// later ones keep the inline code).
+pub(crate) const MAX_BUFFER_BYTES: usize = 32 * 1024;
 
 /// The functions with a wide routine (f32 only, and only where the inline
 /// approximation is used, i.e. not in `exact` mode).
@@ -80,11 +84,29 @@ pub(crate) fn lanes() -> Option<usize> {
 /// what [`lanes`] requires (the caller only emits the call when it returned
 /// `Some`).
 pub(crate) unsafe extern "C" fn tl_wide_f32(op: i32, p: *mut f32, n: i64) {
+    // SAFETY: the caller's contract.
+    unsafe { dispatch(op, p, n) }
+}
+
+/// [`tl_wide_f32`] for f64 buffers.
+///
+/// # Safety
+/// As for [`tl_wide_f32`], with `n` f64 at `p`.
+pub(crate) unsafe extern "C" fn tl_wide_f64(op: i32, p: *mut f64, n: i64) {
+    // SAFETY: the caller's contract.
+    unsafe { dispatch(op, p, n) }
+}
+
+/// The body of the `tl_wide_*` symbols: picks the widest compiled `map`.
+///
+/// # Safety
+/// `p` points to `n` writable, initialized `T`.
+unsafe fn dispatch<T: Lane>(op: i32, p: *mut T, n: i64) {
     let Some(u) = UnaryOp::ALL.get(op as usize).copied() else {
         return;
     };
     let n = usize::try_from(n).unwrap_or(0);
-    // SAFETY: the caller passes a buffer of `n` f32 that nothing else
+    // SAFETY: the caller passes a buffer of `n` elements that nothing else
     // accesses during the call.
     let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
     #[cfg(target_arch = "x86_64")]
@@ -101,7 +123,75 @@ pub(crate) unsafe extern "C" fn tl_wide_f32(op: i32, p: *mut f32, n: i64) {
             return;
         }
     }
-    map_scalar(u, buf);
+    T::map(u, buf);
+}
+
+/// A lane type with wide routines: what the shared forms below need, the
+/// forms that differ per type (the methods of `math.rs` that exist in an
+/// f32 and an f64 version), and `map`, which applies a routine in place
+/// (inlined into each instruction set's `map`, where LLVM vectorizes it).
+pub(crate) trait Lane:
+    Copy
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+{
+    /// Width in bits, mantissa bits, exponent bias.
+    const BITS: u32;
+    const MANT: u32;
+    const BIAS: i64;
+    /// `sin`/`cos`: π/2 in parts, polynomials, range of the reduction.
+    const PI_2: [f64; 4];
+    const SIN_P: &'static [f64];
+    const COS_P: &'static [f64];
+    const SINCOS_LIMIT: f64;
+
+    /// An f64 constant as the inline code's `splat_f` rounds it.
+    fn of(v: f64) -> Self;
+    fn fma(self, a: Self, b: Self) -> Self;
+    fn abs(self) -> Self;
+    fn is_nan(self) -> bool;
+    fn sqrt(self) -> Self;
+    /// The bits, sign-extended (f32: as an i32).
+    fn bits(self) -> i64;
+    /// From the low `BITS` bits.
+    fn from_bits(b: i64) -> Self;
+    /// The interpreter's scalar function (libm; not inlined: cold paths
+    /// only).
+    fn libm(op: UnaryOp, x: Self) -> Self;
+    /// `exp_*_reduced`: `(e^r - 1, n + 1.5·2^MANT, n)`.
+    fn exp_reduced(self) -> (Self, Self, Self);
+    /// `log_f32` / `log_f64`.
+    fn ln(self) -> Self;
+    /// `tanh_f32` / `tanh_f64`.
+    fn tanh(self) -> Self;
+    /// `erf_f32` / `erf_f64`.
+    fn erf(self) -> Self;
+
+    /// Applies the routine of `u` to every element (nothing for an
+    /// operation without one).
+    #[inline(always)]
+    fn map(u: UnaryOp, buf: &mut [Self]) {
+        let one = Self::of(1.0);
+        match u {
+            UnaryOp::Exp => buf.iter_mut().for_each(|x| *x = exp(*x)),
+            UnaryOp::Expm1 => buf.iter_mut().for_each(|x| *x = expm1(*x)),
+            UnaryOp::Log => buf.iter_mut().for_each(|x| *x = x.ln()),
+            UnaryOp::Log1p => buf.iter_mut().for_each(|x| *x = log1p(*x)),
+            UnaryOp::Tanh => buf.iter_mut().for_each(|x| *x = x.tanh()),
+            UnaryOp::Logistic => buf.iter_mut().for_each(|x| *x = logistic(*x)),
+            UnaryOp::Erf => buf.iter_mut().for_each(|x| *x = x.erf()),
+            UnaryOp::Sin => sincos_buf(buf, false),
+            UnaryOp::Cos => sincos_buf(buf, true),
+            UnaryOp::Sqrt => buf.iter_mut().for_each(|x| *x = x.sqrt()),
+            UnaryOp::Rsqrt => buf.iter_mut().for_each(|x| *x = one / x.sqrt()),
+            UnaryOp::Reciprocal => buf.iter_mut().for_each(|x| *x = one / *x),
+            _ => {}
+        }
+    }
 }
 
 /// One `map` per instruction set: the same loop, compiled for its features
@@ -115,22 +205,8 @@ macro_rules! wide_map {
             /// # Safety
             /// The host has the features this is compiled for.
             #[target_feature(enable = $features)]
-            pub(super) unsafe fn map(u: UnaryOp, buf: &mut [f32]) {
-                match u {
-                    UnaryOp::Exp => buf.iter_mut().for_each(|x| *x = exp(*x)),
-                    UnaryOp::Expm1 => buf.iter_mut().for_each(|x| *x = expm1(*x)),
-                    UnaryOp::Log => buf.iter_mut().for_each(|x| *x = log(*x)),
-                    UnaryOp::Log1p => buf.iter_mut().for_each(|x| *x = log1p(*x)),
-                    UnaryOp::Tanh => buf.iter_mut().for_each(|x| *x = tanh(*x)),
-                    UnaryOp::Logistic => buf.iter_mut().for_each(|x| *x = logistic(*x)),
-                    UnaryOp::Erf => buf.iter_mut().for_each(|x| *x = erf(*x)),
-                    UnaryOp::Sin => sincos_buf(buf, false),
-                    UnaryOp::Cos => sincos_buf(buf, true),
-                    UnaryOp::Sqrt => buf.iter_mut().for_each(|x| *x = x.sqrt()),
-                    UnaryOp::Rsqrt => buf.iter_mut().for_each(|x| *x = rsqrt(*x)),
-                    UnaryOp::Reciprocal => buf.iter_mut().for_each(|x| *x = 1.0 / *x),
-                    _ => {}
-                }
+            pub(super) unsafe fn map<T: Lane>(u: UnaryOp, buf: &mut [T]) {
+                T::map(u, buf);
             }
         }
     };
@@ -139,251 +215,352 @@ macro_rules! wide_map {
 wide_map!(avx512, "avx512f,avx512dq,avx512vl,avx2,fma");
 wide_map!(avx2, "avx2,fma");
 
-/// The portable fallback (never used by compiled code, which only calls
-/// the routines where [`lanes`] is `Some`; kept so the symbol is total).
-fn map_scalar(u: UnaryOp, buf: &mut [f32]) {
-    match u {
-        UnaryOp::Sin => sincos_buf(buf, false),
-        UnaryOp::Cos => sincos_buf(buf, true),
-        _ => {
-            if let Some(f) = scalar_fn(u) {
-                buf.iter_mut().for_each(|x| *x = f(*x));
-            }
-        }
-    }
-}
-
-/// The scalar form of a routine, for tests and the fallback.
-pub(crate) fn scalar_fn(u: UnaryOp) -> Option<fn(f32) -> f32> {
-    Some(match u {
-        UnaryOp::Exp => exp,
-        UnaryOp::Expm1 => expm1,
-        UnaryOp::Log => log,
-        UnaryOp::Log1p => log1p,
-        UnaryOp::Tanh => tanh,
-        UnaryOp::Logistic => logistic,
-        UnaryOp::Erf => erf,
-        UnaryOp::Sin => |x| sincos(x, false),
-        UnaryOp::Cos => |x| sincos(x, true),
-        UnaryOp::Sqrt => f32::sqrt,
-        UnaryOp::Rsqrt => rsqrt,
-        UnaryOp::Reciprocal => |x| 1.0 / x,
-        _ => return None,
-    })
-}
-
-/// An f64 constant rounded to f32, as `splat_f` rounds the inline code's.
-const fn c(v: f64) -> f32 {
-    v as f32
-}
-
 /// `hi < x ? hi : x`, then `x < lo ? lo : x` (NaN passes): `clamp_f`.
 #[inline(always)]
-fn clamp(x: f32, lo: f32, hi: f32) -> f32 {
+fn clamp<T: Lane>(x: T, lo: f64, hi: f64) -> T {
+    let (lo, hi) = (T::of(lo), T::of(hi));
     let x = if hi < x { hi } else { x };
     if x < lo { lo } else { x }
 }
 
-/// Horner's rule with fused multiply-adds, coefficients rounded to f32 as
-/// the inline code's constants are: `horner`.
+/// Horner's rule with fused multiply-adds: `horner`.
 #[inline(always)]
-fn horner(z: f32, c: &[f64]) -> f32 {
-    let mut p = c[0] as f32;
+fn horner<T: Lane>(z: T, c: &[f64]) -> T {
+    let mut p = T::of(c[0]);
     for k in &c[1..] {
-        p = p.mul_add(z, *k as f32);
+        p = p.fma(z, T::of(*k));
     }
     p
 }
 
-/// `exp_f32_reduced`: `(e^r - 1, n + 1.5·2^23, n)`.
-#[inline(always)]
-fn exp_reduced(x: f32) -> (f32, f32, f32) {
-    let x = clamp(x, c(-104.0), c(88.73));
-    let t = x * c(std::f64::consts::LOG2_E);
-    let tm = t + 12_582_912.0;
-    let n = tm - 12_582_912.0;
-    let r = n.mul_add(c(-0.693_359_375), x);
-    let r = n.mul_add(c(2.121_944_4e-4), r);
-    let p = horner(r, &EXP_F32_P);
-    let rr = r * r;
-    (p.mul_add(rr, r), tm, n)
-}
-
 /// `scale_by_pow2`: `y · 2^n1 · 2^n2` with `n1 = n >> 1`, `n2 = n - n1`.
 #[inline(always)]
-fn scale_by_pow2(y: f32, tm: f32) -> f32 {
-    let ni = (tm.to_bits() as i32).wrapping_sub(0x4B40_0000);
+fn scale_by_pow2<T: Lane>(y: T, tm: T) -> T {
+    let ni = tm.bits().wrapping_sub(magic::<T>().bits());
     let n1 = ni >> 1;
     let n2 = ni.wrapping_sub(n1);
-    let s1 = f32::from_bits((n1.wrapping_add(127) << 23) as u32);
-    let s2 = f32::from_bits((n2.wrapping_add(127) << 23) as u32);
+    let s1 = T::from_bits(n1.wrapping_add(T::BIAS) << T::MANT);
+    let s2 = T::from_bits(n2.wrapping_add(T::BIAS) << T::MANT);
     y * s1 * s2
 }
 
-/// `exp_f32`.
+/// 1.5·2^MANT: adding it rounds to an integer, left in the low bits.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
-    let (y, tm, _) = exp_reduced(x);
-    scale_by_pow2(y + 1.0, tm)
+fn magic<T: Lane>() -> T {
+    T::of(1.5 * 2f64.powi(T::MANT as i32))
 }
 
-/// `expm1` for f32 lanes.
+/// `exp_f32` / `exp_f64`.
 #[inline(always)]
-fn expm1(x: f32) -> f32 {
-    let (y, tm, n) = exp_reduced(x);
-    let e = scale_by_pow2(y + 1.0, tm);
-    let large = e - 1.0;
-    let ni = (tm.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    let p2 = f32::from_bits((ni.wrapping_add(127) << 23) as u32);
-    let small = y.mul_add(p2, p2 - 1.0);
-    let r = if n.abs() <= 24.0 { small } else { large };
-    if x.abs() < 2f32.powi(-26) { x } else { r }
+fn exp<T: Lane>(x: T) -> T {
+    let (y, tm, _) = x.exp_reduced();
+    scale_by_pow2(y + T::of(1.0), tm)
 }
 
-/// `log_specials`.
+/// `expm1`.
 #[inline(always)]
-fn log_specials(x: f32, r: f32) -> f32 {
-    let r = if x == f32::INFINITY { f32::INFINITY } else { r };
-    let r = if x == 0.0 { f32::NEG_INFINITY } else { r };
-    // UnorderedOrLessThan.
-    if x < 0.0 || x.is_nan() { f32::NAN } else { r }
+fn expm1<T: Lane>(x: T) -> T {
+    let one = T::of(1.0);
+    let (y, tm, n) = x.exp_reduced();
+    let e = scale_by_pow2(y + one, tm);
+    let large = e - one;
+    let ni = tm.bits().wrapping_sub(magic::<T>().bits());
+    let p2 = T::from_bits(ni.wrapping_add(T::BIAS) << T::MANT);
+    let small = y.fma(p2, p2 - one);
+    let width = T::MANT + 1;
+    let r = if n.abs() <= T::of(f64::from(width)) {
+        small
+    } else {
+        large
+    };
+    if x.abs() < T::of(2f64.powi(-2 - width as i32)) {
+        x
+    } else {
+        r
+    }
 }
 
-/// `log_f32`.
+/// `log_specials`: x < 0 or NaN → NaN, ±0 → -inf, +inf → +inf.
 #[inline(always)]
-fn log(x: f32) -> f32 {
-    let is_tiny = x < f32::MIN_POSITIVE;
-    let xn = if is_tiny { x * 8_388_608.0 } else { x };
-    let bias_adj = if is_tiny { 23 } else { 0 };
-    let bits = xn.to_bits() as i32;
-    let e = ((bits as u32) >> 23) as i32 & 0xff;
-    let e = e.wrapping_sub(bias_adj);
-    let mb = (bits & 0x807f_ffff_u32 as i32) | 0x3f00_0000;
-    let m = f32::from_bits(mb as u32);
-    let ef = e.wrapping_sub(126) as f32;
-    let lt = m < c(std::f64::consts::FRAC_1_SQRT_2);
-    let mm = if lt { m + m } else { m };
-    let f = mm - 1.0;
-    let ef = if lt { ef - 1.0 } else { ef };
-    let z = f * f;
-    let p = horner(f, &LOG_F32_P);
-    let y = p * f * z;
-    let y = ef.mul_add(c(-2.121_944_40e-4), y);
-    let y = z.mul_add(-0.5, y);
-    let r = f + y;
-    let r = ef.mul_add(c(0.693_359_375), r);
-    log_specials(x, r)
+fn log_specials<T: Lane>(x: T, r: T) -> T {
+    let inf = T::of(f64::INFINITY);
+    let r = if x == inf { inf } else { r };
+    let r = if x == T::of(0.0) {
+        T::of(f64::NEG_INFINITY)
+    } else {
+        r
+    };
+    if x < T::of(0.0) || x.is_nan() {
+        T::of(f64::NAN)
+    } else {
+        r
+    }
 }
 
-/// `log1p` for f32 lanes.
+/// `log1p`.
 #[inline(always)]
-fn log1p(x: f32) -> f32 {
-    let u = x + 1.0;
-    let l = log(u);
-    let q = x / (u - 1.0);
+fn log1p<T: Lane>(x: T) -> T {
+    let one = T::of(1.0);
+    let u = x + one;
+    let l = u.ln();
+    let q = x / (u - one);
     let r = l * q;
-    let r = if x == f32::INFINITY { f32::INFINITY } else { r };
-    if u == 1.0 { x } else { r }
+    let inf = T::of(f64::INFINITY);
+    let r = if x == inf { inf } else { r };
+    if u == one { x } else { r }
 }
 
 /// `with_sign_of`: `r` with the sign bit of `x` or-ed in.
 #[inline(always)]
-fn with_sign_of(r: f32, x: f32) -> f32 {
-    f32::from_bits(r.to_bits() | (x.to_bits() & 0x8000_0000))
+fn with_sign_of<T: Lane>(r: T, x: T) -> T {
+    let sign = 1i64 << (T::BITS - 1);
+    T::from_bits(r.bits() | (x.bits() & sign))
 }
 
-/// `tanh_f32`.
+/// `logistic`.
 #[inline(always)]
-fn tanh(x: f32) -> f32 {
-    let a = x.abs();
-    let z = a * a;
-    let p = horner(z, &TANH_F32_P);
-    let small = a.mul_add(z * p, a);
-    let e = exp(a + a);
-    let large = 1.0 - 2.0 / (e + 1.0);
-    let r = if a < 0.625 { small } else { large };
-    with_sign_of(r, x)
-}
-
-/// `logistic` for f32 lanes.
-#[inline(always)]
-fn logistic(x: f32) -> f32 {
+fn logistic<T: Lane>(x: T) -> T {
+    let one = T::of(1.0);
     let t = exp(-x.abs());
-    let num = if x >= 0.0 { 1.0 } else { t };
-    num / (1.0 + t)
+    let num = if x >= T::of(0.0) { one } else { t };
+    num / (one + t)
 }
 
-/// `sincos` for f32 lanes, without its cold branch (see [`sincos_buf`]).
+/// `sincos` without its cold branch (see [`sincos_buf`]).
 #[inline(always)]
-fn sincos(x: f32, cos: bool) -> f32 {
+fn sincos<T: Lane>(x: T, cos: bool) -> T {
     let a = x.abs();
-    let magic = 12_582_912.0;
-    let tm = a.mul_add(c(std::f64::consts::FRAC_2_PI), magic);
+    let magic = magic::<T>();
+    let tm = a.fma(T::of(std::f64::consts::FRAC_2_PI), magic);
     let n = tm - magic;
     let mut r = a;
-    for part in SINCOS_F32_PI_2 {
-        r = n.mul_add(c(-part), r);
+    for part in T::PI_2 {
+        r = n.fma(T::of(-part), r);
     }
     let z = r * r;
-    let s = (r * z).mul_add(horner(z, &SIN_F32_P), r);
-    let cz = z.mul_add(-0.5, 1.0);
-    let cz = (z * z).mul_add(horner(z, &COS_F32_P), cz);
-    let tmi = tm.to_bits() as i32;
+    let s = (r * z).fma(horner(z, T::SIN_P), r);
+    let cz = z.fma(T::of(-0.5), T::of(1.0));
+    let cz = (z * z).fma(horner(z, T::COS_P), cz);
+    let tmi = tm.bits();
     let q = if cos { tmi.wrapping_add(1) } else { tmi };
     let (first, second) = if cos { (s, cz) } else { (cz, s) };
     let v = if tmi & 1 != 0 { first } else { second };
-    let mut sign = ((q & 2) << 30) as u32;
+    let mut sign = (q & 2) << (T::BITS - 2);
     if !cos {
-        sign ^= x.to_bits() & 0x8000_0000;
+        sign ^= x.bits() & (1i64 << (T::BITS - 1));
     }
-    f32::from_bits(v.to_bits() ^ sign)
+    T::from_bits(v.bits() ^ sign)
 }
 
-/// `sin` or `cos` of a buffer whose length is a multiple of 4, as the
-/// inline code computes it vector by vector: a group of 4 lanes (a 128-bit
-/// vector of the row) with a lane beyond the reduction's range goes through
-/// libm whole, the others take the polynomial.
+/// `sin` or `cos` of a buffer whose length is a whole number of 128-bit
+/// vectors, as the inline code computes it vector by vector: a vector (4
+/// f32 or 2 f64 lanes of the row) with a lane beyond the reduction's range
+/// goes through libm whole, the others take the polynomial.
 #[inline(always)]
-fn sincos_buf(buf: &mut [f32], cos: bool) {
-    let limit = c(SINCOS_F32_LIMIT);
-    let huge = |x: &f32| x.abs() > limit;
+fn sincos_buf<T: Lane>(buf: &mut [T], cos: bool) {
+    let limit = T::of(T::SINCOS_LIMIT);
+    let huge = |x: &T| x.abs() > limit;
     if !buf.iter().fold(false, |any, x| any | huge(x)) {
         buf.iter_mut().for_each(|x| *x = sincos(*x, cos));
         return;
     }
     let op = if cos { UnaryOp::Cos } else { UnaryOp::Sin };
-    for group in buf.chunks_mut(4) {
+    for group in buf.chunks_mut(16 / std::mem::size_of::<T>()) {
         if group.iter().any(huge) {
-            group.iter_mut().for_each(|x| *x = f32::un(op, *x));
+            group.iter_mut().for_each(|x| *x = T::libm(op, *x));
         } else {
             group.iter_mut().for_each(|x| *x = sincos(*x, cos));
         }
     }
 }
 
-/// `1 / sqrt(x)`, both correctly rounded (as the inline code: not the
-/// approximate `rsqrtps`).
-#[inline(always)]
-fn rsqrt(x: f32) -> f32 {
-    1.0 / x.sqrt()
+/// The methods of [`Lane`] that are the same for f32 and f64: `$float`'s
+/// own operations, its bits as the signed integer `$int` sign-extended.
+macro_rules! lane_basics {
+    ($float:ident, $int:ident, $uint:ident) => {
+        #[inline(always)]
+        #[allow(clippy::unnecessary_cast, reason = "the identity in the f64 expansion")]
+        fn of(v: f64) -> $float {
+            v as $float
+        }
+        #[inline(always)]
+        fn fma(self, a: $float, b: $float) -> $float {
+            self.mul_add(a, b)
+        }
+        #[inline(always)]
+        fn abs(self) -> $float {
+            $float::abs(self)
+        }
+        #[inline(always)]
+        fn is_nan(self) -> bool {
+            $float::is_nan(self)
+        }
+        #[inline(always)]
+        fn sqrt(self) -> $float {
+            $float::sqrt(self)
+        }
+        #[inline(always)]
+        #[allow(clippy::unnecessary_cast, reason = "the identity in the f64 expansion")]
+        fn bits(self) -> i64 {
+            i64::from(self.to_bits() as $int)
+        }
+        #[inline(always)]
+        fn from_bits(b: i64) -> $float {
+            $float::from_bits(b as $uint)
+        }
+        #[inline(always)]
+        fn libm(op: UnaryOp, x: $float) -> $float {
+            $float::un(op, x)
+        }
+    };
 }
 
-/// `erf_f32`: the rational form evaluated in f64.
-#[inline(always)]
-fn erf(x: f32) -> f32 {
-    let x = f64::from(clamp(x, -4.0, 4.0));
-    let z = x * x;
-    let p = horner64(z, &ERF_F32_P);
-    let q = horner64(z, &ERF_F32_Q);
-    ((x * p) / q) as f32
-}
+impl Lane for f32 {
+    const BITS: u32 = 32;
+    const MANT: u32 = 23;
+    const BIAS: i64 = 127;
+    const PI_2: [f64; 4] = SINCOS_F32_PI_2;
+    const SIN_P: &'static [f64] = &SIN_F32_P;
+    const COS_P: &'static [f64] = &COS_F32_P;
+    const SINCOS_LIMIT: f64 = SINCOS_F32_LIMIT;
 
-/// [`horner`] in f64.
-#[inline(always)]
-fn horner64(z: f64, c: &[f64]) -> f64 {
-    let mut p = c[0];
-    for k in &c[1..] {
-        p = p.mul_add(z, *k);
+    lane_basics!(f32, i32, u32);
+
+    /// Cephes' polynomial after reduction by ln 2 in two parts.
+    #[inline(always)]
+    fn exp_reduced(self) -> (f32, f32, f32) {
+        let x = clamp(self, -104.0, 88.73);
+        let t = x * f32::of(std::f64::consts::LOG2_E);
+        let magic = magic::<f32>();
+        let tm = t + magic;
+        let n = tm - magic;
+        let r = n.mul_add(f32::of(-0.693_359_375), x);
+        let r = n.mul_add(f32::of(2.121_944_4e-4), r);
+        let p = horner(r, &EXP_F32_P);
+        (p.mul_add(r * r, r), tm, n)
     }
-    p
+
+    /// Cephes' `logf`; denormals scaled by 2^23 first.
+    #[inline(always)]
+    fn ln(self) -> f32 {
+        let x = self;
+        let is_tiny = x < f32::MIN_POSITIVE;
+        let xn = if is_tiny { x * 8_388_608.0 } else { x };
+        let bias_adj = if is_tiny { 23 } else { 0 };
+        let bits = xn.to_bits() as i32;
+        let e = ((bits as u32) >> 23) as i32 & 0xff;
+        let e = e.wrapping_sub(bias_adj);
+        let mb = (bits & 0x807f_ffff_u32 as i32) | 0x3f00_0000;
+        let m = f32::from_bits(mb as u32);
+        let ef = e.wrapping_sub(126) as f32;
+        let lt = m < f32::of(std::f64::consts::FRAC_1_SQRT_2);
+        let mm = if lt { m + m } else { m };
+        let f = mm - 1.0;
+        let ef = if lt { ef - 1.0 } else { ef };
+        let z = f * f;
+        let y = horner(f, &LOG_F32_P) * f * z;
+        let y = ef.mul_add(f32::of(-2.121_944_40e-4), y);
+        let y = z.mul_add(-0.5, y);
+        let r = ef.mul_add(f32::of(0.693_359_375), f + y);
+        log_specials(x, r)
+    }
+
+    /// Cephes' `tanhf`.
+    #[inline(always)]
+    fn tanh(self) -> f32 {
+        let a = self.abs();
+        let z = a * a;
+        let small = a.mul_add(z * horner(z, &TANH_F32_P), a);
+        let e = exp(a + a);
+        let large = 1.0 - 2.0 / (e + 1.0);
+        let r = if a < 0.625 { small } else { large };
+        with_sign_of(r, self)
+    }
+
+    /// The Eigen/XLA rational form, evaluated in f64.
+    #[inline(always)]
+    fn erf(self) -> f32 {
+        let x = f64::from(clamp(self, -4.0, 4.0));
+        let z = x * x;
+        ((x * horner(z, &ERF_F32_P)) / horner(z, &ERF_F32_Q)) as f32
+    }
+}
+
+impl Lane for f64 {
+    const BITS: u32 = 64;
+    const MANT: u32 = 52;
+    const BIAS: i64 = 1023;
+    const PI_2: [f64; 4] = SINCOS_F64_PI_2;
+    const SIN_P: &'static [f64] = &SIN_F64_P;
+    const COS_P: &'static [f64] = &COS_F64_P;
+    const SINCOS_LIMIT: f64 = SINCOS_F64_LIMIT;
+
+    lane_basics!(f64, i64, u64);
+
+    /// Cephes' `exp`: Padé form `2·P(r)/(Q(r²) - P(r))`.
+    #[inline(always)]
+    fn exp_reduced(self) -> (f64, f64, f64) {
+        let x = clamp(self, -746.0, 709.79);
+        let magic = magic::<f64>();
+        let tm = x.mul_add(std::f64::consts::LOG2_E, magic);
+        let n = tm - magic;
+        let r = n.mul_add(-6.931_457_519_531_25e-1, x);
+        let r = n.mul_add(-1.428_606_820_309_417_3e-6, r);
+        let rr = r * r;
+        let px = horner(rr, &EXP_F64_P) * r;
+        let y = px / (horner(rr, &EXP_F64_Q) - px);
+        (y + y, tm, n)
+    }
+
+    /// fdlibm's `__ieee754_log`; denormals scaled by 2^54 first.
+    #[inline(always)]
+    fn ln(self) -> f64 {
+        let x = self;
+        let tiny = x < f64::MIN_POSITIVE;
+        let xn = if tiny { x * 2f64.powi(54) } else { x };
+        let bits = xn.to_bits();
+        let e = (bits >> 52) & 0x7ff;
+        let k = f64::from_bits(e | 0x4330_0000_0000_0000) - (2f64.powi(52) + 1023.0);
+        let k = k - if tiny { 54.0 } else { 0.0 };
+        let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+        let big = m >= std::f64::consts::SQRT_2;
+        let m = if big { m * 0.5 } else { m };
+        let k = if big { k + 1.0 } else { k };
+        let f = m - 1.0;
+        let s = f / (2.0 + f);
+        let z = s * s;
+        let w = z * z;
+        let r = horner(w, &LOG_F64_T2) * z + horner(w, &LOG_F64_T1) * w;
+        let hfsq = f * f * 0.5;
+        let inner = s.mul_add(hfsq + r, k * 1.908_214_929_270_587_7e-10);
+        let inner = hfsq - inner - f;
+        log_specials(x, k * 6.931_471_803_691_238e-1 - inner)
+    }
+
+    /// Cephes' `tanh`.
+    #[inline(always)]
+    fn tanh(self) -> f64 {
+        let a = self.abs();
+        let z = a * a;
+        let pq = horner(z, &TANH_F64_P) / horner(z, &TANH_F64_Q);
+        let small = (a * z).mul_add(pq, a);
+        let e = exp(a + a);
+        let large = 1.0 - 2.0 / (e + 1.0);
+        let r = if a < 0.625 { small } else { large };
+        with_sign_of(r, self)
+    }
+
+    /// Cephes' `ndtr.c`.
+    #[inline(always)]
+    fn erf(self) -> f64 {
+        let x = self;
+        let a = x.abs();
+        let z = x * x;
+        let small = x * (horner(z, &ERF_F64_T) / horner(z, &ERF_F64_U));
+        let ac = clamp(a, 0.0, 6.0);
+        let pq = horner(ac, &ERF_F64_P) / horner(ac, &ERF_F64_Q);
+        let erfc = exp(-(ac * ac)) * pq;
+        let large = with_sign_of(1.0 - erfc, x);
+        if a <= 1.0 { small } else { large }
+    }
 }

@@ -83,6 +83,124 @@ pub(crate) const COS_F32_P: [f64; 3] = [
     4.166_664_568_298_827e-2,
 ];
 
+/// f64 `exp`: the Padé numerator `P(r²)` (times r).
+pub(crate) const EXP_F64_P: [f64; 3] =
+    [1.261_771_930_748_105_8e-4, 3.029_944_077_074_419_5e-2, 1.0];
+
+/// f64 `exp`: the Padé denominator `Q(r²)`.
+pub(crate) const EXP_F64_Q: [f64; 4] = [
+    3.001_985_051_386_644_6e-6,
+    2.524_483_403_496_841e-3,
+    2.272_655_482_081_550_3e-1,
+    2.0,
+];
+
+/// f64 `tanh`: Cephes' `P(z)` for |x| < 0.625.
+pub(crate) const TANH_F64_P: [f64; 3] = [
+    -9.643_991_794_250_522e-1,
+    -9.928_772_310_019_186e1,
+    -1.614_687_684_417_084_5e3,
+];
+
+/// f64 `tanh`: Cephes' `Q(z)`.
+pub(crate) const TANH_F64_Q: [f64; 4] = [
+    1.0,
+    1.128_116_784_916_329_3e2,
+    2.235_488_390_601_004_5e3,
+    4.844_063_053_251_255e3,
+];
+
+/// f64 `ln`: fdlibm's odd-power terms, in w = s⁴.
+pub(crate) const LOG_F64_T1: [f64; 3] = [
+    1.531_383_769_920_937_3e-1,
+    2.222_219_843_214_978_4e-1,
+    3.999_999_999_940_942e-1,
+];
+
+/// f64 `ln`: fdlibm's even-power terms, in w = s⁴.
+pub(crate) const LOG_F64_T2: [f64; 4] = [
+    1.479_819_860_511_658_6e-1,
+    1.818_357_216_161_805e-1,
+    2.857_142_874_366_239e-1,
+    6.666_666_666_666_735e-1,
+];
+
+/// f64 `erf`: Cephes' `T(x²)` for |x| ≤ 1.
+pub(crate) const ERF_F64_T: [f64; 5] = [
+    9.604_973_739_870_516,
+    9.002_601_972_038_427e1,
+    2.232_005_345_946_843e3,
+    7.003_325_141_128_051e3,
+    5.559_230_130_103_949e4,
+];
+
+/// f64 `erf`: Cephes' `U(x²)`.
+pub(crate) const ERF_F64_U: [f64; 6] = [
+    1.0,
+    3.356_171_416_475_031e1,
+    5.213_579_497_801_527e2,
+    4.594_323_829_709_801e3,
+    2.262_900_006_138_909_4e4,
+    4.926_739_426_086_359e4,
+];
+
+/// f64 `erf`: Cephes' erfc numerator `P(|x|)`.
+pub(crate) const ERF_F64_P: [f64; 9] = [
+    2.461_969_814_735_305e-10,
+    5.641_895_648_310_688e-1,
+    7.463_210_564_422_699,
+    4.863_719_709_856_814e1,
+    1.965_208_329_560_771e2,
+    5.264_451_949_954_773e2,
+    9.345_285_271_719_576e2,
+    1.027_551_886_895_157e3,
+    5.575_353_353_693_993e2,
+];
+
+/// f64 `erf`: Cephes' erfc denominator `Q(|x|)`.
+pub(crate) const ERF_F64_Q: [f64; 9] = [
+    1.0,
+    1.322_819_511_547_449_9e1,
+    8.670_721_408_859_897e1,
+    3.549_377_788_878_199e2,
+    9.757_085_017_432_055e2,
+    1.823_909_166_879_097_4e3,
+    2.246_337_608_187_109_8e3,
+    1.656_663_091_941_613_5e3,
+    5.575_353_408_177_277e2,
+];
+
+/// f64 `sin`/`cos`: π/2 in four parts (the first three of 26 bits).
+pub(crate) const SINCOS_F64_PI_2: [f64; 4] = [
+    1.570_796_310_901_641_8,
+    1.589_325_471_229_585_7e-8,
+    6.123_233_932_053_594e-17,
+    6.368_317_163_510_95e-25,
+];
+
+/// f64 `sin`/`cos`: beyond this |x| libm.
+pub(crate) const SINCOS_F64_LIMIT: f64 = 1e5;
+
+/// f64 `sin`: Cephes' polynomial in x².
+pub(crate) const SIN_F64_P: [f64; 6] = [
+    1.589_623_015_765_465_7e-10,
+    -2.505_074_776_285_780_7e-8,
+    2.755_731_362_138_572_3e-6,
+    -1.984_126_982_958_954e-4,
+    8.333_333_333_322_118e-3,
+    -1.666_666_666_666_663e-1,
+];
+
+/// f64 `cos`: Cephes' polynomial in x².
+pub(crate) const COS_F64_P: [f64; 6] = [
+    -1.135_853_652_138_768_2e-11,
+    2.087_570_084_197_473e-9,
+    -2.755_731_417_929_674e-7,
+    2.480_158_728_885_170_5e-5,
+    -1.388_888_888_887_305_6e-3,
+    4.166_666_666_666_659_3e-2,
+];
+
 impl KernelGen<'_, '_> {
     /// `e^x` for f32 (scalar or F32X4): Cephes' polynomial after reduction
     /// by `ln 2`, scaled by two powers of two so that results down to the
@@ -195,13 +313,8 @@ impl KernelGen<'_, '_> {
             if f64_lanes {
                 (
                     6_755_399_441_055_744.0,
-                    [
-                        1.570_796_310_901_641_8,
-                        1.589_325_471_229_585_7e-8,
-                        6.123_233_932_053_594e-17,
-                        6.368_317_163_510_95e-25,
-                    ],
-                    1e5,
+                    SINCOS_F64_PI_2,
+                    SINCOS_F64_LIMIT,
                     62,
                     i64::MIN,
                 )
@@ -226,24 +339,7 @@ impl KernelGen<'_, '_> {
         }
         let z = self.b.ins().fmul(r, r);
         let (sin_coeffs, cos_coeffs): (&[f64], &[f64]) = if f64_lanes {
-            (
-                &[
-                    1.589_623_015_765_465_7e-10,
-                    -2.505_074_776_285_780_7e-8,
-                    2.755_731_362_138_572_3e-6,
-                    -1.984_126_982_958_954e-4,
-                    8.333_333_333_322_118e-3,
-                    -1.666_666_666_666_663e-1,
-                ],
-                &[
-                    -1.135_853_652_138_768_2e-11,
-                    2.087_570_084_197_473e-9,
-                    -2.755_731_417_929_674e-7,
-                    2.480_158_728_885_170_5e-5,
-                    -1.388_888_888_887_305_6e-3,
-                    4.166_666_666_666_659_3e-2,
-                ],
-            )
+            (&SIN_F64_P, &COS_F64_P)
         } else {
             (&SIN_F32_P, &COS_F32_P)
         };
@@ -346,62 +442,13 @@ impl KernelGen<'_, '_> {
     pub(super) fn erf_f64(&mut self, x: Value, ty: Type) -> Value {
         let a = self.b.ins().fabs(x);
         let z = self.b.ins().fmul(x, x);
-        let t = self.horner(
-            z,
-            &[
-                9.604_973_739_870_516,
-                9.002_601_972_038_427e1,
-                2.232_005_345_946_843e3,
-                7.003_325_141_128_051e3,
-                5.559_230_130_103_949e4,
-            ],
-            ty,
-        );
-        let u = self.horner(
-            z,
-            &[
-                1.0,
-                3.356_171_416_475_031e1,
-                5.213_579_497_801_527e2,
-                4.594_323_829_709_801e3,
-                2.262_900_006_138_909_4e4,
-                4.926_739_426_086_359e4,
-            ],
-            ty,
-        );
+        let t = self.horner(z, &ERF_F64_T, ty);
+        let u = self.horner(z, &ERF_F64_U, ty);
         let tu = self.b.ins().fdiv(t, u);
         let small = self.b.ins().fmul(x, tu);
         let ac = self.clamp_f(a, 0.0, 6.0, ty);
-        let p = self.horner(
-            ac,
-            &[
-                2.461_969_814_735_305e-10,
-                5.641_895_648_310_688e-1,
-                7.463_210_564_422_699,
-                4.863_719_709_856_814e1,
-                1.965_208_329_560_771e2,
-                5.264_451_949_954_773e2,
-                9.345_285_271_719_576e2,
-                1.027_551_886_895_157e3,
-                5.575_353_353_693_993e2,
-            ],
-            ty,
-        );
-        let q = self.horner(
-            ac,
-            &[
-                1.0,
-                1.322_819_511_547_449_9e1,
-                8.670_721_408_859_897e1,
-                3.549_377_788_878_199e2,
-                9.757_085_017_432_055e2,
-                1.823_909_166_879_097_4e3,
-                2.246_337_608_187_109_8e3,
-                1.656_663_091_941_613_5e3,
-                5.575_353_408_177_277e2,
-            ],
-            ty,
-        );
+        let p = self.horner(ac, &ERF_F64_P, ty);
+        let q = self.horner(ac, &ERF_F64_Q, ty);
         let aa = self.b.ins().fmul(ac, ac);
         let naa = self.b.ins().fneg(aa);
         let e = self.exp_f64(naa, ty);
@@ -533,25 +580,8 @@ impl KernelGen<'_, '_> {
     pub(super) fn tanh_f64(&mut self, x: Value, ty: Type) -> Value {
         let a = self.b.ins().fabs(x);
         let z = self.b.ins().fmul(a, a);
-        let p = self.horner(
-            z,
-            &[
-                -9.643_991_794_250_522e-1,
-                -9.928_772_310_019_186e1,
-                -1.614_687_684_417_084_5e3,
-            ],
-            ty,
-        );
-        let q = self.horner(
-            z,
-            &[
-                1.0,
-                1.128_116_784_916_329_3e2,
-                2.235_488_390_601_004_5e3,
-                4.844_063_053_251_255e3,
-            ],
-            ty,
-        );
+        let p = self.horner(z, &TANH_F64_P, ty);
+        let q = self.horner(z, &TANH_F64_Q, ty);
         let pq = self.b.ins().fdiv(p, q);
         let az = self.b.ins().fmul(a, z);
         let small = self.mul_add(az, pq, a);
@@ -615,26 +645,9 @@ impl KernelGen<'_, '_> {
         let s = self.b.ins().fdiv(f, d);
         let z = self.b.ins().fmul(s, s);
         let w = self.b.ins().fmul(z, z);
-        let t1 = self.horner(
-            w,
-            &[
-                1.531_383_769_920_937_3e-1,
-                2.222_219_843_214_978_4e-1,
-                3.999_999_999_940_942e-1,
-            ],
-            ty,
-        );
+        let t1 = self.horner(w, &LOG_F64_T1, ty);
         let t1 = self.b.ins().fmul(t1, w);
-        let t2 = self.horner(
-            w,
-            &[
-                1.479_819_860_511_658_6e-1,
-                1.818_357_216_161_805e-1,
-                2.857_142_874_366_239e-1,
-                6.666_666_666_666_735e-1,
-            ],
-            ty,
-        );
+        let t2 = self.horner(w, &LOG_F64_T2, ty);
         let t2 = self.b.ins().fmul(t2, z);
         let r = self.b.ins().fadd(t2, t1);
         let ff = self.b.ins().fmul(f, f);
@@ -804,22 +817,9 @@ impl KernelGen<'_, '_> {
         let r = self.mul_add(n, c1, x);
         let r = self.mul_add(n, c2, r);
         let rr = self.b.ins().fmul(r, r);
-        let p = self.horner(
-            rr,
-            &[1.261_771_930_748_105_8e-4, 3.029_944_077_074_419_5e-2, 1.0],
-            ty,
-        );
+        let p = self.horner(rr, &EXP_F64_P, ty);
         let px = self.b.ins().fmul(p, r);
-        let q = self.horner(
-            rr,
-            &[
-                3.001_985_051_386_644_6e-6,
-                2.524_483_403_496_841e-3,
-                2.272_655_482_081_550_3e-1,
-                2.0,
-            ],
-            ty,
-        );
+        let q = self.horner(rr, &EXP_F64_Q, ty);
         let den = self.b.ins().fsub(q, px);
         let y = self.b.ins().fdiv(px, den);
         (self.b.ins().fadd(y, y), tm, n)
