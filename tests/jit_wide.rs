@@ -33,7 +33,8 @@ fn host_has_wide() -> bool {
     }
 }
 
-/// Runs `f` with and without wide math and requires the same bits.
+/// Runs `f` with and without wide math and requires the same bits (any
+/// NaN for a NaN).
 fn same_both_ways(
     name: &str,
     wide_row: bool,
@@ -72,14 +73,34 @@ fn both_ways(
     for (x, y) in a.iter().zip(&b) {
         if let Some(rtol) = rtol {
             common::assert_close(x, y, rtol, 0.0, name);
-        } else if !common::same_bits(x, y) {
-            let (x, y) = (common::to_vec::<f64>(x), common::to_vec::<f64>(y));
-            let i = (0..x.len())
-                .find(|i| x[*i].to_bits() != y[*i].to_bits())
-                .unwrap();
-            panic!("{name}: element {i}: wide {:e}, inline {:e}", x[i], y[i]);
+        } else if let Some((i, w, n)) = first_difference(x, y) {
+            panic!("{name}: element {i}: wide {w:e}, inline {n:e}");
         }
     }
+}
+
+/// The first element whose bits differ, with both values as f64 (any NaN
+/// matches any NaN: which operand's payload an instruction propagates is
+/// not something the two compilers keep, nor IEEE 754 specifies).
+fn first_difference(a: &Tensor, b: &Tensor) -> Option<(usize, f64, f64)> {
+    assert_eq!((a.dtype(), a.shape()), (b.dtype(), b.shape()));
+    let (a, b): (Vec<f64>, Vec<f64>) = match a.dtype() {
+        DType::F32 => {
+            let f = |t| {
+                common::to_vec::<f32>(t)
+                    .into_iter()
+                    .map(f64::from)
+                    .collect()
+            };
+            (f(a), f(b))
+        }
+        DType::F64 => (common::to_vec::<f64>(a), common::to_vec::<f64>(b)),
+        d => panic!("unexpected dtype {d}"),
+    };
+    // f32 → f64 is exact and keeps the sign, so bits compare as in f32.
+    (0..a.len())
+        .find(|i| a[*i].to_bits() != b[*i].to_bits() && !(a[*i].is_nan() && b[*i].is_nan()))
+        .map(|i| (i, a[i], b[i]))
 }
 
 /// Bit patterns at a stride (every one with `TENSORLIFT_EXHAUSTIVE=1`),

@@ -11,7 +11,8 @@
 //! place, and the rest of the kernel reads the results back (codegen's
 //! `wide_chunks`). The functions below repeat the inline approximations
 //! operation for operation (same constants, same fused multiply-adds, same
-//! order), so both paths give the same bits: `tests/jit_wide.rs` checks it.
+//! order), so both paths give the same bits (NaN for NaN, payloads aside):
+//! `tests/jit_wide.rs` checks it.
 //! Rows of functions without a routine here keep the 128-bit code.
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
