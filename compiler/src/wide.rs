@@ -36,8 +36,8 @@ pub(crate) const CHUNK: usize = 512;
 /// later ones keep the inline code).
 pub(crate) const MAX_BUFFER_BYTES: usize = 32 * 1024;
 
-/// The functions with a wide routine (f32 only, and only where the inline
-/// approximation is used, i.e. not in `exact` mode).
+/// The functions with a wide routine, for f32 and f64 (used only where the
+/// inline approximations are, i.e. not in `exact` mode).
 pub(crate) fn has_routine(u: UnaryOp) -> bool {
     matches!(
         u,
@@ -61,19 +61,40 @@ pub(crate) fn has_routine(u: UnaryOp) -> bool {
 /// FMA: the routines use fused multiply-adds exactly where the inline code
 /// does, which it only does with FMA).
 pub(crate) fn lanes() -> Option<usize> {
+    if has_avx512() {
+        Some(16)
+    } else if has_avx2() {
+        Some(8)
+    } else {
+        None
+    }
+}
+
+/// Every feature `avx512::map` is compiled with.
+fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        if !std::is_x86_feature_detected!("fma") {
-            return None;
-        }
-        if std::is_x86_feature_detected!("avx512f") {
-            return Some(16);
-        }
-        if std::is_x86_feature_detected!("avx2") {
-            return Some(8);
-        }
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("avx512vl")
+            && has_avx2()
     }
-    None
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Every feature `avx2::map` is compiled with.
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Maps `n` f32 at `p` in place through the function with `UnaryOp` code
@@ -99,6 +120,8 @@ pub(crate) unsafe extern "C" fn tl_wide_f64(op: i32, p: *mut f64, n: i64) {
 }
 
 /// The body of the `tl_wide_*` symbols: picks the widest compiled `map`.
+/// Nothing in it can panic; if it ever did, the panic stops here (it must
+/// not unwind into compiled code) and the buffer reads as NaN.
 ///
 /// # Safety
 /// `p` points to `n` writable, initialized `T`.
@@ -110,21 +133,28 @@ unsafe fn dispatch<T: Lane>(op: i32, p: *mut T, n: i64) {
     // SAFETY: the caller passes a buffer of `n` elements that nothing else
     // accesses during the call.
     let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: the features the function is compiled for were just
-            // detected.
-            unsafe { avx512::map(u, buf) };
-            return;
+    let mapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx512() {
+                // SAFETY: every feature the function is compiled for was
+                // just detected.
+                unsafe { avx512::map(u, buf) };
+                return;
+            }
+            if has_avx2() {
+                // SAFETY: as above.
+                unsafe { avx2::map(u, buf) };
+                return;
+            }
         }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: as above.
-            unsafe { avx2::map(u, buf) };
-            return;
-        }
+        T::map(u, buf);
+    }));
+    if mapped.is_err() {
+        // SAFETY: as above; the closure that borrowed the buffer is gone.
+        let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
+        buf.iter_mut().for_each(|x| *x = T::of(f64::NAN));
     }
-    T::map(u, buf);
 }
 
 /// A lane type with wide routines: what the shared forms below need, the
