@@ -485,6 +485,30 @@ struct KernelGen<'a, 'b> {
     wide: Option<WideCtx>,
 }
 
+/// A row evaluated by one `tl_wide_row_*` call (`KernelGen::fused_row`).
+struct FusedRow {
+    /// The function (`None`: the row divided by `Pre::Div`'s operand).
+    op: Option<UnaryOp>,
+    /// The load node of the row.
+    src: usize,
+    /// What is applied to the row first.
+    pre: Pre,
+    /// The accessor key of the row the values are stored to (`OUT` or
+    /// `STASH`), if any.
+    dst: Option<usize>,
+}
+
+/// The operation before a fused row's function, with the node of its
+/// operand fixed for the row.
+#[derive(Clone, Copy)]
+enum Pre {
+    None,
+    Sub(usize),
+    Add(usize),
+    Mul(usize),
+    Div(usize),
+}
+
 /// What `eval` needs in a pass over a chunk of a wide row.
 struct WideCtx {
     /// The chunk buffers' address at the current element.
@@ -814,7 +838,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         };
         let nv = count;
         let mut start = None;
-        if let Some(vt) = self.vector_type(n) {
+        let fused = (self.vector_type(n))
+            .and_then(|vt| self.fused_row(vt, n))
+            .filter(|_| reduce_inner || matches!(self.k.kind, KernelKind::Loop));
+        if let Some(fr) = fused {
+            self.emit_fused_row(&fr, nv, acc)?;
+            start = Some(nv);
+        } else if let Some(vt) = self.vector_type(n) {
             let lanes = vt.lane_count() as i64;
             // Hoist stride-0 loads and constants out of the vector loop.
             self.hoisted.clear();
@@ -1141,6 +1171,181 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.b.def_var(var, p);
             }
         }
+    }
+
+    /// The fused row (`wide::tl_wide_row_*`) this kernel's innermost loop
+    /// is, if any: with wide math on, a row of `f(x)`, `f(x - s)`,
+    /// `f(x + s)` or `f(x · s)` for a function with a row routine, `x` an
+    /// f32 (f64) load contiguous along the row and `s` fixed for the row (a
+    /// load or a constant), stored (a loop) or summed (a row sum, its
+    /// values possibly stashed). One call per row then does what the chunk
+    /// passes of `wide_chunks` do, in one AVX-512 (AVX2) loop.
+    fn fused_row(&self, vt: Type, n: usize) -> Option<FusedRow> {
+        let dtype = match vt {
+            types::F32X4 => DType::F32,
+            types::F64X2 => DType::F64,
+            _ => return None,
+        };
+        if !self.opts.wide_math || self.opts.exact || n < WIDE_MIN_ROW || !has_fma() {
+            return None;
+        }
+        wide::lanes()?;
+        let k = self.k;
+        let rank = k.dims.len();
+        if rank == 0 || k.nodes.iter().any(|node| node.dtype() != dtype) {
+            return None;
+        }
+        let inner = |s: &[i64]| s[rank - 1];
+        let is_row =
+            |i: usize| matches!(&k.nodes[i], ENode::Load { strides, .. } if inner(strides) == 1);
+        let is_fixed = |i: usize| match &k.nodes[i] {
+            ENode::Load { strides, .. } => inner(strides) == 0,
+            ENode::Const(l) => matches!(l.element(0), Scalar::Float(..)),
+            _ => false,
+        };
+        let (op, t) = match k.nodes[k.root] {
+            ENode::Unary(op, t, _) if wide::has_row_routine(op) => (Some(op), t),
+            // A row divided by a value fixed for it (the last kernel of a
+            // softmax), as `t / s`.
+            ENode::Binary(BinaryOp::Div, x, s, _) if is_row(x) && is_fixed(s) => (None, k.root),
+            _ => return None,
+        };
+        let (src, pre) = if op.is_none() {
+            match k.nodes[t] {
+                ENode::Binary(_, x, s, _) => (x, Pre::Div(s)),
+                _ => return None,
+            }
+        } else if is_row(t) {
+            (t, Pre::None)
+        } else {
+            match k.nodes[t] {
+                ENode::Binary(BinaryOp::Sub, x, s, _) if is_row(x) && is_fixed(s) => {
+                    (x, Pre::Sub(s))
+                }
+                ENode::Binary(op @ (BinaryOp::Add | BinaryOp::Mul), x, y, _) => {
+                    let (x, s) = if is_row(x) && is_fixed(y) {
+                        (x, y)
+                    } else if is_row(y) && is_fixed(x) {
+                        (y, x)
+                    } else {
+                        return None;
+                    };
+                    (
+                        x,
+                        if op == BinaryOp::Add {
+                            Pre::Add(s)
+                        } else {
+                            Pre::Mul(s)
+                        },
+                    )
+                }
+                _ => return None,
+            }
+        };
+        let used = match pre {
+            Pre::None => 2,
+            Pre::Div(_) => 3,
+            _ => 4,
+        };
+        if k.nodes.len() != used {
+            return None;
+        }
+        // Where the values go: the output row (a loop) or the stash (a row
+        // sum), contiguous.
+        let dst = match &k.kind {
+            KernelKind::Loop if inner(&k.out_strides) == 1 && k.stash.is_none() => {
+                Some((OUT, k.out, &k.out_strides))
+            }
+            KernelKind::Reduce {
+                op: ReduceOp::Sum,
+                reduced,
+            } if reduced[rank - 1] => match &k.stash {
+                None => None,
+                Some(st) if st.node == k.root && inner(&st.strides) == 1 => {
+                    Some((STASH, st.slot, &st.strides))
+                }
+                Some(_) => return None,
+            },
+            _ => return None,
+        };
+        // The row may be read from the very elements it is written to (an
+        // in-place update), not from others of that buffer.
+        let ENode::Load {
+            slot,
+            offset,
+            strides,
+            ..
+        } = &k.nodes[src]
+        else {
+            return None;
+        };
+        if *slot == k.out && !matches!(k.kind, KernelKind::Loop) {
+            return None;
+        }
+        if let Some((_, dslot, dstrides)) = dst
+            && *slot == dslot
+            && (*offset != 0 || strides != dstrides)
+        {
+            return None;
+        }
+        Some(FusedRow {
+            op,
+            src,
+            pre,
+            dst: dst.map(|(key, _, _)| key),
+        })
+    }
+
+    /// The call of a fused row over the `count` elements of the current
+    /// row; a sum folds into the row's accumulator `acc`.
+    fn emit_fused_row(&mut self, fr: &FusedRow, count: Value, acc: Option<Variable>) -> Result<()> {
+        let t = comp_ty(self.out_dtype());
+        let fixed = |s: &mut Self, i: usize| -> Value {
+            match &s.k.nodes[i] {
+                ENode::Const(l) => s.const_value(l, Mode::Scalar).s(),
+                _ => {
+                    let p = s.b.use_var(s.pos[&i]);
+                    s.b.ins().load(t, trusted(), p, 0)
+                }
+            }
+        };
+        let (a, b) = match fr.pre {
+            Pre::None => (self.fconst(t, 0.0), self.fconst(t, 1.0)),
+            Pre::Sub(s) => (fixed(self, s), self.fconst(t, 1.0)),
+            Pre::Add(s) => {
+                let v = fixed(self, s);
+                (self.b.ins().fneg(v), self.fconst(t, 1.0))
+            }
+            Pre::Mul(s) | Pre::Div(s) => (self.fconst(t, 0.0), fixed(self, s)),
+        };
+        let src = self.b.use_var(self.pos[&fr.src]);
+        let dst = match fr.dst {
+            Some(key) => self.b.use_var(self.pos[&key]),
+            None => self.b.ins().iconst(self.ptr, 0),
+        };
+        let code = match fr.op {
+            Some(u) => u as i64,
+            None => i64::from(wide::ROW_DIV),
+        };
+        let code = self.b.ins().iconst(types::I32, code);
+        let name = if t == types::F64 {
+            "tl_wide_row_f64"
+        } else {
+            "tl_wide_row_f32"
+        };
+        let ptr = self.ptr;
+        let r = self.call(
+            name,
+            &[types::I32, ptr, types::I64, t, t, ptr],
+            &[t],
+            &[code, src, count, a, b, dst],
+        )?[0];
+        if let Some(a) = acc {
+            let cur = self.b.use_var(a);
+            let v = self.reduce_op(ReduceOp::Sum, cur, r);
+            self.b.def_var(a, v);
+        }
+        Ok(())
     }
 
     /// The nodes of a vectorized row evaluated by the wide routines

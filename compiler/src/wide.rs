@@ -225,6 +225,176 @@ pub(crate) trait Lane:
     }
 }
 
+/// The functions a fused row (`tl_wide_row_*`) can apply: those with an
+/// element-wise routine (`sin`/`cos` send whole 128-bit groups to libm
+/// past their range, which a row does not reproduce).
+pub(crate) fn has_row_routine(u: UnaryOp) -> bool {
+    has_routine(u) && !matches!(u, UnaryOp::Sin | UnaryOp::Cos)
+}
+
+/// Elements per block of a fused row (copied to the stack, mapped, summed,
+/// copied out: the source may be the destination).
+const ROW_BLOCK: usize = 64;
+
+/// Lanes of a fused row's sum (one per element of a block: the adds are
+/// vertical).
+const SUM_LANES: usize = ROW_BLOCK;
+
+/// `dst[i] = g(src[i])` for `i < n` (not stored when `dst` is
+/// null; `dst` may be `src`), returning the sum of the values, accumulated
+/// in [`SUM_LANES`] lanes (element `i` in lane `i mod SUM_LANES`) folded
+/// pairwise: a fixed order.
+///
+/// # Safety
+/// `src` points to `n` readable `T`, `dst` (if not null) to `n` writable
+/// ones, either the same elements or not overlapping them.
+#[inline(always)]
+unsafe fn row_with<T: Lane>(src: *const T, n: usize, dst: *mut T, g: impl Fn(T) -> T) -> T {
+    let zero = T::of(0.0);
+    let mut acc = [zero; SUM_LANES];
+    let mut i = 0;
+    while i + ROW_BLOCK <= n {
+        let mut blk = [zero; ROW_BLOCK];
+        // SAFETY: elements `i..i + ROW_BLOCK` of the caller's rows; the
+        // block is a local array.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(i), blk.as_mut_ptr(), ROW_BLOCK) };
+        for v in &mut blk {
+            *v = g(*v);
+        }
+        for (s, v) in acc.iter_mut().zip(&blk) {
+            *s = *s + *v;
+        }
+        if !dst.is_null() {
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(blk.as_ptr(), dst.add(i), ROW_BLOCK) };
+        }
+        i += ROW_BLOCK;
+    }
+    for k in 0..n - i {
+        // SAFETY: as above, element `i + k < n`.
+        let v = g(unsafe { src.add(i + k).read() });
+        acc[k % SUM_LANES] = acc[k % SUM_LANES] + v;
+        if !dst.is_null() {
+            // SAFETY: as above.
+            unsafe { dst.add(i + k).write(v) };
+        }
+    }
+    let mut w = SUM_LANES;
+    while w > 1 {
+        w /= 2;
+        for k in 0..w {
+            acc[k] = acc[k] + acc[k + w];
+        }
+    }
+    acc[0]
+}
+
+/// [`row_with`] for `f((x - a) · b)`, `f` the function of `u` (one of
+/// [`has_row_routine`]'s; the identity for anything else), or for `x / b`
+/// when `u` is `None`.
+///
+/// # Safety
+/// As for [`row_with`].
+#[inline(always)]
+unsafe fn row<T: Lane>(u: Option<UnaryOp>, src: *const T, n: usize, a: T, b: T, dst: *mut T) -> T {
+    let one = T::of(1.0);
+    let pre = move |x: T| (x - a) * b;
+    // SAFETY: each arm is `row_with` on the caller's rows.
+    unsafe {
+        match u {
+            None => row_with(src, n, dst, |x| x / b),
+            Some(UnaryOp::Exp) => row_with(src, n, dst, |x| exp(pre(x))),
+            Some(UnaryOp::Expm1) => row_with(src, n, dst, |x| expm1(pre(x))),
+            Some(UnaryOp::Log) => row_with(src, n, dst, |x| pre(x).ln()),
+            Some(UnaryOp::Log1p) => row_with(src, n, dst, |x| log1p(pre(x))),
+            Some(UnaryOp::Tanh) => row_with(src, n, dst, |x| pre(x).tanh()),
+            Some(UnaryOp::Logistic) => row_with(src, n, dst, |x| logistic(pre(x))),
+            Some(UnaryOp::Erf) => row_with(src, n, dst, |x| pre(x).erf()),
+            Some(UnaryOp::Sqrt) => row_with(src, n, dst, |x| pre(x).sqrt()),
+            Some(UnaryOp::Rsqrt) => row_with(src, n, dst, |x| one / pre(x).sqrt()),
+            Some(UnaryOp::Reciprocal) => row_with(src, n, dst, |x| one / pre(x)),
+            Some(_) => row_with(src, n, dst, pre),
+        }
+    }
+}
+
+/// The `op` of a fused row that divides by `b`.
+pub(crate) const ROW_DIV: i32 = -1;
+
+/// Evaluates a fused row: `dst[i] = f((src[i] - a) · b)` for the function
+/// `f` with `UnaryOp` code `op` (one of [`has_row_routine`]'s), or
+/// `src[i] / b` for `op` = [`ROW_DIV`], returning the sum of the values
+/// (for a row sum; see [`row_with`] for its order).
+/// `(x - a) · b` is exactly `x - s`, `x + s` (`a = -s`, `b = 1`), `x · s`
+/// (`a = 0`, `b = s`) or `x` (`a = 0`, `b = 1`), so every value has the
+/// bits of the inline code's. Called by compiled kernels once per row.
+///
+/// # Safety
+/// `src` points to `n` readable f32, `dst` is null or points to `n`
+/// writable f32 that are either those or do not overlap them; the host has
+/// what [`lanes`] requires.
+pub(crate) unsafe extern "C" fn tl_wide_row_f32(
+    op: i32,
+    src: *const f32,
+    n: i64,
+    a: f32,
+    b: f32,
+    dst: *mut f32,
+) -> f32 {
+    // SAFETY: the caller's contract.
+    unsafe { row_dispatch(op, src, n, a, b, dst) }
+}
+
+/// [`tl_wide_row_f32`] for f64 rows.
+///
+/// # Safety
+/// As for [`tl_wide_row_f32`], with f64.
+pub(crate) unsafe extern "C" fn tl_wide_row_f64(
+    op: i32,
+    src: *const f64,
+    n: i64,
+    a: f64,
+    b: f64,
+    dst: *mut f64,
+) -> f64 {
+    // SAFETY: the caller's contract.
+    unsafe { row_dispatch(op, src, n, a, b, dst) }
+}
+
+/// The body of the `tl_wide_row_*` symbols, as [`dispatch`] is of the
+/// `tl_wide_*` ones: a panic (none is possible) stops here and gives NaN.
+///
+/// # Safety
+/// As for [`tl_wide_row_f32`].
+unsafe fn row_dispatch<T: Lane>(op: i32, src: *const T, n: i64, a: T, b: T, dst: *mut T) -> T {
+    let nan = T::of(f64::NAN);
+    let u = match op {
+        ROW_DIV => None,
+        _ => match UnaryOp::ALL.get(op as usize) {
+            Some(u) => Some(*u),
+            None => return nan,
+        },
+    };
+    let n = usize::try_from(n).unwrap_or(0);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx512() {
+                // SAFETY: every feature the function is compiled for was
+                // just detected; the rest is the caller's contract.
+                return unsafe { avx512::row(u, src, n, a, b, dst) };
+            }
+            if has_avx2() {
+                // SAFETY: as above.
+                return unsafe { avx2::row(u, src, n, a, b, dst) };
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { row(u, src, n, a, b, dst) }
+    }));
+    r.unwrap_or(nan)
+}
+
 /// One `map` per instruction set: the same loop, compiled for its features
 /// so that LLVM vectorizes the inlined functions at that width.
 macro_rules! wide_map {
@@ -238,6 +408,21 @@ macro_rules! wide_map {
             #[target_feature(enable = $features)]
             pub(super) unsafe fn map<T: Lane>(u: UnaryOp, buf: &mut [T]) {
                 T::map(u, buf);
+            }
+
+            /// # Safety
+            /// As for `row`; the host has the features this is compiled for.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn row<T: Lane>(
+                u: Option<UnaryOp>,
+                src: *const T,
+                n: usize,
+                a: T,
+                b: T,
+                dst: *mut T,
+            ) -> T {
+                // SAFETY: the caller's contract.
+                unsafe { super::row(u, src, n, a, b, dst) }
             }
         }
     };
