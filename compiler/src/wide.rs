@@ -362,7 +362,8 @@ pub(crate) unsafe extern "C" fn tl_wide_row_f64(
 }
 
 /// The body of the `tl_wide_row_*` symbols, as [`dispatch`] is of the
-/// `tl_wide_*` ones: a panic (none is possible) stops here and gives NaN.
+/// `tl_wide_*` ones: a panic (none is possible) stops here; the row and
+/// the sum read NaN.
 ///
 /// # Safety
 /// As for [`tl_wide_row_f32`].
@@ -392,7 +393,15 @@ unsafe fn row_dispatch<T: Lane>(op: i32, src: *const T, n: i64, a: T, b: T, dst:
         // SAFETY: the caller's contract.
         unsafe { row(u, src, n, a, b, dst) }
     }));
-    r.unwrap_or(nan)
+    r.unwrap_or_else(|_| {
+        if !dst.is_null() {
+            for i in 0..n {
+                // SAFETY: the caller's writable row of `n` elements.
+                unsafe { dst.add(i).write(nan) };
+            }
+        }
+        nan
+    })
 }
 
 /// One `map` per instruction set: the same loop, compiled for its features
