@@ -1671,7 +1671,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         BinaryOp::Add | BinaryOp::Sub => true,
                         BinaryOp::Mul => float || int_mul,
                         BinaryOp::Div => float,
-                        BinaryOp::Pow => dt == DType::F32 && !exact,
+                        BinaryOp::Pow => {
+                            (dt == DType::F32 || (dt == DType::F64 && has_fma())) && !exact
+                        }
                         BinaryOp::Max | BinaryOp::Min => min_max,
                         BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => !float,
                         _ => false,
@@ -2186,6 +2188,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             }
             BinaryOp::Pow if ty.lane_type() == types::F32 && !self.opts.exact => {
                 self.pow_f32(x, y, ty)
+            }
+            BinaryOp::Pow if ty.lane_type() == types::F64 && !self.opts.exact && has_fma() => {
+                self.pow_f64(x, y, ty)
             }
             BinaryOp::Rem | BinaryOp::Pow if f => {
                 if matches!(mode, Mode::Vector(_)) {

@@ -125,6 +125,27 @@ pub(crate) const LOG_F64_T2: [f64; 4] = [
     6.666_666_666_666_735e-1,
 ];
 
+/// f64 `pow`: 2/3 as a double-double (the s³ term of `2·atanh(s)`).
+pub(crate) const POW_F64_TWO_THIRDS: [f64; 2] =
+    [0.666_666_666_666_666_6, 3.700_743_415_417_188e-17];
+
+/// f64 `pow`: the rest of `2·atanh(s) = 2s + (2/3)s³ + s⁵·R(s²)`, Taylor
+/// coefficients 2/(2j+1) from s^25 (|s| ≤ 0.172: the next term is below
+/// 2^-68 of the sum) down to s⁵.
+pub(crate) const POW_F64_ATANH: [f64; 11] = [
+    2.0 / 25.0,
+    2.0 / 23.0,
+    2.0 / 21.0,
+    2.0 / 19.0,
+    2.0 / 17.0,
+    2.0 / 15.0,
+    2.0 / 13.0,
+    2.0 / 11.0,
+    2.0 / 9.0,
+    2.0 / 7.0,
+    2.0 / 5.0,
+];
+
 /// f64 `erf`: Cephes' `T(x²)` for |x| ≤ 1.
 pub(crate) const ERF_F64_T: [f64; 5] = [
     9.604_973_739_870_516,
@@ -603,6 +624,37 @@ impl KernelGen<'_, '_> {
     /// degree-14 polynomial in s. Denormals are scaled by 2^54 first.
     /// x < 0 and NaN give NaN, ±0 gives -inf, +inf gives +inf.
     pub(super) fn log_f64(&mut self, x: Value, ty: Type) -> Value {
+        let (k, m) = self.log_f64_split(x, ty);
+        let one = self.splat_f(ty, 1.0);
+        let half = self.splat_f(ty, 0.5);
+        let f = self.b.ins().fsub(m, one);
+        let two = self.splat_f(ty, 2.0);
+        let d = self.b.ins().fadd(two, f);
+        let s = self.b.ins().fdiv(f, d);
+        let z = self.b.ins().fmul(s, s);
+        let w = self.b.ins().fmul(z, z);
+        let t1 = self.horner(w, &LOG_F64_T1, ty);
+        let t1 = self.b.ins().fmul(t1, w);
+        let t2 = self.horner(w, &LOG_F64_T2, ty);
+        let t2 = self.b.ins().fmul(t2, z);
+        let r = self.b.ins().fadd(t2, t1);
+        let ff = self.b.ins().fmul(f, f);
+        let hfsq = self.b.ins().fmul(ff, half);
+        let hr = self.b.ins().fadd(hfsq, r);
+        let ln2_lo = self.splat_f(ty, 1.908_214_929_270_587_7e-10);
+        let klo = self.b.ins().fmul(k, ln2_lo);
+        let inner = self.mul_add(s, hr, klo);
+        let inner = self.b.ins().fsub(hfsq, inner);
+        let inner = self.b.ins().fsub(inner, f);
+        let ln2_hi = self.splat_f(ty, 6.931_471_803_691_238e-1);
+        let khi = self.b.ins().fmul(k, ln2_hi);
+        let r = self.b.ins().fsub(khi, inner);
+        self.log_specials(x, r, ty)
+    }
+
+    /// fdlibm's reduction for f64 `ln` (positive finite x; denormals scaled
+    /// by 2^54 first): `(k, m)` with x = m·2^k, m in [√½, √2), k as a float.
+    fn log_f64_split(&mut self, x: Value, ty: Type) -> (Value, Value) {
         let ity = Self::int_ty(ty);
         let flags = MemFlagsData::new();
         let tiny = self.splat_f(ty, f64::MIN_POSITIVE);
@@ -639,29 +691,7 @@ impl KernelGen<'_, '_> {
         let m = self.sel(big, mh, m, ty);
         let kp1 = self.b.ins().fadd(k, one);
         let k = self.sel(big, kp1, k, ty);
-        let f = self.b.ins().fsub(m, one);
-        let two = self.splat_f(ty, 2.0);
-        let d = self.b.ins().fadd(two, f);
-        let s = self.b.ins().fdiv(f, d);
-        let z = self.b.ins().fmul(s, s);
-        let w = self.b.ins().fmul(z, z);
-        let t1 = self.horner(w, &LOG_F64_T1, ty);
-        let t1 = self.b.ins().fmul(t1, w);
-        let t2 = self.horner(w, &LOG_F64_T2, ty);
-        let t2 = self.b.ins().fmul(t2, z);
-        let r = self.b.ins().fadd(t2, t1);
-        let ff = self.b.ins().fmul(f, f);
-        let hfsq = self.b.ins().fmul(ff, half);
-        let hr = self.b.ins().fadd(hfsq, r);
-        let ln2_lo = self.splat_f(ty, 1.908_214_929_270_587_7e-10);
-        let klo = self.b.ins().fmul(k, ln2_lo);
-        let inner = self.mul_add(s, hr, klo);
-        let inner = self.b.ins().fsub(hfsq, inner);
-        let inner = self.b.ins().fsub(inner, f);
-        let ln2_hi = self.splat_f(ty, 6.931_471_803_691_238e-1);
-        let khi = self.b.ins().fmul(k, ln2_hi);
-        let r = self.b.ins().fsub(khi, inner);
-        self.log_specials(x, r, ty)
+        (k, m)
     }
 
     /// The special values of `ln`: x < 0 or NaN → NaN, ±0 → -inf,
@@ -691,6 +721,112 @@ impl KernelGen<'_, '_> {
             let yl = cg.b.ins().fmul(v[1], l);
             cg.exp_f64(yl, t)
         });
+        self.pow_specials(x, y, mag, ty)
+    }
+
+    /// `|x|^y` for f64 (scalar or F64X2) as `e^(y·ln|x|)`, with `ln|x|` in
+    /// double-double and the product `y·ln|x|` too, so that the
+    /// exponential's argument (up to ~745 in magnitude, where an error of
+    /// 2^-53 relative in `ln` alone would cost ~700 ulp) is accurate to
+    /// ~2^-64 relative: fdlibm's reduction (x = m·2^k, m in [√½, √2),
+    /// f = m - 1) and `ln m = 2·atanh(s)`, s = f/(2+f) carried as s + s_lo
+    /// (its division remainder by FMA), `2/3·s³` in double-double, the rest
+    /// of the series (to s^25) in plain f64; k·ln2 in two parts; the sums
+    /// by two-sum. Then `e^hi·(1 + lo)` with the inline exp. IEEE's special
+    /// cases as for f32 (`pow_specials`). Needs FMA (the exact products);
+    /// without it f64 `pow` stays a libm call.
+    pub(super) fn pow_f64(&mut self, x: Value, y: Value, ty: Type) -> Value {
+        let a = self.b.ins().fabs(x);
+        let (k, m) = self.log_f64_split(a, ty);
+        let one = self.splat_f(ty, 1.0);
+        let two = self.splat_f(ty, 2.0);
+        let f = self.b.ins().fsub(m, one);
+        // d + d_lo = 2 + f exactly (Fast2Sum: |2| > |f|).
+        let d = self.b.ins().fadd(two, f);
+        let dm2 = self.b.ins().fsub(d, two);
+        let d_lo = self.b.ins().fsub(f, dm2);
+        // s + s_lo = f / (2 + f): the remainder f - s·d is exact by FMA.
+        let s = self.b.ins().fdiv(f, d);
+        let neg_s = self.b.ins().fneg(s);
+        let r = self.b.ins().fma(neg_s, d, f);
+        let r = self.b.ins().fma(neg_s, d_lo, r);
+        let s_lo = self.b.ins().fdiv(r, d);
+        // s² and s³ with their errors.
+        let sq = self.b.ins().fmul(s, s);
+        let neg_sq = self.b.ins().fneg(sq);
+        let sq_lo = self.b.ins().fma(s, s, neg_sq);
+        let c = self.b.ins().fmul(sq, s);
+        let neg_c = self.b.ins().fneg(c);
+        let c_lo = self.b.ins().fma(sq, s, neg_c);
+        let c_lo = self.b.ins().fma(sq_lo, s, c_lo);
+        let three = self.splat_f(ty, 3.0);
+        let sq3 = self.b.ins().fmul(sq, three);
+        let c_lo = self.b.ins().fma(sq3, s_lo, c_lo);
+        // q + q_lo = (2/3)·s³.
+        let t_hi = self.splat_f(ty, POW_F64_TWO_THIRDS[0]);
+        let t_lo = self.splat_f(ty, POW_F64_TWO_THIRDS[1]);
+        let q = self.b.ins().fmul(t_hi, c);
+        let neg_q = self.b.ins().fneg(q);
+        let q_lo = self.b.ins().fma(t_hi, c, neg_q);
+        let q_lo = self.b.ins().fma(t_hi, c_lo, q_lo);
+        let q_lo = self.b.ins().fma(t_lo, c, q_lo);
+        // The rest of 2·atanh(s): 2·s^5·(1/5 + s²/7 + … + s^20/25).
+        let rz = self.horner(sq, &POW_F64_ATANH, ty);
+        let s5 = self.b.ins().fmul(c, sq);
+        let rest = self.b.ins().fmul(s5, rz);
+        // ln|x| = k·ln2_hi + 2s + q, each sum exact, plus the small terms.
+        let ln2_hi = self.splat_f(ty, 6.931_471_803_691_238e-1);
+        let ln2_lo = self.splat_f(ty, 1.908_214_929_270_587_7e-10);
+        let kh = self.b.ins().fmul(k, ln2_hi);
+        let s2 = self.b.ins().fadd(s, s);
+        let (h1, e1) = self.two_sum(kh, s2);
+        let (h2, e2) = self.two_sum(h1, q);
+        let small = self.b.ins().fmul(k, ln2_lo);
+        let s_lo2 = self.b.ins().fadd(s_lo, s_lo);
+        let small = self.b.ins().fadd(small, s_lo2);
+        let small = self.b.ins().fadd(small, q_lo);
+        let small = self.b.ins().fadd(small, rest);
+        let lo = self.b.ins().fadd(e1, e2);
+        let lo = self.b.ins().fadd(lo, small);
+        let l_hi = self.b.ins().fadd(h2, lo);
+        let back = self.b.ins().fsub(l_hi, h2);
+        let l_lo = self.b.ins().fsub(lo, back);
+        // ±0 → -inf, +inf → +inf, NaN → NaN (the split saw none of them).
+        let l_hi = self.log_specials(a, l_hi, ty);
+        // y·ln|x| = p + p_lo.
+        let p = self.b.ins().fmul(y, l_hi);
+        let neg_p = self.b.ins().fneg(p);
+        let p_lo = self.b.ins().fma(y, l_hi, neg_p);
+        let p_lo = self.b.ins().fma(y, l_lo, p_lo);
+        let e = self.exp_f64(p, ty);
+        // e·(1 + p_lo), where both are finite (an infinite or NaN p makes
+        // p_lo NaN; e = 0 or inf stays).
+        let corr = self.b.ins().fma(e, p_lo, e);
+        let inf = self.splat_f(ty, f64::INFINITY);
+        let ae = self.b.ins().fabs(e);
+        let e_fin = self.b.ins().fcmp(FloatCC::LessThan, ae, inf);
+        let ap = self.b.ins().fabs(p_lo);
+        let p_fin = self.b.ins().fcmp(FloatCC::LessThan, ap, inf);
+        let ok = self.b.ins().band(e_fin, p_fin);
+        let mag = self.sel(ok, corr, e, ty);
+        self.pow_specials(x, y, mag, ty)
+    }
+
+    /// `(s, e)` with `s = a + b` rounded and `e` its exact error (Knuth's
+    /// two-sum: no condition on the magnitudes).
+    fn two_sum(&mut self, a: Value, b: Value) -> (Value, Value) {
+        let s = self.b.ins().fadd(a, b);
+        let bb = self.b.ins().fsub(s, a);
+        let ab = self.b.ins().fsub(s, bb);
+        let da = self.b.ins().fsub(a, ab);
+        let db = self.b.ins().fsub(b, bb);
+        (s, self.b.ins().fadd(da, db))
+    }
+
+    /// `pow`'s special cases on top of the magnitude `mag` = |x|^y (f32 and
+    /// f64 lanes): the sign of x for odd integer y, NaN for a finite x < 0
+    /// with non-integer y, 1 for y = 0, x = 1, or |x| = 1 with y = ±inf.
+    fn pow_specials(&mut self, x: Value, y: Value, mag: Value, ty: Type) -> Value {
         let zero = self.splat_f(ty, 0.0);
         let one = self.splat_f(ty, 1.0);
         let half = self.splat_f(ty, 0.5);
