@@ -371,6 +371,119 @@ fn selects_of_every_comparison_agree_bitwise() {
     }
 }
 
+/// Conversions between f32 and 32-bit integers (and between i32 and u32)
+/// are vectorized (`cvtdq2ps`, `cvttps2dq` with saturation); every element
+/// agrees bitwise with the interpreter: NaN → 0, ±inf and out-of-range
+/// values saturate, negative floats to u32 give 0, large integers round to
+/// nearest f32. Loads of both dtypes, a broadcast operand, vector bodies
+/// and tails.
+#[test]
+fn conversions_of_32_bit_lanes_agree_bitwise() {
+    use tensorlift::{DType, Sym, Tensor};
+    let floats: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        1.5,
+        -1.5,
+        2.5,
+        -2.7,
+        1e-40,
+        16_777_217.0,
+        2_147_483_520.0,
+        2_147_483_648.0,
+        -2_147_483_648.0,
+        -2_147_483_904.0,
+        4_294_967_040.0,
+        4_294_967_296.0,
+        1e20,
+        -1e20,
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::MIN,
+    ];
+    let ints: Vec<i64> = vec![
+        0,
+        1,
+        -1,
+        7,
+        16_777_217,
+        -16_777_217,
+        16_777_219,
+        2_147_483_647,
+        -2_147_483_648,
+        123_456_789,
+        -987_654_321,
+        33_554_435,
+    ];
+    let cases = [
+        (DType::F32, DType::I32),
+        (DType::F32, DType::U32),
+        (DType::I32, DType::F32),
+        (DType::U32, DType::F32),
+        (DType::I32, DType::U32),
+        (DType::U32, DType::I32),
+    ];
+    for (from, to) in cases {
+        for n in [3usize, 17, 40, 67, 1000] {
+            let v: Vec<f64> = if from == DType::F32 {
+                (0..n)
+                    .map(|i| f64::from(floats[i % floats.len()]))
+                    .collect()
+            } else {
+                (0..n)
+                    .map(|i| {
+                        let x = ints[i % ints.len()];
+                        // u32: the negative patterns as their u32 values.
+                        if from == DType::U32 {
+                            (x as u32) as f64
+                        } else {
+                            x as f64
+                        }
+                    })
+                    .collect()
+            };
+            let x = tensorlift::runtime::kernels::elementwise::convert(
+                &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
+                from,
+            )
+            .unwrap();
+            // A second operand of the target type, and the conversion used
+            // in arithmetic of that type.
+            let body = move |x: Sym| {
+                let c = x.cast(to);
+                &c + &(&c * 3.0)
+            };
+            let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+            for opts in EXACT.iter().chain([&JitOptions::default()]) {
+                let f = function(body).jit_compile(true).jit_options(*opts);
+                let got = f.call(std::slice::from_ref(&x)).unwrap();
+                assert!(
+                    common::same_bits(&got[0], &want[0]),
+                    "{from} -> {to} n={n} {opts:?}: {:?} vs {:?}",
+                    got[0],
+                    want[0]
+                );
+            }
+            let clif = function(body)
+                .jit_compile(true)
+                .compiler_ir(&[TensorSpec::known(from, &[n])], IrStage::Cranelift)
+                .unwrap();
+            let vector_cvt = clif.lines().any(|l| l.contains("fcvt") && l.contains("x4"));
+            let same_bits =
+                matches!(from, DType::I32 | DType::U32) && matches!(to, DType::I32 | DType::U32);
+            assert!(
+                vector_cvt || same_bits || n < 4,
+                "{from} -> {to}: no vector conversion in\n{clif}"
+            );
+        }
+    }
+}
+
 /// Row groups (kernels interleaved a block of rows at a time, row ranges on
 /// different threads) compute exactly what the interpreter computes:
 /// softmax and a row normalization over shapes with many blocks, and a

@@ -553,6 +553,18 @@ fn math_int_ty(vt: Type) -> Type {
     }
 }
 
+/// Conversions emitted on 4-lane vectors: between f32 and 32-bit integers
+/// (`cvtdq2ps`, `cvttps2dq` with Cranelift's saturation: NaN → 0, out of
+/// range → the nearest bound, as the scalar code's saturating conversion
+/// and clamp) and between i32 and u32 (the same bits).
+fn vector_convert(from: DType, to: DType) -> bool {
+    use DType::{F32, I32, U32};
+    matches!(
+        (from, to),
+        (I32 | U32, F32) | (F32, I32 | U32) | (I32, U32) | (U32, I32)
+    )
+}
+
 /// An accessor: (key, element offset, strides, element size; 0 for iota).
 type Accessor = (usize, i64, Vec<i64>, i64);
 
@@ -854,7 +866,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 {
                     let p = self.b.use_var(self.pos[&i]);
                     let v = self.b.ins().load(comp_ty(*dtype), trusted(), p, 0);
-                    let v = self.b.ins().splat(vt, v);
+                    let v = self.b.ins().splat(vec_ty(*dtype).unwrap_or(vt), v);
                     self.hoisted.insert(i, v);
                 }
             }
@@ -1632,9 +1644,36 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     u => !crate::fusion::enode_operands(u).contains(&i),
                 })
         };
+        // A load of another 32-bit type feeds conversions only (loaded as
+        // its own 4-lane vector; see `vector_convert`).
+        let converted_only = |i: usize| {
+            i != self.k.root
+                && self.k.stash.as_ref().is_none_or(|st| st.node != i)
+                && self.k.nodes.iter().all(|u| match u {
+                    ENode::Convert(..) => true,
+                    u => !crate::fusion::enode_operands(u).contains(&i),
+                })
+        };
         for (i, n) in self.k.nodes.iter().enumerate() {
             if let ENode::Compare(_, _, _, d) = n {
                 if *d != dt || !(float || dt.size() <= 4) || !mask_only(i) {
+                    return None;
+                }
+                continue;
+            }
+            if let ENode::Convert(x, from, to) = n {
+                if *to != dt || self.dtype_of(*x) != *from || !vector_convert(*from, *to) {
+                    return None;
+                }
+                continue;
+            }
+            if let ENode::Load { dtype, strides, .. } = n
+                && *dtype != dt
+            {
+                if !vector_convert(*dtype, dt)
+                    || !matches!(strides[rank - 1], 0 | 1)
+                    || !converted_only(i)
+                {
                     return None;
                 }
                 continue;
@@ -1914,7 +1953,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         None => {
                             let p = self.b.use_var(self.pos[&i]);
                             let off = (self.load_off * dtype.size() as i64) as i32;
-                            V::S(self.b.ins().load(vt, unaligned(), p, off))
+                            // Another type's load only feeds conversions.
+                            let lt = vec_ty(*dtype).unwrap_or(vt);
+                            V::S(self.b.ins().load(lt, unaligned(), p, off))
                         }
                     },
                     Mode::Scalar => {
@@ -2373,6 +2414,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             return Ok(V::C(re, z));
         }
         let xt = self.b.func.dfg.value_type(x);
+        if xt.is_vector() {
+            // Only what `vector_convert` allows reaches here in vector mode.
+            return Ok(V::S(match (from, to) {
+                (DType::I32, DType::F32) => self.b.ins().fcvt_from_sint(types::F32X4, x),
+                (DType::U32, DType::F32) => self.b.ins().fcvt_from_uint(types::F32X4, x),
+                (DType::F32, DType::I32) => self.b.ins().fcvt_to_sint_sat(types::I32X4, x),
+                (DType::F32, DType::U32) => self.b.ins().fcvt_to_uint_sat(types::I32X4, x),
+                (DType::I32 | DType::U32, DType::I32 | DType::U32) => x,
+                _ => {
+                    return Err(Error::internal(format!(
+                        "a vector conversion from {from} to {to}"
+                    )));
+                }
+            }));
+        }
         let tt = comp_ty(to);
         let from_int = from == DType::Bool || from.is_int();
         let from_signed = from.is_signed_int();
