@@ -484,6 +484,58 @@ fn conversions_of_32_bit_lanes_agree_bitwise() {
     }
 }
 
+/// Float `sign` is vectorized (bit operations and a lane mask): the same
+/// bits as the interpreter for NaN of either sign (kept, payload and all),
+/// ±0 (kept), infinities, denormals, f32 and f64, bodies and tails.
+#[test]
+fn float_sign_agrees_bitwise() {
+    use tensorlift::{DType, Sym, Tensor};
+    let vals = [
+        0.0,
+        -0.0,
+        f64::NAN,
+        -f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1e-310,
+        -1e-310,
+        2.5,
+        -7.0,
+        1e-45,
+        -3e38,
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        for n in [3usize, 17, 40] {
+            let v: Vec<f64> = (0..n).map(|i| vals[i % vals.len()]).collect();
+            let x = tensorlift::runtime::kernels::elementwise::convert(
+                &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
+                dtype,
+            )
+            .unwrap();
+            let body = |x: Sym| x.sign();
+            let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+            for opts in EXACT.iter().chain([&JitOptions::default()]) {
+                let f = function(body).jit_compile(true).jit_options(*opts);
+                let got = f.call(std::slice::from_ref(&x)).unwrap();
+                assert!(
+                    common::same_bits(&got[0], &want[0]),
+                    "{dtype} n={n} {opts:?}: {:?} vs {:?}",
+                    got[0],
+                    want[0]
+                );
+            }
+            let clif = function(body)
+                .jit_compile(true)
+                .compiler_ir(&[TensorSpec::known(dtype, &[n])], IrStage::Cranelift)
+                .unwrap();
+            assert!(
+                clif.contains("bitselect") || n < 4,
+                "{dtype} n={n}: not vectorized"
+            );
+        }
+    }
+}
+
 /// Row groups (kernels interleaved a block of rows at a time, row ranges on
 /// different threads) compute exactly what the interpreter computes:
 /// softmax and a row normalization over shapes with many blocks, and a

@@ -1689,6 +1689,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     ENode::Const(_) => true,
                     ENode::Unary(u, _, _) => match u {
                         UnaryOp::Neg => true,
+                        UnaryOp::Sign => float,
                         UnaryOp::Square => float || int_mul,
                         // pabsb/w/d; unsigned abs is the identity.
                         UnaryOp::Abs => float || dt.size() <= 4 || !dt.is_signed_int(),
@@ -2035,6 +2036,29 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Abs if is_float => self.b.ins().fabs(x),
             UnaryOp::Abs if xd.is_signed_int() => self.b.ins().iabs(x),
             UnaryOp::Abs => x,
+            UnaryOp::Sign if is_float && ty.is_vector() => {
+                // copysign(1, x) by bits, NaN and ±0 kept, in lanes.
+                let ity = math_int_ty(ty);
+                let flags = MemFlagsData::new();
+                let sign_bit = if ty.lane_type() == types::F64 {
+                    i64::MIN
+                } else {
+                    i64::from(i32::MIN)
+                };
+                let xb = self.b.ins().bitcast(ity, flags, x);
+                let mask = self.splat_i(ity, sign_bit);
+                let sign = self.b.ins().band(xb, mask);
+                let one = self.splat_f(ty, 1.0);
+                let ob = self.b.ins().bitcast(ity, flags, one);
+                let sb = self.b.ins().bor(ob, sign);
+                let s = self.b.ins().bitcast(ty, flags, sb);
+                let zero = self.splat_f(ty, 0.0);
+                // (x86 vectors have no unordered-or-equal compare.)
+                let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
+                let is_nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                let keep = self.b.ins().bor(is_zero, is_nan);
+                self.sel(keep, x, s, ty)
+            }
             UnaryOp::Sign if is_float => {
                 let one = self.splat_f(ty, 1.0);
                 let s = self.b.ins().fcopysign(one, x);
