@@ -131,64 +131,7 @@ fn log_f32_within_4_ulp() {
 /// √2, 1 ± 2^-k and huge or tiny bases).
 #[test]
 fn pow_f64_within_4_ulp() {
-    let step: u64 = if stride() == 1 {
-        (1 << 43) + 777
-    } else {
-        (1 << 47) + 777
-    };
-    let mut xs: Vec<f64> = (0..u64::MAX / step)
-        .map(|i| f64::from_bits(i.wrapping_mul(step)))
-        .collect();
-    xs.extend([
-        0.0,
-        -0.0,
-        1.0,
-        -1.0,
-        2.0,
-        -2.0,
-        0.5,
-        10.0,
-        5e-324,
-        f64::MAX,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        f64::NAN,
-    ]);
-    let ys = [
-        0.0,
-        -0.0,
-        1.0,
-        -1.0,
-        2.0,
-        3.0,
-        -3.0,
-        0.5,
-        -0.5,
-        2.5,
-        -7.25,
-        1e-3,
-        9_007_199_254_740_991.0,
-        9_007_199_254_740_992.0,
-        1e300,
-        -1e300,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        f64::NAN,
-    ];
-    let mut px = Vec::new();
-    let mut py = Vec::new();
-    for x in &xs {
-        for y in &ys {
-            px.push(*x);
-            py.push(*y);
-        }
-    }
-    for i in 0..500u32 {
-        for j in 0..200u32 {
-            px.push(f64::from(i) * 0.0173 + 1e-3);
-            py.push(f64::from(j) * 0.41 - 41.0);
-        }
-    }
+    let (mut px, mut py) = common::pow_f64_pairs(stride() == 1);
     // Results near overflow and underflow through every kind of base.
     let bases = [
         std::f64::consts::SQRT_2 - 1e-9,

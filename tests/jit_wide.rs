@@ -447,6 +447,37 @@ fn fused_rows_match_inline() {
     }
 }
 
+/// f64 `pow` through `tl_wide_pow_f64` (both operands in the chunk
+/// buffer) gives the inline code's bits: bases over the whole range ×
+/// special and huge exponents, a dense grid, results near overflow and
+/// underflow, at lengths around the chunk; and inside a longer row with
+/// other wide functions.
+#[test]
+fn f64_pow_wide_matches_inline() {
+    let exhaustive = std::env::var("TENSORLIFT_EXHAUSTIVE").is_ok_and(|v| v == "1");
+    let (px, py) = common::pow_f64_pairs(exhaustive);
+    let f64s = |v: &[f64]| {
+        Tensor::from(ndarray::ArrayD::from_shape_vec(vec![v.len()], v.to_vec()).unwrap())
+    };
+    let pow = |x: &[Sym]| x[0].pow(&x[1]);
+    same_both_ways("f64 pow", true, pow, &[f64s(&px), f64s(&py)]);
+    for n in [63usize, 64, 511, 512, 513, 1027] {
+        same_both_ways(
+            &format!("f64 pow n={n}"),
+            n >= 64,
+            pow,
+            &[f64s(&px[..n]), f64s(&py[..n])],
+        );
+    }
+    let mixed = |x: &[Sym]| (x[0].abs().pow(x[1].tanh()) + x[1].exp()).log();
+    same_both_ways(
+        "f64 pow among wide functions",
+        true,
+        mixed,
+        &[f64s(&px[..4099]), f64s(&py[..4099])],
+    );
+}
+
 /// The row sums of a fused softmax against an f64 reference: the wide
 /// sums (64 lanes, folded pairwise) are within 2e-6 on rows of 100,003
 /// where the inline code's sequential lanes are 1.5e-5 off.

@@ -540,7 +540,19 @@ fn wide_eligible(n: &ENode, dtype_of: impl Fn(usize) -> DType) -> bool {
         ENode::Unary(u, x, d @ (DType::F32 | DType::F64)) => {
             wide::has_routine(*u) && dtype_of(*x) == *d
         }
+        // f64 `pow` (`tl_wide_pow_f64`: both operands in the buffer).
+        ENode::Binary(BinaryOp::Pow, x, y, DType::F64) => {
+            dtype_of(*x) == DType::F64 && dtype_of(*y) == DType::F64
+        }
         _ => false,
+    }
+}
+
+/// Chunk buffers a wide node takes: two for a binary one.
+fn wide_buffers(n: &ENode) -> usize {
+    match n {
+        ENode::Binary(..) => 2,
+        _ => 1,
     }
 }
 
@@ -1374,10 +1386,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             return None;
         }
         let max = wide::MAX_BUFFER_BYTES / (wide::CHUNK * vt.lane_type().bytes() as usize);
+        let mut used = 0;
         let nodes: Vec<usize> = (self.k.nodes.iter().enumerate())
             .filter(|(_, node)| wide_eligible(node, |x| self.dtype_of(x)))
+            .filter(|(_, node)| {
+                used += wide_buffers(node);
+                used <= max
+            })
             .map(|(i, _)| i)
-            .take(max)
             .collect();
         (!nodes.is_empty()).then_some(nodes)
     }
@@ -1412,14 +1428,22 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         let esize = vt.lane_type().bytes();
         let buf_bytes = wide::CHUNK as u32 * esize;
+        // Each wide node's buffers, one after another (a binary node's
+        // second operand in its second buffer).
+        let mut starts = Vec::with_capacity(wide.len());
+        let mut total = 0u32;
+        for w in wide {
+            starts.push(total);
+            total += buf_bytes * wide_buffers(&k.nodes[*w]) as u32;
+        }
         let slot = self.b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
-            buf_bytes * wide.len() as u32,
+            total,
             6,
         ));
         let offset = |w: usize| {
             let j = wide.iter().position(|x| *x == w).unwrap_or(0);
-            (j as u32 * buf_bytes) as i32
+            starts[j] as i32
         };
         let base = self.b.ins().stack_addr(self.ptr, slot, 0);
         let whole = self.b.ins().band_imm_s(nv, !(lanes - 1));
@@ -1428,9 +1452,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             ENode::Unary(u, ..) => u as i64,
             _ => 0,
         };
-        let input_of = |w: usize| match k.nodes[w] {
-            ENode::Unary(_, x, _) => x,
-            _ => w,
+        // The operands stored into a wide node's buffers.
+        let inputs_of = |w: usize| match k.nodes[w] {
+            ENode::Unary(_, x, _) => vec![x],
+            ENode::Binary(_, x, y, _) => vec![x, y],
+            _ => vec![],
         };
         let header = self.b.create_block();
         let body = self.b.create_block();
@@ -1470,7 +1496,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 .filter(|w| depth[*w] == level)
                 .collect();
             let done: Vec<usize> = wide.iter().copied().filter(|w| depth[*w] < level).collect();
-            let roots: Vec<usize> = here.iter().map(|w| input_of(*w)).collect();
+            let roots: Vec<usize> = here.iter().flat_map(|w| inputs_of(*w)).collect();
             let need = self.needed(&roots, &done);
             let bufs = done.iter().map(|w| (*w, offset(*w))).collect();
             let pass = ChunkPass {
@@ -1483,14 +1509,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             self.chunk_pass(vt, &pass, &mut |s, addr, _| {
                 let vals = s.eval(Mode::Vector(vt))?;
                 for w in &here {
-                    let v = vals[input_of(*w)].s();
-                    s.b.ins().store(trusted(), v, addr, offset(*w));
+                    for (j, x) in inputs_of(*w).into_iter().enumerate() {
+                        let v = vals[x].s();
+                        let off = offset(*w) + (j as u32 * buf_bytes) as i32;
+                        s.b.ins().store(trusted(), v, addr, off);
+                    }
                 }
                 Ok(())
             })?;
             for w in &here {
-                let code = self.b.ins().iconst(types::I32, code_of(*w));
                 let p = self.b.ins().iadd_imm_s(base, i64::from(offset(*w)));
+                if let ENode::Binary(..) = k.nodes[*w] {
+                    self.call("tl_wide_pow_f64", &[self.ptr, types::I64], &[], &[p, len])?;
+                    continue;
+                }
+                let code = self.b.ins().iconst(types::I32, code_of(*w));
                 let symbol = if esize == 8 {
                     "tl_wide_f64"
                 } else {

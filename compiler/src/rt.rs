@@ -631,6 +631,7 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("tl_parallel", tl_parallel as *const u8),
         ("tl_wide_f32", crate::wide::tl_wide_f32 as *const u8),
         ("tl_wide_f64", crate::wide::tl_wide_f64 as *const u8),
+        ("tl_wide_pow_f64", crate::wide::tl_wide_pow_f64 as *const u8),
         ("tl_wide_row_f32", crate::wide::tl_wide_row_f32 as *const u8),
         ("tl_wide_row_f64", crate::wide::tl_wide_row_f64 as *const u8),
     ]

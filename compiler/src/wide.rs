@@ -13,7 +13,8 @@
 //! operation for operation (same constants, same fused multiply-adds, same
 //! order), so both paths give the same bits (NaN for NaN, payloads aside):
 //! `tests/jit_wide.rs` checks it.
-//! Rows of functions without a routine here keep the 128-bit code.
+//! f64 `pow` has one too (`tl_wide_pow_f64`, its two operands in two
+//! buffers). Rows of functions without a routine here keep the 128-bit code.
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -22,9 +23,9 @@ use tensorlift_runtime::kernels::scalar::FloatScalar;
 
 use crate::codegen::math::{
     COS_F32_P, COS_F64_P, ERF_F32_P, ERF_F32_Q, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U,
-    EXP_F32_P, EXP_F64_P, EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, SIN_F32_P, SIN_F64_P,
-    SINCOS_F32_LIMIT, SINCOS_F32_PI_2, SINCOS_F64_LIMIT, SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P,
-    TANH_F64_Q,
+    EXP_F32_P, EXP_F64_P, EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, POW_F64_ATANH,
+    POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P, SINCOS_F32_LIMIT, SINCOS_F32_PI_2, SINCOS_F64_LIMIT,
+    SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P, TANH_F64_Q,
 };
 
 /// Elements per chunk: a buffer is 2 KiB, a few of them stay in L1, and the
@@ -404,6 +405,136 @@ unsafe fn row_dispatch<T: Lane>(op: i32, src: *const T, n: i64, a: T, b: T, dst:
     })
 }
 
+/// f64 `pow` over a chunk buffer of two halves (codegen's `wide_chunks`):
+/// `x` in `buf[..n]`, `y` in `buf[CHUNK..CHUNK + n]`; the powers replace
+/// the `x` half.
+///
+/// # Safety
+/// `p` points to `CHUNK + n` writable, initialized f64 (`n ≤ CHUNK`) and
+/// the host has what [`lanes`] requires.
+pub(crate) unsafe extern "C" fn tl_wide_pow_f64(p: *mut f64, n: i64) {
+    let n = usize::try_from(n).unwrap_or(0).min(CHUNK);
+    // SAFETY: the caller's buffer; nothing else accesses it during the call.
+    let buf = unsafe { std::slice::from_raw_parts_mut(p, CHUNK + n) };
+    let (xs, ys) = buf.split_at_mut(CHUNK);
+    let mapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx512() {
+                // SAFETY: every feature the function is compiled for was
+                // just detected.
+                unsafe { avx512::pow(&mut xs[..n], ys) };
+                return;
+            }
+            if has_avx2() {
+                // SAFETY: as above.
+                unsafe { avx2::pow(&mut xs[..n], ys) };
+                return;
+            }
+        }
+        pow_buf(&mut xs[..n], ys);
+    }));
+    if mapped.is_err() {
+        // SAFETY: as above; the closure that borrowed the buffer is gone.
+        let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
+        buf.iter_mut().for_each(|x| *x = f64::NAN);
+    }
+}
+
+/// `xs[i] = pow64(xs[i], ys[i])`.
+#[inline(always)]
+fn pow_buf(xs: &mut [f64], ys: &[f64]) {
+    for (x, y) in xs.iter_mut().zip(ys) {
+        *x = pow64(*x, *y);
+    }
+}
+
+/// Knuth's two-sum: `two_sum` of `codegen/math.rs`.
+#[inline(always)]
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    let ab = s - bb;
+    (s, (a - ab) + (b - bb))
+}
+
+/// fdlibm's reduction: `log_f64_split`.
+#[inline(always)]
+fn ln_split(x: f64) -> (f64, f64) {
+    let tiny = x < f64::MIN_POSITIVE;
+    let xn = if tiny { x * 2f64.powi(54) } else { x };
+    let bits = xn.to_bits();
+    let e = (bits >> 52) & 0x7ff;
+    let k = f64::from_bits(e | 0x4330_0000_0000_0000) - (2f64.powi(52) + 1023.0);
+    let k = k - if tiny { 54.0 } else { 0.0 };
+    let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+    let big = m >= std::f64::consts::SQRT_2;
+    let m = if big { m * 0.5 } else { m };
+    let k = if big { k + 1.0 } else { k };
+    (k, m)
+}
+
+/// `pow_f64` of `codegen/math.rs`, operation for operation.
+#[inline(always)]
+fn pow64(x: f64, y: f64) -> f64 {
+    let a = x.abs();
+    let (k, m) = ln_split(a);
+    let f = m - 1.0;
+    let d = 2.0 + f;
+    let d_lo = f - (d - 2.0);
+    let s = f / d;
+    let neg_s = -s;
+    let r = neg_s.mul_add(d, f);
+    let r = neg_s.mul_add(d_lo, r);
+    let s_lo = r / d;
+    let sq = s * s;
+    let sq_lo = s.mul_add(s, -sq);
+    let c = sq * s;
+    let c_lo = sq.mul_add(s, -c);
+    let c_lo = sq_lo.mul_add(s, c_lo);
+    let c_lo = (sq * 3.0).mul_add(s_lo, c_lo);
+    let [t_hi, t_lo] = POW_F64_TWO_THIRDS;
+    let q = t_hi * c;
+    let q_lo = t_hi.mul_add(c, -q);
+    let q_lo = t_hi.mul_add(c_lo, q_lo);
+    let q_lo = t_lo.mul_add(c, q_lo);
+    let rest = c * sq * horner(sq, &POW_F64_ATANH);
+    let (h1, e1) = two_sum(k * 6.931_471_803_691_238e-1, s + s);
+    let (h2, e2) = two_sum(h1, q);
+    let small = k * 1.908_214_929_270_587_7e-10 + (s_lo + s_lo) + q_lo + rest;
+    let lo = (e1 + e2) + small;
+    let l_hi = h2 + lo;
+    let l_lo = lo - (l_hi - h2);
+    let l_hi = log_specials(a, l_hi);
+    let p = y * l_hi;
+    let p_lo = y.mul_add(l_hi, -p);
+    let p_lo = y.mul_add(l_lo, p_lo);
+    let e = exp(p);
+    let ok = e.abs() < f64::INFINITY && p_lo.abs() < f64::INFINITY;
+    let mag = if ok { e.mul_add(p_lo, e) } else { e };
+    pow_specials(x, y, mag)
+}
+
+/// `pow_specials` of `codegen/math.rs`.
+#[inline(always)]
+fn pow_specials(x: f64, y: f64, mag: f64) -> f64 {
+    let y_int = y.round_ties_even() == y;
+    let yh = y * 0.5;
+    let y_even = yh.round_ties_even() == yh;
+    let r = if y_int && !y_even {
+        with_sign_of(mag, x)
+    } else {
+        mag
+    };
+    let y_finite = y.abs() < f64::INFINITY;
+    let ax = x.abs();
+    let invalid = x < 0.0 && ax < f64::INFINITY && !y_int && y_finite;
+    let r = if invalid { f64::NAN } else { r };
+    let y_inf = !y_finite && !y.is_nan();
+    let unit = (ax == 1.0 && y_inf) || x == 1.0 || y == 0.0;
+    if unit { 1.0 } else { r }
+}
+
 /// One `map` per instruction set: the same loop, compiled for its features
 /// so that LLVM vectorizes the inlined functions at that width.
 macro_rules! wide_map {
@@ -417,6 +548,13 @@ macro_rules! wide_map {
             #[target_feature(enable = $features)]
             pub(super) unsafe fn map<T: Lane>(u: UnaryOp, buf: &mut [T]) {
                 T::map(u, buf);
+            }
+
+            /// # Safety
+            /// The host has the features this is compiled for.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn pow(xs: &mut [f64], ys: &[f64]) {
+                pow_buf(xs, ys);
             }
 
             /// # Safety
@@ -741,16 +879,7 @@ impl Lane for f64 {
     #[inline(always)]
     fn ln(self) -> f64 {
         let x = self;
-        let tiny = x < f64::MIN_POSITIVE;
-        let xn = if tiny { x * 2f64.powi(54) } else { x };
-        let bits = xn.to_bits();
-        let e = (bits >> 52) & 0x7ff;
-        let k = f64::from_bits(e | 0x4330_0000_0000_0000) - (2f64.powi(52) + 1023.0);
-        let k = k - if tiny { 54.0 } else { 0.0 };
-        let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
-        let big = m >= std::f64::consts::SQRT_2;
-        let m = if big { m * 0.5 } else { m };
-        let k = if big { k + 1.0 } else { k };
+        let (k, m) = ln_split(x);
         let f = m - 1.0;
         let s = f / (2.0 + f);
         let z = s * s;

@@ -118,3 +118,73 @@ pub const F32_SPECIALS: [f32; 22] = [
     -4.0,
     -1.0,
 ];
+
+/// `(x, y)` pairs for f64 `pow`: bases over the whole range (every ~2^47th
+/// bit pattern, 2^43rd when `exhaustive`) and the special ones × exponents
+/// for the special cases and huge results, then a dense grid of moderate
+/// bases and exponents.
+pub fn pow_f64_pairs(exhaustive: bool) -> (Vec<f64>, Vec<f64>) {
+    let step: u64 = if exhaustive {
+        (1 << 43) + 777
+    } else {
+        (1 << 47) + 777
+    };
+    let mut xs: Vec<f64> = (0..u64::MAX / step)
+        .map(|i| f64::from_bits(i.wrapping_mul(step)))
+        .collect();
+    xs.extend([
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        2.0,
+        -2.0,
+        0.5,
+        10.0,
+        5e-324,
+        f64::MAX,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        std::f64::consts::SQRT_2,
+        0.7072,
+    ]);
+    let ys = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        2.0,
+        3.0,
+        -3.0,
+        0.5,
+        -0.5,
+        2.5,
+        -7.25,
+        1e-3,
+        9_007_199_254_740_991.0,
+        9_007_199_254_740_992.0,
+        9_007_199_254_740_993.0,
+        709.0,
+        -745.0,
+        1e300,
+        -1e300,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ];
+    let (mut px, mut py) = (Vec::new(), Vec::new());
+    for x in &xs {
+        for y in &ys {
+            px.push(*x);
+            py.push(*y);
+        }
+    }
+    for i in 0..500u32 {
+        for j in 0..200u32 {
+            px.push(f64::from(i) * 0.0173 + 1e-3);
+            py.push(f64::from(j) * 0.41 - 41.0);
+        }
+    }
+    (px, py)
+}
