@@ -371,14 +371,15 @@ fn selects_of_every_comparison_agree_bitwise() {
     }
 }
 
-/// Conversions between f32 and 32-bit integers (and between i32 and u32)
-/// are vectorized (`cvtdq2ps`, `cvttps2dq` with saturation); every element
+/// Conversions between f32 and 32-bit integers (and between i32 and u32,
+/// and between f32 and f64) are vectorized (`cvtdq2ps`, `cvttps2dq` with
+/// saturation, `cvtps2pd`, `cvtpd2ps`); every element
 /// agrees bitwise with the interpreter: NaN → 0, ±inf and out-of-range
 /// values saturate, negative floats to u32 give 0, large integers round to
 /// nearest f32. Loads of both dtypes, a broadcast operand, vector bodies
 /// and tails.
 #[test]
-fn conversions_of_32_bit_lanes_agree_bitwise() {
+fn vector_conversions_agree_bitwise() {
     use tensorlift::{DType, Sym, Tensor};
     let floats: Vec<f32> = vec![
         0.0,
@@ -427,10 +428,25 @@ fn conversions_of_32_bit_lanes_agree_bitwise() {
         (DType::U32, DType::F32),
         (DType::I32, DType::U32),
         (DType::U32, DType::I32),
+        (DType::F32, DType::F64),
+        (DType::F64, DType::F32),
     ];
     for (from, to) in cases {
         for n in [3usize, 17, 40, 67, 1000] {
-            let v: Vec<f64> = if from == DType::F32 {
+            let v: Vec<f64> = if from == DType::F64 {
+                // f64 values that round, overflow and underflow in f32.
+                (0..n)
+                    .map(|i| {
+                        let f = f64::from(floats[i % floats.len()]);
+                        match i % 4 {
+                            0 => f * (1.0 + 2f64.powi(-30)),
+                            1 => f * 1e10,
+                            2 => f * 1e-300,
+                            _ => f,
+                        }
+                    })
+                    .collect()
+            } else if from == DType::F32 {
                 (0..n)
                     .map(|i| f64::from(floats[i % floats.len()]))
                     .collect()
@@ -473,7 +489,11 @@ fn conversions_of_32_bit_lanes_agree_bitwise() {
                 .jit_compile(true)
                 .compiler_ir(&[TensorSpec::known(from, &[n])], IrStage::Cranelift)
                 .unwrap();
-            let vector_cvt = clif.lines().any(|l| l.contains("fcvt") && l.contains("x4"));
+            let vector_cvt = clif.lines().any(|l| {
+                (l.contains("fcvt") && l.contains("x4"))
+                    || l.contains("fvpromote_low")
+                    || l.contains("fvdemote")
+            });
             let same_bits =
                 matches!(from, DType::I32 | DType::U32) && matches!(to, DType::I32 | DType::U32);
             assert!(

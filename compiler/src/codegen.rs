@@ -565,15 +565,26 @@ fn math_int_ty(vt: Type) -> Type {
     }
 }
 
-/// Conversions emitted on 4-lane vectors: between f32 and 32-bit integers
+/// Conversions emitted on vectors: between f32 and 32-bit integers
 /// (`cvtdq2ps`, `cvttps2dq` with Cranelift's saturation: NaN → 0, out of
 /// range → the nearest bound, as the scalar code's saturating conversion
-/// and clamp) and between i32 and u32 (the same bits).
+/// and clamp), between i32 and u32 (the same bits), and between f32 and
+/// f64 (`cvtps2pd`, `cvtpd2ps`: the load is converted as it is read, two
+/// f32 per f64 vector or two f64 vectors per f32 one, see `eval`).
 fn vector_convert(from: DType, to: DType) -> bool {
-    use DType::{F32, I32, U32};
+    use DType::{F32, F64, I32, U32};
     matches!(
         (from, to),
-        (I32 | U32, F32) | (F32, I32 | U32) | (I32, U32) | (U32, I32)
+        (I32 | U32, F32) | (F32, I32 | U32) | (I32, U32) | (U32, I32) | (F32, F64) | (F64, F32)
+    )
+}
+
+/// Whether a load of `from` in a kernel of `to` is converted as it is read
+/// (the float widths, whose vectors have different lane counts).
+fn converted_on_load(from: DType, to: DType) -> bool {
+    matches!(
+        (from, to),
+        (DType::F32, DType::F64) | (DType::F64, DType::F32)
     )
 }
 
@@ -878,7 +889,19 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 {
                     let p = self.b.use_var(self.pos[&i]);
                     let v = self.b.ins().load(comp_ty(*dtype), trusted(), p, 0);
-                    let v = self.b.ins().splat(vec_ty(*dtype).unwrap_or(vt), v);
+                    let dt = self.out_dtype();
+                    let v = if converted_on_load(*dtype, dt) {
+                        // Converted here, as `vector_load` does.
+                        self.convert(V::S(v), *dtype, dt)?.s()
+                    } else {
+                        v
+                    };
+                    let lt = if converted_on_load(*dtype, dt) {
+                        vt
+                    } else {
+                        vec_ty(*dtype).unwrap_or(vt)
+                    };
+                    let v = self.b.ins().splat(lt, v);
                     self.hoisted.insert(i, v);
                 }
             }
@@ -1960,6 +1983,38 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
     }
 
+    /// A vector of `vt`'s lane count loaded from `p + off` as `dtype`
+    /// elements: that type's vector, or for the float widths the elements
+    /// converted as they are read (f32 → f64: two f32 and `cvtps2pd`;
+    /// f64 → f32: two f64 vectors, `cvtpd2ps` each, halves joined).
+    fn vector_load(&mut self, dtype: DType, vt: Type, p: Value, off: i32) -> Value {
+        // (Bitcasts between lane counts name the byte order.)
+        let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        match (dtype, vt) {
+            (DType::F32, types::F64X2) => {
+                let w = self.b.ins().load(types::I64, unaligned(), p, off);
+                let v = self.b.ins().scalar_to_vector(types::I64X2, w);
+                let v = self.b.ins().bitcast(types::F32X4, flags, v);
+                self.b.ins().fvpromote_low(v)
+            }
+            (DType::F64, types::F32X4) => {
+                let a = self.b.ins().load(types::F64X2, unaligned(), p, off);
+                let b = self.b.ins().load(types::F64X2, unaligned(), p, off + 16);
+                let a = self.b.ins().fvdemote(a);
+                let b = self.b.ins().fvdemote(b);
+                let a = self.b.ins().bitcast(types::I64X2, flags, a);
+                let b = self.b.ins().bitcast(types::I64X2, flags, b);
+                let hi = self.b.ins().extractlane(b, 0);
+                let v = self.b.ins().insertlane(a, hi, 1);
+                self.b.ins().bitcast(types::F32X4, flags, v)
+            }
+            _ => {
+                let lt = vec_ty(dtype).unwrap_or(vt);
+                self.b.ins().load(lt, unaligned(), p, off)
+            }
+        }
+    }
+
     /// Evaluates every node of the kernel at the current position.
     fn eval(&mut self, mode: Mode) -> Result<Vec<V>> {
         let nodes = self.k.nodes.clone();
@@ -1988,8 +2043,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                             let p = self.b.use_var(self.pos[&i]);
                             let off = (self.load_off * dtype.size() as i64) as i32;
                             // Another type's load only feeds conversions.
-                            let lt = vec_ty(*dtype).unwrap_or(vt);
-                            V::S(self.b.ins().load(lt, unaligned(), p, off))
+                            V::S(self.vector_load(*dtype, vt, p, off))
                         }
                     },
                     Mode::Scalar => {
@@ -2479,6 +2533,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 (DType::F32, DType::I32) => self.b.ins().fcvt_to_sint_sat(types::I32X4, x),
                 (DType::F32, DType::U32) => self.b.ins().fcvt_to_uint_sat(types::I32X4, x),
                 (DType::I32 | DType::U32, DType::I32 | DType::U32) => x,
+                // Converted by the load (`vector_load`).
+                (DType::F32, DType::F64) | (DType::F64, DType::F32) => x,
                 _ => {
                     return Err(Error::internal(format!(
                         "a vector conversion from {from} to {to}"
