@@ -312,8 +312,8 @@ fn float_max_min_keep_nans_and_signed_zeros() {
     }
 }
 
-/// `select(x <op> c, x, k·x)` for every comparison and the dtypes whose
-/// comparisons vectorize into lane masks (and i64, which stays scalar),
+/// `select(x <op> c, x, x + 2)` for every comparison and the dtypes whose
+/// comparisons vectorize into lane masks (64-bit integers with SSE4.2),
 /// over lengths that cover vector bodies and tails: bitwise equal to the
 /// interpreter, NaN lanes included for floats.
 #[test]
@@ -329,6 +329,7 @@ fn selects_of_every_comparison_agree_bitwise() {
         DType::U8,
         DType::U32,
         DType::I64,
+        DType::U64,
     ] {
         for &cmp in CmpOp::ALL {
             let body = move |x: Sym| {
@@ -340,7 +341,7 @@ fn selects_of_every_comparison_agree_bitwise() {
                     CmpOp::Gt => x.greater(3.0),
                     CmpOp::Ge => x.greater_equal(3.0),
                 };
-                p.select(&x, &x * 2.0)
+                p.select(&x, &x + 2.0)
             };
             for n in [0usize, 3, 17, 40, 67] {
                 let v: Vec<f64> = (0..n)
@@ -364,6 +365,18 @@ fn selects_of_every_comparison_agree_bitwise() {
                     assert!(
                         common::same_bits(&got[0], &want[0]),
                         "{dtype} {cmp:?} n={n} {opts:?}"
+                    );
+                }
+                // Vectorized: a lane mask and `bitselect` (64-bit lanes
+                // with SSE4.2's `pcmpgtq`).
+                if n >= 17 {
+                    let clif = function(body)
+                        .jit_compile(true)
+                        .compiler_ir(&[TensorSpec::known(dtype, &[n])], IrStage::Cranelift)
+                        .unwrap();
+                    assert!(
+                        clif.contains("bitselect"),
+                        "{dtype} {cmp:?}: not vectorized"
                     );
                 }
             }

@@ -156,6 +156,18 @@ fn has_fma() -> bool {
     }
 }
 
+/// Whether the host has SSE4.2 (`pcmpgtq`: 64-bit lane comparisons).
+fn has_sse42() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("sse4.2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the host has SSE4.1 (vector rounding and min/max).
 fn has_sse41() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -1712,7 +1724,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         };
         for (i, n) in self.k.nodes.iter().enumerate() {
             if let ENode::Compare(_, _, _, d) = n {
-                if *d != dt || !(float || dt.size() <= 4) || !mask_only(i) {
+                let lanes_cmp = float || dt.size() <= 4 || has_sse42();
+                if *d != dt || !lanes_cmp || !mask_only(i) {
                     return None;
                 }
                 continue;
