@@ -569,6 +569,36 @@ fn float_sign_agrees_bitwise() {
     }
 }
 
+/// 64-bit integer multiplication, min/max and abs run on 2-lane vectors
+/// where the host has AVX-512F/VL/DQ (`vpmullq`, `vpmaxsq`, `vpabsq`, ...;
+/// their values are
+/// checked bitwise by `reductions_and_loops_of_every_length`), and stay
+/// scalar elsewhere.
+#[test]
+fn int64_lanes_vectorize_with_avx512() {
+    use tensorlift::{DType, Sym};
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512dq");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    for dtype in [DType::I64, DType::U64] {
+        let spec = [TensorSpec::known(dtype, &[3, 40])];
+        let mul = function(|x: Sym| &x * 3.0).jit_compile(true);
+        let clif = mul.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+        assert_eq!(clif.contains("load.i64x2"), avx512, "{dtype} mul");
+        let max = function(|x: Sym| x.reduce_max(Some(&[1]), false)).jit_compile(true);
+        let clif = max.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+        assert_eq!(clif.contains("max.i64x2"), avx512, "{dtype} max");
+        if dtype == DType::I64 {
+            let abs = function(|x: Sym| x.abs()).jit_compile(true);
+            let clif = abs.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+            assert_eq!(clif.contains("load.i64x2"), avx512, "{dtype} abs");
+        }
+    }
+}
+
 /// Row groups (kernels interleaved a block of rows at a time, row ranges on
 /// different threads) compute exactly what the interpreter computes:
 /// softmax and a row normalization over shapes with many blocks, and a

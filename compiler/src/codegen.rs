@@ -156,6 +156,21 @@ fn has_fma() -> bool {
     }
 }
 
+/// Whether the host has AVX-512F/VL/DQ (64-bit lane min/max and multiply
+/// on 128-bit vectors).
+fn has_avx512_lanes() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512dq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the host has SSE4.2 (`pcmpgtq`: 64-bit lane comparisons).
 fn has_sse42() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -1687,9 +1702,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let float = dt.is_float();
         let exact = self.opts.exact;
         // What SSE4.1 has for integer lanes: multiplication of 16- and
-        // 32-bit lanes (pmullw/pmulld), min/max up to 32 bits.
-        let int_mul = matches!(dt, DType::I16 | DType::U16 | DType::I32 | DType::U32);
-        let min_max = float || dt.size() <= 4;
+        // 32-bit lanes (pmullw/pmulld), min/max up to 32 bits; 64-bit lanes
+        // multiply (AVX-512DQ's vpmullq, else Cranelift's pmuludq sequence)
+        // and min/max with AVX-512VL (vpminsq/vpmaxuq...).
+        let wide64 = dt.size() == 8 && has_avx512_lanes();
+        let int_mul =
+            matches!(dt, DType::I16 | DType::U16 | DType::I32 | DType::U32) || (wide64 && !float);
+        let min_max = float || dt.size() <= 4 || wide64;
         if let KernelKind::Reduce { op, reduced } = &self.k.kind {
             let ok = match op {
                 ReduceOp::Sum => !float || !exact || !reduced[rank - 1],
@@ -1761,7 +1780,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         UnaryOp::Sign => float,
                         UnaryOp::Square => float || int_mul,
                         // pabsb/w/d; unsigned abs is the identity.
-                        UnaryOp::Abs => float || dt.size() <= 4 || !dt.is_signed_int(),
+                        UnaryOp::Abs => float || dt.size() <= 4 || !dt.is_signed_int() || wide64,
                         UnaryOp::Sqrt
                         | UnaryOp::Floor
                         | UnaryOp::Ceil
