@@ -1,0 +1,76 @@
+//! Our JIT on the benchmark workloads, timed the way
+//! `../shared/peers/jit_throughput.py` times the peers: one warm-up call,
+//! then the best of 7 single calls (criterion, in `benches/jit.rs`, reports
+//! medians of many). Run it right after the peer script to compare like
+//! with like; the figures are in docs/benchmarks.md.
+//!
+//! `cargo run --release --example peer_method`
+#![allow(clippy::unwrap_used, reason = "a measurement script")]
+
+use tensorlift::{Function, Sym, Tensor, function};
+
+/// Values spread over about [-3, 3], as in `benches/jit.rs`.
+fn tensor(dims: &[usize], seed: u32) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as f32 / u32::MAX as f32)
+                * 6.0
+                - 3.0
+        })
+        .collect();
+    Tensor::from(ndarray::ArrayD::from_shape_vec(dims.to_vec(), v).unwrap())
+}
+
+fn arith(x: Sym) -> Sym {
+    ((&x * 1.5 + 0.25) * &x - 0.75) * 0.5 + &x
+}
+
+fn transc(x: Sym) -> Sym {
+    (-&x * &x).exp() * x.tanh() + x.abs().sqrt()
+}
+
+fn softmax(x: Sym) -> Sym {
+    let e = (&x - x.reduce_max(Some(&[1]), true)).exp();
+    &e / e.reduce_sum(Some(&[1]), true)
+}
+
+fn mlp(x: Sym, w1: Sym, b1: Sym, w2: Sym, b2: Sym) -> Sym {
+    (x.matmul(&w1) + b1).maximum(0.0).matmul(&w2) + b2
+}
+
+/// The peers' `best`: one warm-up call, the minimum of 7 timed calls (ms).
+fn best(f: &Function, inputs: &[Tensor]) -> f64 {
+    f.call(inputs).unwrap();
+    (0..7)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(f.call(inputs).unwrap());
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    for n in [1usize << 20, 1 << 24] {
+        let x = [tensor(&[n], 1)];
+        let a = function(arith).jit_compile(true);
+        println!("arith tensorlift n={n:<10} {:9.3} ms", best(&a, &x));
+        let t = function(transc).jit_compile(true);
+        println!("transc tensorlift n={n:<9} {:9.3} ms", best(&t, &x));
+    }
+    let s = function(softmax).jit_compile(true);
+    println!(
+        "softmax tensorlift 4096x1024     {:9.3} ms",
+        best(&s, &[tensor(&[4096, 1024], 2)])
+    );
+    let ins = [
+        tensor(&[256, 512], 3),
+        tensor(&[512, 512], 4),
+        tensor(&[512], 5),
+        tensor(&[512, 512], 6),
+        tensor(&[512], 7),
+    ];
+    let m = function(mlp).jit_compile(true);
+    println!("mlp tensorlift                   {:9.3} ms", best(&m, &ins));
+}
