@@ -15,6 +15,10 @@
 //! `tests/jit_wide.rs` checks it.
 //! f64 `pow` has one too (`tl_wide_pow_f64`, its two operands in two
 //! buffers). Rows of functions without a routine here keep the 128-bit code.
+//!
+//! A row whose whole kernel is `f(x)`, `f(x ± s)`, `f(x·s)` or `x / s` (`s`
+//! fixed for the row) skips the chunk passes: `tl_wide_row_f32`/`_f64` run
+//! it in one loop per row, stored or summed (codegen's `fused_row`).
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
