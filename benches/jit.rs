@@ -12,38 +12,9 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tensorlift::{DType, Function, Sym, Tensor, TensorSpec, function};
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    // A deterministic spread of values in about [-3, 3].
-    (0..n)
-        .map(|i| {
-            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as f32 / u32::MAX as f32)
-                * 6.0
-                - 3.0
-        })
-        .collect()
-}
+mod workloads;
 
-fn tensor(dims: &[usize], seed: u32) -> Tensor {
-    let n = dims.iter().product();
-    Tensor::from(ndarray::ArrayD::from_shape_vec(dims.to_vec(), data(n, seed)).unwrap())
-}
-
-fn arith(x: Sym) -> Sym {
-    ((&x * 1.5 + 0.25) * &x - 0.75) * 0.5 + &x
-}
-
-fn transc(x: Sym) -> Sym {
-    (-&x * &x).exp() * x.tanh() + x.abs().sqrt()
-}
-
-fn softmax(x: Sym) -> Sym {
-    let e = (&x - x.reduce_max(Some(&[1]), true)).exp();
-    &e / e.reduce_sum(Some(&[1]), true)
-}
-
-fn mlp(x: Sym, w1: Sym, b1: Sym, w2: Sym, b2: Sym) -> Sym {
-    (x.matmul(&w1) + b1).maximum(0.0).matmul(&w2) + b2
-}
+use workloads::{arith, mlp, softmax, tensor, transc};
 
 fn both(
     c: &mut Criterion,

@@ -7,37 +7,12 @@
 //! `cargo run --release --example peer_method`
 #![allow(clippy::unwrap_used, reason = "a measurement script")]
 
-use tensorlift::{Function, Sym, Tensor, function};
+use tensorlift::{Function, Tensor, function};
 
-/// Values spread over about [-3, 3], as in `benches/jit.rs`.
-fn tensor(dims: &[usize], seed: u32) -> Tensor {
-    let n: usize = dims.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| {
-            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as f32 / u32::MAX as f32)
-                * 6.0
-                - 3.0
-        })
-        .collect();
-    Tensor::from(ndarray::ArrayD::from_shape_vec(dims.to_vec(), v).unwrap())
-}
+#[path = "../benches/workloads/mod.rs"]
+mod workloads;
 
-fn arith(x: Sym) -> Sym {
-    ((&x * 1.5 + 0.25) * &x - 0.75) * 0.5 + &x
-}
-
-fn transc(x: Sym) -> Sym {
-    (-&x * &x).exp() * x.tanh() + x.abs().sqrt()
-}
-
-fn softmax(x: Sym) -> Sym {
-    let e = (&x - x.reduce_max(Some(&[1]), true)).exp();
-    &e / e.reduce_sum(Some(&[1]), true)
-}
-
-fn mlp(x: Sym, w1: Sym, b1: Sym, w2: Sym, b2: Sym) -> Sym {
-    (x.matmul(&w1) + b1).maximum(0.0).matmul(&w2) + b2
-}
+use workloads::{arith, mlp, softmax, tensor, transc};
 
 /// The peers' `best`: one warm-up call, the minimum of 7 timed calls (ms).
 fn best(f: &Function, inputs: &[Tensor]) -> f64 {

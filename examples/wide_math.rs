@@ -10,17 +10,14 @@
 use tensorlift::compiler::JitOptions;
 use tensorlift::{Sym, Tensor, function};
 
-fn transc(x: Sym) -> Sym {
-    (-&x * &x).exp() * x.tanh() + x.abs().sqrt()
-}
+#[path = "../benches/workloads/mod.rs"]
+#[allow(dead_code, reason = "the other workloads are the benchmarks'")]
+mod workloads;
+
+use workloads::{softmax, transc};
 
 fn sin_cos(x: Sym) -> Sym {
     x.sin() * x.cos()
-}
-
-fn softmax(x: Sym) -> Sym {
-    let e = (&x - x.reduce_max(Some(&[-1]), true)).exp();
-    &e / e.reduce_sum(Some(&[-1]), true)
 }
 
 type Workload = (&'static str, fn(Sym) -> Sym, Vec<usize>, bool);

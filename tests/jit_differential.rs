@@ -312,6 +312,42 @@ fn float_max_min_keep_nans_and_signed_zeros() {
     }
 }
 
+/// `v` as a 1-D tensor of `dtype`.
+fn typed(v: Vec<f64>, dtype: tensorlift::DType) -> tensorlift::Tensor {
+    let n = v.len();
+    tensorlift::runtime::kernels::elementwise::convert(
+        &tensorlift::Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
+        dtype,
+    )
+    .unwrap()
+}
+
+/// Requires `body` compiled under every option set (`EXACT`, the default)
+/// to give the interpreter's bits on `x`; returns the default build's CLIF
+/// (for checks that it vectorized).
+fn agrees_bitwise(
+    body: impl Fn(Sym) -> Sym + Copy + Send + Sync + 'static,
+    x: &tensorlift::Tensor,
+    what: &str,
+) -> String {
+    let want = function(body).call(std::slice::from_ref(x)).unwrap();
+    for opts in EXACT.iter().chain([&JitOptions::default()]) {
+        let f = function(body).jit_compile(true).jit_options(*opts);
+        let got = f.call(std::slice::from_ref(x)).unwrap();
+        assert!(
+            common::same_bits(&got[0], &want[0]),
+            "{what} {opts:?}: {:?} vs {:?}",
+            got[0],
+            want[0]
+        );
+    }
+    let spec = TensorSpec::known(x.dtype(), x.shape());
+    function(body)
+        .jit_compile(true)
+        .compiler_ir(&[spec], IrStage::Cranelift)
+        .unwrap()
+}
+
 /// `select(x <op> c, x, x + 2)` for every comparison and the dtypes whose
 /// comparisons vectorize into lane masks (64-bit integers with SSE4.2),
 /// over lengths that cover vector bodies and tails: bitwise equal to the
@@ -319,7 +355,7 @@ fn float_max_min_keep_nans_and_signed_zeros() {
 #[test]
 fn selects_of_every_comparison_agree_bitwise() {
     use tensorlift::ir::CmpOp;
-    use tensorlift::{DType, Sym, Tensor};
+    use tensorlift::{DType, Sym};
     for dtype in [
         DType::F32,
         DType::F64,
@@ -353,32 +389,14 @@ fn selects_of_every_comparison_agree_bitwise() {
                         }
                     })
                     .collect();
-                let x = tensorlift::runtime::kernels::elementwise::convert(
-                    &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
-                    dtype,
-                )
-                .unwrap();
-                let want = function(body).call(std::slice::from_ref(&x)).unwrap();
-                for opts in EXACT.iter().chain([&JitOptions::default()]) {
-                    let f = function(body).jit_compile(true).jit_options(*opts);
-                    let got = f.call(std::slice::from_ref(&x)).unwrap();
-                    assert!(
-                        common::same_bits(&got[0], &want[0]),
-                        "{dtype} {cmp:?} n={n} {opts:?}"
-                    );
-                }
+                let x = typed(v, dtype);
+                let clif = agrees_bitwise(body, &x, &format!("{dtype} {cmp:?} n={n}"));
                 // Vectorized: a lane mask and `bitselect` (64-bit lanes
                 // with SSE4.2's `pcmpgtq`).
-                if n >= 17 {
-                    let clif = function(body)
-                        .jit_compile(true)
-                        .compiler_ir(&[TensorSpec::known(dtype, &[n])], IrStage::Cranelift)
-                        .unwrap();
-                    assert!(
-                        clif.contains("bitselect"),
-                        "{dtype} {cmp:?}: not vectorized"
-                    );
-                }
+                assert!(
+                    clif.contains("bitselect") || n < 17,
+                    "{dtype} {cmp:?}: not vectorized"
+                );
             }
         }
     }
@@ -393,7 +411,7 @@ fn selects_of_every_comparison_agree_bitwise() {
 /// and tails.
 #[test]
 fn vector_conversions_agree_bitwise() {
-    use tensorlift::{DType, Sym, Tensor};
+    use tensorlift::{DType, Sym};
     let floats: Vec<f32> = vec![
         0.0,
         -0.0,
@@ -476,32 +494,13 @@ fn vector_conversions_agree_bitwise() {
                     })
                     .collect()
             };
-            let x = tensorlift::runtime::kernels::elementwise::convert(
-                &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
-                from,
-            )
-            .unwrap();
             // A second operand of the target type, and the conversion used
             // in arithmetic of that type.
             let body = move |x: Sym| {
                 let c = x.cast(to);
                 &c + &(&c * 3.0)
             };
-            let want = function(body).call(std::slice::from_ref(&x)).unwrap();
-            for opts in EXACT.iter().chain([&JitOptions::default()]) {
-                let f = function(body).jit_compile(true).jit_options(*opts);
-                let got = f.call(std::slice::from_ref(&x)).unwrap();
-                assert!(
-                    common::same_bits(&got[0], &want[0]),
-                    "{from} -> {to} n={n} {opts:?}: {:?} vs {:?}",
-                    got[0],
-                    want[0]
-                );
-            }
-            let clif = function(body)
-                .jit_compile(true)
-                .compiler_ir(&[TensorSpec::known(from, &[n])], IrStage::Cranelift)
-                .unwrap();
+            let clif = agrees_bitwise(body, &typed(v, from), &format!("{from} -> {to} n={n}"));
             let vector_cvt = clif.lines().any(|l| {
                 (l.contains("fcvt") && l.contains("x4"))
                     || l.contains("fvpromote_low")
@@ -522,7 +521,7 @@ fn vector_conversions_agree_bitwise() {
 /// ±0 (kept), infinities, denormals, f32 and f64, bodies and tails.
 #[test]
 fn float_sign_agrees_bitwise() {
-    use tensorlift::{DType, Sym, Tensor};
+    use tensorlift::{DType, Sym};
     let vals = [
         0.0,
         -0.0,
@@ -540,27 +539,11 @@ fn float_sign_agrees_bitwise() {
     for dtype in [DType::F32, DType::F64] {
         for n in [3usize, 17, 40] {
             let v: Vec<f64> = (0..n).map(|i| vals[i % vals.len()]).collect();
-            let x = tensorlift::runtime::kernels::elementwise::convert(
-                &Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v).unwrap()),
-                dtype,
-            )
-            .unwrap();
-            let body = |x: Sym| x.sign();
-            let want = function(body).call(std::slice::from_ref(&x)).unwrap();
-            for opts in EXACT.iter().chain([&JitOptions::default()]) {
-                let f = function(body).jit_compile(true).jit_options(*opts);
-                let got = f.call(std::slice::from_ref(&x)).unwrap();
-                assert!(
-                    common::same_bits(&got[0], &want[0]),
-                    "{dtype} n={n} {opts:?}: {:?} vs {:?}",
-                    got[0],
-                    want[0]
-                );
-            }
-            let clif = function(body)
-                .jit_compile(true)
-                .compiler_ir(&[TensorSpec::known(dtype, &[n])], IrStage::Cranelift)
-                .unwrap();
+            let clif = agrees_bitwise(
+                |x: Sym| x.sign(),
+                &typed(v, dtype),
+                &format!("{dtype} n={n}"),
+            );
             assert!(
                 clif.contains("bitselect") || n < 4,
                 "{dtype} n={n}: not vectorized"

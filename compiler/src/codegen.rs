@@ -156,21 +156,6 @@ fn has_fma() -> bool {
     }
 }
 
-/// Whether the host has AVX-512F/VL/DQ (64-bit lane min/max and multiply
-/// on 128-bit vectors).
-fn has_avx512_lanes() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512dq")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Whether the host has SSE4.2 (`pcmpgtq`: 64-bit lane comparisons).
 fn has_sse42() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -900,13 +885,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         };
         let nv = count;
         let mut start = None;
-        let fused = (self.vector_type(n))
-            .and_then(|vt| self.fused_row(vt, n))
-            .filter(|_| reduce_inner || matches!(self.k.kind, KernelKind::Loop));
-        if let Some(fr) = fused {
+        let vector = self.vector_type(n);
+        if let Some(fr) = vector.and_then(|vt| self.fused_row(vt, n)) {
             self.emit_fused_row(&fr, nv, acc)?;
             start = Some(nv);
-        } else if let Some(vt) = self.vector_type(n) {
+        } else if let Some(vt) = vector {
             let lanes = vt.lane_count() as i64;
             // Hoist stride-0 loads and constants out of the vector loop.
             self.hoisted.clear();
@@ -1705,7 +1688,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         // 32-bit lanes (pmullw/pmulld), min/max up to 32 bits; 64-bit lanes
         // multiply (AVX-512DQ's vpmullq, else Cranelift's pmuludq sequence)
         // and min/max with AVX-512VL (vpminsq/vpmaxuq...).
-        let wide64 = dt.size() == 8 && has_avx512_lanes();
+        let wide64 = dt.size() == 8 && wide::has_avx512();
         let int_mul =
             matches!(dt, DType::I16 | DType::U16 | DType::I32 | DType::U32) || (wide64 && !float);
         let min_max = float || dt.size() <= 4 || wide64;
@@ -2156,21 +2139,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Abs if xd.is_signed_int() => self.b.ins().iabs(x),
             UnaryOp::Abs => x,
             UnaryOp::Sign if is_float && ty.is_vector() => {
-                // copysign(1, x) by bits, NaN and ±0 kept, in lanes.
-                let ity = math_int_ty(ty);
-                let flags = MemFlagsData::new();
-                let sign_bit = if ty.lane_type() == types::F64 {
-                    i64::MIN
-                } else {
-                    i64::from(i32::MIN)
-                };
-                let xb = self.b.ins().bitcast(ity, flags, x);
-                let mask = self.splat_i(ity, sign_bit);
-                let sign = self.b.ins().band(xb, mask);
+                // copysign(1, x) by bits (1.0's sign bit is clear), NaN and
+                // ±0 kept, in lanes.
                 let one = self.splat_f(ty, 1.0);
-                let ob = self.b.ins().bitcast(ity, flags, one);
-                let sb = self.b.ins().bor(ob, sign);
-                let s = self.b.ins().bitcast(ty, flags, sb);
+                let s = self.with_sign_of(one, x, ty);
                 let zero = self.splat_f(ty, 0.0);
                 // (x86 vectors have no unordered-or-equal compare.)
                 let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);

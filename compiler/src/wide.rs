@@ -76,7 +76,7 @@ pub(crate) fn lanes() -> Option<usize> {
 }
 
 /// Every feature `avx512::map` is compiled with.
-fn has_avx512() -> bool {
+pub(crate) fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx512f")
@@ -124,6 +124,30 @@ pub(crate) unsafe extern "C" fn tl_wide_f64(op: i32, p: *mut f64, n: i64) {
     unsafe { dispatch(op, p, n) }
 }
 
+/// `f(args)` from the module of the widest instruction set the host has
+/// (`avx512`, then `avx2`; every feature a module is compiled with is
+/// detected first), else `plain`, under `catch_unwind`: a panic (none is
+/// possible) must not unwind into compiled code, and comes back as `Err`.
+macro_rules! on_widest {
+    ($f:ident($($a:expr),*), $plain:expr) => {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if has_avx512() {
+                    // SAFETY: every feature `avx512` is compiled for was just
+                    // detected; the arguments are the caller's to vouch for.
+                    return unsafe { avx512::$f($($a),*) };
+                }
+                if has_avx2() {
+                    // SAFETY: as above, for `avx2`.
+                    return unsafe { avx2::$f($($a),*) };
+                }
+            }
+            $plain
+        }))
+    };
+}
+
 /// The body of the `tl_wide_*` symbols: picks the widest compiled `map`.
 /// Nothing in it can panic; if it ever did, the panic stops here (it must
 /// not unwind into compiled code) and the buffer reads as NaN.
@@ -138,24 +162,7 @@ unsafe fn dispatch<T: Lane>(op: i32, p: *mut T, n: i64) {
     // SAFETY: the caller passes a buffer of `n` elements that nothing else
     // accesses during the call.
     let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
-    let mapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if has_avx512() {
-                // SAFETY: every feature the function is compiled for was
-                // just detected.
-                unsafe { avx512::map(u, buf) };
-                return;
-            }
-            if has_avx2() {
-                // SAFETY: as above.
-                unsafe { avx2::map(u, buf) };
-                return;
-            }
-        }
-        T::map(u, buf);
-    }));
-    if mapped.is_err() {
+    if on_widest!(map(u, &mut *buf), T::map(u, buf)).is_err() {
         // SAFETY: as above; the closure that borrowed the buffer is gone.
         let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
         buf.iter_mut().for_each(|x| *x = T::of(f64::NAN));
@@ -382,22 +389,10 @@ unsafe fn row_dispatch<T: Lane>(op: i32, src: *const T, n: i64, a: T, b: T, dst:
         },
     };
     let n = usize::try_from(n).unwrap_or(0);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if has_avx512() {
-                // SAFETY: every feature the function is compiled for was
-                // just detected; the rest is the caller's contract.
-                return unsafe { avx512::row(u, src, n, a, b, dst) };
-            }
-            if has_avx2() {
-                // SAFETY: as above.
-                return unsafe { avx2::row(u, src, n, a, b, dst) };
-            }
-        }
+    let r = on_widest!(row(u, src, n, a, b, dst), {
         // SAFETY: the caller's contract.
         unsafe { row(u, src, n, a, b, dst) }
-    }));
+    });
     r.unwrap_or_else(|_| {
         if !dst.is_null() {
             for i in 0..n {
@@ -421,24 +416,7 @@ pub(crate) unsafe extern "C" fn tl_wide_pow_f64(p: *mut f64, n: i64) {
     // SAFETY: the caller's buffer; nothing else accesses it during the call.
     let buf = unsafe { std::slice::from_raw_parts_mut(p, CHUNK + n) };
     let (xs, ys) = buf.split_at_mut(CHUNK);
-    let mapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if has_avx512() {
-                // SAFETY: every feature the function is compiled for was
-                // just detected.
-                unsafe { avx512::pow(&mut xs[..n], ys) };
-                return;
-            }
-            if has_avx2() {
-                // SAFETY: as above.
-                unsafe { avx2::pow(&mut xs[..n], ys) };
-                return;
-            }
-        }
-        pow_buf(&mut xs[..n], ys);
-    }));
-    if mapped.is_err() {
+    if on_widest!(pow(&mut xs[..n], ys), pow_buf(&mut xs[..n], ys)).is_err() {
         // SAFETY: as above; the closure that borrowed the buffer is gone.
         let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
         buf.iter_mut().for_each(|x| *x = f64::NAN);

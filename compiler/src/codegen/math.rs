@@ -556,7 +556,7 @@ impl KernelGen<'_, '_> {
 
     /// `r` with the sign bit of `x` (`r` non-negative), by bit operations:
     /// x64 has no vector `fcopysign`.
-    fn with_sign_of(&mut self, r: Value, x: Value, ty: Type) -> Value {
+    pub(super) fn with_sign_of(&mut self, r: Value, x: Value, ty: Type) -> Value {
         let ity = Self::int_ty(ty);
         let flags = MemFlagsData::new();
         let sign_bit = if ty.lane_type() == types::F64 {
