@@ -19,6 +19,11 @@ done
 # ml_dtypes for bfloat16 arrays.
 bash scripts/setup-python.sh
 
+# A run of every target builds ~40 binaries; incremental caches would double
+# the disk it takes (a CI machine ran out once). Set CARGO_INCREMENTAL=1 to
+# keep them when iterating.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (workspace lints, warnings are errors)"
