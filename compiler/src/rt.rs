@@ -524,6 +524,11 @@ unsafe extern "C" fn tl_parallel(
 /// Runs `run(bufs, ctx, lo, hi)` on `threads` contiguous parts of
 /// `[0, n)` in parallel; the first failing status (or 1 for a panic) is
 /// returned. The caller guarantees the parts write disjoint memory.
+///
+/// The calling thread runs the first part itself while the pool runs the
+/// others (`in_place_scope`): `rayon::scope` from outside the pool would
+/// hand the whole scope to a pool thread and put the caller to sleep, a
+/// wake-up more per call and three threads on a two-core machine.
 fn split_rows(
     bufs: *const *mut u8,
     ctx: *mut CallCtx,
@@ -535,17 +540,19 @@ fn split_rows(
     let status = std::sync::atomic::AtomicI32::new(0);
     let (b, c) = (SendPtr(bufs as *mut *mut u8), SendPtr(ctx));
     let r = catch_unwind(AssertUnwindSafe(|| {
-        rayon::scope(|s| {
-            for p in 0..parts {
-                let (lo, hi) = (n * p / parts, n * (p + 1) / parts);
-                let (b, c, status, run) = (&b, &c, &status, &run);
-                s.spawn(move |_| {
-                    let st = run(b.0, c.0, lo, hi);
-                    if st != 0 {
-                        status.store(st, std::sync::atomic::Ordering::Relaxed);
-                    }
-                });
+        let (b, c) = (&b, &c);
+        let part = |p: i64| {
+            let st = run(b.0, c.0, n * p / parts, n * (p + 1) / parts);
+            if st != 0 {
+                status.store(st, std::sync::atomic::Ordering::Relaxed);
             }
+        };
+        rayon::in_place_scope(|s| {
+            for p in 1..parts {
+                let part = &part;
+                s.spawn(move |_| part(p));
+            }
+            part(0);
         });
     }));
     match r {
