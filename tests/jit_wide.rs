@@ -447,6 +447,108 @@ fn fused_rows_match_inline() {
     }
 }
 
+/// A row max (`tl_wide_row_*` with `ROW_MAX`: 64 lanes of `vmaxps` and
+/// the NaN / sign companions) gives the bits of the inline code's
+/// `fmax` fold, f32 and f64, at lengths around the 64-lane block: a NaN
+/// of either sign at positions in the blocks and in the tail, rows of
+/// zeros of either sign with the other sign at one position, rows of
+/// negatives and one zero, `-inf` and `+inf` rows.
+#[test]
+fn row_max_matches_inline() {
+    for cols in [64usize, 65, 127, 128, 129, 1000, 4099] {
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        let mut ramp_row = ramp(cols, 6.0);
+        for (i, v) in common::F32_SPECIALS
+            .iter()
+            .filter(|v| !v.is_nan())
+            .enumerate()
+        {
+            ramp_row[(i * 37) % cols] = *v;
+        }
+        rows.push(ramp_row);
+        let neg: Vec<f32> = (0..cols).map(|i| -1.0 - i as f32).collect();
+        for p in [0, 1, 17, 63, cols / 2, cols - 1] {
+            for nan in [f32::NAN, -f32::NAN] {
+                let mut r = ramp(cols, 3.0);
+                r[p] = nan;
+                rows.push(r);
+            }
+            for (fill, other) in [(-0.0f32, 0.0f32), (0.0, -0.0)] {
+                let mut r = vec![fill; cols];
+                r[p] = other;
+                rows.push(r);
+            }
+            let mut r = neg.clone();
+            r[p] = -0.0;
+            rows.push(r.clone());
+            r[p] = 0.0;
+            rows.push(r);
+        }
+        rows.push(vec![f32::NEG_INFINITY; cols]);
+        rows.push(vec![-0.0; cols]);
+        let mut r = neg.clone();
+        r[cols - 1] = f32::INFINITY;
+        rows.push(r);
+        let n = rows.len();
+        let flat: Vec<f32> = rows.concat();
+        let x = common::f32s(&flat, &[n, cols]);
+        let x64 = Tensor::from(
+            ndarray::ArrayD::from_shape_vec(
+                vec![n, cols],
+                flat.iter().map(|v| f64::from(*v)).collect(),
+            )
+            .unwrap(),
+        );
+        let max = |x: &[Sym]| x[0].reduce_max(Some(&[-1]), false);
+        let clif = function(move |xs: &[Sym]| max(xs))
+            .jit_compile(true)
+            .compiler_ir(
+                &[TensorSpec::known(DType::F32, x.shape())],
+                IrStage::Cranelift,
+            )
+            .unwrap();
+        assert_eq!(clif.contains("tl_wide_row_f32"), host_has_wide(), "{cols}");
+        same_both_ways(&format!("row max {n}x{cols}"), true, max, &[x]);
+        same_both_ways(&format!("f64 row max {n}x{cols}"), true, max, &[x64]);
+    }
+}
+
+/// In a row group, the exp row of a softmax prefetches the same row of the
+/// next block (`block` rows × the row's bytes on), which the group's row max
+/// reads next; kernels outside a group, and the group's first kernel,
+/// prefetch nothing (the `ahead` argument of `tl_wide_row_f32` is 0).
+#[test]
+fn softmax_exp_row_prefetches_the_next_block() {
+    let softmax = |x: Sym| {
+        let e = (&x - x.reduce_max(Some(&[-1]), true)).exp();
+        &e / e.reduce_sum(Some(&[-1]), true)
+    };
+    let spec = [TensorSpec::known(DType::F32, &[256, 1024])];
+    let f = function(softmax).jit_compile(true);
+    let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
+    let block: usize = fused
+        .split("row group: steps 0..3 run ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("no row group in\n{fused}"));
+    let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+    let distance = format!("iconst.i64 {:#x}", block * 1024 * 4);
+    let calls: Vec<&str> = clif.lines().filter(|l| l.contains("= call fn")).collect();
+    assert_eq!(
+        clif.contains(&distance),
+        host_has_wide(),
+        "{distance} in\n{}",
+        calls.join("\n")
+    );
+    let alone = function(|x: Sym| (&x * 2.0).exp())
+        .jit_compile(true)
+        .compiler_ir(&spec, IrStage::Cranelift)
+        .unwrap();
+    assert!(!alone.contains(&distance));
+    assert_eq!(alone.contains("tl_wide_row_f32"), host_has_wide());
+}
+
 /// f64 `pow` through `tl_wide_pow_f64` (both operands in the chunk
 /// buffer) gives the inline code's bits: bases over the whole range ×
 /// special and huge exponents, a dense grid, results near overflow and

@@ -17,8 +17,10 @@
 //! buffers). Rows of functions without a routine here keep the 128-bit code.
 //!
 //! A row whose whole kernel is `f(x)`, `f(x ± s)`, `f(x·s)` or `x / s` (`s`
-//! fixed for the row) skips the chunk passes: `tl_wide_row_f32`/`_f64` run
-//! it in one loop per row, stored or summed (codegen's `fused_row`).
+//! fixed for the row), or a row max, skips the chunk passes:
+//! `tl_wide_row_f32`/`_f64` run it in one loop per row, stored, summed or
+//! maxed (codegen's `fused_row`), prefetching the next block of a row
+//! group as they go.
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -213,6 +215,13 @@ pub(crate) trait Lane:
     fn tanh(self) -> Self;
     /// `erf_f32` / `erf_f64`.
     fn erf(self) -> Self;
+    /// The largest of the `n` elements at `src` by `fmax`'s rules: NaN if
+    /// any is NaN, +0 above -0, -inf for none (see [`tl_wide_row_f32`]'s
+    /// [`ROW_MAX`]).
+    ///
+    /// # Safety
+    /// `src` points to `n` readable elements.
+    unsafe fn row_max(src: *const Self, n: usize) -> Self;
 
     /// Applies the routine of `u` to every element (nothing for an
     /// operation without one).
@@ -255,17 +264,30 @@ const SUM_LANES: usize = ROW_BLOCK;
 /// `dst[i] = g(src[i])` for `i < n` (not stored when `dst` is
 /// null; `dst` may be `src`), returning the sum of the values, accumulated
 /// in [`SUM_LANES`] lanes (element `i` in lane `i mod SUM_LANES`) folded
-/// pairwise: a fixed order.
+/// pairwise: a fixed order. Unless `ahead` is null, `ahead[i]` is
+/// prefetched into L2 alongside `src[i]`: the same row of the next block
+/// of a row group, which the group's first kernel reads next (see
+/// [`tl_wide_row_f32`]).
 ///
 /// # Safety
 /// `src` points to `n` readable `T`, `dst` (if not null) to `n` writable
-/// ones, either the same elements or not overlapping them.
+/// ones, either the same elements or not overlapping them. `ahead` is only
+/// prefetched (it may point anywhere).
 #[inline(always)]
-unsafe fn row_with<T: Lane>(src: *const T, n: usize, dst: *mut T, g: impl Fn(T) -> T) -> T {
+unsafe fn row_with<T: Lane>(
+    src: *const T,
+    n: usize,
+    dst: *mut T,
+    ahead: *const T,
+    g: impl Fn(T) -> T,
+) -> T {
     let zero = T::of(0.0);
     let mut acc = [zero; SUM_LANES];
     let mut i = 0;
     while i + ROW_BLOCK <= n {
+        if !ahead.is_null() {
+            prefetch_block(ahead.wrapping_add(i));
+        }
         let mut blk = [zero; ROW_BLOCK];
         // SAFETY: elements `i..i + ROW_BLOCK` of the caller's rows; the
         // block is a local array.
@@ -301,6 +323,22 @@ unsafe fn row_with<T: Lane>(src: *const T, n: usize, dst: *mut T, g: impl Fn(T) 
     acc[0]
 }
 
+/// Prefetches the cache lines of `ROW_BLOCK` elements from `p` into L2
+/// (a hint: no access happens, `p` may point anywhere).
+#[inline(always)]
+fn prefetch_block<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    for line in 0..ROW_BLOCK * std::mem::size_of::<T>() / 64 {
+        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        // SAFETY: a prefetch reads nothing and cannot fault, whatever the
+        // address; the pointer is only computed (wrapping), never
+        // dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast::<i8>().wrapping_add(line * 64)) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// [`row_with`] for `f((x - a) · b)`, `f` the function of `u` (one of
 /// [`has_row_routine`]'s; the identity for anything else), or for `x / b`
 /// when `u` is `None`.
@@ -308,43 +346,63 @@ unsafe fn row_with<T: Lane>(src: *const T, n: usize, dst: *mut T, g: impl Fn(T) 
 /// # Safety
 /// As for [`row_with`].
 #[inline(always)]
-unsafe fn row<T: Lane>(u: Option<UnaryOp>, src: *const T, n: usize, a: T, b: T, dst: *mut T) -> T {
+unsafe fn row<T: Lane>(u: Option<UnaryOp>, io: RowIo<T>, a: T, b: T) -> T {
+    let RowIo { src, n, dst, ahead } = io;
     let one = T::of(1.0);
     let pre = move |x: T| (x - a) * b;
     // SAFETY: each arm is `row_with` on the caller's rows.
     unsafe {
         match u {
-            None => row_with(src, n, dst, |x| x / b),
-            Some(UnaryOp::Exp) => row_with(src, n, dst, |x| exp(pre(x))),
-            Some(UnaryOp::Expm1) => row_with(src, n, dst, |x| expm1(pre(x))),
-            Some(UnaryOp::Log) => row_with(src, n, dst, |x| pre(x).ln()),
-            Some(UnaryOp::Log1p) => row_with(src, n, dst, |x| log1p(pre(x))),
-            Some(UnaryOp::Tanh) => row_with(src, n, dst, |x| pre(x).tanh()),
-            Some(UnaryOp::Logistic) => row_with(src, n, dst, |x| logistic(pre(x))),
-            Some(UnaryOp::Erf) => row_with(src, n, dst, |x| pre(x).erf()),
-            Some(UnaryOp::Sqrt) => row_with(src, n, dst, |x| pre(x).sqrt()),
-            Some(UnaryOp::Rsqrt) => row_with(src, n, dst, |x| one / pre(x).sqrt()),
-            Some(UnaryOp::Reciprocal) => row_with(src, n, dst, |x| one / pre(x)),
-            Some(_) => row_with(src, n, dst, pre),
+            None => row_with(src, n, dst, ahead, |x| x / b),
+            Some(UnaryOp::Exp) => row_with(src, n, dst, ahead, |x| exp(pre(x))),
+            Some(UnaryOp::Expm1) => row_with(src, n, dst, ahead, |x| expm1(pre(x))),
+            Some(UnaryOp::Log) => row_with(src, n, dst, ahead, |x| pre(x).ln()),
+            Some(UnaryOp::Log1p) => row_with(src, n, dst, ahead, |x| log1p(pre(x))),
+            Some(UnaryOp::Tanh) => row_with(src, n, dst, ahead, |x| pre(x).tanh()),
+            Some(UnaryOp::Logistic) => row_with(src, n, dst, ahead, |x| logistic(pre(x))),
+            Some(UnaryOp::Erf) => row_with(src, n, dst, ahead, |x| pre(x).erf()),
+            Some(UnaryOp::Sqrt) => row_with(src, n, dst, ahead, |x| pre(x).sqrt()),
+            Some(UnaryOp::Rsqrt) => row_with(src, n, dst, ahead, |x| one / pre(x).sqrt()),
+            Some(UnaryOp::Reciprocal) => row_with(src, n, dst, ahead, |x| one / pre(x)),
+            Some(_) => row_with(src, n, dst, ahead, pre),
         }
     }
+}
+
+/// The memory of a fused row: `n` elements read at `src`, stored at `dst`
+/// (null: not stored), `ahead` prefetched (null: nothing).
+#[derive(Clone, Copy)]
+struct RowIo<T> {
+    src: *const T,
+    n: usize,
+    dst: *mut T,
+    ahead: *const T,
 }
 
 /// The `op` of a fused row that divides by `b`.
 pub(crate) const ROW_DIV: i32 = -1;
 
+/// The `op` of a fused row that returns the row's maximum ([`Lane::row_max`];
+/// `a`, `b` and `dst` unused).
+pub(crate) const ROW_MAX: i32 = -2;
+
 /// Evaluates a fused row: `dst[i] = f((src[i] - a) · b)` for the function
 /// `f` with `UnaryOp` code `op` (one of [`has_row_routine`]'s), or
 /// `src[i] / b` for `op` = [`ROW_DIV`], returning the sum of the values
-/// (for a row sum; see [`row_with`] for its order).
+/// (for a row sum; see [`row_with`] for its order); for `op` = [`ROW_MAX`],
+/// only the row's maximum.
 /// `(x - a) · b` is exactly `x - s`, `x + s` (`a = -s`, `b = 1`), `x · s`
 /// (`a = 0`, `b = s`) or `x` (`a = 0`, `b = 1`), so every value has the
 /// bits of the inline code's. Called by compiled kernels once per row.
+/// `ahead`, unless null, is prefetched into L2 as the row is read: in a
+/// row group (a softmax), the same row of the next block, which the
+/// group's first kernel (the row max, bound by memory) reads next; the
+/// fetch then overlaps this row's arithmetic.
 ///
 /// # Safety
 /// `src` points to `n` readable f32, `dst` is null or points to `n`
-/// writable f32 that are either those or do not overlap them; the host has
-/// what [`lanes`] requires.
+/// writable f32 that are either those or do not overlap them; `ahead` is
+/// only prefetched (any address); the host has what [`lanes`] requires.
 pub(crate) unsafe extern "C" fn tl_wide_row_f32(
     op: i32,
     src: *const f32,
@@ -352,9 +410,10 @@ pub(crate) unsafe extern "C" fn tl_wide_row_f32(
     a: f32,
     b: f32,
     dst: *mut f32,
+    ahead: *const f32,
 ) -> f32 {
     // SAFETY: the caller's contract.
-    unsafe { row_dispatch(op, src, n, a, b, dst) }
+    unsafe { row_dispatch(op, src, n, a, b, dst, ahead) }
 }
 
 /// [`tl_wide_row_f32`] for f64 rows.
@@ -368,9 +427,10 @@ pub(crate) unsafe extern "C" fn tl_wide_row_f64(
     a: f64,
     b: f64,
     dst: *mut f64,
+    ahead: *const f64,
 ) -> f64 {
     // SAFETY: the caller's contract.
-    unsafe { row_dispatch(op, src, n, a, b, dst) }
+    unsafe { row_dispatch(op, src, n, a, b, dst, ahead) }
 }
 
 /// The body of the `tl_wide_row_*` symbols, as [`dispatch`] is of the
@@ -379,8 +439,21 @@ pub(crate) unsafe extern "C" fn tl_wide_row_f64(
 ///
 /// # Safety
 /// As for [`tl_wide_row_f32`].
-unsafe fn row_dispatch<T: Lane>(op: i32, src: *const T, n: i64, a: T, b: T, dst: *mut T) -> T {
+unsafe fn row_dispatch<T: Lane>(
+    op: i32,
+    src: *const T,
+    n: i64,
+    a: T,
+    b: T,
+    dst: *mut T,
+    ahead: *const T,
+) -> T {
     let nan = T::of(f64::NAN);
+    if op == ROW_MAX {
+        let n = usize::try_from(n).unwrap_or(0);
+        // SAFETY: the caller's readable row of `n` elements.
+        return on_widest!(row_max(src, n), unsafe { T::row_max(src, n) }).unwrap_or(nan);
+    }
     let u = match op {
         ROW_DIV => None,
         _ => match UnaryOp::ALL.get(op as usize) {
@@ -389,9 +462,10 @@ unsafe fn row_dispatch<T: Lane>(op: i32, src: *const T, n: i64, a: T, b: T, dst:
         },
     };
     let n = usize::try_from(n).unwrap_or(0);
-    let r = on_widest!(row(u, src, n, a, b, dst), {
+    let io = RowIo { src, n, dst, ahead };
+    let r = on_widest!(row(u, io, a, b), {
         // SAFETY: the caller's contract.
-        unsafe { row(u, src, n, a, b, dst) }
+        unsafe { row(u, io, a, b) }
     });
     r.unwrap_or_else(|_| {
         if !dst.is_null() {
@@ -542,16 +616,18 @@ macro_rules! wide_map {
             /// # Safety
             /// As for `row`; the host has the features this is compiled for.
             #[target_feature(enable = $features)]
-            pub(super) unsafe fn row<T: Lane>(
-                u: Option<UnaryOp>,
-                src: *const T,
-                n: usize,
-                a: T,
-                b: T,
-                dst: *mut T,
-            ) -> T {
+            pub(super) unsafe fn row<T: Lane>(u: Option<UnaryOp>, io: RowIo<T>, a: T, b: T) -> T {
                 // SAFETY: the caller's contract.
-                unsafe { super::row(u, src, n, a, b, dst) }
+                unsafe { super::row(u, io, a, b) }
+            }
+
+            /// # Safety
+            /// As for `Lane::row_max`; the host has the features this is
+            /// compiled for.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn row_max<T: Lane>(src: *const T, n: usize) -> T {
+                // SAFETY: the caller's contract.
+                unsafe { T::row_max(src, n) }
             }
         }
     };
@@ -757,8 +833,53 @@ macro_rules! lane_basics {
         fn libm(op: UnaryOp, x: $float) -> $float {
             $float::un(op, x)
         }
+        /// [`MAX_LANES`] lanes of `m < x ? x : m` (one `vmaxps` per vector,
+        /// NaN left out) beside two companions: the lanes that saw a NaN and
+        /// the AND of every element's bits, whose sign bit is clear exactly
+        /// when some element's is — so a zero maximum is +0 exactly then, as
+        /// with `fmax` (no element was positive). The inline code's
+        /// `float_extreme_step`, wider.
+        #[inline(always)]
+        unsafe fn row_max(src: *const $float, n: usize) -> $float {
+            let mut m = [$float::NEG_INFINITY; MAX_LANES];
+            let mut nan: [$uint; MAX_LANES] = [0; MAX_LANES];
+            let mut and: [$uint; MAX_LANES] = [$uint::MAX; MAX_LANES];
+            let mut step = |k: usize, x: $float| {
+                m[k] = if m[k] < x { x } else { m[k] };
+                nan[k] |= $uint::from(x.is_nan());
+                and[k] &= x.to_bits();
+            };
+            let mut i = 0;
+            while i + MAX_LANES <= n {
+                // SAFETY: elements `i..i + MAX_LANES < n` of the caller's row.
+                let blk = unsafe { src.add(i).cast::<[$float; MAX_LANES]>().read_unaligned() };
+                for (k, x) in blk.into_iter().enumerate() {
+                    step(k, x);
+                }
+                i += MAX_LANES;
+            }
+            for k in 0..n - i {
+                // SAFETY: as above, element `i + k < n`.
+                step(k, unsafe { src.add(i + k).read() });
+            }
+            let r = m
+                .into_iter()
+                .fold($float::NEG_INFINITY, |r, x| if r < x { x } else { r });
+            if nan.into_iter().any(|s| s != 0) {
+                $float::NAN
+            } else if r == 0.0 {
+                let sign = !($uint::MAX >> 1);
+                $float::from_bits(and.into_iter().fold($uint::MAX, |a, b| a & b) & sign)
+            } else {
+                r
+            }
+        }
     };
 }
+
+/// Lanes of [`Lane::row_max`]'s accumulators: four AVX-512 vectors of f32,
+/// enough to hide the compare-and-blend latency.
+const MAX_LANES: usize = 64;
 
 impl Lane for f32 {
     const BITS: u32 = 32;
