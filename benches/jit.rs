@@ -14,7 +14,7 @@ use tensorlift::{DType, Function, Sym, Tensor, TensorSpec, function};
 
 mod workloads;
 
-use workloads::{arith, mlp, softmax, tensor, transc};
+use workloads::{arith, mlp, mlp_inputs, softmax, tensor, transc};
 
 fn both(
     c: &mut Criterion,
@@ -73,13 +73,7 @@ fn softmax_bench(c: &mut Criterion) {
 }
 
 fn mlp_bench(c: &mut Criterion) {
-    let ins = [
-        tensor(&[256, 512], 3),
-        tensor(&[512, 512], 4),
-        tensor(&[512], 5),
-        tensor(&[512, 512], 6),
-        tensor(&[512], 7),
-    ];
+    let ins = mlp_inputs();
     let mut g = c.benchmark_group("mlp");
     g.throughput(Throughput::Elements(2 * 2 * 256 * 512 * 512));
     g.sample_size(10);

@@ -12,7 +12,7 @@ use tensorlift::{Function, Tensor, function};
 #[path = "../benches/workloads/mod.rs"]
 mod workloads;
 
-use workloads::{arith, mlp, softmax, tensor, transc};
+use workloads::{arith, mlp, mlp_inputs, softmax, tensor, transc};
 
 /// The peers' `best`: one warm-up call, the minimum of 7 timed calls (ms).
 fn best(f: &Function, inputs: &[Tensor]) -> f64 {
@@ -39,13 +39,7 @@ fn main() {
         "softmax tensorlift 4096x1024     {:9.3} ms",
         best(&s, &[tensor(&[4096, 1024], 2)])
     );
-    let ins = [
-        tensor(&[256, 512], 3),
-        tensor(&[512, 512], 4),
-        tensor(&[512], 5),
-        tensor(&[512, 512], 6),
-        tensor(&[512], 7),
-    ];
+    let ins = mlp_inputs();
     let m = function(mlp).jit_compile(true);
     println!("mlp tensorlift                   {:9.3} ms", best(&m, &ins));
 }

@@ -1,6 +1,7 @@
 //! The benchmark workloads of DESIGN.md ("Quality bars") and their inputs,
 //! shared by `benches/jit.rs` and the measurement examples
-//! (`examples/peer_method.rs`, `examples/wide_math.rs`).
+//! (`examples/peer_method.rs`, `examples/wide_math.rs`,
+//! `examples/call_latency.rs`).
 
 use tensorlift::{Sym, Tensor};
 
@@ -35,6 +36,17 @@ pub fn transc(x: Sym) -> Sym {
 pub fn softmax(x: Sym) -> Sym {
     let e = (&x - x.reduce_max(Some(&[1]), true)).exp();
     &e / e.reduce_sum(Some(&[1]), true)
+}
+
+/// The inputs of [`mlp`]: x 256×512, w1 512×512, b1 512, w2 512×512, b2 512.
+pub fn mlp_inputs() -> [Tensor; 5] {
+    [
+        tensor(&[256, 512], 3),
+        tensor(&[512, 512], 4),
+        tensor(&[512], 5),
+        tensor(&[512, 512], 6),
+        tensor(&[512], 7),
+    ]
 }
 
 /// A two-layer perceptron.
