@@ -11,6 +11,7 @@ pub mod cli;
 mod function;
 pub mod npy;
 mod staged;
+pub use staged::{CompiledGraph, compile_graph};
 mod trace;
 
 pub use function::{

@@ -45,6 +45,9 @@ impl Runner {
         // What can never compile (py_function) is reported before anything
         // runs; shapes unknown until a callback runs are what splitting is for.
         tensorlift_compiler::check_compilable(graph)?;
+        // Every callback of the program, not only the prefix's, is bound
+        // before the prefix (and its callbacks) can run.
+        tensorlift_runtime::interp::check_bindings(graph)?;
         let Some(cid) = first_dynamic_callback(graph) else {
             let exe = tensorlift_compiler::compile(graph, options)?;
             compiles.fetch_add(1, Ordering::Relaxed);
@@ -231,4 +234,43 @@ fn suffix(g: &Graph, cid: NodeId, boundary: &[ValueId]) -> Result<Graph> {
         s.add_output(map[&o.value], o.name.clone())?;
     }
     Ok(s)
+}
+
+/// A graph built or parsed outside [`crate::function`] (e.g. a `.tlir`
+/// program with its callbacks bound), optimized and compiled for the
+/// concrete parameter types it declares. A callback whose result shape is
+/// unknown splits it as for traced functions: the code after the callback
+/// is compiled per shape when first seen.
+#[derive(Debug, Clone)]
+pub struct CompiledGraph {
+    runner: Runner,
+    compiles: Arc<AtomicUsize>,
+}
+
+/// Compiles `graph` (optimized first; every callback must be bound, or a
+/// `NotFound` error names every unbound one).
+pub fn compile_graph(graph: &Graph, options: &JitOptions) -> Result<CompiledGraph> {
+    let mut g = graph.clone();
+    tensorlift_runtime::interp::optimize(&mut g)?;
+    let compiles = Arc::new(AtomicUsize::new(0));
+    let runner = Runner::build(&g, options, &compiles)?;
+    Ok(CompiledGraph { runner, compiles })
+}
+
+impl CompiledGraph {
+    /// Runs the compiled program on `inputs`.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.runner.run(inputs)
+    }
+
+    /// How many times code was compiled for it (1, plus one per run-time
+    /// shape seen after a callback of unknown result shape).
+    pub fn compile_count(&self) -> usize {
+        self.compiles.load(Ordering::Relaxed)
+    }
+
+    /// The executable, unless the program is split at a callback.
+    pub fn executable(&self) -> Option<&Executable> {
+        self.runner.executable().map(|e| &**e)
+    }
 }

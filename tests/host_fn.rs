@@ -279,7 +279,7 @@ fn unbound_callbacks_in_text_are_an_error_before_anything_runs() {
     assert_eq!(e.code(), Code::NotFound);
     assert!(
         e.to_string()
-            .contains("callback 'scale' has no callable bound"),
+            .contains("1 callback(s) have no callable bound: 'scale'"),
         "{e}"
     );
     let e = tensorlift::compiler::compile(&g, &Default::default())

@@ -38,6 +38,9 @@ pub struct Executable {
     consts: Vec<Option<Tensor>>,
     clif: String,
     options: JitOptions,
+    /// `NotFound` naming every callback with no callable bound: returned by
+    /// every run before anything runs.
+    unbound: Option<Error>,
 }
 
 // SAFETY: after finalization the module is never mutated; the generated code
@@ -125,6 +128,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
             _ => Ok(None),
         })
         .collect::<Result<Vec<_>>>()?;
+    let unbound = interp::check_bindings(&table.plan.graph).err();
     let exe = Executable {
         module: ModuleHolder(Some(generated.module)),
         entry,
@@ -132,6 +136,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
         consts,
         clif: generated.clif,
         options: *options,
+        unbound,
     };
     if let Some(dir) = std::env::var_os("TENSORLIFT_DUMP_TO") {
         let seq = DUMP_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -193,6 +198,9 @@ impl Executable {
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let plan = &self.table.plan;
         interp::check_inputs(&plan.graph, inputs)?;
+        if let Some(e) = &self.unbound {
+            return Err(e.clone());
+        }
         let out_bytes: usize = plan
             .slots
             .iter()

@@ -35,23 +35,36 @@ pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<()> {
 }
 
 /// Checks that every callback in `graph` has a callable bound, before
-/// anything runs.
+/// anything runs: a `NotFound` error naming every unbound callback (the
+/// first one is the error's node).
 pub fn check_bindings(graph: &Graph) -> Result<()> {
-    for id in graph.node_ids() {
-        if let Op::Callback(c) = &graph.node(id).op
-            && graph.binding(&c.target).is_none()
-        {
-            return Err(Error::NotFound(Detail {
-                message: format!(
-                    "callback '{}' has no callable bound; the text format does not serialize callback bodies, so bind one before running",
-                    c.target
-                ),
-                node: Some(graph.node_ref(id)),
-                pos: None,
-            }));
-        }
-    }
-    Ok(())
+    let unbound: Vec<NodeId> = graph
+        .node_ids()
+        .filter(|id| match &graph.node(*id).op {
+            Op::Callback(c) => graph.binding(&c.target).is_none(),
+            _ => false,
+        })
+        .collect();
+    let Some(first) = unbound.first() else {
+        return Ok(());
+    };
+    let list: Vec<String> = unbound
+        .iter()
+        .map(|id| {
+            let n = graph.node(*id);
+            let target = callback_target(n).unwrap_or_default();
+            format!("'{target}' ({} '{}' at {})", n.op.name(), n.name, n.site)
+        })
+        .collect();
+    Err(Error::NotFound(Detail {
+        message: format!(
+            "{} callback(s) have no callable bound: {}; the text format does not serialize callback bodies, so bind every one before running (nothing has run)",
+            unbound.len(),
+            list.join(", ")
+        ),
+        node: Some(graph.node_ref(*first)),
+        pos: None,
+    }))
 }
 
 /// The machine's physical memory in bytes (Linux), if known: no single
