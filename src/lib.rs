@@ -23,7 +23,7 @@ pub use tensorlift_ir::{
     Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType,
 };
 pub use tensorlift_runtime::{HostElement, Tensor, TensorMut, TensorRef};
-pub use trace::{Operand, Sym, Tracer};
+pub use trace::{HostFnArc, Operand, Sym, Tracer};
 
 /// The compiler crate (fusion, Cranelift code generation).
 pub use tensorlift_compiler as compiler;

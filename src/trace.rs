@@ -6,9 +6,13 @@
 //! records the first error (with op, node name and site) and yields a
 //! poisoned value; [`crate::Function`] reports that error when tracing ends.
 
+use std::any::TypeId;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
+use tensorlift_ir::builder;
 use tensorlift_ir::infer::broadcast_shapes;
 use tensorlift_ir::{
     BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
@@ -20,7 +24,46 @@ use tensorlift_runtime::{Tensor, TensorMut, TensorRef};
 struct Ctx {
     graph: RefCell<Graph>,
     error: RefCell<Option<Error>>,
+    /// The target each callable was bound under, by identity (see
+    /// [`CallableId`]): tracing the same callable again reuses it, so CSE
+    /// can merge stateless calls.
+    targets: RefCell<HashMap<CallableKey, String>>,
 }
+
+/// What makes two traced callbacks the same callable: who made it, the
+/// callable's identity, and the declared result types.
+type CallableKey = (CallbackKind, CallableId, Vec<TensorType>);
+
+/// The identity of a callable. Two callback nodes share a binding (and so
+/// may be merged by CSE when stateless) only when their callables have the
+/// same identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum CallableId {
+    /// A Rust function or closure that captures nothing: its type is the
+    /// function.
+    Type(TypeId),
+    /// A shared callable: the address of its `Arc` (or Python object), kept
+    /// alive by the binding for as long as the graph lives.
+    Address(usize),
+    /// Nothing is known to be the same: never shared.
+    Unique,
+}
+
+impl CallableId {
+    /// The identity of a Rust closure or function passed by value.
+    fn of<F: 'static>(_: &F) -> Self {
+        if std::mem::size_of::<F>() == 0 {
+            CallableId::Type(TypeId::of::<F>())
+        } else {
+            CallableId::Unique
+        }
+    }
+}
+
+/// A Rust callback body that can be traced many times as one callable
+/// ([`Tracer::host_fn_shared`]): every call site tracing the same `Arc`
+/// binds the same callable, so stateless calls on the same operands merge.
+pub type HostFnArc = Arc<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>, Error> + Send + Sync>;
 
 /// A handle on the graph being traced: makes constants and other values
 /// that have no operand to hang off. Get one with [`Sym::tracer`].
@@ -57,6 +100,7 @@ impl Tracer {
             ctx: Rc::new(Ctx {
                 graph: RefCell::new(Graph::new(name)),
                 error: RefCell::new(None),
+                targets: RefCell::new(HashMap::new()),
             }),
         }
     }
@@ -144,6 +188,28 @@ impl Tracer {
         self.wrap(r)
     }
 
+    /// Runs an IR builder function over `inputs`' values (nothing when one
+    /// of them is poisoned), recording its error if it fails.
+    fn build(
+        &self,
+        inputs: &[&Sym],
+        f: impl FnOnce(&mut Graph, &[ValueId]) -> Result<ValueId, Error>,
+    ) -> Sym {
+        let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
+            return Sym {
+                ctx: self.ctx.clone(),
+                v: None,
+            };
+        };
+        if let Some(i) = inputs.iter().position(|s| !Rc::ptr_eq(&s.ctx, &self.ctx)) {
+            return self.wrap(Err(Error::invalid(format!(
+                "operand {i} belongs to another traced function"
+            ))));
+        }
+        let r = f(&mut self.ctx.graph.borrow_mut(), &vs);
+        self.wrap(r)
+    }
+
     /// A constant holding `t`'s data.
     #[track_caller]
     pub fn constant(&self, t: &Tensor) -> Sym {
@@ -189,6 +255,7 @@ impl Tracer {
         self.callback(
             CallbackSpec {
                 kind: CallbackKind::HostFn,
+                id: CallableId::of(&f),
                 name: None,
                 tout,
                 output_shapes: None,
@@ -214,12 +281,61 @@ impl Tracer {
     ) -> Vec<Sym> {
         let spec = CallbackSpec {
             kind: CallbackKind::HostFn,
+            id: CallableId::of(&f),
             name: Some(name),
             tout,
             output_shapes: Some(output_shapes),
             stateful,
         };
         self.callback(spec, inputs, f, Site::caller())
+    }
+
+    /// [`Tracer::host_fn`] over a shared callable: every call tracing the
+    /// same `Arc` binds one callable, so stateless calls of it on the same
+    /// operands (with the same declared types) are merged by CSE. (A
+    /// closure passed to [`Tracer::host_fn`] by value is one callable only
+    /// when it captures nothing, e.g. a plain `fn`.)
+    #[track_caller]
+    pub fn host_fn_shared(
+        &self,
+        f: &HostFnArc,
+        inputs: &[&Sym],
+        tout: &[DType],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        let spec = CallbackSpec {
+            kind: CallbackKind::HostFn,
+            id: CallableId::Address(Arc::as_ptr(f) as *const () as usize),
+            name: None,
+            tout,
+            output_shapes: None,
+            stateful,
+        };
+        let f = f.clone();
+        self.callback(spec, inputs, move |ins: &[Tensor]| f(ins), Site::caller())
+    }
+
+    /// [`Tracer::host_fn_shared`] with a name and declared output shapes.
+    #[track_caller]
+    pub fn host_fn_shared_with(
+        &self,
+        name: &str,
+        f: &HostFnArc,
+        inputs: &[&Sym],
+        tout: &[DType],
+        output_shapes: &[Shape],
+        stateful: bool,
+    ) -> Vec<Sym> {
+        let spec = CallbackSpec {
+            kind: CallbackKind::HostFn,
+            id: CallableId::Address(Arc::as_ptr(f) as *const () as usize),
+            name: Some(name),
+            tout,
+            output_shapes: Some(output_shapes),
+            stateful,
+        };
+        let f = f.clone();
+        self.callback(spec, inputs, move |ins: &[Tensor]| f(ins), Site::caller())
     }
 
     /// A Rust callback that fills its outputs in place (`host_fn_into`):
@@ -278,6 +394,7 @@ impl Tracer {
         let shapes: Vec<Shape> = output_shapes.iter().map(|d| Shape::known(d)).collect();
         let spec = CallbackSpec {
             kind,
+            id: CallableId::of(&f),
             name: Some(name),
             tout,
             output_shapes: Some(&shapes),
@@ -352,6 +469,7 @@ impl Tracer {
         let site = Site::caller();
         let spec = CallbackSpec {
             kind: CallbackKind::PyFunction,
+            id: CallableId::Address(func.as_ptr() as usize),
             name: None,
             tout,
             output_shapes: None,
@@ -413,6 +531,7 @@ impl Tracer {
     ) -> Vec<Sym> {
         let spec = CallbackSpec {
             kind,
+            id: CallableId::Address(func.as_ptr() as usize),
             name,
             tout,
             output_shapes,
@@ -477,21 +596,31 @@ impl Tracer {
             Some(s) => s.to_vec(),
             None => vec![Shape::Unranked; spec.tout.len()],
         };
-        let mut g = self.ctx.graph.borrow_mut();
-        let target = g.fresh_name(spec.name.unwrap_or(kind.name()));
-        let types = spec
+        let types: Vec<TensorType> = spec
             .tout
             .iter()
             .zip(shapes)
             .map(|(d, s)| TensorType::new(*d, s))
             .collect();
+        let mut g = self.ctx.graph.borrow_mut();
+        let label = g.fresh_name(spec.name.unwrap_or(kind.name()));
+        // The same callable with the same declared types is one binding
+        // (the node's name stays a label); anything else gets its own.
+        let key = (kind, spec.id, types.clone());
+        let known = (spec.id != CallableId::Unique)
+            .then(|| self.ctx.targets.borrow().get(&key).cloned())
+            .flatten();
+        let (target, fresh) = match known {
+            Some(t) => (t, false),
+            None => (label.clone(), true),
+        };
         let r = g.add_node(NewNode {
             op: Op::Callback(CallbackOp {
                 kind,
                 target: target.clone(),
             }),
             inputs: vs,
-            name: Some(target.clone()),
+            name: Some(label),
             site,
             effect: if spec.stateful {
                 Effect::Stateful
@@ -502,7 +631,12 @@ impl Tracer {
         });
         match r {
             Ok(id) => {
-                g.bind(target, callable.into_ref());
+                if fresh {
+                    if spec.id != CallableId::Unique {
+                        self.ctx.targets.borrow_mut().insert(key, target.clone());
+                    }
+                    g.bind(target, callable.into_ref());
+                }
                 let results = g.node(id).results.clone();
                 drop(g);
                 results
@@ -538,6 +672,7 @@ impl Tracer {
 
 struct CallbackSpec<'a> {
     kind: CallbackKind,
+    id: CallableId,
     name: Option<&'a str>,
     tout: &'a [DType],
     output_shapes: Option<&'a [Shape]>,
@@ -688,32 +823,9 @@ impl Sym {
 
     fn binary_at(&self, op: Op, other: Operand, site: Site) -> Sym {
         let other = self.operand(other, &site);
-        let (Some(a), Some(b)) = (self.ty(), other.ty()) else {
-            return Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            };
-        };
-        if a.dtype != b.dtype {
-            return self.error(
-                &op.name(),
-                site,
-                format!("operand dtypes differ: {a} vs {b} (binary ops need equal dtypes; cast one operand)"),
-            );
-        }
-        // Scalars stay rank 0 (the IR splats them); other shapes broadcast.
-        let (x, y) = if a.shape.rank() == Some(0) || b.shape.rank() == Some(0) {
-            (self.clone(), other)
-        } else {
-            match broadcast_shapes(&a.shape, &b.shape) {
-                Ok(s) => (
-                    self.broadcast_at(&s, site.clone()),
-                    other.broadcast_at(&s, site.clone()),
-                ),
-                Err(m) => return self.error(&op.name(), site, m),
-            }
-        };
-        self.tracer().add(op, &[&x, &y], site)
+        self.tracer().build(&[self, &other], |g, v| {
+            builder::binary(g, op, v[0], v[1], &site)
+        })
     }
 
     fn unary_at(&self, u: UnaryOp, site: Site) -> Sym {
@@ -985,8 +1097,9 @@ impl Sym {
     /// Permutes dims: result dim `i` is dim `perm[i]`.
     #[track_caller]
     pub fn transpose(&self, perm: &[usize]) -> Sym {
+        let site = Site::caller();
         self.tracer()
-            .add(Op::Transpose(perm.to_vec()), &[self], Site::caller())
+            .build(&[self], |g, v| builder::transpose(g, v[0], perm, &site))
     }
 
     /// Strided slice `[start, limit)` with `stride` per dim.
@@ -1061,31 +1174,9 @@ impl Sym {
     }
 
     fn reduce_at(&self, op: ReduceOp, axes: Option<&[i64]>, keepdims: bool, site: Site) -> Sym {
-        let name = format!("reduce_{}", op.name());
-        let Some(shape) = self.shape() else {
-            return self.clone();
-        };
-        let axes = match (axes, shape.rank()) {
-            (_, None) => {
-                return self.error(
-                    &name,
-                    site,
-                    "the operand has unknown rank; declare its shape (set_shape / output_shapes)"
-                        .into(),
-                );
-            }
-            (Some(a), _) => self.axes(&name, a, &site),
-            (None, Some(r)) => Some((0..r).collect()),
-        };
-        match axes {
-            Some(axes) => self
-                .tracer()
-                .add(Op::Reduce { op, axes, keepdims }, &[self], site),
-            None => Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            },
-        }
+        self.tracer().build(&[self], |g, v| {
+            builder::reduce(g, op, v[0], axes, keepdims, &site)
+        })
     }
 
     /// Index of the maximum along `axis` (int64).
@@ -1101,25 +1192,8 @@ impl Sym {
     }
 
     fn arg_at(&self, max: bool, a: i64, site: Site) -> Sym {
-        let name = if max { "argmax" } else { "argmin" };
-        let Some(axes) = self.axes(name, &[a], &site) else {
-            return Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            };
-        };
-        let op = if max {
-            Op::ArgMax {
-                axis: axes[0],
-                index_dtype: DType::I64,
-            }
-        } else {
-            Op::ArgMin {
-                axis: axes[0],
-                index_dtype: DType::I64,
-            }
-        };
-        self.tracer().add(op, &[self], site)
+        self.tracer()
+            .build(&[self], |g, v| builder::arg(g, max, v[0], a, &site))
     }
 
     /// Matrix product over the last two dims; leading (batch) dims must
@@ -1127,46 +1201,8 @@ impl Sym {
     #[track_caller]
     pub fn matmul(&self, other: &Sym) -> Sym {
         let site = Site::caller();
-        let (Some(a), Some(b)) = (
-            self.shape().and_then(|s| s.rank()),
-            other.shape().and_then(|s| s.rank()),
-        ) else {
-            return self.error(
-                "dot_general",
-                site,
-                "matmul needs operands of known rank".into(),
-            );
-        };
-        if a == 0 || b == 0 {
-            return self.error(
-                "dot_general",
-                site,
-                "matmul needs operands of rank ≥ 1".into(),
-            );
-        }
-        let dims = if b == 1 || a == 1 || a == 2 && b == 2 {
-            DotDims {
-                lhs_batch: vec![],
-                rhs_batch: vec![],
-                lhs_contract: vec![a - 1],
-                rhs_contract: vec![if b == 1 { 0 } else { b - 2 }],
-            }
-        } else if a == b {
-            DotDims {
-                lhs_batch: (0..a - 2).collect(),
-                rhs_batch: (0..b - 2).collect(),
-                lhs_contract: vec![a - 1],
-                rhs_contract: vec![b - 2],
-            }
-        } else {
-            return self.error(
-                "dot_general",
-                site,
-                format!("matmul of rank {a} and rank {b}: batch ranks must match"),
-            );
-        };
         self.tracer()
-            .add(Op::DotGeneral(dims), &[self, other], site)
+            .build(&[self, other], |g, v| builder::matmul(g, v[0], v[1], &site))
     }
 
     /// XLA's `dot_general`.

@@ -520,7 +520,78 @@ pub(crate) fn types_str(ts: &[TensorType]) -> String {
     }
 }
 
+/// What [`Graph::rewrite`] does with one node: `None` to copy it (result
+/// types re-inferred from its new operands), or the values that replace its
+/// results, added to the new graph by the hook.
+pub type Rewritten = Option<Vec<ValueId>>;
+
 impl Graph {
+    /// The same program rebuilt node by node into a new graph, every result
+    /// type re-inferred from the new operands (parameters and callbacks keep
+    /// their declared types; a [`crate::DynamicOp`] whose operands now have
+    /// known ranks becomes ordinary ops). `hook` sees each node with its operands in the
+    /// new graph and may replace it by adding other nodes; what it returns
+    /// replaces the node's results. Bindings, names and outputs are kept.
+    pub fn rewrite(
+        &self,
+        mut hook: impl FnMut(&mut Graph, &Node, &[ValueId]) -> Result<Rewritten>,
+    ) -> Result<Graph> {
+        let mut g = Graph::new(self.name.clone());
+        g.bindings = self.bindings.clone();
+        let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
+        for node in &self.nodes {
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|v| map[v.index()].ok_or_else(|| Error::internal("operand not rewritten")))
+                .collect::<Result<Vec<_>>>()?;
+            let results = match hook(&mut g, node, &inputs)? {
+                Some(values) => {
+                    if values.len() != node.results.len() {
+                        return Err(Error::internal(format!(
+                            "node '{}' was rewritten into {} value(s), not {}",
+                            node.name,
+                            values.len(),
+                            node.results.len()
+                        )));
+                    }
+                    values
+                }
+                None if let Op::Dynamic(d) = &node.op => {
+                    vec![crate::builder::expand(&mut g, d, &inputs, &node.site)?]
+                }
+                None => {
+                    let declared = match &node.op {
+                        Op::Parameter { .. } | Op::Callback(_) => Some(
+                            node.results
+                                .iter()
+                                .map(|r| self.values[r.index()].ty.clone())
+                                .collect(),
+                        ),
+                        _ => None,
+                    };
+                    let id = g.add_node(NewNode {
+                        op: node.op.clone(),
+                        inputs,
+                        name: Some(node.name.clone()),
+                        site: node.site.clone(),
+                        effect: node.effect,
+                        result_types: declared,
+                    })?;
+                    g.nodes[id.index()].results.clone()
+                }
+            };
+            for (old, new) in node.results.iter().zip(results) {
+                map[old.index()] = Some(new);
+            }
+        }
+        for o in &self.outputs {
+            let v = map[o.value.index()].ok_or_else(|| Error::internal("output not rewritten"))?;
+            g.add_output(v, o.name.clone())?;
+        }
+        Ok(g)
+    }
+
     /// The same program with parameters of `types` (which must fit the
     /// declared parameter types), every other type re-inferred: how a graph
     /// traced with unknown dims is specialized to concrete input shapes.
@@ -534,54 +605,25 @@ impl Graph {
                 types.len()
             )));
         }
-        let mut g = Graph::new(self.name.clone());
-        g.bindings = self.bindings.clone();
-        let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
-        for node in &self.nodes {
-            let inputs = node
-                .inputs
-                .iter()
-                .map(|v| map[v.index()].ok_or_else(|| Error::internal("operand not specialized")))
-                .collect::<Result<Vec<_>>>()?;
-            let result_types = match &node.op {
-                Op::Parameter { index } => {
-                    let want = &self.values[node.results[0].index()].ty;
-                    let t = &types[*index];
-                    let fits = want.dtype == t.dtype
-                        && want.shape.compatible(&t.shape)
-                        && (want.shape.rank().is_none() || want.shape.rank() == t.shape.rank());
-                    if !fits {
-                        return Err(Error::invalid(format!(
-                            "input {index} must be {want}, got {t}"
-                        )));
-                    }
-                    Some(vec![t.clone()])
-                }
-                Op::Callback(_) => Some(
-                    node.results
-                        .iter()
-                        .map(|r| self.values[r.index()].ty.clone())
-                        .collect(),
-                ),
-                _ => None,
+        self.rewrite(|g, node, _| {
+            let Op::Parameter { index } = node.op else {
+                return Ok(None);
             };
-            let id = g.add_node(NewNode {
-                op: node.op.clone(),
-                inputs,
-                name: Some(node.name.clone()),
-                site: node.site.clone(),
-                effect: node.effect,
-                result_types,
-            })?;
-            for (old, new) in node.results.iter().zip(&g.nodes[id.index()].results) {
-                map[old.index()] = Some(*new);
+            let want = &self.values[node.results[0].index()].ty;
+            let t = types
+                .get(index)
+                .ok_or_else(|| Error::invalid(format!("no type was given for input {index}")))?;
+            let fits = want.dtype == t.dtype
+                && want.shape.compatible(&t.shape)
+                && (want.shape.rank().is_none() || want.shape.rank() == t.shape.rank());
+            if !fits {
+                return Err(Error::invalid(format!(
+                    "input {index} must be {want}, got {t}"
+                )));
             }
-        }
-        for o in &self.outputs {
             let v =
-                map[o.value.index()].ok_or_else(|| Error::internal("output not specialized"))?;
-            g.add_output(v, o.name.clone())?;
-        }
-        Ok(g)
+                g.add_parameter(index, t.clone(), Some(node.name.clone()), node.site.clone())?;
+            Ok(Some(vec![v]))
+        })
     }
 }

@@ -1,7 +1,7 @@
 //! Shape and dtype inference: one function per op family, used by the
 //! builder (so an ill-typed graph cannot be built) and by the verifier.
 
-use crate::{BinaryOp, CmpOp, DType, Dim, Op, ReduceOp, Shape, TensorType, UnaryOp};
+use crate::{BinaryOp, CmpOp, DType, Dim, DynamicOp, Op, ReduceOp, Shape, TensorType, UnaryOp};
 
 /// Inference failure: a message; the caller attaches the node.
 pub type InferResult<T> = std::result::Result<T, String>;
@@ -191,8 +191,51 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             out.extend_from_slice(&d[axis + 1..]);
             TensorType::new(ins[0].dtype, Shape::Ranked(out))
         }
+        Op::Dynamic(d) => dynamic(d, ins)?,
     };
     Ok(vec![ty])
+}
+
+/// The type of a [`DynamicOp`]: what is known before its operands' ranks
+/// are (dtypes are checked now; shapes when it is expanded).
+fn dynamic(d: &DynamicOp, ins: &[&TensorType]) -> InferResult<TensorType> {
+    let same = |ins: &[&TensorType]| -> InferResult<DType> {
+        arity(ins, 2)?;
+        same_dtype(ins[0], ins[1])?;
+        Ok(ins[0].dtype)
+    };
+    Ok(match d {
+        DynamicOp::Binary(b) => {
+            let dt = same(ins)?;
+            let s = TensorType::scalar(dt);
+            let t = binary(*b, &s, &s)?;
+            TensorType::new(t.dtype, Shape::Unranked)
+        }
+        DynamicOp::Compare(c) => {
+            let s = TensorType::scalar(same(ins)?);
+            let t = infer(&Op::Compare(*c), &[&s, &s])?.remove(0);
+            TensorType::new(t.dtype, Shape::Unranked)
+        }
+        DynamicOp::Reduce { op, axes, keepdims } => {
+            arity(ins, 1)?;
+            reduce(*op, &TensorType::scalar(ins[0].dtype), &[], false)?;
+            let shape = if axes.is_none() && !keepdims {
+                Shape::scalar()
+            } else {
+                Shape::Unranked
+            };
+            TensorType::new(ins[0].dtype, shape)
+        }
+        DynamicOp::Arg { .. } => {
+            arity(ins, 1)?;
+            TensorType::new(DType::I64, Shape::Unranked)
+        }
+        DynamicOp::MatMul => TensorType::new(same(ins)?, Shape::Unranked),
+        DynamicOp::Transpose(perm) => {
+            arity(ins, 1)?;
+            TensorType::new(ins[0].dtype, Shape::Ranked(vec![None; perm.len()]))
+        }
+    })
 }
 
 fn arity(ins: &[&TensorType], n: usize) -> InferResult<()> {

@@ -7,6 +7,7 @@
 //! parsed or rewritten graphs. [`text`] prints and parses the `.tlir`
 //! format; [`passes`] holds the optimization passes.
 
+pub mod builder;
 mod dot;
 mod dtype;
 mod error;
@@ -22,10 +23,11 @@ mod verify;
 pub use dot::to_dot;
 pub use dtype::{ALL_DTYPES, DType};
 pub use error::{Code, Detail, Error, NodeRef, Offender, Result, Site, TextPos};
-pub use graph::{Effect, Graph, NewNode, Node, NodeId, Output, ValueId, ValueInfo};
+pub use graph::{Effect, Graph, NewNode, Node, NodeId, Output, Rewritten, ValueId, ValueInfo};
 pub use literal::{Literal, LiteralData, Scalar};
 pub use op::{
-    BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, Op, ReduceOp, UnaryOp,
+    BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, DynamicOp, Op, ReduceOp,
+    UnaryOp,
 };
 pub use shape::{Dim, Shape, TensorType};
 pub use verify::verify;

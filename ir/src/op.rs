@@ -181,6 +181,56 @@ pub struct CallbackOp {
     pub target: String,
 }
 
+/// An op traced over an operand of unknown rank (a callback result with no
+/// declared shape), held as the user called it, with NumPy's conventions
+/// (broadcasting, negative axes, matmul's batch rule). It becomes ordinary
+/// ops as soon as its operands' ranks are known: when the graph is
+/// specialized or rewritten ([`crate::builder::expand`]), and in the
+/// interpreter, which expands it for the tensors it gets.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DynamicOp {
+    /// An elementwise binary op; operands broadcast.
+    Binary(BinaryOp),
+    /// An elementwise comparison; operands broadcast.
+    Compare(CmpOp),
+    /// A reduction over `axes` (every axis when `None`; negative axes count
+    /// from the end).
+    Reduce {
+        /// The function.
+        op: ReduceOp,
+        /// Axes as given.
+        axes: Option<Vec<i64>>,
+        /// Keep reduced axes as size 1.
+        keepdims: bool,
+    },
+    /// Index of the maximum (or minimum) along `axis` (int64).
+    Arg {
+        /// Maximum when true.
+        max: bool,
+        /// Axis as given.
+        axis: i64,
+    },
+    /// `matmul` (last two dims; batch dims lead; rank-1 operands are vectors).
+    MatMul,
+    /// A permutation of the (as yet unknown) operand's dims.
+    Transpose(Vec<usize>),
+}
+
+impl DynamicOp {
+    /// The text name (`dynamic_add`, `dynamic_reduce_sum`, ...).
+    pub fn name(&self) -> String {
+        match self {
+            DynamicOp::Binary(b) => format!("dynamic_{}", b.name()),
+            DynamicOp::Compare(c) => format!("dynamic_compare_{}", c.name()),
+            DynamicOp::Reduce { op, .. } => format!("dynamic_reduce_{}", op.name()),
+            DynamicOp::Arg { max: true, .. } => "dynamic_argmax".into(),
+            DynamicOp::Arg { max: false, .. } => "dynamic_argmin".into(),
+            DynamicOp::MatMul => "dynamic_matmul".into(),
+            DynamicOp::Transpose(_) => "dynamic_transpose".into(),
+        }
+    }
+}
+
 /// An operation. Attributes live in the variant; operands are value ids on
 /// the node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -282,6 +332,8 @@ pub enum Op {
     },
     /// A host callback. Results have the declared types.
     Callback(CallbackOp),
+    /// An op over operands of unknown rank, expanded once they are known.
+    Dynamic(DynamicOp),
 }
 
 impl Op {
@@ -310,6 +362,7 @@ impl Op {
             Op::DotGeneral(_) => "dot_general".into(),
             Op::Take { .. } => "take".into(),
             Op::Callback(c) => c.kind.name().into(),
+            Op::Dynamic(d) => d.name(),
         }
     }
 

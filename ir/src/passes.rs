@@ -95,15 +95,19 @@ pub fn cse(g: &mut Graph) -> bool {
     changed
 }
 
-/// Replaces pure single-result nodes whose operands are all constants with
-/// the constant they evaluate to (within [`FOLD_LIMIT`]).
+/// Replaces pure nodes whose operands are all constants with the constants
+/// they evaluate to (within [`FOLD_LIMIT`]). A stateless callback folds
+/// whatever its declared result types: its results become constants of the
+/// shapes it returned, and the types after it are re-inferred (when they
+/// contradict what it returned, it is left to fail when it runs).
 pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
     let mut changed = false;
+    let mut refined: HashMap<NodeId, Vec<Literal>> = HashMap::new();
     for id in g.node_ids() {
         let n = g.node(id);
         if n.effect == Effect::Stateful
             || matches!(n.op, Op::Parameter { .. } | Op::Constant(_))
-            || n.results.len() != 1
+            || n.results.is_empty()
         {
             continue;
         }
@@ -118,21 +122,73 @@ pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
         else {
             continue;
         };
-        let out_ty = g.ty(n.results[0]);
-        let Some(out_len) = out_ty.shape.num_elements() else {
-            continue;
-        };
         let in_len: usize = inputs.iter().map(|l| l.len()).sum();
-        if out_len > FOLD_LIMIT && out_len > in_len {
+        let limit = FOLD_LIMIT.max(in_len);
+        let types: Vec<&TensorType> = n.results.iter().map(|r| g.ty(*r)).collect();
+        let exact = types.len() == 1 && types[0].shape.is_static();
+        if exact {
+            if types[0].shape.num_elements().is_none_or(|len| len > limit) {
+                continue;
+            }
+        } else if !matches!(n.op, Op::Callback(_)) {
             continue;
         }
         let Some(mut lits) = eval.eval(g, n, &inputs) else {
             continue;
         };
-        if lits.len() != 1 || lits[0].ty() != *out_ty {
+        if exact {
+            if lits.len() != 1 || lits[0].ty() != *types[0] {
+                continue;
+            }
+            if g.replace_with_constant(id, lits.remove(0)).is_ok() {
+                changed = true;
+            }
             continue;
         }
-        if g.replace_with_constant(id, lits.remove(0)).is_ok() {
+        let fits = lits.len() == types.len()
+            && lits.iter().zip(&types).all(|(l, t)| {
+                let lt = l.ty();
+                lt.dtype == t.dtype && t.shape.compatible(&lt.shape)
+            })
+            && lits.iter().map(Literal::len).sum::<usize>() <= limit;
+        if fits {
+            refined.insert(id, lits);
+        }
+    }
+    if !refined.is_empty() {
+        // The callbacks' results become constants of the shapes they
+        // returned; every type after them is re-inferred.
+        let rewritten = g.rewrite(|ng, node, _| {
+            let Some(id) = node.results.first().map(|r| g.value(*r).node) else {
+                return Ok(None);
+            };
+            let Some(lits) = refined.get(&id) else {
+                return Ok(None);
+            };
+            lits.iter()
+                .enumerate()
+                .map(|(i, lit)| {
+                    let name = if i == 0 {
+                        node.name.clone()
+                    } else {
+                        ng.fresh_name(&format!("{}.{i}", node.name))
+                    };
+                    let c = ng.add_node(crate::NewNode {
+                        op: Op::Constant(lit.clone()),
+                        inputs: vec![],
+                        name: Some(name),
+                        site: node.site.clone(),
+                        effect: Effect::Pure,
+                        result_types: None,
+                    })?;
+                    Ok(ng.node(c).results[0])
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some)
+        });
+        if let Ok(mut ng) = rewritten {
+            dce(&mut ng);
+            *g = ng;
             changed = true;
         }
     }

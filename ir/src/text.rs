@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::literal::{Scalar, write_quoted};
 use crate::{
-    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
-    Literal, NewNode, Node, Op, ReduceOp, Result, Shape, Site, TensorType, TextPos, UnaryOp,
+    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, DynamicOp, Effect, Error,
+    Graph, Literal, NewNode, Node, Op, ReduceOp, Result, Shape, Site, TensorType, TextPos, UnaryOp,
     ValueId,
 };
 
@@ -147,6 +147,18 @@ fn attrs_of(op: &Op) -> Vec<String> {
             format!("lhs_contract={}", list(&d.lhs_contract)),
             format!("rhs_contract={}", list(&d.rhs_contract)),
         ],
+        Op::Dynamic(d) => match d {
+            DynamicOp::Binary(_) | DynamicOp::Compare(_) | DynamicOp::MatMul => vec![],
+            DynamicOp::Reduce { axes, keepdims, .. } => vec![
+                match axes {
+                    Some(a) => format!("axes={}", list(a)),
+                    None => "axes=[*]".into(),
+                },
+                format!("keepdims={keepdims}"),
+            ],
+            DynamicOp::Arg { axis, .. } => vec![format!("axis={axis}")],
+            DynamicOp::Transpose(perm) => vec![format!("perm={}", list(perm))],
+        },
         _ => vec![],
     }
 }
@@ -919,7 +931,41 @@ impl Parser {
                 .map(Shape::Ranked),
             _ => Err(bad(key, "a shape like [2,?,3]")),
         };
-        let op = if let Some(u) = UnaryOp::from_name(name) {
+        let keepdims = |v: &AttrVal| match v {
+            AttrVal::Bool(b) => Ok(*b),
+            _ => Err(bad("keepdims", "true or false")),
+        };
+        let op = if let Some(rest) = name.strip_prefix("dynamic_") {
+            let d = if let Some(b) = BinaryOp::from_name(rest) {
+                DynamicOp::Binary(b)
+            } else if let Some(c) = rest.strip_prefix("compare_").and_then(CmpOp::from_name) {
+                DynamicOp::Compare(c)
+            } else if let Some(r) = rest.strip_prefix("reduce_").and_then(ReduceOp::from_name) {
+                let axes = match get("axes")? {
+                    AttrVal::Star => None,
+                    v => Some(ilist(v, "axes")?),
+                };
+                DynamicOp::Reduce {
+                    op: r,
+                    axes,
+                    keepdims: keepdims(get("keepdims")?)?,
+                }
+            } else {
+                match rest {
+                    "argmax" | "argmin" => DynamicOp::Arg {
+                        max: rest == "argmax",
+                        axis: match get("axis")? {
+                            AttrVal::Int(i) => *i,
+                            _ => return Err(bad("axis", "an integer")),
+                        },
+                    },
+                    "matmul" => DynamicOp::MatMul,
+                    "transpose" => DynamicOp::Transpose(ulist(get("perm")?, "perm")?),
+                    _ => return Err(self.err_at(pos, format!("unknown op '{name}'"))),
+                }
+            };
+            Op::Dynamic(d)
+        } else if let Some(u) = UnaryOp::from_name(name) {
             Op::Unary(u)
         } else if let Some(b) = BinaryOp::from_name(name) {
             Op::Binary(b)
@@ -927,10 +973,7 @@ impl Parser {
             Op::Compare(c)
         } else if let Some(r) = name.strip_prefix("reduce_").and_then(ReduceOp::from_name) {
             let axes = ulist(get("axes")?, "axes")?;
-            let keepdims = match get("keepdims")? {
-                AttrVal::Bool(b) => *b,
-                _ => return Err(bad("keepdims", "true or false")),
-            };
+            let keepdims = keepdims(get("keepdims")?)?;
             Op::Reduce {
                 op: r,
                 axes,

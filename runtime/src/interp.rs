@@ -3,7 +3,7 @@
 //! tests and the "interpreted" side of every benchmark.
 
 use tensorlift_ir::passes::ConstEval;
-use tensorlift_ir::{Detail, Error, Graph, Literal, Node, NodeId, Op, Result};
+use tensorlift_ir::{Detail, DynamicOp, Error, Graph, Literal, Node, NodeId, Op, Result};
 
 use crate::kernels::{elementwise as ew, layout, reduce};
 use crate::tensor::Tensor;
@@ -217,8 +217,24 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
             let owned = args.iter().map(|t| (*t).clone()).collect();
             return crate::callback::run_callback(graph, node, owned);
         }
+        Op::Dynamic(d) => return eval_dynamic(d, node, args),
     };
     Ok(vec![t])
+}
+
+/// Runs an op traced over operands of unknown rank: expanded for the
+/// operands' concrete types into ordinary ops, which run here.
+fn eval_dynamic(d: &DynamicOp, node: &Node, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let mut g = Graph::new(node.name.clone());
+    let params = args
+        .iter()
+        .enumerate()
+        .map(|(i, t)| g.add_parameter(i, t.ty(), None, node.site.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let out = tensorlift_ir::builder::expand(&mut g, d, &params, &node.site)?;
+    g.add_output(out, node.name.clone())?;
+    let owned: Vec<Tensor> = args.iter().map(|t| (*t).clone()).collect();
+    run(&g, &owned)
 }
 
 /// Constant folding through the interpreter.

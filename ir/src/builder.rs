@@ -1,0 +1,234 @@
+//! NumPy-style conveniences that add nodes to a [`Graph`]: broadcasting,
+//! axis normalization, matmul as `dot_general`. The Rust tracer builds with
+//! them, and they expand a [`DynamicOp`] once its operands' ranks are
+//! known: an operand of unknown rank makes them record the op as
+//! [`Op::Dynamic`] instead, to be expanded later by the same code.
+//!
+//! Errors are `InvalidArgument` naming the op, a fresh node name and the
+//! creation site.
+
+use crate::infer::broadcast_shapes;
+use crate::{
+    DType, Detail, DotDims, DynamicOp, Error, Graph, NodeRef, Op, ReduceOp, Result, Shape, Site,
+    ValueId,
+};
+
+fn fail(g: &mut Graph, op: &str, site: &Site, message: String) -> Error {
+    Error::InvalidArgument(Detail {
+        message,
+        node: Some(NodeRef {
+            name: g.fresh_name(op),
+            op: op.into(),
+            site: site.clone(),
+        }),
+        pos: None,
+    })
+}
+
+/// `axes` (negative ones count from the end) as sorted, unique dims of a
+/// rank-`rank` tensor.
+pub fn normalize_axes(rank: usize, axes: &[i64]) -> std::result::Result<Vec<usize>, String> {
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let r = rank as i64;
+        let n = if a < 0 { a + r } else { a };
+        if n < 0 || n >= r || out.contains(&(n as usize)) {
+            return Err(format!(
+                "axis {a} is out of range or repeated for rank {rank}"
+            ));
+        }
+        out.push(n as usize);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// `x` broadcast to `shape` with NumPy's rule (trailing dims aligned), as an
+/// explicit `broadcast_in_dim`; `x` itself when it already has that shape
+/// or either rank is unknown.
+pub fn broadcast_to(g: &mut Graph, x: ValueId, shape: &Shape, site: &Site) -> Result<ValueId> {
+    let t = g.ty(x).clone();
+    if t.shape == *shape {
+        return Ok(x);
+    }
+    let (Some(from), Some(to)) = (t.shape.rank(), shape.rank()) else {
+        return Ok(x);
+    };
+    if from > to {
+        return Err(fail(
+            g,
+            "broadcast_in_dim",
+            site,
+            format!("cannot broadcast {t} to the lower rank {shape}"),
+        ));
+    }
+    g.add(
+        Op::BroadcastInDim {
+            shape: shape.clone(),
+            dims: (to - from..to).collect(),
+        },
+        &[x],
+        site.clone(),
+    )
+}
+
+/// An elementwise binary op or comparison (`op` is `Op::Binary` or
+/// `Op::Compare`) with NumPy broadcasting; rank-0 operands stay scalars
+/// (the IR splats them).
+pub fn binary(g: &mut Graph, op: Op, x: ValueId, y: ValueId, site: &Site) -> Result<ValueId> {
+    let (a, b) = (g.ty(x).clone(), g.ty(y).clone());
+    let name = op.name();
+    if a.dtype != b.dtype {
+        return Err(fail(
+            g,
+            &name,
+            site,
+            format!(
+                "operand dtypes differ: {a} vs {b} (binary ops need equal dtypes; cast one operand)"
+            ),
+        ));
+    }
+    let (ra, rb) = (a.shape.rank(), b.shape.rank());
+    if ra == Some(0) || rb == Some(0) {
+        return g.add(op, &[x, y], site.clone());
+    }
+    if ra.is_none() || rb.is_none() {
+        let dynamic = match &op {
+            Op::Binary(b) => Some(DynamicOp::Binary(*b)),
+            Op::Compare(c) => Some(DynamicOp::Compare(*c)),
+            _ => None,
+        };
+        if let Some(d) = dynamic {
+            return g.add(Op::Dynamic(d), &[x, y], site.clone());
+        }
+    }
+    let shape = match broadcast_shapes(&a.shape, &b.shape) {
+        Ok(s) => s,
+        Err(m) => return Err(fail(g, &name, site, m)),
+    };
+    let x = broadcast_to(g, x, &shape, site)?;
+    let y = broadcast_to(g, y, &shape, site)?;
+    g.add(op, &[x, y], site.clone())
+}
+
+/// A reduction over `axes` (every axis when `None`; negative axes count
+/// from the end).
+pub fn reduce(
+    g: &mut Graph,
+    op: ReduceOp,
+    x: ValueId,
+    axes: Option<&[i64]>,
+    keepdims: bool,
+    site: &Site,
+) -> Result<ValueId> {
+    let Some(rank) = g.ty(x).shape.rank() else {
+        let d = DynamicOp::Reduce {
+            op,
+            axes: axes.map(<[i64]>::to_vec),
+            keepdims,
+        };
+        return g.add(Op::Dynamic(d), &[x], site.clone());
+    };
+    let axes = match axes {
+        None => (0..rank).collect(),
+        Some(a) => normalize_axes(rank, a)
+            .map_err(|m| fail(g, &format!("reduce_{}", op.name()), site, m))?,
+    };
+    g.add(Op::Reduce { op, axes, keepdims }, &[x], site.clone())
+}
+
+/// Index of the maximum (`max`) or minimum along `axis`, as int64.
+pub fn arg(g: &mut Graph, max: bool, x: ValueId, axis: i64, site: &Site) -> Result<ValueId> {
+    let Some(rank) = g.ty(x).shape.rank() else {
+        return g.add(
+            Op::Dynamic(DynamicOp::Arg { max, axis }),
+            &[x],
+            site.clone(),
+        );
+    };
+    let name = if max { "argmax" } else { "argmin" };
+    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, name, site, m))?[0];
+    let index_dtype = DType::I64;
+    let op = if max {
+        Op::ArgMax { axis, index_dtype }
+    } else {
+        Op::ArgMin { axis, index_dtype }
+    };
+    g.add(op, &[x], site.clone())
+}
+
+/// Matrix product over the last two dims; leading (batch) dims must match.
+/// A rank-1 operand is treated as a row/column vector.
+pub fn matmul(g: &mut Graph, x: ValueId, y: ValueId, site: &Site) -> Result<ValueId> {
+    let (Some(a), Some(b)) = (g.ty(x).shape.rank(), g.ty(y).shape.rank()) else {
+        return g.add(Op::Dynamic(DynamicOp::MatMul), &[x, y], site.clone());
+    };
+    if a == 0 || b == 0 {
+        return Err(fail(
+            g,
+            "dot_general",
+            site,
+            "matmul needs operands of rank ≥ 1".into(),
+        ));
+    }
+    let dims = if b == 1 || a == 1 || a == 2 && b == 2 {
+        DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![a - 1],
+            rhs_contract: vec![if b == 1 { 0 } else { b - 2 }],
+        }
+    } else if a == b {
+        DotDims {
+            lhs_batch: (0..a - 2).collect(),
+            rhs_batch: (0..b - 2).collect(),
+            lhs_contract: vec![a - 1],
+            rhs_contract: vec![b - 2],
+        }
+    } else {
+        return Err(fail(
+            g,
+            "dot_general",
+            site,
+            format!("matmul of rank {a} and rank {b}: batch ranks must match"),
+        ));
+    };
+    g.add(Op::DotGeneral(dims), &[x, y], site.clone())
+}
+
+/// Permutes dims: result dim `i` is operand dim `perm[i]`.
+pub fn transpose(g: &mut Graph, x: ValueId, perm: &[usize], site: &Site) -> Result<ValueId> {
+    let op = if g.ty(x).shape.rank().is_none() {
+        Op::Dynamic(DynamicOp::Transpose(perm.to_vec()))
+    } else {
+        Op::Transpose(perm.to_vec())
+    };
+    g.add(op, &[x], site.clone())
+}
+
+/// `d` applied to `inputs`: ordinary ops when their ranks are known, the
+/// dynamic op again when they are not.
+pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> Result<ValueId> {
+    let want = match d {
+        DynamicOp::Binary(_) | DynamicOp::Compare(_) | DynamicOp::MatMul => 2,
+        DynamicOp::Reduce { .. } | DynamicOp::Arg { .. } | DynamicOp::Transpose(_) => 1,
+    };
+    if inputs.len() != want {
+        return Err(fail(
+            g,
+            &d.name(),
+            site,
+            format!("expects {want} operand(s), got {}", inputs.len()),
+        ));
+    }
+    match d {
+        DynamicOp::Binary(b) => binary(g, Op::Binary(*b), inputs[0], inputs[1], site),
+        DynamicOp::Compare(c) => binary(g, Op::Compare(*c), inputs[0], inputs[1], site),
+        DynamicOp::Reduce { op, axes, keepdims } => {
+            reduce(g, *op, inputs[0], axes.as_deref(), *keepdims, site)
+        }
+        DynamicOp::Arg { max, axis } => arg(g, *max, inputs[0], *axis, site),
+        DynamicOp::MatMul => matmul(g, inputs[0], inputs[1], site),
+        DynamicOp::Transpose(perm) => transpose(g, inputs[0], perm, site),
+    }
+}
