@@ -13,7 +13,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use tensorlift_ir::builder;
-use tensorlift_ir::infer::broadcast_shapes;
 use tensorlift_ir::{
     BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
     Literal, NewNode, NodeRef, Op, ReduceOp, Shape, Site, TensorType, UnaryOp, ValueId,
@@ -708,13 +707,6 @@ macro_rules! scalar_operand {
 }
 scalar_operand!(f32, f64, i32, i64, u32, u8, i8, i16, u16, u64);
 
-/// Normalizes a possibly negative axis.
-fn axis(rank: usize, a: i64) -> Option<usize> {
-    let r = rank as i64;
-    let a = if a < 0 { a + r } else { a };
-    (0..r).contains(&a).then_some(a as usize)
-}
-
 impl Sym {
     fn tracer(&self) -> Tracer {
         Tracer {
@@ -790,35 +782,6 @@ impl Sym {
                 },
             },
         }
-    }
-
-    /// Broadcasts to `shape` with NumPy's rule (explicit `broadcast_in_dim`).
-    fn broadcast_at(&self, shape: &Shape, site: Site) -> Sym {
-        let Some(t) = self.ty() else {
-            return self.clone();
-        };
-        if t.shape == *shape {
-            return self.clone();
-        }
-        let (Some(from), Some(to)) = (t.shape.rank(), shape.rank()) else {
-            return self.clone();
-        };
-        if from > to {
-            return self.error(
-                "broadcast_in_dim",
-                site,
-                format!("cannot broadcast {t} to the lower rank {shape}"),
-            );
-        }
-        let dims = (to - from..to).collect();
-        self.tracer().add(
-            Op::BroadcastInDim {
-                shape: shape.clone(),
-                dims,
-            },
-            &[self],
-            site,
-        )
     }
 
     fn binary_at(&self, op: Op, other: Operand, site: Site) -> Sym {
@@ -1018,24 +981,9 @@ impl Sym {
                 );
             }
         };
-        let (Some(a), Some(b), Some(c)) = (self.ty(), t.ty(), f.ty()) else {
-            return Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            };
-        };
-        let shape = match broadcast_shapes(&a.shape, &b.shape)
-            .and_then(|s| broadcast_shapes(&s, &c.shape))
-        {
-            Ok(s) => s,
-            Err(m) => return self.error("select", site, m),
-        };
-        let (p, t, f) = (
-            self.broadcast_at(&shape, site.clone()),
-            t.broadcast_at(&shape, site.clone()),
-            f.broadcast_at(&shape, site.clone()),
-        );
-        self.tracer().add(Op::Select, &[&p, &t, &f], site)
+        self.tracer().build(&[self, &t, &f], |g, v| {
+            builder::select(g, v[0], v[1], v[2], &site)
+        })
     }
 
     /// `min(max(self, lo), hi)`; scalar bounds take `self`'s dtype.
@@ -1059,7 +1007,9 @@ impl Sym {
     /// Broadcasts to `dims` with NumPy's rule.
     #[track_caller]
     pub fn broadcast_to(&self, dims: &[usize]) -> Sym {
-        self.broadcast_at(&Shape::known(dims), Site::caller())
+        let site = Site::caller();
+        self.tracer()
+            .build(&[self], |g, v| builder::broadcast_to(g, v[0], dims, &site))
     }
 
     /// XLA's `broadcast_in_dim`.
@@ -1105,12 +1055,10 @@ impl Sym {
     /// Strided slice `[start, limit)` with `stride` per dim.
     #[track_caller]
     pub fn slice(&self, start: &[usize], limit: &[usize], stride: &[usize]) -> Sym {
-        let op = Op::Slice {
-            start: start.to_vec(),
-            limit: limit.to_vec(),
-            stride: stride.to_vec(),
-        };
-        self.tracer().add(op, &[self], Site::caller())
+        let site = Site::caller();
+        self.tracer().build(&[self], |g, v| {
+            builder::slice(g, v[0], start, limit, stride, &site)
+        })
     }
 
     /// Pads with `value` (`low`/`high` may be negative to crop).
@@ -1136,41 +1084,8 @@ impl Sym {
     #[track_caller]
     pub fn reverse(&self, axes: &[i64]) -> Sym {
         let site = Site::caller();
-        match self.axes("reverse", axes, &site) {
-            Some(a) => self.tracer().add(Op::Reverse(a), &[self], site),
-            None => Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            },
-        }
-    }
-
-    fn axes(&self, op: &str, axes: &[i64], site: &Site) -> Option<Vec<usize>> {
-        let Some(rank) = self.shape()?.rank() else {
-            self.error(
-                op,
-                site.clone(),
-                "the operand has unknown rank; declare its shape (set_shape / output_shapes)"
-                    .into(),
-            );
-            return None;
-        };
-        let mut out = Vec::new();
-        for &a in axes {
-            match axis(rank, a) {
-                Some(a) if !out.contains(&a) => out.push(a),
-                _ => {
-                    self.error(
-                        op,
-                        site.clone(),
-                        format!("axis {a} is out of range or repeated for rank {rank}"),
-                    );
-                    return None;
-                }
-            }
-        }
-        out.sort_unstable();
-        Some(out)
+        self.tracer()
+            .build(&[self], |g, v| builder::reverse(g, v[0], axes, &site))
     }
 
     fn reduce_at(&self, op: ReduceOp, axes: Option<&[i64]>, keepdims: bool, site: Site) -> Sym {
@@ -1216,14 +1131,9 @@ impl Sym {
     #[track_caller]
     pub fn take(&self, indices: &Sym, axis_: i64) -> Sym {
         let site = Site::caller();
-        let Some(axes) = self.axes("take", &[axis_], &site) else {
-            return Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            };
-        };
-        self.tracer()
-            .add(Op::Take { axis: axes[0] }, &[self, indices], site)
+        self.tracer().build(&[self, indices], |g, v| {
+            builder::take(g, v[0], v[1], axis_, &site)
+        })
     }
 }
 
@@ -1260,14 +1170,8 @@ impl Sym {
     #[track_caller]
     pub fn concat(&self, others: &[Sym], axis_: i64) -> Sym {
         let site = Site::caller();
-        let Some(axes) = self.axes("concatenate", &[axis_], &site) else {
-            return Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            };
-        };
         let refs: Vec<&Sym> = std::iter::once(self).chain(others).collect();
         self.tracer()
-            .add(Op::Concatenate { axis: axes[0] }, &refs, site)
+            .build(&refs, |g, v| builder::concatenate(g, v, axis_, &site))
     }
 }

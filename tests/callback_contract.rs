@@ -390,6 +390,11 @@ fn ops_over_unknown_ranks_print_and_parse_back() {
             m.argmin(0),
             m.less(&row),
             m.matmul(&m.transpose(&[1, 0])),
+            m.less(&row).select(m, 1.0f32),
+            m.broadcast_to(&[2, 2, 3]),
+            m.slice(&[0, 1], &[2, 2], &[1, 1]),
+            m.reverse(&[-1, 0]).concat(std::slice::from_ref(m), -1),
+            m.take(&row.cast(DType::I64), 1),
         ]
     });
     let spec = [
@@ -404,10 +409,53 @@ fn ops_over_unknown_ranks_print_and_parse_back() {
         "dynamic_compare_lt",
         "dynamic_matmul",
         "dynamic_transpose",
+        "dynamic_select",
+        "dynamic_broadcast_to",
+        "dynamic_slice",
+        "dynamic_reverse",
+        "dynamic_concatenate",
+        "dynamic_take",
     ] {
         assert!(text.contains(&format!("= {op}(")), "{op} missing:\n{text}");
     }
     let parsed = tensorlift::ir::text::parse(&text, "traced.tlir").unwrap();
     assert_eq!(tensorlift::ir::text::print(&parsed), text);
     tensorlift::ir::verify(&parsed).unwrap();
+}
+
+#[test]
+fn layout_ops_over_results_of_unknown_rank_trace_and_run() {
+    for f in both(|| {
+        function(|x: Sym| {
+            let m = x.graph().host_fn(as_matrix, &[&x], &[DType::F32], true);
+            let m = &m[0];
+            let idx = x
+                .graph()
+                .constant(&Tensor::from(ndarray::arr1(&[1i64, 0]).into_dyn()));
+            vec![
+                m.greater(2.0f32).select(m, 0.0f32),
+                m.broadcast_to(&[3, 2, 2]),
+                m.slice(&[0, 1], &[2, 2], &[1, 1]),
+                m.reverse(&[-1]),
+                m.concat(std::slice::from_ref(m), -2),
+                m.take(&idx, -1),
+            ]
+        })
+    }) {
+        let out = f
+            .call(&[common::f32s(&[1.0, 2.0, 3.0, 4.0], &[4])])
+            .unwrap();
+        let expect: [(&[usize], Vec<f32>); 6] = [
+            (&[2, 2], vec![0.0, 0.0, 3.0, 4.0]),
+            (&[3, 2, 2], [1.0, 2.0, 3.0, 4.0].repeat(3)),
+            (&[2, 1], vec![2.0, 4.0]),
+            (&[2, 2], vec![2.0, 1.0, 4.0, 3.0]),
+            (&[4, 2], vec![1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]),
+            (&[2, 2], vec![2.0, 1.0, 4.0, 3.0]),
+        ];
+        for (i, (o, (shape, values))) in out.iter().zip(expect).enumerate() {
+            assert_eq!(o.shape(), shape, "output {i}");
+            assert_eq!(common::to_vec::<f32>(o), values, "output {i}");
+        }
+    }
 }

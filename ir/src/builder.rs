@@ -46,7 +46,12 @@ pub fn normalize_axes(rank: usize, axes: &[i64]) -> std::result::Result<Vec<usiz
 /// `x` broadcast to `shape` with NumPy's rule (trailing dims aligned), as an
 /// explicit `broadcast_in_dim`; `x` itself when it already has that shape
 /// or either rank is unknown.
-pub fn broadcast_to(g: &mut Graph, x: ValueId, shape: &Shape, site: &Site) -> Result<ValueId> {
+pub fn broadcast_to_shape(
+    g: &mut Graph,
+    x: ValueId,
+    shape: &Shape,
+    site: &Site,
+) -> Result<ValueId> {
     let t = g.ty(x).clone();
     if t.shape == *shape {
         return Ok(x);
@@ -106,8 +111,8 @@ pub fn binary(g: &mut Graph, op: Op, x: ValueId, y: ValueId, site: &Site) -> Res
         Ok(s) => s,
         Err(m) => return Err(fail(g, &name, site, m)),
     };
-    let x = broadcast_to(g, x, &shape, site)?;
-    let y = broadcast_to(g, y, &shape, site)?;
+    let x = broadcast_to_shape(g, x, &shape, site)?;
+    let y = broadcast_to_shape(g, y, &shape, site)?;
     g.add(op, &[x, y], site.clone())
 }
 
@@ -206,12 +211,145 @@ pub fn transpose(g: &mut Graph, x: ValueId, perm: &[usize], site: &Site) -> Resu
     g.add(op, &[x], site.clone())
 }
 
+/// `x` broadcast to the static shape `dims` with NumPy's rule.
+pub fn broadcast_to(g: &mut Graph, x: ValueId, dims: &[usize], site: &Site) -> Result<ValueId> {
+    if g.ty(x).shape.rank().is_none() {
+        return g.add(
+            Op::Dynamic(DynamicOp::BroadcastTo(dims.to_vec())),
+            &[x],
+            site.clone(),
+        );
+    }
+    let shape = Shape::known(dims);
+    let t = g.ty(x).clone();
+    if let Err(m) = broadcast_shapes(&t.shape, &shape).and_then(|s| {
+        if s == shape {
+            Ok(())
+        } else {
+            Err(format!("cannot broadcast {t} to {shape}"))
+        }
+    }) {
+        return Err(fail(g, "broadcast_in_dim", site, m));
+    }
+    broadcast_to_shape(g, x, &shape, site)
+}
+
+/// `select(pred, on_true, on_false)` with NumPy broadcasting of all three.
+pub fn select(
+    g: &mut Graph,
+    pred: ValueId,
+    on_true: ValueId,
+    on_false: ValueId,
+    site: &Site,
+) -> Result<ValueId> {
+    let vs = [pred, on_true, on_false];
+    let shapes: Vec<Shape> = vs.iter().map(|v| g.ty(*v).shape.clone()).collect();
+    if shapes.iter().any(|s| s.rank().is_none()) {
+        return g.add(Op::Dynamic(DynamicOp::Select), &vs, site.clone());
+    }
+    let shape = match broadcast_shapes(&shapes[0], &shapes[1])
+        .and_then(|s| broadcast_shapes(&s, &shapes[2]))
+    {
+        Ok(s) => s,
+        Err(m) => return Err(fail(g, "select", site, m)),
+    };
+    let p = broadcast_to_shape(g, pred, &shape, site)?;
+    let t = broadcast_to_shape(g, on_true, &shape, site)?;
+    let f = broadcast_to_shape(g, on_false, &shape, site)?;
+    g.add(Op::Select, &[p, t, f], site.clone())
+}
+
+/// Strided slice `[start, limit)` with `stride` per dim.
+pub fn slice(
+    g: &mut Graph,
+    x: ValueId,
+    start: &[usize],
+    limit: &[usize],
+    stride: &[usize],
+    site: &Site,
+) -> Result<ValueId> {
+    let (start, limit, stride) = (start.to_vec(), limit.to_vec(), stride.to_vec());
+    let op = if g.ty(x).shape.rank().is_none() {
+        Op::Dynamic(DynamicOp::Slice {
+            start,
+            limit,
+            stride,
+        })
+    } else {
+        Op::Slice {
+            start,
+            limit,
+            stride,
+        }
+    };
+    g.add(op, &[x], site.clone())
+}
+
+/// Reverses along `axes` (negative axes count from the end).
+pub fn reverse(g: &mut Graph, x: ValueId, axes: &[i64], site: &Site) -> Result<ValueId> {
+    let Some(rank) = g.ty(x).shape.rank() else {
+        return g.add(
+            Op::Dynamic(DynamicOp::Reverse(axes.to_vec())),
+            &[x],
+            site.clone(),
+        );
+    };
+    let axes = normalize_axes(rank, axes).map_err(|m| fail(g, "reverse", site, m))?;
+    g.add(Op::Reverse(axes), &[x], site.clone())
+}
+
+/// Joins `xs` along `axis` (negative counts from the end).
+pub fn concatenate(g: &mut Graph, xs: &[ValueId], axis: i64, site: &Site) -> Result<ValueId> {
+    let ranks: Vec<Option<usize>> = xs.iter().map(|v| g.ty(*v).shape.rank()).collect();
+    let Some(Some(rank)) = ranks
+        .first()
+        .copied()
+        .filter(|_| ranks.iter().all(Option::is_some))
+    else {
+        return g.add(
+            Op::Dynamic(DynamicOp::Concatenate { axis }),
+            xs,
+            site.clone(),
+        );
+    };
+    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "concatenate", site, m))?[0];
+    g.add(Op::Concatenate { axis }, xs, site.clone())
+}
+
+/// Gathers slices along `axis` (negative counts from the end) at integer
+/// `indices` (TF's `gather`).
+pub fn take(
+    g: &mut Graph,
+    x: ValueId,
+    indices: ValueId,
+    axis: i64,
+    site: &Site,
+) -> Result<ValueId> {
+    let (Some(rank), Some(_)) = (g.ty(x).shape.rank(), g.ty(indices).shape.rank()) else {
+        return g.add(
+            Op::Dynamic(DynamicOp::Take { axis }),
+            &[x, indices],
+            site.clone(),
+        );
+    };
+    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "take", site, m))?[0];
+    g.add(Op::Take { axis }, &[x, indices], site.clone())
+}
+
 /// `d` applied to `inputs`: ordinary ops when their ranks are known, the
 /// dynamic op again when they are not.
 pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> Result<ValueId> {
     let want = match d {
         DynamicOp::Binary(_) | DynamicOp::Compare(_) | DynamicOp::MatMul => 2,
-        DynamicOp::Reduce { .. } | DynamicOp::Arg { .. } | DynamicOp::Transpose(_) => 1,
+        DynamicOp::Take { .. } => 2,
+        DynamicOp::Select => 3,
+        DynamicOp::Reduce { .. }
+        | DynamicOp::Arg { .. }
+        | DynamicOp::Transpose(_)
+        | DynamicOp::BroadcastTo(_)
+        | DynamicOp::Slice { .. }
+        | DynamicOp::Reverse(_) => 1,
+        DynamicOp::Concatenate { .. } => inputs.len().max(1),
     };
     if inputs.len() != want {
         return Err(fail(
@@ -230,5 +368,15 @@ pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> 
         DynamicOp::Arg { max, axis } => arg(g, *max, inputs[0], *axis, site),
         DynamicOp::MatMul => matmul(g, inputs[0], inputs[1], site),
         DynamicOp::Transpose(perm) => transpose(g, inputs[0], perm, site),
+        DynamicOp::Select => select(g, inputs[0], inputs[1], inputs[2], site),
+        DynamicOp::BroadcastTo(dims) => broadcast_to(g, inputs[0], dims, site),
+        DynamicOp::Slice {
+            start,
+            limit,
+            stride,
+        } => slice(g, inputs[0], start, limit, stride, site),
+        DynamicOp::Reverse(axes) => reverse(g, inputs[0], axes, site),
+        DynamicOp::Concatenate { axis } => concatenate(g, inputs, *axis, site),
+        DynamicOp::Take { axis } => take(g, inputs[0], inputs[1], *axis, site),
     }
 }

@@ -235,6 +235,49 @@ fn dynamic(d: &DynamicOp, ins: &[&TensorType]) -> InferResult<TensorType> {
             arity(ins, 1)?;
             TensorType::new(ins[0].dtype, Shape::Ranked(vec![None; perm.len()]))
         }
+        DynamicOp::Select => {
+            arity(ins, 3)?;
+            if ins[0].dtype != DType::Bool {
+                return Err(format!("select predicate must be bool, got {}", ins[0]));
+            }
+            same_dtype(ins[1], ins[2])?;
+            TensorType::new(ins[1].dtype, Shape::Unranked)
+        }
+        DynamicOp::BroadcastTo(dims) => {
+            arity(ins, 1)?;
+            TensorType::known(ins[0].dtype, dims)
+        }
+        DynamicOp::Slice {
+            start,
+            limit,
+            stride,
+        } => {
+            arity(ins, 1)?;
+            if start.len() != limit.len() || start.len() != stride.len() {
+                return Err("slice needs one start, limit and stride per dim".into());
+            }
+            TensorType::new(ins[0].dtype, Shape::Ranked(vec![None; start.len()]))
+        }
+        DynamicOp::Reverse(_) => {
+            arity(ins, 1)?;
+            TensorType::new(ins[0].dtype, Shape::Unranked)
+        }
+        DynamicOp::Concatenate { .. } => {
+            let first = ins
+                .first()
+                .ok_or("concatenate needs at least one operand")?;
+            for t in &ins[1..] {
+                same_dtype(first, t)?;
+            }
+            TensorType::new(first.dtype, Shape::Unranked)
+        }
+        DynamicOp::Take { .. } => {
+            arity(ins, 2)?;
+            if !ins[1].dtype.is_int() {
+                return Err(format!("take indices must be integers, got {}", ins[1]));
+            }
+            TensorType::new(ins[0].dtype, Shape::Unranked)
+        }
     })
 }
 

@@ -214,6 +214,31 @@ pub enum DynamicOp {
     MatMul,
     /// A permutation of the (as yet unknown) operand's dims.
     Transpose(Vec<usize>),
+    /// `select(pred, on_true, on_false)`; operands broadcast.
+    Select,
+    /// Broadcast to a static shape with NumPy's rule.
+    BroadcastTo(Vec<usize>),
+    /// Strided slice (one entry per dim: the rank is `start`'s length).
+    Slice {
+        /// Start per dim.
+        start: Vec<usize>,
+        /// Limit (exclusive) per dim.
+        limit: Vec<usize>,
+        /// Stride per dim.
+        stride: Vec<usize>,
+    },
+    /// Reverse along `axes` as given.
+    Reverse(Vec<i64>),
+    /// Join the operands along `axis` as given.
+    Concatenate {
+        /// Axis as given.
+        axis: i64,
+    },
+    /// Gather along `axis` (as given) at the second operand's indices.
+    Take {
+        /// Axis as given.
+        axis: i64,
+    },
 }
 
 impl DynamicOp {
@@ -227,6 +252,12 @@ impl DynamicOp {
             DynamicOp::Arg { max: false, .. } => "dynamic_argmin".into(),
             DynamicOp::MatMul => "dynamic_matmul".into(),
             DynamicOp::Transpose(_) => "dynamic_transpose".into(),
+            DynamicOp::Select => "dynamic_select".into(),
+            DynamicOp::BroadcastTo(_) => "dynamic_broadcast_to".into(),
+            DynamicOp::Slice { .. } => "dynamic_slice".into(),
+            DynamicOp::Reverse(_) => "dynamic_reverse".into(),
+            DynamicOp::Concatenate { .. } => "dynamic_concatenate".into(),
+            DynamicOp::Take { .. } => "dynamic_take".into(),
         }
     }
 }

@@ -158,6 +158,21 @@ fn attrs_of(op: &Op) -> Vec<String> {
             ],
             DynamicOp::Arg { axis, .. } => vec![format!("axis={axis}")],
             DynamicOp::Transpose(perm) => vec![format!("perm={}", list(perm))],
+            DynamicOp::Select => vec![],
+            DynamicOp::BroadcastTo(dims) => vec![format!("shape={}", list(dims))],
+            DynamicOp::Slice {
+                start,
+                limit,
+                stride,
+            } => vec![
+                format!("start={}", list(start)),
+                format!("limit={}", list(limit)),
+                format!("stride={}", list(stride)),
+            ],
+            DynamicOp::Reverse(axes) => vec![format!("axes={}", list(axes))],
+            DynamicOp::Concatenate { axis } | DynamicOp::Take { axis } => {
+                vec![format!("axis={axis}")]
+            }
         },
         _ => vec![],
     }
@@ -961,6 +976,25 @@ impl Parser {
                     },
                     "matmul" => DynamicOp::MatMul,
                     "transpose" => DynamicOp::Transpose(ulist(get("perm")?, "perm")?),
+                    "select" => DynamicOp::Select,
+                    "broadcast_to" => DynamicOp::BroadcastTo(ulist(get("shape")?, "shape")?),
+                    "slice" => DynamicOp::Slice {
+                        start: ulist(get("start")?, "start")?,
+                        limit: ulist(get("limit")?, "limit")?,
+                        stride: ulist(get("stride")?, "stride")?,
+                    },
+                    "reverse" => DynamicOp::Reverse(ilist(get("axes")?, "axes")?),
+                    "concatenate" | "take" => {
+                        let axis = match get("axis")? {
+                            AttrVal::Int(i) => *i,
+                            _ => return Err(bad("axis", "an integer")),
+                        };
+                        if rest == "take" {
+                            DynamicOp::Take { axis }
+                        } else {
+                            DynamicOp::Concatenate { axis }
+                        }
+                    }
                     _ => return Err(self.err_at(pos, format!("unknown op '{name}'"))),
                 }
             };
