@@ -12,7 +12,7 @@ use tensorlift_ir::{BinaryOp, CallbackKind, CmpOp, DType, Error, Literal, Result
 
 use crate::callback::HostCallback;
 use crate::kernels::{elementwise as ew, layout};
-use crate::python::{from_numpy, py_error, to_numpy};
+use crate::python::{from_numpy, py_error, returned_values, to_numpy};
 use crate::tensor::Tensor;
 
 /// An eager tensor (`tensorlift.Tensor`).
@@ -291,26 +291,7 @@ pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> 
             if tout.is_empty() {
                 return Ok(Vec::new());
             }
-            let values: Vec<Bound<'_, PyAny>> = if tout.len() == 1
-                && !out.is_instance_of::<PyTuple>()
-                && !out.is_instance_of::<pyo3::types::PyList>()
-            {
-                vec![out]
-            } else {
-                out.extract().map_err(|_| {
-                    Error::invalid(format!(
-                        "{who} must return a list or tuple of {} values",
-                        tout.len()
-                    ))
-                })?
-            };
-            if values.len() != tout.len() {
-                return Err(Error::invalid(format!(
-                    "{who} returned {} value(s), but Tout declares {}",
-                    values.len(),
-                    tout.len()
-                )));
-            }
+            let values = returned_values(out, tout.len(), &who)?;
             values
                 .iter()
                 .zip(&tout)
