@@ -110,3 +110,42 @@ fn one_array_is_one_value_for_py_function() {
         .unwrap_err();
     assert_eq!(e.code(), Code::JitIncompatible, "{e}");
 }
+
+#[test]
+fn a_host_fn_result_handed_to_a_numpy_function_keeps_its_value() {
+    // The host_fn's result is a temporary that the numpy_function reads
+    // last, so compiled code hands it off; it must hand off what the
+    // host_fn returned, not the slot's unwritten buffer.
+    let scale = pyfn("def scale(x):\n    return x * 2\n", "scale");
+    for f in both(|| {
+        let scale = Python::attach(|py| scale.clone_ref(py));
+        function(move |x: Sym| {
+            let b = x.graph().host_fn_with(
+                "shift",
+                |ins: &[Tensor]| {
+                    Ok(vec![Tensor::from(
+                        ins[0].array_view::<f32>()?.mapv(|v| v + 1.0),
+                    )])
+                },
+                &[&x],
+                &[DType::F32],
+                &[tensorlift::Shape::known(&[3])],
+                false,
+            );
+            let func = Python::attach(|py| scale.clone_ref(py));
+            x.graph().numpy_function_with(
+                CallbackKind::NumpyFunction,
+                "scale",
+                func,
+                &[&b[0]],
+                &[DType::F32],
+                &[tensorlift::Shape::known(&[3])],
+                false,
+            )[0]
+            .clone()
+        })
+    }) {
+        let out = f.call(&[common::f32s(&[1.0, 2.0, 3.0], &[3])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![4.0, 6.0, 8.0]);
+    }
+}
