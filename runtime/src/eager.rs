@@ -237,7 +237,8 @@ fn constant(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor>
 }
 
 /// Makes `import tensorlift` work inside callbacks (unless a real
-/// `tensorlift` package is importable).
+/// `tensorlift` package is importable). Called once per process by
+/// [`crate::python::prepare`], which every Python entry point calls.
 pub fn ensure_module(py: Python<'_>) -> PyResult<()> {
     let sys = py.import("sys")?;
     let modules = sys.getattr("modules")?;
@@ -277,7 +278,7 @@ pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> 
     HostCallback::new(CallbackKind::PyFunction, move |inputs: &[Tensor]| {
         Python::attach(|py| {
             let who = format!("py_function '{name}'");
-            ensure_module(py).map_err(|e| py_error(py, e, "registering the tensorlift module"))?;
+            crate::python::prepare(py)?;
             let args = inputs
                 .iter()
                 .map(|t| Bound::new(py, PyTensor { t: t.clone() }).map(|b| b.into_any()))

@@ -41,6 +41,24 @@ fn numpy_name(d: DType) -> &'static str {
     }
 }
 
+/// Readies the embedded interpreter for tensorlift's Python code, once per
+/// process: registers the embedded `tensorlift` module (unless a real
+/// `tensorlift` package is importable) so that Python code run by any
+/// callback, or loaded through tensorlift, can `import tensorlift` — at
+/// module level too — from the first use on. Every entry point into Python
+/// calls it; after the first call it costs one atomic load. A failure is
+/// returned (with the Python traceback) and retried on the next call.
+pub fn prepare(py: Python<'_>) -> Result<()> {
+    static READY: pyo3::sync::PyOnceLock<()> = pyo3::sync::PyOnceLock::new();
+    if READY.get(py).is_some() {
+        return Ok(());
+    }
+    READY
+        .get_or_try_init(py, || crate::eager::ensure_module(py))
+        .map(|_| ())
+        .map_err(|e| py_error(py, e, "registering the embedded tensorlift module"))
+}
+
 /// Converts a Python exception into an error of the matching kind with the
 /// traceback text.
 pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
@@ -415,6 +433,7 @@ pub fn numpy_callback(
 ) -> HostCallback {
     HostCallback::owned(kind, move |inputs: Vec<Tensor>| {
         Python::attach(|py| {
+            prepare(py)?;
             let who = format!("{} '{name}'", kind.name());
             let args = inputs
                 .into_iter()
