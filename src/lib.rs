@@ -7,12 +7,16 @@
 //! [`Function::jit_compile`] — compiles it to native code with Cranelift.
 //! See `docs/architecture.md` and `docs/compiler.md`.
 
+mod bind;
 pub mod cli;
 mod function;
 pub mod npy;
+#[cfg(feature = "python")]
+pub mod python;
 mod staged;
 mod trace;
 
+pub use bind::{CallbackTarget, bind_host_fn, callback_target, callback_targets};
 pub use function::{
     CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,
     TraceBody, function,
@@ -23,6 +27,11 @@ pub use tensorlift_ir::{
 };
 pub use tensorlift_runtime::{HostElement, Tensor, TensorMut, TensorRef};
 pub use trace::{Operand, Sym, Tracer};
+
+/// Binds a Python callable to a callback target of a graph (a parsed
+/// program's callbacks have no body): [`python::bind`].
+#[cfg(feature = "python")]
+pub use python::bind as bind_python;
 
 /// The compiler crate (fusion, Cranelift code generation).
 pub use tensorlift_compiler as compiler;
