@@ -113,8 +113,8 @@ fn checked_callable(obj: Bound<'_, PyAny>, what: &str) -> Result<Py<PyAny>> {
 /// to `sys.modules`). Tracebacks show the source lines. The source may
 /// `import tensorlift`.
 ///
-/// Errors: a syntax error is `InvalidArgument` at its `line:column`
-/// (1-based) with Python's message; an exception while executing the
+/// Errors: a syntax error is `InvalidArgument` with Python's message, its
+/// `line:column` (1-based) in the error's `pos` (printed first); an exception while executing the
 /// source keeps its kind and traceback; `name` not defined is `NotFound`
 /// listing what the source defines; `name` not callable is
 /// `InvalidArgument`.
@@ -180,7 +180,7 @@ fn syntax_error(py: Python<'_>, e: PyErr, name: &str) -> std::result::Result<Err
         .unwrap_or_else(|_| "invalid syntax".into());
     let (line, col) = (get("lineno").unwrap_or(0), get("offset").unwrap_or(0));
     Ok(Error::InvalidArgument(Detail {
-        message: format!("line {line}:{col}: syntax error in the Python source of '{name}': {msg}"),
+        message: format!("syntax error in the Python source of '{name}': {msg}"),
         node: None,
         pos: (line > 0).then_some(TextPos { line, col }),
     }))

@@ -231,8 +231,13 @@ fn callable_from_source_errors_name_what_is_wrong() {
     let e =
         tensorlift::python::callable_from_source("def f(x):\n    return x +\n", "f").unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
-    assert!(e.to_string().contains("line 2:"), "{e}");
-    assert!(e.to_string().contains("syntax"), "{e}");
+    let pos = e.detail().and_then(|d| d.pos).expect("a position");
+    assert_eq!((pos.line, pos.col), (2, 15), "{e}");
+    assert!(
+        e.to_string()
+            .contains("2:15: syntax error in the Python source of 'f': invalid syntax"),
+        "{e}"
+    );
     let e = tensorlift::python::callable_from_source("def f(x):\n    return x\nK = 1\n", "g")
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e}");
