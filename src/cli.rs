@@ -65,6 +65,10 @@ enum Command {
         /// no reordered float reductions).
         #[arg(long)]
         exact: bool,
+        /// Binds the program's callback target NAME to a Python function,
+        /// imported from `module` (found on PYTHONPATH); repeatable.
+        #[arg(long = "callback", value_name = "NAME=module:function")]
+        callbacks: Vec<String>,
     },
     /// Compile a program and write every stage (input, optimized, fused
     /// plan, Cranelift IR) to DIR.
@@ -187,6 +191,71 @@ pub fn load_inputs(g: &Graph, specs: &[String]) -> Result<Vec<Tensor>> {
         .collect()
 }
 
+/// Binds `NAME=module:function` arguments (`--callback`) to the program's
+/// callback targets, then checks that every target is bound. Errors: a
+/// malformed or repeated argument, or a NAME that is not one of the
+/// program's callback targets (the error lists them), is
+/// `InvalidArgument`; a Python function that cannot be loaded keeps its
+/// error, prefixed with the argument; an unbound target is `NotFound`
+/// naming every unbound target and the option that binds it.
+pub fn bind_callbacks(g: &mut Graph, specs: &[String]) -> Result<()> {
+    let targets = crate::callback_targets(g);
+    let mut seen: Vec<&str> = Vec::new();
+    for s in specs {
+        let (name, spec) = s
+            .split_once('=')
+            .filter(|(n, f)| !n.is_empty() && !f.is_empty())
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "--callback '{s}' must look like NAME=module:function"
+                ))
+            })?;
+        if !targets.iter().any(|t| t.name == name) {
+            return Err(Error::invalid(format!(
+                "--callback '{name}': the program has no callback named '{name}' (its callbacks: {})",
+                crate::bind::names(&targets)
+            )));
+        }
+        if seen.contains(&name) {
+            return Err(Error::invalid(format!(
+                "--callback '{name}' is given twice"
+            )));
+        }
+        seen.push(name);
+        bind_python_spec(g, name, spec).map_err(|e| e.context(format!("--callback '{name}'")))?;
+    }
+    let unbound: Vec<String> = crate::callback_targets(g)
+        .into_iter()
+        .filter(|t| !t.bound)
+        .map(|t| format!("'{}'", t.name))
+        .collect();
+    if unbound.is_empty() {
+        return Ok(());
+    }
+    let (noun, verb) = if unbound.len() == 1 {
+        ("callback", "has")
+    } else {
+        ("callbacks", "have")
+    };
+    Err(Error::NotFound(tensorlift_ir::Detail::msg(format!(
+        "{noun} {} of the program {verb} no callable bound (the text format does not serialize callback bodies); bind each with --callback NAME=module:function",
+        unbound.join(", ")
+    ))))
+}
+
+#[cfg(feature = "python")]
+fn bind_python_spec(g: &mut Graph, name: &str, spec: &str) -> Result<()> {
+    let func = crate::python::callable(spec)?;
+    crate::python::bind(g, name, func)
+}
+
+#[cfg(not(feature = "python"))]
+fn bind_python_spec(_: &mut Graph, _: &str, _: &str) -> Result<()> {
+    Err(Error::unimplemented(
+        "binding a Python function needs tensorlift built with the `python` feature",
+    ))
+}
+
 fn execute(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Graph { program } => {
@@ -224,8 +293,10 @@ fn execute(cli: Cli) -> Result<()> {
             output_dir,
             mode,
             exact,
+            callbacks,
         } => {
             let mut g = load_program(&program)?;
+            bind_callbacks(&mut g, &callbacks)?;
             let inputs = load_inputs(&g, &inputs)?;
             let outputs = match mode {
                 Mode::Interp => {

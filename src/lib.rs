@@ -7,13 +7,17 @@
 //! [`Function::jit_compile`] — compiles it to native code with Cranelift.
 //! See `docs/architecture.md` and `docs/compiler.md`.
 
+mod bind;
 pub mod cli;
 mod function;
 pub mod npy;
+#[cfg(feature = "python")]
+pub mod python;
 mod staged;
 pub use staged::{CompiledGraph, compile_graph};
 mod trace;
 
+pub use bind::{CallbackTarget, bind_host_fn, callback_target, callback_targets};
 pub use function::{
     CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,
     TraceBody, function,
@@ -24,6 +28,11 @@ pub use tensorlift_ir::{
 };
 pub use tensorlift_runtime::{HostElement, Tensor, TensorMut, TensorRef};
 pub use trace::{HostFnArc, Operand, Sym, Tracer};
+
+/// Binds a Python callable to a callback target of a graph (a parsed
+/// program's callbacks have no body): [`python::bind`].
+#[cfg(feature = "python")]
+pub use python::bind as bind_python;
 
 /// The compiler crate (fusion, Cranelift code generation).
 pub use tensorlift_compiler as compiler;

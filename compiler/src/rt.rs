@@ -392,10 +392,16 @@ fn run_callback_step(
         .iter()
         .map(|&s| {
             let slot = &plan.slots[s];
-            if slot.kind == (SlotKind::HandOff { to: step })
-                && let Some(b) = ctx.owned.get_mut(s).and_then(Option::take)
-            {
-                return Tensor::from_aligned(slot.dtype, &slot.dims, b);
+            if slot.kind == (SlotKind::HandOff { to: step }) {
+                // An earlier callback's result redirected the slot to its
+                // own tensor: that tensor is the value (the slot's buffer
+                // was never written).
+                if let Some(t) = ctx.kept.get_mut(s).and_then(Option::take) {
+                    return Ok(t);
+                }
+                if let Some(b) = ctx.owned.get_mut(s).and_then(Option::take) {
+                    return Tensor::from_aligned(slot.dtype, &slot.dims, b);
+                }
             }
             // SAFETY: slot pointers are valid while main runs.
             unsafe { slot_tensor(plan, ctx, bufs, s) }

@@ -12,7 +12,7 @@ use tensorlift_ir::{BinaryOp, CallbackKind, CmpOp, DType, Error, Literal, Result
 
 use crate::callback::HostCallback;
 use crate::kernels::{elementwise as ew, layout};
-use crate::python::{from_numpy, py_error, to_numpy};
+use crate::python::{from_numpy, py_error, returned_values, to_numpy};
 use crate::tensor::Tensor;
 
 /// An eager tensor (`tensorlift.Tensor`).
@@ -237,7 +237,8 @@ fn constant(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor>
 }
 
 /// Makes `import tensorlift` work inside callbacks (unless a real
-/// `tensorlift` package is importable).
+/// `tensorlift` package is importable). Called once per process by
+/// [`crate::python::prepare`], which every Python entry point calls.
 pub fn ensure_module(py: Python<'_>) -> PyResult<()> {
     let sys = py.import("sys")?;
     let modules = sys.getattr("modules")?;
@@ -277,7 +278,7 @@ pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> 
     HostCallback::new(CallbackKind::PyFunction, move |inputs: &[Tensor]| {
         Python::attach(|py| {
             let who = format!("py_function '{name}'");
-            ensure_module(py).map_err(|e| py_error(py, e, "registering the tensorlift module"))?;
+            crate::python::prepare(py)?;
             let args = inputs
                 .iter()
                 .map(|t| Bound::new(py, PyTensor { t: t.clone() }).map(|b| b.into_any()))
@@ -291,26 +292,7 @@ pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> 
             if tout.is_empty() {
                 return Ok(Vec::new());
             }
-            let values: Vec<Bound<'_, PyAny>> = if tout.len() == 1
-                && !out.is_instance_of::<PyTuple>()
-                && !out.is_instance_of::<pyo3::types::PyList>()
-            {
-                vec![out]
-            } else {
-                out.extract().map_err(|_| {
-                    Error::invalid(format!(
-                        "{who} must return a list or tuple of {} values",
-                        tout.len()
-                    ))
-                })?
-            };
-            if values.len() != tout.len() {
-                return Err(Error::invalid(format!(
-                    "{who} returned {} value(s), but Tout declares {}",
-                    values.len(),
-                    tout.len()
-                )));
-            }
+            let values = returned_values(out, tout.len(), &who)?;
             values
                 .iter()
                 .zip(&tout)

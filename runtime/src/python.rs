@@ -41,6 +41,24 @@ fn numpy_name(d: DType) -> &'static str {
     }
 }
 
+/// Readies the embedded interpreter for tensorlift's Python code, once per
+/// process: registers the embedded `tensorlift` module (unless a real
+/// `tensorlift` package is importable) so that Python code run by any
+/// callback, or loaded through tensorlift, can `import tensorlift` — at
+/// module level too — from the first use on. Every entry point into Python
+/// calls it; after the first call it costs one atomic load. A failure is
+/// returned (with the Python traceback) and retried on the next call.
+pub fn prepare(py: Python<'_>) -> Result<()> {
+    static READY: pyo3::sync::PyOnceLock<()> = pyo3::sync::PyOnceLock::new();
+    if READY.get(py).is_some() {
+        return Ok(());
+    }
+    READY
+        .get_or_try_init(py, || crate::eager::ensure_module(py))
+        .map(|_| ())
+        .map_err(|e| py_error(py, e, "registering the embedded tensorlift module"))
+}
+
 /// Converts a Python exception into an error of the matching kind with the
 /// traceback text.
 pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
@@ -375,6 +393,36 @@ pub fn from_numpy(
     ))
 }
 
+/// The `n` values a callback returned for `n` declared outputs. Only a
+/// Python list or tuple is a sequence of outputs; anything else — a NumPy
+/// array included, which is never split along its first axis — is one
+/// value (TensorFlow's rule). A count other than `n` is `InvalidArgument`
+/// naming `who` (the op kind and name), the count returned and the count
+/// declared.
+pub fn returned_values<'py>(
+    out: Bound<'py, PyAny>,
+    n: usize,
+    who: &str,
+) -> Result<Vec<Bound<'py, PyAny>>> {
+    let values: Vec<Bound<'py, PyAny>> = if let Ok(t) = out.cast::<PyTuple>() {
+        t.iter().collect()
+    } else if let Ok(l) = out.cast::<PyList>() {
+        l.iter().collect()
+    } else {
+        vec![out.clone()]
+    };
+    // Release the tuple/list so that its arrays count only our references
+    // (see `from_numpy`'s adoption rule).
+    drop(out);
+    if values.len() != n {
+        return Err(Error::invalid(format!(
+            "{who} returned {} value(s), but Tout declares {n}",
+            values.len()
+        )));
+    }
+    Ok(values)
+}
+
 /// A host callback running the Python callable `func` with NumPy arrays
 /// (`numpy_function` / `py_func` semantics). `name` is used in errors.
 pub fn numpy_callback(
@@ -385,6 +433,7 @@ pub fn numpy_callback(
 ) -> HostCallback {
     HostCallback::owned(kind, move |inputs: Vec<Tensor>| {
         Python::attach(|py| {
+            prepare(py)?;
             let who = format!("{} '{name}'", kind.name());
             let args = inputs
                 .into_iter()
@@ -413,27 +462,11 @@ pub fn numpy_callback(
                     )))
                 };
             }
-            let values: Vec<Bound<'_, PyAny>> =
-                if tout.len() == 1 && !out.is_instance_of::<PyTuple>() {
-                    vec![out]
-                } else if let Ok(seq) = out.extract::<Vec<Bound<'_, PyAny>>>() {
-                    // Release the tuple/list so that its arrays count only
-                    // our references (see `from_numpy`'s adoption rule).
-                    drop(out);
-                    seq
-                } else {
-                    return Err(Error::invalid(format!(
-                        "{who} returned one value, but Tout declares {}",
-                        tout.len()
-                    )));
-                };
-            if values.len() != tout.len() {
-                return Err(Error::invalid(format!(
-                    "{who} returned {} value(s), but Tout declares {}",
-                    values.len(),
-                    tout.len()
-                )));
-            }
+            let values = if tout.len() == 1 && !out.is_instance_of::<PyTuple>() {
+                vec![out]
+            } else {
+                returned_values(out, tout.len(), &who)?
+            };
             values
                 .iter()
                 .zip(&tout)
