@@ -276,6 +276,7 @@ pub fn ensure_module(py: Python<'_>) -> PyResult<()> {
 pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> HostCallback {
     HostCallback::new(CallbackKind::PyFunction, move |inputs: &[Tensor]| {
         Python::attach(|py| {
+            crate::python_env::check(py)?;
             let who = format!("py_function '{name}'");
             ensure_module(py).map_err(|e| py_error(py, e, "registering the tensorlift module"))?;
             let args = inputs

@@ -385,6 +385,7 @@ pub fn numpy_callback(
 ) -> HostCallback {
     HostCallback::owned(kind, move |inputs: Vec<Tensor>| {
         Python::attach(|py| {
+            crate::python_env::check(py)?;
             let who = format!("{} '{name}'", kind.name());
             let args = inputs
                 .into_iter()
