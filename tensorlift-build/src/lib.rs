@@ -14,7 +14,7 @@
 //! tensorlift-build = { path = "../tensorlift/tensorlift-build" }
 //! ```
 //!
-//! ```no_run
+//! ```text
 //! // build.rs
 //! fn main() {
 //!     tensorlift_build::link_python();
