@@ -1,4 +1,6 @@
-//! The `tensorlift` command line: `run` and `graph`.
+//! The `tensorlift` command line: `run`, `compile`, `bench` and `graph`.
+
+mod compare;
 
 use std::path::{Path, PathBuf};
 
@@ -85,7 +87,9 @@ enum Command {
         #[arg(long)]
         exact: bool,
     },
-    /// Time the interpreter and the JIT on the same inputs (medians, ratio).
+    /// Run a program interpreted and compiled on the same inputs: both
+    /// times (medians), the ratio, and whether the results agree within the
+    /// JIT's tolerance (docs/compiler.md); exit status 1 when they do not.
     Bench {
         /// The program (.tlir).
         program: PathBuf,
@@ -95,6 +99,12 @@ enum Command {
         /// Timed runs of each (after one warm-up run).
         #[arg(long, default_value_t = 20)]
         iters: usize,
+        /// Also write each compiled result as DIR/<name>.npy.
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+        /// JIT: bit-exact with the interpreter, and checked to be.
+        #[arg(long)]
+        exact: bool,
     },
     /// Print the program as a Graphviz DOT graph.
     Graph {
@@ -286,7 +296,15 @@ fn execute(cli: Cli) -> Result<()> {
             program,
             inputs,
             iters,
-        } => bench(&program, &inputs, iters.max(1)),
+            output_dir,
+            exact,
+        } => bench(
+            &program,
+            &inputs,
+            iters.max(1),
+            output_dir.as_deref(),
+            exact,
+        ),
         Command::Run {
             program,
             inputs,
@@ -306,21 +324,25 @@ fn execute(cli: Cli) -> Result<()> {
                 Mode::Jit => tensorlift_compiler::compile(&g, &jit_options(Opt::Speed, exact))?
                     .run(&inputs)?,
             };
-            std::fs::create_dir_all(&output_dir).map_err(|e| {
-                Error::invalid(format!("cannot create {}: {e}", output_dir.display()))
-            })?;
-            for (o, t) in g.outputs().iter().zip(&outputs) {
-                if o.name.contains(['/', '\\']) || o.name.starts_with('.') {
-                    return Err(Error::invalid(format!(
-                        "output name '{}' cannot be used as a file name",
-                        o.name
-                    )));
-                }
-                crate::npy::save(t, output_dir.join(format!("{}.npy", o.name)))?;
-            }
-            Ok(())
+            write_outputs(&g, &outputs, &output_dir)
         }
     }
+}
+
+/// Writes each output `t` of `g` as `dir/<name>.npy`.
+fn write_outputs(g: &Graph, outputs: &[Tensor], dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::invalid(format!("cannot create {}: {e}", dir.display())))?;
+    for (o, t) in g.outputs().iter().zip(outputs) {
+        if o.name.contains(['/', '\\']) || o.name.starts_with('.') {
+            return Err(Error::invalid(format!(
+                "output name '{}' cannot be used as a file name",
+                o.name
+            )));
+        }
+        crate::npy::save(t, dir.join(format!("{}.npy", o.name)))?;
+    }
+    Ok(())
 }
 
 fn median_ms(mut v: Vec<f64>) -> f64 {
@@ -328,13 +350,19 @@ fn median_ms(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn bench(program: &Path, specs: &[String], iters: usize) -> Result<()> {
+fn bench(
+    program: &Path,
+    specs: &[String],
+    iters: usize,
+    output_dir: Option<&Path>,
+    exact: bool,
+) -> Result<()> {
     let g = load_program(program)?;
     let inputs = load_inputs(&g, specs)?;
     let mut opt = g.clone();
     interp::optimize(&mut opt)?;
     let t = std::time::Instant::now();
-    let exe = tensorlift_compiler::compile(&g, &JitOptions::default())?;
+    let exe = tensorlift_compiler::compile(&g, &jit_options(Opt::Speed, exact))?;
     let compile_ms = t.elapsed().as_secs_f64() * 1e3;
     let time = |f: &dyn Fn() -> Result<Vec<Tensor>>| -> Result<(f64, Vec<Tensor>)> {
         let out = f()?;
@@ -348,19 +376,30 @@ fn bench(program: &Path, specs: &[String], iters: usize) -> Result<()> {
     };
     let (ti, oi) = time(&|| interp::run(&opt, &inputs))?;
     let (tj, oj) = time(&|| exe.run(&inputs))?;
-    let same = oi
-        .iter()
-        .zip(&oj)
-        .all(|(a, b)| a.dtype() == b.dtype() && a.shape() == b.shape());
     println!("program      {}", program.display());
     println!("compile      {compile_ms:.3} ms");
     println!("interpreter  {ti:.3} ms (median of {iters})");
     println!("jit          {tj:.3} ms (median of {iters})");
     println!("speedup      {:.2}x", ti / tj);
-    if !same {
-        return Err(Error::internal(
-            "interpreter and JIT results differ in type or shape",
-        ));
+    if let Some(dir) = output_dir {
+        write_outputs(&g, &oj, dir)?;
+        println!("wrote        the JIT's results to {}", dir.display());
     }
-    Ok(())
+    let names: Vec<&str> = g.outputs().iter().map(|o| o.name.as_str()).collect();
+    match compare::compare(&names, &oi, &oj, exact) {
+        Ok(compare::Agreement::BitIdentical) => {
+            println!("agreement    bit-identical results");
+            Ok(())
+        }
+        Ok(compare::Agreement::Within { worst, rtol }) => {
+            println!(
+                "agreement    within the JIT's tolerance: max |jit - interpreter| = {worst:.2e} × max |interpreter| (tolerance {rtol:e})"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            println!("agreement    NO (see the error)");
+            Err(e)
+        }
+    }
 }

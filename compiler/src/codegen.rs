@@ -107,7 +107,7 @@ fn make_module(opts: &JitOptions) -> Result<JITModule> {
 /// kernels (a few ops per element) already saturate memory bandwidth on
 /// one core of the benchmark machine, and splitting them made them slower
 /// (fresh output pages faulted in from two threads contend).
-fn splittable(k: &Kernel) -> bool {
+pub(crate) fn splittable(k: &Kernel) -> bool {
     crate::fusion::range_capable(k) && element_cost(k) >= MIN_PARALLEL_COST
 }
 
@@ -124,7 +124,7 @@ const MIN_PARALLEL_COST: usize = 8;
 /// 4 lanes (a quarter of it with AVX-512's 16): with them, the exp/tanh
 /// chain of the benchmarks runs 2.5x faster on one core, and its crossover
 /// moved up as much (docs/benchmarks.md).
-fn kernel_work(k: &Kernel, opts: &JitOptions) -> usize {
+pub(crate) fn kernel_work(k: &Kernel, opts: &JitOptions) -> usize {
     let lanes = match wide::lanes() {
         Some(l) if opts.wide_math && !opts.exact && has_fma() => l,
         _ => 4,
@@ -305,23 +305,22 @@ pub(crate) fn generate(
                         (n * 8) as u32,
                         3,
                     ));
-                    let mut work = 0usize;
-                    let mut parallel = false;
                     for (j, step) in plan.steps[g.start..g.end].iter().enumerate() {
-                        let Step::Kernel(k) = step else {
+                        let Step::Kernel(_) = step else {
                             return Err(Error::internal("a row group holds a non-kernel step"));
                         };
                         let f = module.declare_func_in_func(kernel_ids[&(g.start + j)], b.func);
                         let addr = b.ins().func_addr(ptr, f);
                         b.ins().stack_store(ptr, addr, slot, (j * 8) as i32);
-                        work = work.saturating_add(kernel_work(k, opts));
-                        parallel |= splittable(k);
                     }
                     let fns = b.ins().stack_addr(ptr, slot, 0);
                     let count = b.ins().iconst(types::I64, n as i64);
                     let rows = b.ins().iconst(types::I64, g.rows as i64);
                     let block = b.ins().iconst(types::I64, g.block as i64);
-                    let par = parallel && opts.threads && work >= rt::PARALLEL_WORK as usize;
+                    let par = matches!(
+                        crate::parallel::group_split(plan, g, opts),
+                        crate::parallel::Split::Ranges(_)
+                    );
                     let par = b.ins().iconst(types::I64, i64::from(par));
                     let call = b
                         .ins()
@@ -332,7 +331,9 @@ pub(crate) fn generate(
                     let f = module.declare_func_in_func(kernel_ids[&i], b.func);
                     let n0 = k.dims.first().copied().unwrap_or(1) as i64;
                     let n = b.ins().iconst(types::I64, n0);
-                    if splittable(k) && opts.threads {
+                    if let crate::parallel::Split::Ranges(_) =
+                        crate::parallel::kernel_split(k, opts)
+                    {
                         let addr = b.ins().func_addr(ptr, f);
                         let work = b.ins().iconst(types::I64, kernel_work(k, opts) as i64);
                         let call = b.ins().call(par_ref, &[addr, bufs, ctx, n, work]);

@@ -114,7 +114,8 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     check(graph)?;
     let mut g = graph.clone();
     interp::optimize(&mut g)?;
-    let plan = fusion::plan(&g)?;
+    let mut plan = fusion::plan(&g)?;
+    crate::parallel::record(&mut plan, options);
     let table = Box::new(StepTable::new(plan));
     let generated = codegen::generate(&table.plan, &*table as *const StepTable, options)?;
     // SAFETY: `main` was generated with exactly this signature.

@@ -11,6 +11,7 @@
 mod codegen;
 mod exec;
 pub mod fusion;
+mod parallel;
 mod rt;
 mod wide;
 

@@ -15,6 +15,8 @@ mod memory;
 pub use memory::trim_buffer_cache;
 #[cfg(feature = "python")]
 pub mod python;
+#[cfg(feature = "python")]
+pub mod python_env;
 mod tensor;
 
 pub use tensor::{

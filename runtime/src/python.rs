@@ -49,6 +49,9 @@ fn numpy_name(d: DType) -> &'static str {
 /// calls it; after the first call it costs one atomic load. A failure is
 /// returned (with the Python traceback) and retried on the next call.
 pub fn prepare(py: Python<'_>) -> Result<()> {
+    // The libpython this process loaded must be the one tensorlift was
+    // built against, with NumPy (a clear error naming the fix otherwise).
+    crate::python_env::check(py)?;
     static READY: pyo3::sync::PyOnceLock<()> = pyo3::sync::PyOnceLock::new();
     if READY.get(py).is_some() {
         return Ok(());

@@ -1,0 +1,107 @@
+//! Which kernels run split over threads, decided once per compilation.
+//!
+//! Code generation calls a kernel (or runs a row group) through the
+//! parallel runtime helpers exactly when [`kernel_split`] / [`group_split`]
+//! say [`Split::Ranges`], and the fused plan's dump lists every decision
+//! with its reason ([`record`]), so a dump says which kernels a call
+//! splits and into how many ranges.
+
+use crate::codegen::{self, JitOptions};
+use crate::fusion::{self, Kernel, Plan, RowGroup, Step};
+use crate::rt;
+
+/// How one kernel (or row group) runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// Split into this many contiguous ranges of its outermost dim, one per
+    /// thread of the pool (at most one per row).
+    Ranges(usize),
+    /// On the calling thread, for this reason.
+    One(&'static str),
+}
+
+/// The decision for a kernel that is not part of a row group. Mirrors
+/// what the runtime helper does at run time with the pool it finds then
+/// (the pool's size at compile time is assumed).
+pub(crate) fn kernel_split(k: &Kernel, opts: &JitOptions) -> Split {
+    if !opts.threads {
+        return Split::One(THREADS_OFF);
+    }
+    if !fusion::range_capable(k) {
+        return Split::One(if k.dims.is_empty() {
+            "one thread: a scalar kernel"
+        } else {
+            "one thread: its outermost dim is reduced"
+        });
+    }
+    if !codegen::splittable(k) {
+        return Split::One("one thread: memory-bound (too few ops per element)");
+    }
+    decide(
+        codegen::kernel_work(k, opts),
+        k.dims.first().copied().unwrap_or(1),
+    )
+}
+
+/// The decision for a row group: its kernels run block by block over
+/// ranges of its rows, split when one of them is compute-bound and their
+/// work together pays for the threads.
+pub(crate) fn group_split(plan: &Plan, g: &RowGroup, opts: &JitOptions) -> Split {
+    if !opts.threads {
+        return Split::One(THREADS_OFF);
+    }
+    let kernels = || {
+        plan.steps[g.start..g.end].iter().filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Gemm(_) | Step::Runtime { .. } => None,
+        })
+    };
+    if !kernels().any(codegen::splittable) {
+        return Split::One("one thread: memory-bound (too few ops per element)");
+    }
+    let work = kernels().fold(0usize, |w, k| {
+        w.saturating_add(codegen::kernel_work(k, opts))
+    });
+    decide(work, g.rows)
+}
+
+const THREADS_OFF: &str = "one thread: threads are disabled (JitOptions.threads = false)";
+
+fn decide(work: usize, rows: usize) -> Split {
+    let threads = rayon::current_num_threads();
+    if work < rt::PARALLEL_WORK as usize {
+        Split::One("one thread: too little work to pay for waking the pool")
+    } else if rows < 2 {
+        Split::One("one thread: a single row")
+    } else if threads < 2 {
+        Split::One("one thread: the thread pool has one thread (RAYON_NUM_THREADS, or one core)")
+    } else {
+        Split::Ranges(threads.min(rows))
+    }
+}
+
+/// Appends one `threads:` decision per kernel step and row group to the
+/// plan's decisions (the fused-plan dump prints them).
+pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
+    let mut lines = Vec::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Some(g) = plan.groups.iter().find(|g| g.start == i) {
+            let what = format!("row group steps {}..{}", g.start, g.end);
+            lines.push(line(&what, group_split(plan, g, opts), g.rows));
+        } else if plan.groups.iter().any(|g| g.start < i && i < g.end) {
+            continue;
+        } else if let Step::Kernel(k) = step {
+            let what = format!("kernel '{}' (step {i})", k.name);
+            let rows = k.dims.first().copied().unwrap_or(1);
+            lines.push(line(&what, kernel_split(k, opts), rows));
+        }
+    }
+    plan.decisions.extend(lines);
+}
+
+fn line(what: &str, split: Split, rows: usize) -> String {
+    match split {
+        Split::Ranges(n) => format!("threads: {what}: split into {n} ranges of its {rows} rows"),
+        Split::One(reason) => format!("threads: {what}: {reason}"),
+    }
+}
