@@ -5,8 +5,10 @@
 //! uses; `|V2` data is read back as bfloat16. Fortran-ordered files are
 //! read into row-major tensors; big-endian files are byte-swapped.
 
+use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::path::Path;
+use std::rc::Rc;
 
 use half::f16;
 use npyz::{FixedSizeBytes, TypeChar, WriterBuilder};
@@ -42,11 +44,121 @@ fn dtype_of(ts: &npyz::TypeStr) -> Option<DType> {
 }
 
 /// Reads a `.npy` stream.
-pub fn read(reader: impl Read) -> Result<Tensor> {
-    from_npy_file(npyz::NpyFile::new(reader).map_err(io_err)?)
+pub fn read(mut reader: impl Read) -> Result<Tensor> {
+    // The header is checked before npyz sees it: npyz multiplies the
+    // shape's dims without overflow checks.
+    let header = read_header(&mut reader)?;
+    let data = Rc::new(RefCell::new(reader));
+    let file = npyz::NpyFile::new(std::io::Cursor::new(header).chain(Shared(data.clone())))
+        .map_err(io_err)?;
+    let t = from_npy_file(file)?;
+    let mut extra = [0u8; 1];
+    match data.borrow_mut().read(&mut extra) {
+        Ok(0) => Ok(t),
+        Ok(_) => Err(Error::invalid(format!(
+            "not a valid .npy file: it holds more data than its header's shape {:?} needs",
+            t.shape()
+        ))),
+        Err(e) => Err(io_err(e)),
+    }
 }
 
-/// Reads an opened `.npy` file (e.g. a member of an `.npz` archive).
+/// A reader shared between npyz and [`read`], which checks that nothing
+/// follows the data npyz read.
+struct Shared<R>(Rc<RefCell<R>>);
+
+impl<R: Read> Read for Shared<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().read(buf)
+    }
+}
+
+/// Largest header accepted (NumPy writes a few hundred bytes).
+const MAX_HEADER: usize = 1 << 20;
+
+/// Reads the magic string, version, header length and header dictionary,
+/// checking that the `shape` entry's element count fits in memory's
+/// address space; returns the bytes read.
+fn read_header(reader: &mut impl Read) -> Result<Vec<u8>> {
+    let mut head = vec![0u8; 10];
+    reader.read_exact(&mut head).map_err(io_err)?;
+    if &head[..6] != b"\x93NUMPY" {
+        return Err(Error::invalid(
+            "not a valid .npy file: it does not start with \\x93NUMPY",
+        ));
+    }
+    let len = match head[6] {
+        1 => u16::from_le_bytes([head[8], head[9]]) as usize,
+        2 | 3 => {
+            let mut more = [0u8; 2];
+            reader.read_exact(&mut more).map_err(io_err)?;
+            head.extend_from_slice(&more);
+            u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize
+        }
+        v => {
+            return Err(Error::invalid(format!(
+                "not a valid .npy file: unknown format version {v}"
+            )));
+        }
+    };
+    if len > MAX_HEADER {
+        return Err(Error::invalid(format!(
+            "not a valid .npy file: a header of {len} bytes (at most {MAX_HEADER})"
+        )));
+    }
+    let start = head.len();
+    head.resize(start + len, 0);
+    reader.read_exact(&mut head[start..]).map_err(io_err)?;
+    let dict = String::from_utf8_lossy(&head[start..]);
+    check_shape(&dict)?;
+    Ok(head)
+}
+
+/// Checks the dims of the header dictionary's `'shape': (...)` entry:
+/// each a non-negative integer, their product within `usize`.
+fn check_shape(dict: &str) -> Result<()> {
+    let bad =
+        |what: &str| Error::invalid(format!("not a valid .npy file: {what} in header {dict:?}"));
+    let Some(at) = dict.find("'shape'").or_else(|| dict.find("\"shape\"")) else {
+        return Err(bad("no 'shape'"));
+    };
+    let rest = &dict[at + 7..];
+    let (Some(open), Some(close)) = (rest.find('('), rest.find(')')) else {
+        return Err(bad("a shape that is not a tuple"));
+    };
+    if close < open {
+        return Err(bad("a shape that is not a tuple"));
+    }
+    let mut count: usize = 1;
+    let mut dims = Vec::new();
+    for part in rest[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let d: u128 = part.trim_end_matches('L').parse().map_err(|_| {
+            bad(&format!(
+                "a dim '{part}' that is not a non-negative integer"
+            ))
+        })?;
+        dims.push(d);
+    }
+    if dims.contains(&0) {
+        return Ok(());
+    }
+    for d in &dims {
+        count = usize::try_from(*d)
+            .ok()
+            .and_then(|d| count.checked_mul(d))
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "not a valid .npy file: its shape {dims:?} has too many elements to address"
+                ))
+            })?;
+    }
+    Ok(())
+}
+
 pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
     let ts = match file.dtype() {
         npyz::DType::Plain(ts) => ts,
@@ -64,6 +176,22 @@ pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| Error::invalid("shape too large")))
         .collect::<Result<_>>()?;
+    let count = shape
+        .iter()
+        .try_fold(1usize, |acc, d| acc.checked_mul(*d))
+        .filter(|n| {
+            n.checked_mul(dtype.size().max(1))
+                .is_some_and(|b| b <= isize::MAX as usize)
+        });
+    let Some(count) = count else {
+        return Err(Error::invalid(format!(
+            "not a valid .npy file: its shape {shape:?} has too many elements to address"
+        )));
+    };
+    tensorlift_runtime::interp::check_allocation(
+        count.saturating_mul(dtype.size()),
+        "this .npy file's data",
+    )?;
     let fortran = file.order() == npyz::Order::Fortran && shape.len() > 1;
     // Fortran data is the row-major layout of the reversed shape.
     let stored: Vec<usize> = if fortran {
@@ -82,11 +210,7 @@ pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
         )
         && ts.num_bytes() == Some(dtype.size());
     if native && dtype != DType::String {
-        let n: usize = shape.iter().product();
-        let bytes = n
-            .checked_mul(dtype.size())
-            .ok_or_else(|| Error::invalid("shape too large"))?;
-        tensorlift_runtime::interp::check_allocation(bytes, "this .npy file's data")?;
+        let bytes = count * dtype.size();
         let mut buf = tensorlift_runtime::AlignedBytes::zeroed(bytes);
         file.into_inner()
             .read_exact(buf.as_mut_slice())

@@ -81,3 +81,91 @@ fn bad_files_are_errors() {
     buf.truncate(buf.len() - 2);
     assert!(npy::read(&buf[..]).is_err());
 }
+
+/// A version-1 .npy file with header dictionary `dict` followed by `data`.
+fn npy_bytes(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = dict.to_string();
+    // Magic (6) + version (2) + length (2) + header, padded to 64 with '\n'.
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+#[test]
+fn headers_that_do_not_match_the_data_are_errors() {
+    let f32x4: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let cases = [
+        // Shapes whose element count overflows, with data that would fit
+        // the wrapped count (fuzzer reproducers: Fortran order transposed
+        // into an out-of-bounds read).
+        (
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (4611686018427387905, 4), }",
+            "too many elements",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387905, 4), }",
+            "too many elements",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (18446744073709551615, 2), }",
+            "too many elements",
+        ),
+        (
+            "{'descr': '>f4', 'fortran_order': False, 'shape': (4611686018427387905, 4), }",
+            "too many elements",
+        ),
+        // More data than the shape holds.
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }",
+            "more data",
+        ),
+        (
+            "{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }",
+            "more data",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 3), }",
+            "more data",
+        ),
+        // Less.
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }",
+            "not a valid .npy file",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (5, 1), }",
+            "not a valid .npy file",
+        ),
+    ];
+    for (dict, want) in cases {
+        let e = npy::read(&npy_bytes(dict, &f32x4)[..]).unwrap_err();
+        assert!(e.to_string().contains(want), "{dict}: {e}");
+    }
+    // The exact size is accepted, in either order.
+    let t = npy::read(
+        &npy_bytes(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
+            &f32x4,
+        )[..],
+    )
+    .unwrap();
+    assert_eq!(common::to_vec::<f32>(&t), vec![1.0, 3.0, 2.0, 4.0]);
+    // An empty array with a huge dim is a valid (empty) tensor.
+    let t = npy::read(
+        &npy_bytes(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (4611686018427387905, 0), }",
+            &[],
+        )[..],
+    )
+    .unwrap();
+    assert_eq!(t.shape(), &[4611686018427387905, 0]);
+}
