@@ -8,11 +8,14 @@
 //! See `docs/architecture.md` and `docs/compiler.md`.
 
 pub mod cli;
+mod contrib;
 mod function;
 pub mod npy;
 mod staged;
 mod trace;
 
+#[cfg(feature = "python")]
+pub use contrib::PyArg;
 pub use function::{
     CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,
     TraceBody, function,
@@ -21,6 +24,7 @@ pub use tensorlift_compiler::{Executable, JitOptions, OptLevel};
 pub use tensorlift_ir::{
     Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType,
 };
+pub use tensorlift_runtime::nest::{Mismatch, Nest, NestPath, PathItem};
 pub use tensorlift_runtime::{HostElement, Tensor, TensorMut, TensorRef};
 pub use trace::{Operand, Sym, Tracer};
 

@@ -99,7 +99,7 @@ impl Tracer {
         Ok(g)
     }
 
-    fn record(&self, e: Error) {
+    pub(crate) fn record(&self, e: Error) {
         let mut slot = self.ctx.error.borrow_mut();
         if slot.is_none() {
             *slot = Some(e);
@@ -435,7 +435,7 @@ impl Tracer {
     }
 
     /// `n` poisoned values (an error was recorded instead of a node).
-    fn poisoned(&self, n: usize) -> Vec<Sym> {
+    pub(crate) fn poisoned(&self, n: usize) -> Vec<Sym> {
         (0..n)
             .map(|_| Sym {
                 ctx: self.ctx.clone(),
@@ -444,7 +444,7 @@ impl Tracer {
             .collect()
     }
 
-    fn callback_with(
+    pub(crate) fn callback_with(
         &self,
         spec: CallbackSpec<'_>,
         inputs: &[&Sym],
@@ -536,12 +536,12 @@ impl Tracer {
     }
 }
 
-struct CallbackSpec<'a> {
-    kind: CallbackKind,
-    name: Option<&'a str>,
-    tout: &'a [DType],
-    output_shapes: Option<&'a [Shape]>,
-    stateful: bool,
+pub(crate) struct CallbackSpec<'a> {
+    pub(crate) kind: CallbackKind,
+    pub(crate) name: Option<&'a str>,
+    pub(crate) tout: &'a [DType],
+    pub(crate) output_shapes: Option<&'a [Shape]>,
+    pub(crate) stateful: bool,
 }
 
 /// Operands that are either symbolic values or Rust scalars (which take the
