@@ -9,6 +9,7 @@
 
 mod bind;
 pub mod cli;
+mod contrib;
 mod function;
 pub mod npy;
 #[cfg(feature = "python")]
@@ -18,6 +19,8 @@ pub use staged::{CompiledGraph, compile_graph};
 mod trace;
 
 pub use bind::{CallbackTarget, bind_host_fn, callback_target, callback_targets};
+#[cfg(feature = "python")]
+pub use contrib::PyArg;
 pub use function::{
     CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,
     TraceBody, function,
@@ -26,6 +29,7 @@ pub use tensorlift_compiler::{Executable, JitOptions, OptLevel};
 pub use tensorlift_ir::{
     Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType,
 };
+pub use tensorlift_runtime::nest::{Mismatch, Nest, NestPath, PathItem};
 pub use tensorlift_runtime::{HostElement, Tensor, TensorMut, TensorRef};
 pub use trace::{HostFnArc, Operand, Sym, Tracer};
 

@@ -142,7 +142,7 @@ impl Tracer {
         Ok(g)
     }
 
-    fn record(&self, e: Error) {
+    pub(crate) fn record(&self, e: Error) {
         let mut slot = self.ctx.error.borrow_mut();
         if slot.is_none() {
             *slot = Some(e);
@@ -553,7 +553,7 @@ impl Tracer {
     }
 
     /// `n` poisoned values (an error was recorded instead of a node).
-    fn poisoned(&self, n: usize) -> Vec<Sym> {
+    pub(crate) fn poisoned(&self, n: usize) -> Vec<Sym> {
         (0..n)
             .map(|_| Sym {
                 ctx: self.ctx.clone(),
@@ -562,7 +562,7 @@ impl Tracer {
             .collect()
     }
 
-    fn callback_with(
+    pub(crate) fn callback_with(
         &self,
         spec: CallbackSpec<'_>,
         inputs: &[&Sym],
@@ -669,13 +669,13 @@ impl Tracer {
     }
 }
 
-struct CallbackSpec<'a> {
-    kind: CallbackKind,
-    id: CallableId,
-    name: Option<&'a str>,
-    tout: &'a [DType],
-    output_shapes: Option<&'a [Shape]>,
-    stateful: bool,
+pub(crate) struct CallbackSpec<'a> {
+    pub(crate) kind: CallbackKind,
+    pub(crate) id: CallableId,
+    pub(crate) name: Option<&'a str>,
+    pub(crate) tout: &'a [DType],
+    pub(crate) output_shapes: Option<&'a [Shape]>,
+    pub(crate) stateful: bool,
 }
 
 /// Operands that are either symbolic values or Rust scalars (which take the

@@ -12,11 +12,14 @@ pub mod eager;
 pub mod interp;
 pub mod kernels;
 mod memory;
+pub mod nest;
 pub use memory::trim_buffer_cache;
 #[cfg(feature = "python")]
 pub mod python;
 #[cfg(feature = "python")]
 pub mod python_env;
+#[cfg(feature = "python")]
+pub mod python_nest;
 mod tensor;
 
 pub use tensor::{
