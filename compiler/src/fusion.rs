@@ -9,7 +9,7 @@
 //! slice, reverse, reshape) become affine index maps on the loads of the
 //! kernel. Every "no" of the fusion pass is recorded with its reason.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use tensorlift_ir::{
@@ -690,21 +690,31 @@ pub(crate) fn enode_operands(n: &ENode) -> Vec<usize> {
 /// True when node `i` of `a` and node `j` of `b` compute the same value at
 /// the same loop index (kernels over the same dims).
 fn same_expr(a: &[ENode], i: usize, b: &[ENode], j: usize) -> bool {
-    let (x, y) = (&a[i], &b[j]);
-    let shallow = match (x, y) {
-        (ENode::Unary(u, _, d), ENode::Unary(v, _, e)) => u == v && d == e,
-        (ENode::Binary(o, _, _, d), ENode::Binary(p, _, _, e)) => o == p && d == e,
-        (ENode::Compare(o, _, _, d), ENode::Compare(p, _, _, e)) => o == p && d == e,
-        (ENode::Select(.., d), ENode::Select(.., e))
-        | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
-        (ENode::Convert(_, f, t), ENode::Convert(_, g, u)) => f == g && t == u,
-        (x, y) => return enode_operands(x).is_empty() && x == y,
-    };
-    shallow
-        && enode_operands(x)
-            .iter()
-            .zip(enode_operands(y))
-            .all(|(p, q)| same_expr(a, *p, b, q))
+    // An explicit work list (no recursion: expression depth is the
+    // program's length), each pair of nodes compared once (shared
+    // subexpressions would otherwise be compared once per path).
+    let mut seen: HashSet<(usize, usize)> = HashSet::new();
+    let mut work = vec![(i, j)];
+    while let Some((i, j)) = work.pop() {
+        if !seen.insert((i, j)) {
+            continue;
+        }
+        let (x, y) = (&a[i], &b[j]);
+        let shallow = match (x, y) {
+            (ENode::Unary(u, _, d), ENode::Unary(v, _, e)) => u == v && d == e,
+            (ENode::Binary(o, _, _, d), ENode::Binary(p, _, _, e)) => o == p && d == e,
+            (ENode::Compare(o, _, _, d), ENode::Compare(p, _, _, e)) => o == p && d == e,
+            (ENode::Select(.., d), ENode::Select(.., e))
+            | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
+            (ENode::Convert(_, f, t), ENode::Convert(_, g, u)) => f == g && t == u,
+            (x, y) => enode_operands(x).is_empty() && x == y,
+        };
+        if !shallow {
+            return false;
+        }
+        work.extend(enode_operands(x).into_iter().zip(enode_operands(y)));
+    }
+    true
 }
 
 /// The nodes reachable from `root`, in order, with the root's new index.
