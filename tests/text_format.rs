@@ -269,3 +269,89 @@ fn types_and_sites_parse() {
     assert_eq!((&*n.site.file, n.site.line, n.site.col), ("a b.rs", 12, 34));
     assert_eq!(g.outputs()[1].name, "out2");
 }
+
+#[test]
+fn nan_payloads_round_trip_in_every_float_and_complex_dtype() {
+    // Fuzzer reproducers: signalling NaNs (f32 `01 00 80 7f` came back as
+    // `00 00 c0 7f`) and NaN parts of complex numbers.
+    let cases: Vec<(DType, Vec<u8>)> = vec![
+        (
+            DType::F32,
+            [0x7f80_0001u32, 0xff80_0001, 0x7fbf_ffff, 0x7fc0_0001]
+                .iter()
+                .flat_map(|b| b.to_le_bytes())
+                .collect(),
+        ),
+        (
+            DType::F64,
+            [
+                0x7ff0_0000_0000_0001u64,
+                0xfff4_0000_0000_0000,
+                0x7ff8_0000_0000_0001,
+                0xfff8_0000_0000_0000,
+            ]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect(),
+        ),
+        (
+            DType::F16,
+            [0x7c01u16, 0xfd01, 0x7e00, 0xfe00]
+                .iter()
+                .flat_map(|b| b.to_le_bytes())
+                .collect(),
+        ),
+        (
+            DType::BF16,
+            [0x7f81u16, 0xff81, 0x7fc0, 0xffc0]
+                .iter()
+                .flat_map(|b| b.to_le_bytes())
+                .collect(),
+        ),
+        (
+            DType::C64,
+            [
+                0x7f80_0001u32,
+                0x3f80_0000,
+                0x0000_0000,
+                0xffc0_0123,
+                0x7fc0_0000,
+                0x7fc0_0000,
+                0xff80_4000,
+                0x7f80_0001,
+            ]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect(),
+        ),
+        (
+            DType::C128,
+            [
+                0x7ff0_0000_0000_0001u64,
+                0,
+                0x3ff0_0000_0000_0000,
+                0xfff8_0000_0000_0123,
+                0x7ff8_0000_0000_0000,
+                0x7ff4_0000_0000_0000,
+                0xfff0_0000_0000_0001,
+                0x7ff8_0000_0000_0000,
+            ]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect(),
+        ),
+    ];
+    for (d, bytes) in cases {
+        let mut g = Graph::new("nans");
+        let lit = Literal::from_bytes(d, &[4], bytes.clone()).unwrap();
+        let v = g.add(Op::Constant(lit), &[], Site::unknown()).unwrap();
+        g.add_output(v, "c").unwrap();
+        let printed = text::print(&g);
+        let back = text::parse(&printed, "x").unwrap();
+        let Op::Constant(l) = &back.producer(back.outputs()[0].value).op else {
+            panic!("not a constant: {printed}");
+        };
+        assert_eq!(l.bytes(), &bytes[..], "{d}: {printed}");
+        assert_eq!(text::print(&back), printed);
+    }
+}

@@ -1918,7 +1918,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
 
     fn fconst(&mut self, ty: Type, v: f64) -> Value {
         if ty == types::F32 {
-            self.b.ins().f32const(v as f32)
+            self.b.ins().f32const(tensorlift_ir::narrow_f32(v))
         } else {
             self.b.ins().f64const(v)
         }

@@ -24,7 +24,7 @@ pub use dot::to_dot;
 pub use dtype::{ALL_DTYPES, DType};
 pub use error::{Code, Detail, Error, NodeRef, Offender, Result, Site, TextPos};
 pub use graph::{Effect, Graph, NewNode, Node, NodeId, Output, Rewritten, ValueId, ValueInfo};
-pub use literal::{Literal, LiteralData, Scalar};
+pub use literal::{Literal, LiteralData, Scalar, narrow as narrow_f32};
 pub use op::{
     BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, DynamicOp, Op, ReduceOp,
     UnaryOp,

@@ -163,10 +163,7 @@ impl Literal {
             DType::C64 => {
                 let mut im = [0u8; 4];
                 im.copy_from_slice(&e[4..8]);
-                Scalar::Complex(
-                    f64::from(f32::from_bits(u as u32)),
-                    f64::from(f32::from_le_bytes(im)),
-                )
+                Scalar::Complex(widen(u as u32), widen(u32::from_le_bytes(im)))
             }
             DType::C128 => {
                 let mut im = [0u8; 8];
@@ -206,12 +203,63 @@ impl Literal {
             Scalar::Complex(re, im) => {
                 let part = self.dtype.real_part();
                 out.push('(');
-                format_float(part, re, None, out);
+                format_float(part, re, part_nan_bits(part, re), out);
                 out.push_str(", ");
-                format_float(part, im, None, out);
+                format_float(part, im, part_nan_bits(part, im), out);
                 out.push(')');
             }
         }
+    }
+}
+
+/// An f32 as an f64 of the same value; a NaN keeps its sign, its
+/// signalling bit and its payload (shifted into the f64's mantissa), which
+/// a hardware conversion would quiet.
+fn widen(bits: u32) -> f64 {
+    let f = f32::from_bits(bits);
+    if !f.is_nan() {
+        return f64::from(f);
+    }
+    let sign = u64::from(bits >> 31) << 63;
+    let mantissa = u64::from(bits & 0x007f_ffff) << 29;
+    f64::from_bits(sign | 0x7ff0_0000_0000_0000 | mantissa)
+}
+
+/// An f64 taken from a complex64 [`Scalar`] back as the f32 it holds: the
+/// inverse of how [`Literal::element`] widens complex64 parts, so a NaN
+/// keeps its signalling bit and payload (an f64 NaN whose low 29 mantissa
+/// bits are zero narrows to the f32 NaN it came from; other values convert
+/// as `as f32` does).
+pub fn narrow(f: f64) -> f32 {
+    let bits = f.to_bits();
+    if !f.is_nan() || bits & 0x1fff_ffff != 0 {
+        return f as f32;
+    }
+    let sign = ((bits >> 63) as u32) << 31;
+    let mantissa = ((bits >> 29) & 0x007f_ffff) as u32;
+    f32::from_bits(sign | 0x7f80_0000 | mantissa)
+}
+
+/// The bits to print for a NaN part of a complex literal of `part` (f32 or
+/// f64), when it is not the canonical quiet NaN.
+fn part_nan_bits(part: DType, v: f64) -> Option<u64> {
+    if !v.is_nan() {
+        return None;
+    }
+    let (bits, canonical) = if part == DType::F32 {
+        (u64::from(narrow(v).to_bits()), 0x7fc0_0000)
+    } else {
+        (v.to_bits(), 0x7ff8_0000_0000_0000)
+    };
+    (bits != canonical).then_some(bits)
+}
+
+/// A NaN parsed as `nan(0xBITS)` inside a complex literal: bits that fit
+/// 32 bits are an f32 NaN (widened exactly), others an f64's.
+pub(crate) fn nan_from_bits(bits: u64) -> f64 {
+    match u32::try_from(bits) {
+        Ok(b) => widen(b),
+        Err(_) => f64::from_bits(bits),
     }
 }
 
@@ -297,8 +345,8 @@ fn encode_scalar(dtype: DType, v: Scalar, out: &mut Vec<u8>) -> Result<()> {
             encode_scalar(d, Scalar::Complex(f, 0.0), out)?
         }
         (DType::C64, Scalar::Complex(re, im)) => {
-            out.extend_from_slice(&(re as f32).to_le_bytes());
-            out.extend_from_slice(&(im as f32).to_le_bytes());
+            out.extend_from_slice(&narrow(re).to_le_bytes());
+            out.extend_from_slice(&narrow(im).to_le_bytes());
         }
         (DType::C128, Scalar::Complex(re, im)) => {
             out.extend_from_slice(&re.to_le_bytes());

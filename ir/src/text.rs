@@ -1146,7 +1146,8 @@ impl Parser {
         let pos = self.pos();
         match self.scalar()? {
             Scalar::Int(i) => Ok(i as f64),
-            Scalar::Float(f, _) => Ok(f),
+            Scalar::Float(_, Some(bits)) => Ok(crate::literal::nan_from_bits(bits)),
+            Scalar::Float(f, None) => Ok(f),
             _ => Err(self.err_at(pos, "expected a real number")),
         }
     }
