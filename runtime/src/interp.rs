@@ -80,14 +80,52 @@ pub fn memory_limit() -> Option<usize> {
     })
 }
 
-/// Fails with `ResourceExhausted` when `bytes` exceed the machine's memory.
+/// Allocations below this size are not checked against the address-space
+/// limit (reading the process's mapped size costs a system call).
+const CHECKED_BYTES: usize = 64 << 20;
+
+/// The address space this process may still map under its `RLIMIT_AS`
+/// (`ulimit -v`), if it has one: the limit less what is mapped now.
+fn address_space_left() -> Option<usize> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` through a valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    let mapped = pages.checked_mul(page)?;
+    Some(usize::try_from(lim.rlim_cur).ok()?.saturating_sub(mapped))
+}
+
+/// Fails with `ResourceExhausted` when `bytes` exceed the machine's memory,
+/// or (for allocations of 64 MiB and more) the address space the process
+/// may still map under its `ulimit -v`.
 pub fn check_allocation(bytes: usize, what: &str) -> Result<()> {
     match memory_limit() {
-        Some(limit) if bytes > limit => Err(Error::ResourceExhausted(Detail::msg(format!(
-            "{what} needs {bytes} bytes, more than this machine's {limit} bytes of memory"
-        )))),
-        _ => Ok(()),
+        Some(limit) if bytes > limit => {
+            return Err(Error::ResourceExhausted(Detail::msg(format!(
+                "{what} needs {bytes} bytes, more than this machine's {limit} bytes of memory"
+            ))));
+        }
+        _ => {}
     }
+    if bytes >= CHECKED_BYTES
+        && let Some(left) = address_space_left()
+        && bytes > left
+    {
+        return Err(Error::ResourceExhausted(Detail::msg(format!(
+            "{what} needs {bytes} bytes, more than the {left} bytes of address space this process may still map (ulimit -v)"
+        ))));
+    }
+    Ok(())
 }
 
 /// Runs `graph` on `inputs` and returns its outputs in order.
