@@ -266,6 +266,21 @@ fn an_op_over_an_unknown_rank_that_does_not_fit_fails_when_it_runs() {
     }
 }
 
+/// Binds `name` in `g` to an identity host_fn that counts its calls.
+fn bind_counting(g: &mut tensorlift::Graph, name: &str, count: Arc<AtomicUsize>) {
+    g.bind(
+        name,
+        tensorlift::runtime::callback::HostCallback::new(
+            tensorlift::ir::CallbackKind::HostFn,
+            move |ins: &[Tensor]| {
+                count.fetch_add(1, Ordering::SeqCst);
+                Ok(ins.to_vec())
+            },
+        )
+        .into_ref(),
+    );
+}
+
 const TWO_CALLBACKS: &str = "graph @g {
   %x = parameter 0 : f32[3]
   %a = host_fn \"first\" (%x) stateful : (f32[3])
@@ -280,17 +295,7 @@ fn unbound_callbacks_are_all_reported_before_any_callback_runs() {
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();
     let mut g = tensorlift::ir::text::parse(TWO_CALLBACKS, "two.tlir").unwrap();
-    g.bind(
-        "first",
-        tensorlift::runtime::callback::HostCallback::new(
-            tensorlift::ir::CallbackKind::HostFn,
-            move |ins: &[Tensor]| {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(ins.to_vec())
-            },
-        )
-        .into_ref(),
-    );
+    bind_counting(&mut g, "first", r);
     let check = |e: Error| {
         assert_eq!(e.code(), Code::NotFound, "{e}");
         let text = e.to_string();
@@ -323,17 +328,7 @@ fn unbound_callbacks_after_a_dynamic_split_are_reported_before_any_runs() {
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();
     let mut g = tensorlift::ir::text::parse(src, "split.tlir").unwrap();
-    g.bind(
-        "first",
-        tensorlift::runtime::callback::HostCallback::new(
-            tensorlift::ir::CallbackKind::HostFn,
-            move |ins: &[Tensor]| {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(ins.to_vec())
-            },
-        )
-        .into_ref(),
-    );
+    bind_counting(&mut g, "first", r);
     let e = tensorlift::compile_graph(&g, &Default::default())
         .and_then(|c| c.run(&[x3()]))
         .unwrap_err();

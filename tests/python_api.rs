@@ -11,22 +11,12 @@
 
 mod common;
 
-use std::ffi::CString;
-
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use tensorlift::ir::CallbackKind;
 use tensorlift::{Code, DType, Function, Sym, Tensor, TensorSpec, function};
 
 /// Defines Python functions from `src` with plain pyo3 and returns `name`.
-fn pyfn(src: &str, name: &str) -> Py<PyAny> {
-    Python::attach(|py| {
-        let globals = PyDict::new(py);
-        let code = CString::new(format!("import numpy as np\n{src}")).unwrap();
-        py.run(&code, Some(&globals), None).unwrap();
-        globals.get_item(name).unwrap().unwrap().unbind()
-    })
-}
+use common::pyfn;
 
 fn both(f: impl Fn() -> Function) -> [Function; 2] {
     [f(), f().jit_compile(true)]

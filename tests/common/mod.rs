@@ -188,3 +188,16 @@ pub fn pow_f64_pairs(exhaustive: bool) -> (Vec<f64>, Vec<f64>) {
     }
     (px, py)
 }
+
+/// Defines Python functions from `src` (after `import numpy as np`) and
+/// returns the one named `name`.
+#[cfg(feature = "python")]
+pub fn pyfn(src: &str, name: &str) -> pyo3::Py<pyo3::PyAny> {
+    use pyo3::types::PyDictMethods;
+    pyo3::Python::attach(|py| {
+        let globals = pyo3::types::PyDict::new(py);
+        let code = std::ffi::CString::new(format!("import numpy as np\n{src}")).unwrap();
+        py.run(&code, Some(&globals), None).unwrap();
+        globals.get_item(name).unwrap().unwrap().unbind()
+    })
+}
