@@ -355,3 +355,25 @@ fn nan_payloads_round_trip_in_every_float_and_complex_dtype() {
         assert_eq!(text::print(&back), printed);
     }
 }
+
+#[test]
+fn deeply_nested_literals_are_an_error_not_a_stack_overflow() {
+    // Fuzzer reproducer: nested complex parentheses recursed once per level
+    // in the parser (a stack overflow aborted the process).
+    let depth = 1_000_000;
+    let src = format!(
+        "graph @g {{\n  %x = constant {}1{} : c64[]\n  return %x as \"x\"\n}}\n",
+        "(".repeat(depth),
+        ")".repeat(depth)
+    );
+    let e = text::parse(&src, "nested.tlir").unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.to_string()
+            .contains("2:18: expected a literal, found '('"),
+        "{e}"
+    );
+    // One level is the complex syntax.
+    let ok = "graph @g {\n  %x = constant (1, -2.5) : c64[]\n  return %x as \"x\"\n}\n";
+    text::parse(ok, "ok.tlir").unwrap();
+}

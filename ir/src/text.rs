@@ -1112,6 +1112,13 @@ impl Parser {
     }
 
     fn scalar(&mut self) -> Result<Scalar> {
+        self.scalar_in(true)
+    }
+
+    /// A literal element; a complex `(re, im)` only when `complex` (its
+    /// parts are real: the grammar has no nesting, and the parser no
+    /// recursion an input could deepen).
+    fn scalar_in(&mut self, complex: bool) -> Result<Scalar> {
         let pos = self.pos();
         match self.next() {
             Tok::Int(i) => Ok(Scalar::Int(i)),
@@ -1131,7 +1138,7 @@ impl Parser {
                 }
                 _ => Err(self.err_at(pos, format!("expected a literal, found '{s}'"))),
             },
-            Tok::Punct('(') => {
+            Tok::Punct('(') if complex => {
                 let re = self.real()?;
                 self.punct(',')?;
                 let im = self.real()?;
@@ -1144,7 +1151,7 @@ impl Parser {
 
     fn real(&mut self) -> Result<f64> {
         let pos = self.pos();
-        match self.scalar()? {
+        match self.scalar_in(false)? {
             Scalar::Int(i) => Ok(i as f64),
             Scalar::Float(_, Some(bits)) => Ok(crate::literal::nan_from_bits(bits)),
             Scalar::Float(f, None) => Ok(f),
