@@ -90,6 +90,18 @@ fn make_module(opts: &JitOptions) -> Result<JITModule> {
         .set("use_colocated_libcalls", "false")
         .map_err(cg_err)?;
     flags.set("is_pic", "false").map_err(cg_err)?;
+    // Cranelift's IR verifier runs in debug builds (and so in tests), as
+    // our own verifier does; release builds skip it.
+    flags
+        .set(
+            "enable_verifier",
+            if cfg!(debug_assertions) {
+                "true"
+            } else {
+                "false"
+            },
+        )
+        .map_err(cg_err)?;
     let isa = cranelift_native::builder()
         .map_err(|m| Error::unimplemented(format!("this host is not supported by Cranelift: {m}")))?
         .finish(settings::Flags::new(flags))
