@@ -2,15 +2,18 @@
 # Runs every test of the workspace: formatting, lints, unit, integration,
 # property and doc tests. `--long` runs the property tests with many more
 # cases (minutes); CI runs the default, which is sized for a 2-core machine.
-# `--long` also checks the JIT's f32 approximations on all 2^32 inputs.
+# `--long` also checks the JIT's f32 approximations on all 2^32 inputs, and
+# runs the soak tests (tests/soak.rs: resident memory flat over a million
+# callbacks and ten thousand compile/drop cycles).
 # The last line is a total over every test binary: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cases=256
+long=0
 for arg in "$@"; do
   case "$arg" in
-    --long) cases=20000; export TENSORLIFT_EXHAUSTIVE=1 ;;
+    --long) cases=20000; long=1; export TENSORLIFT_EXHAUSTIVE=1 ;;
     *) echo "usage: $0 [--long]" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +42,10 @@ echo "== cargo test (PROPTEST_CASES=$cases)"
 PROPTEST_CASES=$cases cargo test --workspace --all-targets 2>&1 | tee -a "$log" || status=1
 echo "== doc tests"
 cargo test --workspace --doc 2>&1 | tee -a "$log" || status=1
+if [ "$long" -eq 1 ]; then
+  echo "== soak tests (1M callbacks, 10k compile/drop cycles; resident memory flat)"
+  cargo test --test soak -- --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$log" || status=1
+fi
 
 passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; [0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')

@@ -1,0 +1,119 @@
+//! Soak tests (`scripts/test.sh --long` runs them: `cargo test --test soak
+//! -- --ignored`): a million callbacks through compiled code and ten
+//! thousand compile/drop cycles leave resident memory flat.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use tensorlift::{DType, Error, Sym, Tensor, function};
+
+/// Resident memory of this process in bytes.
+fn rss() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// Asserts that resident memory after `run` is within `margin` bytes of
+/// what it was after `warm` (the same work, fewer times).
+fn flat(what: &str, margin: usize, warm: impl FnOnce(), run: impl FnOnce()) {
+    warm();
+    tensorlift::runtime::trim_buffer_cache();
+    let before = rss();
+    run();
+    tensorlift::runtime::trim_buffer_cache();
+    let after = rss();
+    eprintln!(
+        "{what}: resident {:.1} MiB after warm-up, {:.1} MiB after the run",
+        before as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64
+    );
+    assert!(
+        after <= before + margin,
+        "{what}: resident memory grew from {before} to {after} bytes"
+    );
+}
+
+fn plus_one(ins: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+    Ok(vec![Tensor::from(
+        ins[0].array_view::<f32>()?.mapv(|v| v + 1.0),
+    )])
+}
+
+#[test]
+#[ignore = "soak: scripts/test.sh --long"]
+fn a_million_host_fn_calls_through_compiled_code() {
+    let f = function(|x: Sym| {
+        let y = x.graph().host_fn(plus_one, &[&x], &[DType::F32], true);
+        &y[0] * 2.0
+    })
+    .jit_compile(true);
+    let x = common::f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
+    let calls = |n: usize| {
+        for _ in 0..n {
+            let out = f.call(std::slice::from_ref(&x)).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0])[0], 4.0);
+        }
+    };
+    flat("host_fn", 4 << 20, || calls(10_000), || calls(1_000_000));
+}
+
+#[cfg(feature = "python")]
+#[test]
+#[ignore = "soak: scripts/test.sh --long"]
+fn a_million_numpy_function_calls_through_compiled_code() {
+    use pyo3::Python;
+    let func = common::pyfn("def f(x):\n    return x + 1\n", "f");
+    let f = function(move |x: Sym| {
+        let func = Python::attach(|py| func.clone_ref(py));
+        let y = x.graph().numpy_function(func, &[&x], &[DType::F32], true);
+        &y[0] * 2.0
+    })
+    .jit_compile(true);
+    let x = common::f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
+    let calls = |n: usize| {
+        for _ in 0..n {
+            let out = f.call(std::slice::from_ref(&x)).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0])[0], 4.0);
+        }
+    };
+    flat(
+        "numpy_function",
+        4 << 20,
+        || calls(10_000),
+        || calls(1_000_000),
+    );
+}
+
+#[test]
+#[ignore = "soak: scripts/test.sh --long"]
+fn ten_thousand_compile_and_drop_cycles() {
+    let x = common::f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
+    let cycles = |n: usize| {
+        for i in 0..n {
+            let k = i as f32;
+            let f = function(move |x: Sym| {
+                let y = x.graph().host_fn(
+                    move |ins: &[Tensor]| {
+                        Ok(vec![Tensor::from(
+                            ins[0].array_view::<f32>()?.mapv(|v| v + k),
+                        )])
+                    },
+                    &[&x],
+                    &[DType::F32],
+                    true,
+                );
+                (&y[0] * 2.0).exp()
+            })
+            .jit_compile(true);
+            let out = f.call(std::slice::from_ref(&x)).unwrap();
+            assert_eq!(out[0].shape(), &[4]);
+        }
+    };
+    flat("compile/drop", 16 << 20, || cycles(200), || cycles(10_000));
+}
