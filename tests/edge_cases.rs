@@ -227,3 +227,61 @@ fn complex_abs_is_real_and_complex_compare_is_equality_only() {
         "{e}"
     );
 }
+
+/// Fuzzer reproducers (issue 18): signalling NaNs through `pow(x, 0)`,
+/// directly (bf16, whose JIT widening keeps a NaN signalling) and after a
+/// `min` (f64, which the JIT quiets and the interpreter did not). Exact
+/// mode is bit-identical, any NaN matching any NaN: pow(x, ±0) is 1 for
+/// every x, a signalling NaN included, on both sides.
+#[test]
+fn signalling_nans_through_pow_agree_in_exact_mode() {
+    use tensorlift::compiler::{self, JitOptions};
+    use tensorlift::ir::text;
+    let cases: [(&str, tensorlift::DType, Vec<u8>); 2] = [
+        (
+            "graph @g {\n  %x = parameter 0 : bf16[4]\n  %z = constant [0, 0, 0, 0] : bf16[4]\n  %y = pow(%x, %z) : bf16[4]\n  return %y as \"y\"\n}\n",
+            tensorlift::DType::BF16,
+            [0x7f81u16, 0xff81, 0x7fc1, 0x3f80]
+                .iter()
+                .flat_map(|b| b.to_le_bytes())
+                .collect(),
+        ),
+        (
+            "graph @g {\n  %x = parameter 0 : f64[4]\n  %z = constant [0, 0, 0, 0] : f64[4]\n  %m = min(%x, %z) : f64[4]\n  %y = pow(%m, %z) : f64[4]\n  return %y as \"y\"\n}\n",
+            tensorlift::DType::F64,
+            [
+                0x7ff0_0000_0000_0001u64,
+                0xfff0_0000_0000_0001,
+                0x7ff8_0000_0000_0001,
+                0x3ff0_0000_0000_0000,
+            ]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect(),
+        ),
+    ];
+    for (src, dtype, bytes) in cases {
+        let g = text::parse(src, "snan.tlir").unwrap();
+        let x = Tensor::from_bytes(dtype, &[4], &bytes).unwrap();
+        let interp = tensorlift::runtime::interp::run(&g, std::slice::from_ref(&x)).unwrap();
+        let exact = JitOptions {
+            exact: true,
+            ..Default::default()
+        };
+        let jit = compiler::compile(&g, &exact).unwrap().run(&[x]).unwrap();
+        assert!(
+            common::same_bits(&interp[0], &jit[0]),
+            "{dtype}: interpreter {:02x?}, jit {:02x?}",
+            interp[0].bytes(),
+            jit[0].bytes()
+        );
+        // pow(anything, 0) is 1.
+        let lit = interp[0].to_literal();
+        for i in 0..lit.len() {
+            let tensorlift::ir::Scalar::Float(v, _) = lit.element(i) else {
+                panic!("not a float");
+            };
+            assert_eq!(v, 1.0, "{dtype} element {i}");
+        }
+    }
+}

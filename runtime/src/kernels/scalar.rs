@@ -128,7 +128,10 @@ macro_rules! float_scalar {
                     BinaryOp::Mul => a * b,
                     BinaryOp::Div => a / b,
                     BinaryOp::Rem => a % b,
-                    BinaryOp::Pow => a.powf(b),
+                    // IEEE 754's pow: x^±0 and 1^y are 1 for every x and y,
+                    // signalling NaNs included (glibc gives NaN for those;
+                    // the JIT's inline pow and this one agree).
+                    BinaryOp::Pow => if b == 0.0 || a == 1.0 { 1.0 } else { a.powf(b) },
                     BinaryOp::Max => {
                         if a.is_nan() { a } else if b.is_nan() { b } else if a > b { a } else if b > a { b }
                         else if a.is_sign_positive() { a } else { b }
