@@ -690,6 +690,21 @@ pub(crate) fn enode_operands(n: &ENode) -> Vec<usize> {
 /// True when node `i` of `a` and node `j` of `b` compute the same value at
 /// the same loop index (kernels over the same dims).
 fn same_expr(a: &[ENode], i: usize, b: &[ENode], j: usize) -> bool {
+    fn shallow(x: &ENode, y: &ENode) -> bool {
+        match (x, y) {
+            (ENode::Unary(u, _, d), ENode::Unary(v, _, e)) => u == v && d == e,
+            (ENode::Binary(o, _, _, d), ENode::Binary(p, _, _, e)) => o == p && d == e,
+            (ENode::Compare(o, _, _, d), ENode::Compare(p, _, _, e)) => o == p && d == e,
+            (ENode::Select(.., d), ENode::Select(.., e))
+            | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
+            (ENode::Convert(_, f, t), ENode::Convert(_, g, u)) => f == g && t == u,
+            (x, y) => enode_operands(x).is_empty() && x == y,
+        }
+    }
+    // Most candidates differ at the root: nothing is allocated for them.
+    if !shallow(&a[i], &b[j]) {
+        return false;
+    }
     // An explicit work list (no recursion: expression depth is the
     // program's length), each pair of nodes compared once (shared
     // subexpressions would otherwise be compared once per path).
@@ -700,16 +715,7 @@ fn same_expr(a: &[ENode], i: usize, b: &[ENode], j: usize) -> bool {
             continue;
         }
         let (x, y) = (&a[i], &b[j]);
-        let shallow = match (x, y) {
-            (ENode::Unary(u, _, d), ENode::Unary(v, _, e)) => u == v && d == e,
-            (ENode::Binary(o, _, _, d), ENode::Binary(p, _, _, e)) => o == p && d == e,
-            (ENode::Compare(o, _, _, d), ENode::Compare(p, _, _, e)) => o == p && d == e,
-            (ENode::Select(.., d), ENode::Select(.., e))
-            | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
-            (ENode::Convert(_, f, t), ENode::Convert(_, g, u)) => f == g && t == u,
-            (x, y) => enode_operands(x).is_empty() && x == y,
-        };
-        if !shallow {
+        if !shallow(x, y) {
             return false;
         }
         work.extend(enode_operands(x).into_iter().zip(enode_operands(y)));
@@ -784,7 +790,15 @@ fn share_reduced_values(plan: &mut Plan) {
             .find_map(|(j, st)| {
                 let Step::Kernel(k) = st else { return None };
                 let dense = k.out_strides == row_major(&k.dims);
+                // Only a kernel that reads the reduction's result (softmax's
+                // division by the row sum) is a candidate: scanning every
+                // later kernel made planning quadratic in the program.
+                let reads_result = k
+                    .nodes
+                    .iter()
+                    .any(|n| matches!(n, ENode::Load { slot, .. } if *slot == r.out));
                 let ok = k.kind == KernelKind::Loop
+                    && reads_result
                     && k.dims == r.dims
                     && dense
                     && plan.slots[k.out].dtype == dtype
