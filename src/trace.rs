@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tensorlift_ir::builder;
+use tensorlift_ir::builder::{self, Elementwise};
 use tensorlift_ir::{
     BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
     Literal, NewNode, NodeRef, Op, ReduceOp, Shape, Site, TensorType, UnaryOp, ValueId,
@@ -784,7 +784,7 @@ impl Sym {
         }
     }
 
-    fn binary_at(&self, op: Op, other: Operand, site: Site) -> Sym {
+    fn binary_at(&self, op: Elementwise, other: Operand, site: Site) -> Sym {
         let other = self.operand(other, &site);
         self.tracer().build(&[self, &other], |g, v| {
             builder::binary(g, op, v[0], v[1], &site)
@@ -863,31 +863,31 @@ macro_rules! binary_methods {
 
 binary_methods!(
     /// `x ^ y` (power).
-    pow => Op::Binary(BinaryOp::Pow),
+    pow => Elementwise::Binary(BinaryOp::Pow),
     /// Elementwise maximum (NaN-propagating).
-    maximum => Op::Binary(BinaryOp::Max),
+    maximum => Elementwise::Binary(BinaryOp::Max),
     /// Elementwise minimum (NaN-propagating).
-    minimum => Op::Binary(BinaryOp::Min),
+    minimum => Elementwise::Binary(BinaryOp::Min),
     /// Remainder with the sign of the dividend.
-    rem => Op::Binary(BinaryOp::Rem),
+    rem => Elementwise::Binary(BinaryOp::Rem),
     /// Logical/bitwise and.
-    logical_and => Op::Binary(BinaryOp::And),
+    logical_and => Elementwise::Binary(BinaryOp::And),
     /// Logical/bitwise or.
-    logical_or => Op::Binary(BinaryOp::Or),
+    logical_or => Elementwise::Binary(BinaryOp::Or),
     /// Logical/bitwise xor.
-    logical_xor => Op::Binary(BinaryOp::Xor),
+    logical_xor => Elementwise::Binary(BinaryOp::Xor),
     /// `x == y`.
-    equal => Op::Compare(CmpOp::Eq),
+    equal => Elementwise::Compare(CmpOp::Eq),
     /// `x != y`.
-    not_equal => Op::Compare(CmpOp::Ne),
+    not_equal => Elementwise::Compare(CmpOp::Ne),
     /// `x < y`.
-    less => Op::Compare(CmpOp::Lt),
+    less => Elementwise::Compare(CmpOp::Lt),
     /// `x <= y`.
-    less_equal => Op::Compare(CmpOp::Le),
+    less_equal => Elementwise::Compare(CmpOp::Le),
     /// `x > y`.
-    greater => Op::Compare(CmpOp::Gt),
+    greater => Elementwise::Compare(CmpOp::Gt),
     /// `x >= y`.
-    greater_equal => Op::Compare(CmpOp::Ge),
+    greater_equal => Elementwise::Compare(CmpOp::Ge),
 );
 
 macro_rules! operator {
@@ -909,25 +909,25 @@ macro_rules! operator {
     };
 }
 
-operator!(Add, add, Op::Binary(BinaryOp::Add));
-operator!(Sub, sub, Op::Binary(BinaryOp::Sub));
-operator!(Mul, mul, Op::Binary(BinaryOp::Mul));
-operator!(Div, div, Op::Binary(BinaryOp::Div));
-operator!(Rem, rem, Op::Binary(BinaryOp::Rem));
-operator!(BitAnd, bitand, Op::Binary(BinaryOp::And));
-operator!(BitOr, bitor, Op::Binary(BinaryOp::Or));
-operator!(BitXor, bitxor, Op::Binary(BinaryOp::Xor));
+operator!(Add, add, Elementwise::Binary(BinaryOp::Add));
+operator!(Sub, sub, Elementwise::Binary(BinaryOp::Sub));
+operator!(Mul, mul, Elementwise::Binary(BinaryOp::Mul));
+operator!(Div, div, Elementwise::Binary(BinaryOp::Div));
+operator!(Rem, rem, Elementwise::Binary(BinaryOp::Rem));
+operator!(BitAnd, bitand, Elementwise::Binary(BinaryOp::And));
+operator!(BitOr, bitor, Elementwise::Binary(BinaryOp::Or));
+operator!(BitXor, bitxor, Elementwise::Binary(BinaryOp::Xor));
 
 macro_rules! scalar_lhs {
     ($($t:ty),*) => {$(
-        impl std::ops::Add<Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
-        impl std::ops::Sub<Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
-        impl std::ops::Mul<Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
-        impl std::ops::Div<Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
-        impl std::ops::Add<&Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
-        impl std::ops::Sub<&Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
-        impl std::ops::Mul<&Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
-        impl std::ops::Div<&Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: &Sym) -> Sym { r.swapped(Op::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
+        impl std::ops::Add<Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
+        impl std::ops::Sub<Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
+        impl std::ops::Mul<Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
+        impl std::ops::Div<Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
+        impl std::ops::Add<&Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
+        impl std::ops::Sub<&Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
+        impl std::ops::Mul<&Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
+        impl std::ops::Div<&Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
     )*};
 }
 scalar_lhs!(f32, f64, i32, i64);
@@ -955,7 +955,7 @@ impl std::ops::Not for Sym {
 }
 
 impl Sym {
-    fn swapped(&self, op: Op, lhs: f64, site: Site) -> Sym {
+    fn swapped(&self, op: Elementwise, lhs: f64, site: Site) -> Sym {
         let l = self.operand(Operand::Scalar(lhs), &site);
         l.binary_at(op, Operand::Sym(self.clone()), site)
     }

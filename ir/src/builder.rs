@@ -9,8 +9,8 @@
 
 use crate::infer::broadcast_shapes;
 use crate::{
-    DType, Detail, DotDims, DynamicOp, Error, Graph, NodeRef, Op, ReduceOp, Result, Shape, Site,
-    ValueId,
+    BinaryOp, CmpOp, DType, Detail, DotDims, DynamicOp, Error, Graph, NodeRef, Op, ReduceOp,
+    Result, Shape, Site, ValueId,
 };
 
 fn fail(g: &mut Graph, op: &str, site: &Site, message: String) -> Error {
@@ -77,10 +77,43 @@ pub fn broadcast_to_shape(
     )
 }
 
-/// An elementwise binary op or comparison (`op` is `Op::Binary` or
-/// `Op::Compare`) with NumPy broadcasting; rank-0 operands stay scalars
-/// (the IR splats them).
-pub fn binary(g: &mut Graph, op: Op, x: ValueId, y: ValueId, site: &Site) -> Result<ValueId> {
+/// An elementwise op of two operands: what [`binary`] builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Elementwise {
+    /// An elementwise binary op.
+    Binary(BinaryOp),
+    /// A comparison.
+    Compare(CmpOp),
+}
+
+impl Elementwise {
+    /// As an IR op.
+    pub fn op(self) -> Op {
+        match self {
+            Elementwise::Binary(b) => Op::Binary(b),
+            Elementwise::Compare(c) => Op::Compare(c),
+        }
+    }
+
+    /// As a [`DynamicOp`] (operands of unknown rank).
+    pub fn dynamic(self) -> DynamicOp {
+        match self {
+            Elementwise::Binary(b) => DynamicOp::Binary(b),
+            Elementwise::Compare(c) => DynamicOp::Compare(c),
+        }
+    }
+}
+
+/// An elementwise binary op or comparison with NumPy broadcasting; rank-0
+/// operands stay scalars (the IR splats them).
+pub fn binary(
+    g: &mut Graph,
+    e: Elementwise,
+    x: ValueId,
+    y: ValueId,
+    site: &Site,
+) -> Result<ValueId> {
+    let op = e.op();
     let (a, b) = (g.ty(x).clone(), g.ty(y).clone());
     let name = op.name();
     if a.dtype != b.dtype {
@@ -98,14 +131,7 @@ pub fn binary(g: &mut Graph, op: Op, x: ValueId, y: ValueId, site: &Site) -> Res
         return g.add(op, &[x, y], site.clone());
     }
     if ra.is_none() || rb.is_none() {
-        let dynamic = match &op {
-            Op::Binary(b) => Some(DynamicOp::Binary(*b)),
-            Op::Compare(c) => Some(DynamicOp::Compare(*c)),
-            _ => None,
-        };
-        if let Some(d) = dynamic {
-            return g.add(Op::Dynamic(d), &[x, y], site.clone());
-        }
+        return g.add(Op::Dynamic(e.dynamic()), &[x, y], site.clone());
     }
     let shape = match broadcast_shapes(&a.shape, &b.shape) {
         Ok(s) => s,
@@ -360,8 +386,8 @@ pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> 
         ));
     }
     match d {
-        DynamicOp::Binary(b) => binary(g, Op::Binary(*b), inputs[0], inputs[1], site),
-        DynamicOp::Compare(c) => binary(g, Op::Compare(*c), inputs[0], inputs[1], site),
+        DynamicOp::Binary(b) => binary(g, Elementwise::Binary(*b), inputs[0], inputs[1], site),
+        DynamicOp::Compare(c) => binary(g, Elementwise::Compare(*c), inputs[0], inputs[1], site),
         DynamicOp::Reduce { op, axes, keepdims } => {
             reduce(g, *op, inputs[0], axes.as_deref(), *keepdims, site)
         }

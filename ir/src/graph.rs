@@ -561,15 +561,13 @@ impl Graph {
                     vec![crate::builder::expand(&mut g, d, &inputs, &node.site)?]
                 }
                 None => {
-                    let declared = match &node.op {
-                        Op::Parameter { .. } | Op::Callback(_) => Some(
+                    let declared =
+                        matches!(node.op, Op::Parameter { .. } | Op::Callback(_)).then(|| {
                             node.results
                                 .iter()
                                 .map(|r| self.values[r.index()].ty.clone())
-                                .collect(),
-                        ),
-                        _ => None,
-                    };
+                                .collect()
+                        });
                     let id = g.add_node(NewNode {
                         op: node.op.clone(),
                         inputs,

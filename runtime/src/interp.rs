@@ -40,9 +40,8 @@ pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<()> {
 pub fn check_bindings(graph: &Graph) -> Result<()> {
     let unbound: Vec<NodeId> = graph
         .node_ids()
-        .filter(|id| match &graph.node(*id).op {
-            Op::Callback(c) => graph.binding(&c.target).is_none(),
-            _ => false,
+        .filter(|id| {
+            matches!(&graph.node(*id).op, Op::Callback(c) if graph.binding(&c.target).is_none())
         })
         .collect();
     let Some(first) = unbound.first() else {
