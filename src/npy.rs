@@ -152,7 +152,8 @@ fn check_depth(dict: &str) -> Result<()> {
 }
 
 /// Checks the dims of the header dictionary's `'shape': (...)` entry:
-/// each a non-negative integer, their product within `usize`.
+/// each a non-negative integer, the product of the nonzero ones within
+/// `usize` (so an empty array's strides cannot overflow either).
 fn check_shape(dict: &str) -> Result<()> {
     let bad =
         |what: &str| Error::invalid(format!("not a valid .npy file: {what} in header {dict:?}"));
@@ -180,10 +181,9 @@ fn check_shape(dict: &str) -> Result<()> {
         })?;
         dims.push(d);
     }
-    if dims.contains(&0) {
-        return Ok(());
-    }
-    for d in &dims {
+    // The nonzero dims too: npyz computes strides as products of every
+    // dim, without overflow checks, even for an empty array.
+    for d in dims.iter().filter(|d| **d != 0) {
         count = usize::try_from(*d)
             .ok()
             .and_then(|d| count.checked_mul(d))
