@@ -326,7 +326,9 @@ pub fn run(config: &Config) -> std::io::Result<Summary> {
                     1 => mutator.rng().chance(5),
                     _ => mutator.rng().chance(25),
                 };
-                if keep && config.target != Target::Graph && i >= n_seeds {
+                // Small ones only: the pool stays within a few MiB.
+                let small = input.len() <= 1 << 12;
+                if keep && small && config.target != Target::Graph && i >= n_seeds {
                     if pool.len() < 4096 {
                         pool.push(input);
                     } else {

@@ -13,8 +13,8 @@ use crate::{DType, Graph, Result, Tensor, npy};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
     /// `.tlir` text: parse, print/parse round trip, verify, run
-    /// interpreted, and compiled against the interpreter when the program
-    /// is small and statically shaped.
+    /// interpreted, and (one case in four) compiled against the
+    /// interpreter when the program is small and statically shaped.
     Text,
     /// `.npy` bytes: [`npy::read`], and a write/read round trip of what
     /// it accepted.
@@ -237,7 +237,10 @@ fn run_text(input: &[u8]) -> Verdict {
         return Verdict::Accepted;
     };
     let want = interp::run(&g, &inputs);
-    let compilable = g.num_values() <= MAX_COMPILED_VALUES
+    // One verified program in four is also compiled: compiling costs ten
+    // times what the rest does, and the graph target covers the JIT.
+    let compilable = rng.below(4) == 0
+        && g.num_values() <= MAX_COMPILED_VALUES
         && (0..g.num_values()).all(|i| g.ty(ValueId(i as u32)).shape.is_static());
     if !compilable {
         return Verdict::Ran;

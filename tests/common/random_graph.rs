@@ -1,6 +1,11 @@
 //! The random graph generator of `tensorlift::fuzz::random_graph`, with
 //! the panicking signatures the tests use.
-#![allow(dead_code, clippy::unwrap_used, reason = "test helpers")]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    reason = "test helpers: each test uses some"
+)]
 
 pub use tensorlift::fuzz::random_graph::{DTYPES, Rng, scalar};
 use tensorlift::ir::TensorType;
