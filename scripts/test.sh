@@ -5,15 +5,26 @@
 # `--long` also checks the JIT's f32 approximations on all 2^32 inputs, and
 # runs the soak tests (tests/soak.rs: resident memory flat over a million
 # callbacks and ten thousand compile/drop cycles).
+# Then the fuzz targets (docs/reliability.md): a seeded smoke run of each
+# (seconds), or with `--long` 1M text cases, 100k .npy files and 100k
+# random graphs (about 30 min on 2 cores; FUZZ_TLIR_CASES, FUZZ_NPY_CASES,
+# FUZZ_GRAPH_CASES and FUZZ_SEED change them).
 # The last line is a total over every test binary: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cases=256
 long=0
+fuzz_tlir=${FUZZ_TLIR_CASES:-3000}
+fuzz_npy=${FUZZ_NPY_CASES:-3000}
+fuzz_graph=${FUZZ_GRAPH_CASES:-1000}
 for arg in "$@"; do
   case "$arg" in
-    --long) cases=20000; long=1; export TENSORLIFT_EXHAUSTIVE=1 ;;
+    --long)
+      cases=20000; long=1; export TENSORLIFT_EXHAUSTIVE=1
+      fuzz_tlir=${FUZZ_TLIR_CASES:-1000000}
+      fuzz_npy=${FUZZ_NPY_CASES:-100000}
+      fuzz_graph=${FUZZ_GRAPH_CASES:-100000} ;;
     *) echo "usage: $0 [--long]" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +57,13 @@ if [ "$long" -eq 1 ]; then
   echo "== soak tests (1M callbacks, 10k compile/drop cycles; resident memory flat)"
   cargo test --test soak -- --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$log" || status=1
 fi
+
+echo "== fuzz (seed ${FUZZ_SEED:-1}; findings in target/fuzz/findings)"
+for t in "tlir $fuzz_tlir" "npy $fuzz_npy" "graph $fuzz_graph"; do
+  set -- $t
+  cargo run --quiet --bin tensorlift-fuzz -- --target "$1" --cases "$2" \
+    --seed "${FUZZ_SEED:-1}" || status=1
+done
 
 passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; [0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')

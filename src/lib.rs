@@ -11,6 +11,8 @@ mod bind;
 pub mod cli;
 mod contrib;
 mod function;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod npy;
 #[cfg(feature = "python")]
 pub mod python;

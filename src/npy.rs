@@ -110,12 +110,50 @@ fn read_header(reader: &mut impl Read) -> Result<Vec<u8>> {
     head.resize(start + len, 0);
     reader.read_exact(&mut head[start..]).map_err(io_err)?;
     let dict = String::from_utf8_lossy(&head[start..]);
+    check_depth(&dict)?;
     check_shape(&dict)?;
     Ok(head)
 }
 
+/// Deepest bracket nesting accepted in a header: NumPy's own nest at most
+/// 4 deep (a structured dtype with subarray fields, which tensorlift does
+/// not read anyway).
+const MAX_HEADER_DEPTH: usize = 6;
+
+/// Rejects a header whose brackets (`{[(`, outside quoted strings) nest
+/// deeper than [`MAX_HEADER_DEPTH`]: npyz's header parser takes time
+/// exponential in the nesting depth (16 levels of `{` took 280 s).
+fn check_depth(dict: &str) -> Result<()> {
+    let mut depth = 0usize;
+    let mut quote = None;
+    let mut escaped = false;
+    for c in dict.chars() {
+        match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '{' | '[' | '(' => {
+                    depth += 1;
+                    if depth > MAX_HEADER_DEPTH {
+                        return Err(Error::invalid(format!(
+                            "not a valid .npy file: its header nests brackets more than {MAX_HEADER_DEPTH} deep"
+                        )));
+                    }
+                }
+                '}' | ']' | ')' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    Ok(())
+}
+
 /// Checks the dims of the header dictionary's `'shape': (...)` entry:
-/// each a non-negative integer, their product within `usize`.
+/// each a non-negative integer, the product of the nonzero ones within
+/// `usize` (so an empty array's strides cannot overflow either).
 fn check_shape(dict: &str) -> Result<()> {
     let bad =
         |what: &str| Error::invalid(format!("not a valid .npy file: {what} in header {dict:?}"));
@@ -143,10 +181,9 @@ fn check_shape(dict: &str) -> Result<()> {
         })?;
         dims.push(d);
     }
-    if dims.contains(&0) {
-        return Ok(());
-    }
-    for d in &dims {
+    // The nonzero dims too: npyz computes strides as products of every
+    // dim, without overflow checks, even for an empty array.
+    for d in dims.iter().filter(|d| **d != 0) {
         count = usize::try_from(*d)
             .ok()
             .and_then(|d| count.checked_mul(d))

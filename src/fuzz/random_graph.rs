@@ -1,0 +1,340 @@
+//! A generator of random valid graphs and inputs, from a seed. Ops are
+//! drawn at random with operands of fitting types; whatever the builder
+//! rejects is skipped, so every generated graph is well typed by
+//! construction of the builder, not of this generator. Shared by the
+//! property tests (`tests/common/random_graph.rs`) and the graph fuzz
+//! target; changing what a seed draws changes what those tests cover.
+
+use crate::ir::{
+    BinaryOp, CmpOp, DotDims, Graph, Literal, Op, ReduceOp, Scalar, Shape, Site, TensorType,
+    UnaryOp, ValueId,
+};
+use crate::{DType, Error, Result, Tensor};
+
+/// xorshift64*: small, deterministic, good enough for test data.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed` (any value, 0 included).
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    /// The next 64 random bits.
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "an infinite stream, not an Iterator"
+    )]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    /// A random element of `v`; panics if `v` is empty.
+    pub fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.below(v.len())]
+    }
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// The dtypes graphs are drawn from (f32 twice: it is the common case).
+pub const DTYPES: [DType; 10] = [
+    DType::F32,
+    DType::F32,
+    DType::F64,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::Bool,
+    DType::F16,
+    DType::BF16,
+    DType::C64,
+];
+/// The static shapes parameters are drawn from.
+pub const SHAPES: [&[usize]; 8] = [
+    &[4],
+    &[2, 3],
+    &[3, 1],
+    &[],
+    &[2, 1, 3],
+    &[1, 4],
+    &[11],
+    &[2, 9],
+];
+
+/// A scalar of `dtype`, sometimes an edge value (NaN, ±inf, -0.0,
+/// denormal, integer extremes).
+pub fn scalar(rng: &mut Rng, dtype: DType) -> Scalar {
+    let edge = rng.chance(25);
+    match dtype {
+        DType::Bool => Scalar::Bool(rng.chance(50)),
+        d if d.is_int() => {
+            let (lo, hi): (i128, i128) = match d {
+                DType::I8 => (-128, 127),
+                DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+                DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+                DType::I64 => (i64::MIN.into(), i64::MAX.into()),
+                DType::U8 => (0, 255),
+                DType::U16 => (0, u16::MAX.into()),
+                DType::U32 => (0, u32::MAX.into()),
+                _ => (0, u64::MAX.into()),
+            };
+            if edge {
+                Scalar::Int(*rng.pick(&[lo, hi, 0, 1, lo.max(-1)]))
+            } else {
+                Scalar::Int((rng.below(13) as i128 - 6).clamp(lo, hi))
+            }
+        }
+        d if d.is_complex() => Scalar::Complex(
+            rng.below(9) as f64 * 0.5 - 2.0,
+            rng.below(9) as f64 * 0.25 - 1.0,
+        ),
+        _ => {
+            if edge {
+                Scalar::Float(
+                    *rng.pick(&[
+                        f64::NAN,
+                        f64::INFINITY,
+                        f64::NEG_INFINITY,
+                        -0.0,
+                        0.0,
+                        1e-40,
+                        65504.0,
+                    ]),
+                    None,
+                )
+            } else {
+                Scalar::Float((rng.below(64) as f64 - 32.0) / 8.0, None)
+            }
+        }
+    }
+}
+
+/// A tensor of type `ty` filled with [`scalar`]s; an error when `ty` has a
+/// dynamic shape or a dtype literals cannot hold (strings).
+pub fn random_tensor(rng: &mut Rng, ty: &TensorType) -> Result<Tensor> {
+    let dims = ty
+        .shape
+        .as_known()
+        .ok_or_else(|| Error::invalid(format!("random_tensor: {ty} has a dynamic shape")))?;
+    let n: usize = dims.iter().product();
+    let vals: Vec<Scalar> = (0..n).map(|_| scalar(rng, ty.dtype)).collect();
+    Tensor::from_literal(&Literal::from_scalars(ty.dtype, &dims, &vals)?)
+}
+
+fn axes_subset(rng: &mut Rng, rank: usize) -> Vec<usize> {
+    (0..rank).filter(|_| rng.chance(50)).collect()
+}
+
+/// One random op applied to random existing values (may be ill-typed; the
+/// caller lets the builder decide).
+fn random_op(rng: &mut Rng, g: &Graph, values: &[ValueId]) -> (Op, Vec<ValueId>) {
+    let a = *rng.pick(values);
+    let ta = g.ty(a).clone();
+    let rank = ta.shape.rank().unwrap_or(0);
+    let dims = ta.shape.as_known().unwrap_or_default();
+    // Prefer a second operand of the same type.
+    let same: Vec<ValueId> = values.iter().copied().filter(|v| g.ty(*v) == &ta).collect();
+    let b = if rng.chance(80) {
+        *rng.pick(&same)
+    } else {
+        *rng.pick(values)
+    };
+    match rng.below(21) {
+        20 if rank > 0 => (
+            Op::Iota {
+                dtype: ta.dtype,
+                dims: dims.clone(),
+                dim: rng.below(rank),
+            },
+            vec![],
+        ),
+        0..=4 => (Op::Unary(*rng.pick(UnaryOp::ALL)), vec![a]),
+        5..=9 => (Op::Binary(*rng.pick(BinaryOp::ALL)), vec![a, b]),
+        10 => (Op::Compare(*rng.pick(CmpOp::ALL)), vec![a, b]),
+        11 => {
+            let preds: Vec<ValueId> = values
+                .iter()
+                .copied()
+                .filter(|v| g.ty(*v).dtype == DType::Bool)
+                .collect();
+            if preds.is_empty() {
+                (Op::Convert(DType::Bool), vec![a])
+            } else {
+                (Op::Select, vec![*rng.pick(&preds), a, b])
+            }
+        }
+        12 => (Op::Convert(*rng.pick(&DTYPES)), vec![a]),
+        13 => {
+            let mut shape = vec![2usize];
+            shape.extend(dims.iter().copied());
+            (
+                Op::BroadcastInDim {
+                    shape: Shape::known(&shape),
+                    dims: (1..=rank).collect(),
+                },
+                vec![a],
+            )
+        }
+        14 => {
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.reverse();
+            if rng.chance(50) {
+                (Op::Transpose(perm), vec![a])
+            } else {
+                (Op::Reshape(Shape::known(&[dims.iter().product()])), vec![a])
+            }
+        }
+        15 => {
+            let op = *rng.pick(ReduceOp::ALL);
+            (
+                Op::Reduce {
+                    op,
+                    axes: axes_subset(rng, rank),
+                    keepdims: rng.chance(50),
+                },
+                vec![a],
+            )
+        }
+        16 => {
+            let start: Vec<usize> = dims
+                .iter()
+                .map(|&d| if d > 1 { rng.below(d) } else { 0 })
+                .collect();
+            let limit: Vec<usize> = dims
+                .iter()
+                .zip(&start)
+                .map(|(&d, &s)| s + rng.below(d - s + 1))
+                .collect();
+            let stride = dims.iter().map(|_| 1 + rng.below(2)).collect();
+            if rng.chance(50) {
+                (
+                    Op::Slice {
+                        start,
+                        limit,
+                        stride,
+                    },
+                    vec![a],
+                )
+            } else {
+                (Op::Reverse(axes_subset(rng, rank)), vec![a])
+            }
+        }
+        17 => {
+            if rank == 0 {
+                return (Op::Unary(UnaryOp::Neg), vec![a]);
+            }
+            let axis = rng.below(rank);
+            match rng.below(3) {
+                0 => (Op::Concatenate { axis }, vec![a, a]),
+                1 => (
+                    Op::ArgMax {
+                        axis,
+                        index_dtype: DType::I64,
+                    },
+                    vec![a],
+                ),
+                _ => (
+                    Op::ArgMin {
+                        axis,
+                        index_dtype: DType::I32,
+                    },
+                    vec![a],
+                ),
+            }
+        }
+        18 => {
+            if rank == 2 && rng.chance(70) {
+                (
+                    Op::DotGeneral(DotDims {
+                        lhs_batch: vec![],
+                        rhs_batch: vec![],
+                        lhs_contract: vec![1],
+                        rhs_contract: vec![1],
+                    }),
+                    vec![a, b],
+                )
+            } else {
+                let pads = rank;
+                let low = (0..pads).map(|_| rng.below(3) as i64 - 1).collect();
+                let high = (0..pads).map(|_| rng.below(3) as i64).collect();
+                let interior = (0..pads).map(|_| rng.below(2)).collect();
+                let scalars: Vec<ValueId> = values
+                    .iter()
+                    .copied()
+                    .filter(|v| g.ty(*v).shape.rank() == Some(0) && g.ty(*v).dtype == ta.dtype)
+                    .collect();
+                let v = if scalars.is_empty() {
+                    a
+                } else {
+                    *rng.pick(&scalars)
+                };
+                (
+                    Op::Pad {
+                        low,
+                        high,
+                        interior,
+                    },
+                    vec![a, v],
+                )
+            }
+        }
+        _ => (Op::Clamp, vec![a, b, b]),
+    }
+}
+
+/// A random graph with up to `n_ops` ops after its parameters and a few
+/// constants, and random inputs for it. The same `seed` and `n_ops` give
+/// the same graph on every run and platform. Errors only if the builder
+/// rejects a parameter, constant or output (a bug in the generator).
+pub fn random_graph(seed: u64, n_ops: usize) -> Result<(Graph, Vec<Tensor>)> {
+    let mut rng = Rng::new(seed);
+    let mut g = Graph::new(format!("random_{seed}"));
+    let site = Site {
+        file: "random.rs".into(),
+        line: 1,
+        col: 1,
+    };
+    let mut values = Vec::new();
+    let mut inputs = Vec::new();
+    for i in 0..1 + rng.below(3) {
+        let shape: &[usize] = SHAPES[rng.below(SHAPES.len())];
+        let ty = TensorType::known(*rng.pick(&DTYPES), shape);
+        inputs.push(random_tensor(&mut rng, &ty)?);
+        values.push(g.add_parameter(i, ty, None, site.clone())?);
+    }
+    for _ in 0..1 + rng.below(3) {
+        let d = *rng.pick(&DTYPES);
+        let lit = Literal::from_scalars(d, &[], &[scalar(&mut rng, d)])?;
+        values.push(g.add(Op::Constant(lit), &[], site.clone())?);
+    }
+    let mut added = 0;
+    for _ in 0..n_ops * 8 {
+        if added == n_ops {
+            break;
+        }
+        let (op, ins) = random_op(&mut rng, &g, &values);
+        let site = Site {
+            file: "random.rs".into(),
+            line: 2 + added as u32,
+            col: 5,
+        };
+        if let Ok(v) = g.add(op, &ins, site) {
+            values.push(v);
+            added += 1;
+        }
+    }
+    let n_out = 1 + rng.below(3).min(values.len() - 1);
+    for (k, v) in values.iter().rev().take(n_out).enumerate() {
+        g.add_output(*v, format!("out{k}"))?;
+    }
+    Ok((g, inputs))
+}
