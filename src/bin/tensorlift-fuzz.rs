@@ -4,6 +4,7 @@
 //! tensorlift-fuzz [--target tlir|npy|graph|all] [--cases N] [--seconds S]
 //!                 [--seed N] [--corpus DIR] [--findings DIR]
 //!                 [--timeout-ms N] [--memory-mb N]
+//!                 [--nan-payloads]
 //! tensorlift-fuzz --replay TARGET FILE...
 //! ```
 //! Exits 1 when a run found anything (crash, hang, panic, mismatch).
@@ -18,7 +19,7 @@ use tensorlift::fuzz::targets::{Target, Verdict};
 fn usage(msg: &str) -> ExitCode {
     eprintln!("tensorlift-fuzz: {msg}");
     eprintln!(
-        "usage: tensorlift-fuzz [--target tlir|npy|graph|all] [--cases N] [--seconds S] [--seed N] [--corpus DIR] [--findings DIR] [--timeout-ms N] [--memory-mb N]\n       tensorlift-fuzz --replay TARGET FILE..."
+        "usage: tensorlift-fuzz [--target tlir|npy|graph|all] [--cases N] [--seconds S] [--seed N] [--corpus DIR] [--findings DIR] [--timeout-ms N] [--memory-mb N] [--nan-payloads]\n       tensorlift-fuzz --replay TARGET FILE..."
     );
     ExitCode::from(2)
 }
@@ -74,6 +75,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let mut findings = PathBuf::from("target/fuzz/findings");
     let mut timeout = Duration::from_secs(20);
     let mut memory_mb = 4096;
+    let mut nan_payloads = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -104,6 +106,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             "--findings" => findings = PathBuf::from(value()?),
             "--timeout-ms" => timeout = Duration::from_millis(num(value()?)?),
             "--memory-mb" => memory_mb = num(value()?)?,
+            "--nan-payloads" => nan_payloads = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -122,6 +125,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             findings: findings.join(t.name()),
             timeout,
             memory_mb,
+            nan_payloads,
             exe: exe.clone(),
         };
         let summary = driver::run(&config).map_err(|e| format!("{}: {e}", t.name()))?;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::fuzz::mutate::Mutator;
-use crate::fuzz::random_graph::{Rng, SHAPES, random_graph, random_tensor};
+use crate::fuzz::random_graph::{GenOptions, Rng, SHAPES, random_graph, random_tensor};
 use crate::fuzz::targets::{Target, Verdict, graph_case, hash};
 use crate::ir::{ALL_DTYPES, TensorType, text};
 use crate::{DType, npy};
@@ -40,6 +40,8 @@ pub struct Config {
     pub timeout: Duration,
     /// The child's address-space limit in MiB (`ulimit -v`), 0 for none.
     pub memory_mb: u64,
+    /// Graph target: draw NaN payloads (signalling, negative NaNs).
+    pub nan_payloads: bool,
     /// The program the child runs: this executable, with `--child NAME`.
     pub exe: PathBuf,
 }
@@ -306,7 +308,10 @@ pub fn run(config: &Config) -> std::io::Result<Summary> {
         let input = match config.target {
             Target::Graph => {
                 let r = mutator.rng();
-                graph_case(r.next(), r.next() as u8)
+                let options = GenOptions {
+                    nan_payloads: config.nan_payloads,
+                };
+                graph_case(r.next(), r.next() as u8, options)
             }
             _ if i < n_seeds => pool[i].clone(),
             _ => {

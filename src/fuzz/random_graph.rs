@@ -73,6 +73,42 @@ pub const SHAPES: [&[usize]; 8] = [
 /// A scalar of `dtype`, sometimes an edge value (NaN, ±inf, -0.0,
 /// denormal, integer extremes).
 pub fn scalar(rng: &mut Rng, dtype: DType) -> Scalar {
+    scalar_with(rng, dtype, GenOptions::default())
+}
+
+/// What the generator draws beyond the property tests' defaults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GenOptions {
+    /// Float edge values include NaNs with other bit patterns than the
+    /// quiet positive one: signalling, negative, with a payload.
+    pub nan_payloads: bool,
+}
+
+/// Bit patterns of NaNs other than the default quiet one, per float dtype:
+/// signalling, negative quiet, signalling with a high payload, negative
+/// signalling.
+fn payload_nan(rng: &mut Rng, dtype: DType) -> Scalar {
+    let bits: u64 = match dtype {
+        DType::F16 => *rng.pick(&[0x7c01, 0xfe00, 0x7dff, 0xfc01]),
+        DType::BF16 => *rng.pick(&[0x7f81, 0xffc0, 0x7fbf, 0xff81]),
+        DType::F32 => *rng.pick(&[0x7f80_0001, 0xffc0_0000, 0x7fbf_ffff, 0xff80_0001]),
+        _ => *rng.pick(&[
+            0x7ff0_0000_0000_0001,
+            0xfff8_0000_0000_0000,
+            0x7ff7_ffff_ffff_ffff,
+            0xfff0_0000_0000_0001,
+        ]),
+    };
+    let value = if dtype == DType::F64 {
+        f64::from_bits(bits)
+    } else {
+        f64::NAN
+    };
+    Scalar::Float(value, Some(bits))
+}
+
+/// [`scalar`] with `options`; with the defaults, the same draws.
+pub fn scalar_with(rng: &mut Rng, dtype: DType, options: GenOptions) -> Scalar {
     let edge = rng.chance(25);
     match dtype {
         DType::Bool => Scalar::Bool(rng.chance(50)),
@@ -98,7 +134,9 @@ pub fn scalar(rng: &mut Rng, dtype: DType) -> Scalar {
             rng.below(9) as f64 * 0.25 - 1.0,
         ),
         _ => {
-            if edge {
+            if edge && options.nan_payloads && rng.chance(30) {
+                payload_nan(rng, dtype)
+            } else if edge {
                 Scalar::Float(
                     *rng.pick(&[
                         f64::NAN,
@@ -121,12 +159,19 @@ pub fn scalar(rng: &mut Rng, dtype: DType) -> Scalar {
 /// A tensor of type `ty` filled with [`scalar`]s; an error when `ty` has a
 /// dynamic shape or a dtype literals cannot hold (strings).
 pub fn random_tensor(rng: &mut Rng, ty: &TensorType) -> Result<Tensor> {
+    random_tensor_with(rng, ty, GenOptions::default())
+}
+
+/// [`random_tensor`] with `options`.
+pub fn random_tensor_with(rng: &mut Rng, ty: &TensorType, options: GenOptions) -> Result<Tensor> {
     let dims = ty
         .shape
         .as_known()
         .ok_or_else(|| Error::invalid(format!("random_tensor: {ty} has a dynamic shape")))?;
     let n: usize = dims.iter().product();
-    let vals: Vec<Scalar> = (0..n).map(|_| scalar(rng, ty.dtype)).collect();
+    let vals: Vec<Scalar> = (0..n)
+        .map(|_| scalar_with(rng, ty.dtype, options))
+        .collect();
     Tensor::from_literal(&Literal::from_scalars(ty.dtype, &dims, &vals)?)
 }
 
@@ -296,6 +341,16 @@ fn random_op(rng: &mut Rng, g: &Graph, values: &[ValueId]) -> (Op, Vec<ValueId>)
 /// the same graph on every run and platform. Errors only if the builder
 /// rejects a parameter, constant or output (a bug in the generator).
 pub fn random_graph(seed: u64, n_ops: usize) -> Result<(Graph, Vec<Tensor>)> {
+    random_graph_with(seed, n_ops, GenOptions::default())
+}
+
+/// [`random_graph`] with `options` (the same graph as [`random_graph`]
+/// with the defaults).
+pub fn random_graph_with(
+    seed: u64,
+    n_ops: usize,
+    options: GenOptions,
+) -> Result<(Graph, Vec<Tensor>)> {
     let mut rng = Rng::new(seed);
     let mut g = Graph::new(format!("random_{seed}"));
     let site = Site {
@@ -308,12 +363,12 @@ pub fn random_graph(seed: u64, n_ops: usize) -> Result<(Graph, Vec<Tensor>)> {
     for i in 0..1 + rng.below(3) {
         let shape: &[usize] = SHAPES[rng.below(SHAPES.len())];
         let ty = TensorType::known(*rng.pick(&DTYPES), shape);
-        inputs.push(random_tensor(&mut rng, &ty)?);
+        inputs.push(random_tensor_with(&mut rng, &ty, options)?);
         values.push(g.add_parameter(i, ty, None, site.clone())?);
     }
     for _ in 0..1 + rng.below(3) {
         let d = *rng.pick(&DTYPES);
-        let lit = Literal::from_scalars(d, &[], &[scalar(&mut rng, d)])?;
+        let lit = Literal::from_scalars(d, &[], &[scalar_with(&mut rng, d, options)])?;
         values.push(g.add(Op::Constant(lit), &[], site.clone())?);
     }
     let mut added = 0;

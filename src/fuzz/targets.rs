@@ -4,7 +4,7 @@
 //! escaping one is a bug found.
 
 use crate::compiler::{self, JitOptions, OptLevel};
-use crate::fuzz::random_graph::{Rng, random_graph, random_tensor};
+use crate::fuzz::random_graph::{GenOptions, Rng, random_graph_with, random_tensor};
 use crate::ir::{Scalar, TensorType, ValueId, text, verify};
 use crate::runtime::interp;
 use crate::{DType, Graph, Result, Tensor, npy};
@@ -277,10 +277,15 @@ fn run_npy(input: &[u8]) -> Verdict {
 }
 
 /// The graph target's case: bytes 0..8 the seed (little endian, missing
-/// bytes are 0), byte 8 the op count (1 + b % 30, as the property tests).
-pub fn graph_case(seed: u64, n_ops: u8) -> Vec<u8> {
+/// bytes are 0), byte 8 the op count (1 + b % 30, as the property tests),
+/// and a byte 9 of 1 when the generator draws NaN payloads
+/// ([`GenOptions::nan_payloads`]).
+pub fn graph_case(seed: u64, n_ops: u8, options: GenOptions) -> Vec<u8> {
     let mut v = seed.to_le_bytes().to_vec();
     v.push(n_ops);
+    if options.nan_payloads {
+        v.push(1);
+    }
     v
 }
 
@@ -291,7 +296,10 @@ fn run_graph(input: &[u8]) -> Verdict {
     }
     let n = 1 + usize::from(input.get(8).copied().unwrap_or(0)) % 30;
     let seed = u64::from_le_bytes(seed);
-    let (g, inputs) = match random_graph(seed, n) {
+    let options = GenOptions {
+        nan_payloads: input.get(9) == Some(&1),
+    };
+    let (g, inputs) = match random_graph_with(seed, n, options) {
         Ok(gi) => gi,
         Err(e) => return Verdict::Mismatch(format!("generator failed for seed {seed}: {e}")),
     };
