@@ -14,7 +14,7 @@ mod common;
 
 use common::random_graph::random_graph;
 use proptest::prelude::*;
-use tensorlift::compiler::{self, JitOptions, OptLevel};
+use tensorlift::compiler::{self, JitOptions};
 use tensorlift::ir::text;
 use tensorlift::runtime::interp;
 use tensorlift::{DType, IrStage, Sym, TensorSpec, function};
@@ -26,29 +26,8 @@ fn cases() -> u32 {
         .unwrap_or(256)
 }
 
-const EXACT: [JitOptions; 3] = [
-    JitOptions {
-        opt_level: OptLevel::None,
-        exact: true,
-        vectorize: false,
-        threads: false,
-        wide_math: true,
-    },
-    JitOptions {
-        opt_level: OptLevel::Speed,
-        exact: true,
-        vectorize: true,
-        threads: true,
-        wide_math: true,
-    },
-    JitOptions {
-        opt_level: OptLevel::None,
-        exact: true,
-        vectorize: true,
-        threads: true,
-        wide_math: true,
-    },
-];
+/// The exact-mode configurations, shared with the graph fuzz target.
+const EXACT: [JitOptions; 3] = tensorlift::fuzz::targets::EXACT;
 
 fn check_graph(
     g: &tensorlift::Graph,
