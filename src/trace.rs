@@ -302,16 +302,7 @@ impl Tracer {
         tout: &[DType],
         stateful: bool,
     ) -> Vec<Sym> {
-        let spec = CallbackSpec {
-            kind: CallbackKind::HostFn,
-            id: CallableId::Address(Arc::as_ptr(f) as *const () as usize),
-            name: None,
-            tout,
-            output_shapes: None,
-            stateful,
-        };
-        let f = f.clone();
-        self.callback(spec, inputs, move |ins: &[Tensor]| f(ins), Site::caller())
+        self.shared(None, f, inputs, tout, None, stateful, Site::caller())
     }
 
     /// [`Tracer::host_fn_shared`] with a name and declared output shapes.
@@ -325,16 +316,42 @@ impl Tracer {
         output_shapes: &[Shape],
         stateful: bool,
     ) -> Vec<Sym> {
+        let shapes = Some(output_shapes);
+        self.shared(
+            Some(name),
+            f,
+            inputs,
+            tout,
+            shapes,
+            stateful,
+            Site::caller(),
+        )
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal plumbing of the two host_fn_shared entry points"
+    )]
+    fn shared(
+        &self,
+        name: Option<&str>,
+        f: &HostFnArc,
+        inputs: &[&Sym],
+        tout: &[DType],
+        output_shapes: Option<&[Shape]>,
+        stateful: bool,
+        site: Site,
+    ) -> Vec<Sym> {
         let spec = CallbackSpec {
             kind: CallbackKind::HostFn,
             id: CallableId::Address(Arc::as_ptr(f) as *const () as usize),
-            name: Some(name),
+            name,
             tout,
-            output_shapes: Some(output_shapes),
+            output_shapes,
             stateful,
         };
         let f = f.clone();
-        self.callback(spec, inputs, move |ins: &[Tensor]| f(ins), Site::caller())
+        self.callback(spec, inputs, move |ins: &[Tensor]| f(ins), site)
     }
 
     /// A Rust callback that fills its outputs in place (`host_fn_into`):
