@@ -39,6 +39,19 @@ fn flat(what: &str, margin: usize, warm: impl FnOnce(), run: impl FnOnce()) {
     );
 }
 
+/// A million calls of `f` (x + 1, doubled) after ten thousand, resident
+/// memory flat within 4 MiB.
+fn million_calls(what: &str, f: &tensorlift::Function) {
+    let x = common::f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
+    let calls = |n: usize| {
+        for _ in 0..n {
+            let out = f.call(std::slice::from_ref(&x)).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0])[0], 4.0);
+        }
+    };
+    flat(what, 4 << 20, || calls(10_000), || calls(1_000_000));
+}
+
 fn plus_one(ins: &[Tensor]) -> Result<Vec<Tensor>, Error> {
     Ok(vec![Tensor::from(
         ins[0].array_view::<f32>()?.mapv(|v| v + 1.0),
@@ -53,14 +66,7 @@ fn a_million_host_fn_calls_through_compiled_code() {
         &y[0] * 2.0
     })
     .jit_compile(true);
-    let x = common::f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
-    let calls = |n: usize| {
-        for _ in 0..n {
-            let out = f.call(std::slice::from_ref(&x)).unwrap();
-            assert_eq!(common::to_vec::<f32>(&out[0])[0], 4.0);
-        }
-    };
-    flat("host_fn", 4 << 20, || calls(10_000), || calls(1_000_000));
+    million_calls("host_fn", &f);
 }
 
 #[cfg(feature = "python")]
@@ -75,19 +81,7 @@ fn a_million_numpy_function_calls_through_compiled_code() {
         &y[0] * 2.0
     })
     .jit_compile(true);
-    let x = common::f32s(&[1.0, 2.0, 3.0, 4.0], &[4]);
-    let calls = |n: usize| {
-        for _ in 0..n {
-            let out = f.call(std::slice::from_ref(&x)).unwrap();
-            assert_eq!(common::to_vec::<f32>(&out[0])[0], 4.0);
-        }
-    };
-    flat(
-        "numpy_function",
-        4 << 20,
-        || calls(10_000),
-        || calls(1_000_000),
-    );
+    million_calls("numpy_function", &f);
 }
 
 #[test]
