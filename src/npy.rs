@@ -248,7 +248,7 @@ pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
         && ts.num_bytes() == Some(dtype.size());
     if native && dtype != DType::String {
         let bytes = count * dtype.size();
-        let mut buf = tensorlift_runtime::AlignedBytes::zeroed(bytes);
+        let mut buf = tensorlift_runtime::AlignedBytes::try_zeroed(bytes)?;
         file.into_inner()
             .read_exact(buf.as_mut_slice())
             .map_err(io_err)?;

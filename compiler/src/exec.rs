@@ -218,7 +218,7 @@ impl Executable {
         // every output or handed-off slot is fully written by the step that
         // produces it before the executor or a callback reads it.
         // SAFETY: as just said.
-        let mut arena = unsafe { AlignedBytes::for_overwrite(plan.arena_bytes) };
+        let mut arena = unsafe { AlignedBytes::try_for_overwrite(plan.arena_bytes)? };
         let arena_ptr = arena.as_mut_ptr();
         let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];
         let mut owned: Vec<Option<AlignedBytes>> = Vec::new();
@@ -233,14 +233,14 @@ impl Executable {
                 SlotKind::Temp { offset } => unsafe { arena_ptr.add(*offset) },
                 SlotKind::Output => {
                     // SAFETY: see the arena above.
-                    let mut b = unsafe { AlignedBytes::for_overwrite(s.bytes()) };
+                    let mut b = unsafe { AlignedBytes::try_for_overwrite(s.bytes())? };
                     let p = b.as_mut_ptr();
                     outs[i] = Some(b);
                     p
                 }
                 SlotKind::HandOff { .. } => {
                     // SAFETY: see the arena above.
-                    let mut b = unsafe { AlignedBytes::for_overwrite(s.bytes()) };
+                    let mut b = unsafe { AlignedBytes::try_for_overwrite(s.bytes())? };
                     let p = b.as_mut_ptr();
                     if owned.len() <= i {
                         owned.resize_with(i + 1, || None);

@@ -144,9 +144,9 @@ impl HostCallback {
                     .iter()
                     .zip(&shapes)
                     .map(|(t, s)| {
-                        AlignedBytes::zeroed(s.iter().product::<usize>() * t.dtype.size())
+                        AlignedBytes::try_zeroed(s.iter().product::<usize>() * t.dtype.size())
                     })
-                    .collect();
+                    .collect::<std::result::Result<_, _>>()?;
                 {
                     let ins: Vec<TensorRef<'_>> = inputs.iter().map(Tensor::as_ref).collect();
                     let mut outs = bufs

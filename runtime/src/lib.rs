@@ -13,7 +13,7 @@ pub mod interp;
 pub mod kernels;
 mod memory;
 pub mod nest;
-pub use memory::trim_buffer_cache;
+pub use memory::{AllocFailed, trim_buffer_cache};
 #[cfg(feature = "python")]
 pub mod python;
 #[cfg(feature = "python")]

@@ -18,6 +18,34 @@
 
 use std::sync::Mutex;
 
+/// An allocation of `len` bytes that the allocator refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocFailed {
+    /// The bytes asked for.
+    pub len: usize,
+}
+
+impl AllocFailed {
+    fn layout(self) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(self.len.max(1), 16)
+            .unwrap_or(std::alloc::Layout::new::<u128>())
+    }
+}
+
+impl std::fmt::Display for AllocFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "could not allocate {} bytes", self.len)
+    }
+}
+
+impl std::error::Error for AllocFailed {}
+
+impl From<AllocFailed> for crate::Error {
+    fn from(e: AllocFailed) -> Self {
+        crate::Error::ResourceExhausted(tensorlift_ir::Detail::msg(e.to_string()))
+    }
+}
+
 /// Buffers at least this large are mapped (and advised to use huge pages).
 /// glibc serves smaller ones from memory it reuses across calls, which is
 /// faster still; at 32 MiB and above it maps fresh (faulting) pages anyway.
@@ -182,8 +210,15 @@ fn map(_len: usize) -> Option<*mut u8> {
 }
 
 impl AlignedBytes {
-    /// `len` zero bytes.
+    /// `len` zero bytes. Aborts when the memory cannot be had, as `Vec`
+    /// does; buffers whose size comes from data use [`Self::try_zeroed`].
     pub fn zeroed(len: usize) -> Self {
+        Self::try_zeroed(len).unwrap_or_else(|e| std::alloc::handle_alloc_error(e.layout()))
+    }
+
+    /// `len` zero bytes, or [`AllocFailed`] when the allocator (or the
+    /// address space left under `ulimit -v`) cannot provide them.
+    pub fn try_zeroed(len: usize) -> Result<Self, AllocFailed> {
         // A recycled buffer is zeroed by hand: memory the cache holds is
         // reused rather than left beside fresh pages.
         if len >= CACHE_MIN
@@ -191,20 +226,25 @@ impl AlignedBytes {
         {
             let mut b = AlignedBytes { storage, len };
             b.as_mut_slice().fill(0);
-            return b;
+            return Ok(b);
         }
         if len >= MAP_THRESHOLD
             && let Some(ptr) = map(len)
         {
-            return AlignedBytes {
+            return Ok(AlignedBytes {
                 storage: Storage::Mapped { ptr, map_len: len },
                 len,
-            };
+            });
         }
-        AlignedBytes {
-            storage: Storage::Heap(vec![0; len.div_ceil(16)]),
+        let words = len.div_ceil(16);
+        let mut v: Vec<u128> = Vec::new();
+        v.try_reserve_exact(words)
+            .map_err(|_| AllocFailed { len })?;
+        v.resize(words, 0);
+        Ok(AlignedBytes {
+            storage: Storage::Heap(v),
             len,
-        }
+        })
     }
 
     /// `len` bytes for compiled code to fill, not zeroed (zeroing a fresh
@@ -216,6 +256,17 @@ impl AlignedBytes {
     /// Every byte is written, through [`AlignedBytes::as_mut_ptr`], before
     /// the value is read in any way (`as_slice`, `as_mut_slice`, `clone`).
     pub unsafe fn for_overwrite(len: usize) -> Self {
+        // SAFETY: the caller's promise is passed on.
+        unsafe { Self::try_for_overwrite(len) }
+            .unwrap_or_else(|e| std::alloc::handle_alloc_error(e.layout()))
+    }
+
+    /// [`Self::for_overwrite`], or [`AllocFailed`] when the memory cannot
+    /// be had.
+    ///
+    /// # Safety
+    /// As for [`Self::for_overwrite`].
+    pub unsafe fn try_for_overwrite(len: usize) -> Result<Self, AllocFailed> {
         if len >= CACHE_MIN
             && let Some(storage) = take_cached(len)
         {
@@ -223,27 +274,27 @@ impl AlignedBytes {
             if cfg!(debug_assertions) {
                 b.as_mut_slice().fill(0xA5);
             }
-            return b;
+            return Ok(b);
         }
         if len >= MAP_THRESHOLD || len == 0 {
-            return Self::zeroed(len);
+            return Self::try_zeroed(len);
         }
         let Ok(layout) = std::alloc::Layout::from_size_align(len, 16) else {
-            return Self::zeroed(len);
+            return Err(AllocFailed { len });
         };
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return Err(AllocFailed { len });
         }
         if cfg!(debug_assertions) {
             // SAFETY: `ptr` is a fresh allocation of `len` bytes.
             unsafe { std::ptr::write_bytes(ptr, 0xA5, len) };
         }
-        AlignedBytes {
+        Ok(AlignedBytes {
             storage: Storage::Raw { ptr, layout },
             len,
-        }
+        })
     }
 
     /// The address of the first byte, for writing (valid for `len` bytes).
@@ -334,5 +385,18 @@ mod tests {
         drop(d);
         let z = AlignedBytes::zeroed(len);
         assert!(z.as_slice().iter().all(|x| *x == 0));
+    }
+
+    #[test]
+    fn an_impossible_allocation_is_an_error_not_an_abort() {
+        for len in [usize::MAX / 2, usize::MAX - 15] {
+            let e = AlignedBytes::try_zeroed(len).unwrap_err();
+            assert_eq!(e.len, len);
+            // SAFETY: nothing is read; the allocation fails.
+            assert!(unsafe { AlignedBytes::try_for_overwrite(len) }.is_err());
+            let err = crate::Error::from(e);
+            assert_eq!(err.code(), tensorlift_ir::Code::ResourceExhausted);
+            assert!(err.to_string().contains(&format!("{len} bytes")), "{err}");
+        }
     }
 }
