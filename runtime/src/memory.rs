@@ -390,7 +390,9 @@ mod tests {
     #[test]
     fn an_impossible_allocation_is_an_error_not_an_abort() {
         for len in [usize::MAX / 2, usize::MAX - 15] {
-            let e = AlignedBytes::try_zeroed(len).unwrap_err();
+            let result = AlignedBytes::try_zeroed(len);
+            assert!(result.is_err(), "{len} bytes were allocated");
+            let Err(e) = result else { return };
             assert_eq!(e.len, len);
             // SAFETY: nothing is read; the allocation fails.
             assert!(unsafe { AlignedBytes::try_for_overwrite(len) }.is_err());
