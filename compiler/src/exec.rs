@@ -72,8 +72,20 @@ pub fn check_compilable(g: &Graph) -> Result<()> {
     check_nodes(g, false)
 }
 
-fn check_nodes(g: &Graph, shapes: bool) -> Result<()> {
+fn check_nodes(graph: &Graph, shapes: bool) -> Result<()> {
     let mut offenders = Vec::new();
+    // Loop bodies and branches are compiled too.
+    for g in graph.all_graphs() {
+        check_graph(g, shapes, &mut offenders);
+    }
+    if offenders.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::JitIncompatible { offenders })
+    }
+}
+
+fn check_graph(g: &Graph, shapes: bool, offenders: &mut Vec<Offender>) {
     for id in g.node_ids() {
         let n = g.node(id);
         let node = NodeRef {
@@ -99,11 +111,6 @@ fn check_nodes(g: &Graph, shapes: bool) -> Result<()> {
                 ),
             });
         }
-    }
-    if offenders.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::JitIncompatible { offenders })
     }
 }
 

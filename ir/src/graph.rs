@@ -273,9 +273,17 @@ impl Graph {
         if let Some(bad) = new.inputs.iter().find(|v| v.index() >= self.values.len()) {
             return Err(fail(format!("operand {bad} does not exist")));
         }
-        if new.effect == Effect::Stateful && !matches!(new.op, Op::Callback(_)) {
+        // Callbacks are stateful as declared; control flow is stateful when
+        // its regions are; nothing else may be.
+        let effect = if matches!(new.op, Op::Callback(_)) {
+            new.effect
+        } else if !new.op.regions().is_empty() {
+            new.op.region_effect()
+        } else if new.effect == Effect::Stateful {
             return Err(fail("only callbacks may be stateful".into()));
-        }
+        } else {
+            Effect::Pure
+        };
         let types = match (&new.op, new.result_types) {
             (Op::Parameter { .. }, Some(t)) if t.len() == 1 && new.inputs.is_empty() => t,
             (Op::Callback(_), Some(t)) => t,
@@ -334,7 +342,7 @@ impl Graph {
             results,
             name,
             site: new.site,
-            effect: new.effect,
+            effect,
         });
         Ok(id)
     }
@@ -379,9 +387,45 @@ impl Graph {
         Ok(())
     }
 
-    /// Binds the callable of callback target `name`.
+    /// Binds the callable of callback target `name`, here and in every
+    /// region (loop body, branch) that calls it.
     pub fn bind(&mut self, name: impl Into<String>, callable: CallbackRef) {
-        self.bindings.insert(name.into(), callable);
+        let name = name.into();
+        for node in &mut self.nodes {
+            for region in node.op.regions_mut() {
+                if region.graph().calls(&name) {
+                    region.graph_mut().bind(name.clone(), callable.clone());
+                }
+            }
+        }
+        self.bindings.insert(name, callable);
+    }
+
+    /// True when a callback node here or in a region calls target `name`.
+    pub fn calls(&self, name: &str) -> bool {
+        self.nodes.iter().any(|n| match &n.op {
+            Op::Callback(c) => c.target == name,
+            op => op.regions().iter().any(|r| r.graph().calls(name)),
+        })
+    }
+
+    /// The regions of this graph's nodes (not of regions nested in them),
+    /// for changing. A region's parameter and output types must stay as
+    /// they are.
+    pub fn regions_mut(&mut self) -> impl Iterator<Item = &mut crate::Region> {
+        self.nodes.iter_mut().flat_map(|n| n.op.regions_mut())
+    }
+
+    /// Every graph in this one, itself first, then each region's (depth
+    /// first, in node order).
+    pub fn all_graphs(&self) -> Vec<&Graph> {
+        let mut out = vec![self];
+        for n in &self.nodes {
+            for r in n.op.regions() {
+                out.extend(r.graph().all_graphs());
+            }
+        }
+        out
     }
 
     /// The callable bound to callback target `name`.
@@ -568,8 +612,9 @@ impl Graph {
                                 .map(|r| self.values[r.index()].ty.clone())
                                 .collect()
                         });
+                    let ins: Vec<TensorType> = inputs.iter().map(|v| g.ty(*v).clone()).collect();
                     let id = g.add_node(NewNode {
-                        op: node.op.clone(),
+                        op: node.op.with_operand_types(&ins)?,
                         inputs,
                         name: Some(node.name.clone()),
                         site: node.site.clone(),

@@ -1,7 +1,9 @@
 //! Shape and dtype inference: one function per op family, used by the
 //! builder (so an ill-typed graph cannot be built) and by the verifier.
 
-use crate::{BinaryOp, CmpOp, DType, Dim, DynamicOp, Op, ReduceOp, Shape, TensorType, UnaryOp};
+use crate::{
+    BinaryOp, CmpOp, DType, Dim, DynamicOp, Op, ReduceOp, Region, Shape, TensorType, UnaryOp,
+};
 
 /// Inference failure: a message; the caller attaches the node.
 pub type InferResult<T> = std::result::Result<T, String>;
@@ -192,8 +194,88 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             TensorType::new(ins[0].dtype, Shape::Ranked(out))
         }
         Op::Dynamic(d) => dynamic(d, ins)?,
+        Op::While { cond, body } => return while_types(cond, body, ins),
+        Op::Case { branches } => return case_types(branches, ins),
     };
     Ok(vec![ty])
+}
+
+fn types_str(ts: &[TensorType]) -> String {
+    let parts: Vec<String> = ts.iter().map(|t| t.to_string()).collect();
+    format!("({})", parts.join(", "))
+}
+
+/// A region's parameters must be the values passed in, exactly.
+fn check_params(region: &Region, what: &str, ins: &[&TensorType]) -> InferResult<()> {
+    let params = region.param_types();
+    if params.len() != ins.len() {
+        return Err(format!(
+            "the {what} takes {} value(s), but {} are passed in",
+            params.len(),
+            ins.len()
+        ));
+    }
+    for (i, (p, t)) in params.iter().zip(ins).enumerate() {
+        if p != *t {
+            return Err(format!(
+                "the {what}'s parameter {i} is {p}, but the value passed in is {t}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn while_types(cond: &Region, body: &Region, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
+    check_params(cond, "while condition", ins)?;
+    check_params(body, "while body", ins)?;
+    let pred = cond.output_types();
+    if pred.len() != 1 || pred[0] != TensorType::known(DType::Bool, &[]) {
+        return Err(format!(
+            "the while condition must return one bool[], not {}",
+            types_str(&pred)
+        ));
+    }
+    let next = body.output_types();
+    if next.len() != ins.len() {
+        return Err(format!(
+            "the while body returns {} value(s), but the loop carries {}",
+            next.len(),
+            ins.len()
+        ));
+    }
+    for (i, (n, t)) in next.iter().zip(ins).enumerate() {
+        if n != *t {
+            return Err(format!(
+                "the while body returns {n} for carry {i}, which is {t}: a carry keeps its type"
+            ));
+        }
+    }
+    Ok(ins.iter().map(|t| (*t).clone()).collect())
+}
+
+fn case_types(branches: &[Region], ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
+    let Some((index, args)) = ins.split_first() else {
+        return Err("case needs a branch index operand".into());
+    };
+    if **index != TensorType::known(DType::I32, &[]) {
+        return Err(format!("the branch index must be int32[], not {index}"));
+    }
+    let Some(first) = branches.first() else {
+        return Err("case needs at least one branch".into());
+    };
+    let out = first.output_types();
+    for (b, region) in branches.iter().enumerate() {
+        check_params(region, &format!("branch {b}"), args)?;
+        let got = region.output_types();
+        if got != out {
+            return Err(format!(
+                "branch {b} returns {}, but branch 0 returns {}: every branch must return the same types",
+                types_str(&got),
+                types_str(&out)
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// The type of a [`DynamicOp`]: what is known before its operands' ranks

@@ -27,7 +27,7 @@ pub use graph::{Effect, Graph, NewNode, Node, NodeId, Output, Rewritten, ValueId
 pub use literal::{Literal, LiteralData, Scalar, narrow as narrow_f32};
 pub use op::{
     BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, DynamicOp, Op, ReduceOp,
-    UnaryOp,
+    Region, UnaryOp,
 };
 pub use shape::{Dim, Shape, TensorType};
 pub use verify::verify;

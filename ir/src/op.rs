@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::{DType, Literal, Shape};
+use crate::{DType, Effect, Graph, Literal, Shape, TensorType};
 
 macro_rules! named_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident => $text:literal),* $(,)? }) => {
@@ -262,6 +262,69 @@ impl DynamicOp {
     }
 }
 
+/// A nested computation run by a control-flow op: a graph whose parameters
+/// are the values the op passes in and whose outputs are what it gives
+/// back. Regions are closed: a value from the enclosing graph reaches a
+/// region only as an operand of the op (the tracer passes captured values
+/// that way), so every pass and the interpreter treat a region as an
+/// ordinary graph. Shared (`Arc`) so that copying a graph is cheap.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Region(pub Arc<Graph>);
+
+impl Eq for Region {}
+
+impl std::hash::Hash for Region {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // Equal regions have equal shapes; the structure decides equality.
+        self.0.nodes().len().hash(state);
+        self.0.outputs().len().hash(state);
+    }
+}
+
+impl Region {
+    /// Wraps `graph`.
+    pub fn new(graph: Graph) -> Self {
+        Region(Arc::new(graph))
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Graph {
+        &self.0
+    }
+
+    /// The graph, for changing (copied first when shared).
+    pub fn graph_mut(&mut self) -> &mut Graph {
+        Arc::make_mut(&mut self.0)
+    }
+
+    /// The types of its parameters, in order.
+    pub fn param_types(&self) -> Vec<TensorType> {
+        self.0
+            .params()
+            .iter()
+            .map(|v| self.0.ty(*v).clone())
+            .collect()
+    }
+
+    /// The types of its outputs, in order.
+    pub fn output_types(&self) -> Vec<TensorType> {
+        self.0
+            .outputs()
+            .iter()
+            .map(|o| self.0.ty(o.value).clone())
+            .collect()
+    }
+
+    /// Stateful when any node in it (or in a region nested in it) is.
+    pub fn effect(&self) -> Effect {
+        if self.0.nodes().iter().any(|n| n.effect == Effect::Stateful) {
+            Effect::Stateful
+        } else {
+            Effect::Pure
+        }
+    }
+}
+
 /// An operation. Attributes live in the variant; operands are value ids on
 /// the node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -365,6 +428,25 @@ pub enum Op {
     Callback(CallbackOp),
     /// An op over operands of unknown rank, expanded once they are known.
     Dynamic(DynamicOp),
+    /// XLA `while`: the operands are the initial carried values; `cond`
+    /// maps the carries to a `bool[]`, and while it is true `body` maps
+    /// them to the next carries (same types). The results are the carries
+    /// when `cond` first gives false (the operands, if it never is true).
+    While {
+        /// Carries → `bool[]`.
+        cond: Region,
+        /// Carries → carries.
+        body: Region,
+    },
+    /// XLA `conditional` with a branch index: operand 0 is an `int32[]`
+    /// index, the rest are passed to the branch it selects (an index out of
+    /// `0..n` selects the last branch, as in XLA). Every branch takes the
+    /// same operand types and gives the same result types. Only the
+    /// selected branch runs.
+    Case {
+        /// The branches, in index order.
+        branches: Vec<Region>,
+    },
 }
 
 impl Op {
@@ -394,6 +476,104 @@ impl Op {
             Op::Take { .. } => "take".into(),
             Op::Callback(c) => c.kind.name().into(),
             Op::Dynamic(d) => d.name(),
+            Op::While { .. } => "while".into(),
+            Op::Case { .. } => "case".into(),
+        }
+    }
+
+    /// The nested computations the op runs (empty for all but control flow).
+    pub fn regions(&self) -> Vec<&Region> {
+        match self {
+            Op::While { cond, body } => vec![cond, body],
+            Op::Case { branches } => branches.iter().collect(),
+            Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::Callback(_)
+            | Op::Dynamic(_) => vec![],
+        }
+    }
+
+    /// The nested computations, for changing.
+    pub fn regions_mut(&mut self) -> Vec<&mut Region> {
+        match self {
+            Op::While { cond, body } => vec![cond, body],
+            Op::Case { branches } => branches.iter_mut().collect(),
+            Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::Callback(_)
+            | Op::Dynamic(_) => vec![],
+        }
+    }
+
+    /// The op for operands of `ins` types: control flow whose regions were
+    /// made for other types (a loop traced with unknown dims, now
+    /// specialized) gets its regions specialized to them; every other op is
+    /// returned as is.
+    pub fn with_operand_types(&self, ins: &[TensorType]) -> crate::Result<Op> {
+        let mut op = self.clone();
+        // A case's index operand is not passed to its branches.
+        let args = if matches!(self, Op::Case { .. }) {
+            ins.get(1..).unwrap_or_default()
+        } else {
+            ins
+        };
+        for r in op.regions_mut() {
+            if r.param_types() != args {
+                *r = Region::new(r.graph().specialize(args)?);
+            }
+        }
+        Ok(op)
+    }
+
+    /// The effect the op has by itself: stateful for callbacks marked so by
+    /// their node, and for control flow whose regions hold a stateful node.
+    pub fn region_effect(&self) -> Effect {
+        if self
+            .regions()
+            .iter()
+            .any(|r| r.effect() == Effect::Stateful)
+        {
+            Effect::Stateful
+        } else {
+            Effect::Pure
         }
     }
 

@@ -105,9 +105,12 @@ pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
     let mut refined: HashMap<NodeId, Vec<Literal>> = HashMap::new();
     for id in g.node_ids() {
         let n = g.node(id);
+        // Control flow is not folded: a loop could run for ever at compile
+        // time. Its regions are optimized on their own.
         if n.effect == Effect::Stateful
             || matches!(n.op, Op::Parameter { .. } | Op::Constant(_))
             || n.results.is_empty()
+            || !n.op.regions().is_empty()
         {
             continue;
         }
@@ -294,9 +297,29 @@ pub fn simplify(g: &mut Graph) -> bool {
     changed
 }
 
-/// The standard pipeline: simplify, fold, CSE, DCE.
+/// Optimizes the regions of every control-flow node with the standard
+/// pipeline (which recurses into regions nested in them). A region that
+/// fails to optimize is left as it was; the verifier reports it.
+pub fn optimize_regions(g: &mut Graph, eval: &dyn ConstEval) -> bool {
+    let mut changed = false;
+    for region in g.regions_mut() {
+        let mut r = region.graph().clone();
+        if optimize(&mut r, eval).is_ok() && r != *region.graph() {
+            *region = crate::Region::new(r);
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// The standard pipeline: simplify, fold, CSE, DCE, then the same inside
+/// every region.
 pub fn standard_passes(eval: &dyn ConstEval) -> Vec<Pass<'_>> {
     vec![
+        Pass {
+            name: "regions",
+            run: Box::new(move |g| optimize_regions(g, eval)),
+        },
         Pass {
             name: "simplify",
             run: Box::new(simplify),

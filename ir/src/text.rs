@@ -7,28 +7,35 @@ use std::sync::Arc;
 use crate::literal::{Scalar, write_quoted};
 use crate::{
     BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, DynamicOp, Effect, Error,
-    Graph, Literal, NewNode, Node, Op, ReduceOp, Result, Shape, Site, TensorType, TextPos, UnaryOp,
-    ValueId,
+    Graph, Literal, NewNode, Node, Op, ReduceOp, Region, Result, Shape, Site, TensorType, TextPos,
+    UnaryOp, ValueId,
 };
 
 /// Prints `graph` in the text format.
 pub fn print(graph: &Graph) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "graph @{} {{", graph.name);
+    print_graph(graph, "", &mut out);
+    out
+}
+
+/// Prints `graph` with every line indented by `indent` (regions nest).
+fn print_graph(graph: &Graph, indent: &str, out: &mut String) {
+    let _ = writeln!(out, "{indent}graph @{} {{", graph.name);
+    let inner = format!("{indent}  ");
     for node in graph.nodes() {
-        out.push_str("  ");
-        print_node(graph, node, &mut out);
+        out.push_str(&inner);
+        print_node(graph, node, &inner, out);
         out.push('\n');
     }
-    out.push_str("  return");
+    out.push_str(&inner);
+    out.push_str("return");
     for (i, o) in graph.outputs().iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
         out.push_str(&value_name(graph, o.value));
         out.push_str(" as ");
-        write_quoted(o.name.as_bytes(), &mut out);
+        write_quoted(o.name.as_bytes(), out);
     }
-    out.push_str("\n}\n");
-    out
+    let _ = writeln!(out, "\n{indent}}}");
 }
 
 /// The text name of a value: `%node` or `%node#i` for multi-result nodes.
@@ -42,7 +49,7 @@ pub fn value_name(graph: &Graph, v: ValueId) -> String {
     }
 }
 
-fn print_node(graph: &Graph, node: &Node, out: &mut String) {
+fn print_node(graph: &Graph, node: &Node, indent: &str, out: &mut String) {
     let _ = write!(out, "%{} = {}", node.name, node.op.name());
     let operands = |out: &mut String| {
         out.push('(');
@@ -81,7 +88,8 @@ fn print_node(graph: &Graph, node: &Node, out: &mut String) {
     }
     out.push_str(" : ");
     let types: Vec<&TensorType> = node.results.iter().map(|r| graph.ty(*r)).collect();
-    if matches!(node.op, Op::Callback(_)) {
+    let regions = node.op.regions();
+    if matches!(node.op, Op::Callback(_)) || !regions.is_empty() {
         out.push('(');
         for (i, t) in types.iter().enumerate() {
             let _ = write!(out, "{}{t}", if i > 0 { ", " } else { "" });
@@ -93,6 +101,15 @@ fn print_node(graph: &Graph, node: &Node, out: &mut String) {
     out.push_str(" loc(");
     write_quoted(node.site.file.as_bytes(), out);
     let _ = write!(out, ":{}:{})", node.site.line, node.site.col);
+    if !regions.is_empty() {
+        out.push_str(" {\n");
+        let inner = format!("{indent}  ");
+        for r in regions {
+            print_graph(r.graph(), &inner, out);
+        }
+        out.push_str(indent);
+        out.push('}');
+    }
 }
 
 fn list<T: std::fmt::Display>(v: &[T]) -> String {
@@ -438,10 +455,17 @@ pub fn parse(src: &str, file: &str) -> Result<Graph> {
         at: 0,
         file: Arc::from(file),
     };
-    let g = p.graph()?;
+    let g = p.graph(0)?;
+    if *p.peek() != Tok::Eof {
+        return Err(p.expected("end of file"));
+    }
     crate::verify::verify(&g)?;
     Ok(g)
 }
+
+/// Deepest nesting of regions the parser accepts (the parser recurses once
+/// per level).
+pub const MAX_REGION_DEPTH: usize = 64;
 
 struct Parser {
     toks: Vec<(Tok, TextPos)>,
@@ -534,7 +558,16 @@ impl Parser {
             .map_err(|_| self.err_at(pos, format!("{i} is not a valid size or index")))
     }
 
-    fn graph(&mut self) -> Result<Graph> {
+    /// `graph @name { nodes... return ... }`; `depth` counts the regions
+    /// it is nested in.
+    fn graph(&mut self, depth: usize) -> Result<Graph> {
+        let start = self.pos();
+        if depth > MAX_REGION_DEPTH {
+            return Err(self.err_at(
+                start,
+                format!("regions nest deeper than {MAX_REGION_DEPTH} levels"),
+            ));
+        }
         self.keyword("graph")?;
         let name = match self.next() {
             Tok::Global(n) if !n.is_empty() => n,
@@ -550,14 +583,11 @@ impl Parser {
         let mut values: std::collections::HashMap<String, Vec<ValueId>> = Default::default();
         loop {
             match self.peek().clone() {
-                Tok::Value(name, None) => self.node(&mut g, &mut values, name)?,
+                Tok::Value(name, None) => self.node(&mut g, &mut values, name, depth)?,
                 Tok::Ident(k) if k == "return" => {
                     self.next();
                     self.returns(&mut g, &values)?;
                     self.punct('}')?;
-                    if *self.peek() != Tok::Eof {
-                        return Err(self.expected("end of file"));
-                    }
                     return Ok(g);
                 }
                 _ => return Err(self.expected("a node ('%name = ...') or 'return'")),
@@ -628,6 +658,7 @@ impl Parser {
         g: &mut Graph,
         values: &mut std::collections::HashMap<String, Vec<ValueId>>,
         name: String,
+        depth: usize,
     ) -> Result<()> {
         let start = self.pos();
         self.next();
@@ -648,6 +679,7 @@ impl Parser {
         let mut inputs = Vec::new();
         let mut effect = Effect::Pure;
         let mut result_types = None;
+        let mut region_site = None;
         let op = match op_name.as_str() {
             "parameter" => {
                 let index = self.usize()?;
@@ -703,16 +735,38 @@ impl Parser {
                     effect = Effect::Stateful;
                 }
                 self.punct(':')?;
-                self.punct('(')?;
-                let mut tys = Vec::new();
-                while !self.eat_punct(')') {
-                    if !tys.is_empty() {
-                        self.punct(',')?;
-                    }
-                    tys.push(self.ty()?);
-                }
-                result_types = Some(tys);
+                result_types = Some(self.type_list()?);
                 Op::Callback(CallbackOp { kind, target })
+            }
+            "while" | "case" => {
+                inputs = self.operands(values)?;
+                self.punct(':')?;
+                result_types = Some(self.type_list()?);
+                let site = if *self.peek() == Tok::Ident("loc".into()) {
+                    self.loc()?
+                } else {
+                    self.here(start)
+                };
+                region_site = Some(site);
+                self.punct('{')?;
+                let mut regions = Vec::new();
+                while !self.eat_punct('}') {
+                    regions.push(Region::new(self.graph(depth + 1)?));
+                }
+                if op_name == "case" {
+                    if regions.is_empty() {
+                        return Err(self.err_at(op_pos, "case needs at least one branch"));
+                    }
+                    Op::Case { branches: regions }
+                } else {
+                    let [cond, body]: [Region; 2] = regions.try_into().map_err(|r: Vec<_>| {
+                        self.err_at(
+                            op_pos,
+                            format!("while takes two regions (condition, body), not {}", r.len()),
+                        )
+                    })?;
+                    Op::While { cond, body }
+                }
             }
             _ => {
                 inputs = self.operands(values)?;
@@ -728,10 +782,10 @@ impl Parser {
                 op
             }
         };
-        let site = if *self.peek() == Tok::Ident("loc".into()) {
-            self.loc()?
-        } else {
-            self.here(start)
+        let site = match region_site {
+            Some(site) => site,
+            None if *self.peek() == Tok::Ident("loc".into()) => self.loc()?,
+            None => self.here(start),
         };
         let id = g
             .add_node(NewNode {
@@ -795,6 +849,19 @@ impl Parser {
             out.push(self.value_ref(values)?);
         }
         Ok(out)
+    }
+
+    /// `(t, t, ...)`.
+    fn type_list(&mut self) -> Result<Vec<TensorType>> {
+        self.punct('(')?;
+        let mut tys = Vec::new();
+        while !self.eat_punct(')') {
+            if !tys.is_empty() {
+                self.punct(',')?;
+            }
+            tys.push(self.ty()?);
+        }
+        Ok(tys)
     }
 
     fn ty(&mut self) -> Result<TensorType> {

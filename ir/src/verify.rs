@@ -38,8 +38,22 @@ pub fn verify(g: &Graph) -> Result<()> {
             }
             defined[r.index()] = true;
         }
-        if n.effect == Effect::Stateful && !matches!(n.op, Op::Callback(_)) {
-            return Err(fail("only callbacks may be stateful".into()));
+        if !matches!(n.op, Op::Callback(_)) && n.effect != n.op.region_effect() {
+            return Err(fail(match n.effect {
+                Effect::Stateful => {
+                    "only callbacks, and control flow around them, may be stateful".into()
+                }
+                Effect::Pure => "control flow around a stateful callback must be stateful".into(),
+            }));
+        }
+        for r in n.op.regions() {
+            verify(r.graph()).map_err(|e| {
+                e.context(format!(
+                    "in region @{} of node '{}'",
+                    r.graph().name,
+                    n.name
+                ))
+            })?;
         }
         match &n.op {
             Op::Parameter { index } => {

@@ -38,18 +38,22 @@ pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<()> {
 /// anything runs: a `NotFound` error naming every unbound callback (the
 /// first one is the error's node).
 pub fn check_bindings(graph: &Graph) -> Result<()> {
-    let unbound: Vec<NodeId> = graph
-        .node_ids()
-        .filter(|id| {
-            matches!(&graph.node(*id).op, Op::Callback(c) if graph.binding(&c.target).is_none())
+    // Callbacks in loop bodies and branches are bound in their regions.
+    let unbound: Vec<(&Graph, NodeId)> = graph
+        .all_graphs()
+        .into_iter()
+        .flat_map(|g| {
+            g.node_ids()
+                .filter(|id| matches!(&g.node(*id).op, Op::Callback(c) if g.binding(&c.target).is_none()))
+                .map(move |id| (g, id))
         })
         .collect();
-    let Some(first) = unbound.first() else {
+    let Some((first_graph, first)) = unbound.first() else {
         return Ok(());
     };
     let list: Vec<String> = unbound
         .iter()
-        .map(|id| {
+        .map(|(graph, id)| {
             let n = graph.node(*id);
             let target = callback_target(n).unwrap_or_default();
             format!("'{target}' ({} '{}' at {})", n.op.name(), n.name, n.site)
@@ -61,7 +65,7 @@ pub fn check_bindings(graph: &Graph) -> Result<()> {
             unbound.len(),
             list.join(", ")
         ),
-        node: Some(graph.node_ref(*first)),
+        node: Some(first_graph.node_ref(*first)),
         pos: None,
     }))
 }
@@ -255,8 +259,58 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
             return crate::callback::run_callback(graph, node, owned);
         }
         Op::Dynamic(d) => return eval_dynamic(d, node, args),
+        Op::While { cond, body } => return run_while(cond.graph(), body.graph(), args),
+        Op::Case { branches } => {
+            let index = scalar_i32(a(0))?;
+            let Some(last) = branches.len().checked_sub(1) else {
+                return Err(Error::internal("case without branches"));
+            };
+            let k = usize::try_from(index).map_or(last, |k| k.min(last));
+            let owned: Vec<Tensor> = args[1..].iter().map(|t| (*t).clone()).collect();
+            return run(branches[k].graph(), &owned)
+                .map_err(|e| e.context(format!("in branch {k}")));
+        }
     };
     Ok(vec![t])
+}
+
+/// Runs a `while`: `body` while `cond` holds, from the operands.
+fn run_while(cond: &Graph, body: &Graph, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let mut carries: Vec<Tensor> = args.iter().map(|t| (*t).clone()).collect();
+    for step in 0u64.. {
+        let pred = run(cond, &carries)
+            .map_err(|e| e.context(format!("in the condition, before iteration {step}")))?;
+        if !scalar_bool(&pred[0])? {
+            break;
+        }
+        carries = run(body, &carries)
+            .map_err(|e| e.context(format!("in iteration {step} of the body")))?;
+    }
+    Ok(carries)
+}
+
+fn scalar_bool(t: &Tensor) -> Result<bool> {
+    match t.bytes() {
+        [b] if t.dtype() == tensorlift_ir::DType::Bool => Ok(*b != 0),
+        _ => Err(Error::internal(format!(
+            "a loop condition gave {}{:?}, not bool[]",
+            t.dtype().short_name(),
+            t.shape()
+        ))),
+    }
+}
+
+fn scalar_i32(t: &Tensor) -> Result<i32> {
+    match t.bytes() {
+        [a, b, c, d] if t.dtype() == tensorlift_ir::DType::I32 => {
+            Ok(i32::from_ne_bytes([*a, *b, *c, *d]))
+        }
+        _ => Err(Error::internal(format!(
+            "a branch index is {}{:?}, not i32[]",
+            t.dtype().short_name(),
+            t.shape()
+        ))),
+    }
 }
 
 /// Runs an op traced over operands of unknown rank: expanded for the
