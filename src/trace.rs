@@ -7,9 +7,9 @@
 //! poisoned value; [`crate::Function`] reports that error when tracing ends.
 
 use std::any::TypeId;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
 use tensorlift_ir::builder::{self, Elementwise};
@@ -20,13 +20,85 @@ use tensorlift_ir::{
 use tensorlift_runtime::callback::HostCallback;
 use tensorlift_runtime::{Tensor, TensorMut, TensorRef};
 
+/// One trace: a function's graph, or a region (loop body, branch) being
+/// traced inside another trace.
 struct Ctx {
     graph: RefCell<Graph>,
+    /// The first error (recorded on the outermost trace only).
     error: RefCell<Option<Error>>,
     /// The target each callable was bound under, by identity (see
     /// [`CallableId`]): tracing the same callable again reuses it, so CSE
     /// can merge stateless calls.
     targets: RefCell<HashMap<CallableKey, String>>,
+    /// The trace this region is traced inside (`None` for a function).
+    parent: Option<Rc<Ctx>>,
+    /// The region being traced inside this trace right now: ops recorded
+    /// while it is open go there, whichever values they start from.
+    active: RefCell<Weak<Ctx>>,
+    /// Values of enclosing traces used in this region, in parameter order:
+    /// (the value in the parent trace, the parameter standing for it here).
+    captures: RefCell<Vec<(ValueId, ValueId)>>,
+    /// The index of the next parameter.
+    next_param: Cell<usize>,
+    /// Prefix of the callback targets bound here (`while/body/`), so that
+    /// targets are unique across a function and its regions.
+    prefix: String,
+    /// True once the region's tracing has ended.
+    closed: Cell<bool>,
+}
+
+impl Ctx {
+    fn new(name: &str, parent: Option<Rc<Ctx>>, prefix: String) -> Self {
+        Ctx {
+            graph: RefCell::new(Graph::new(name)),
+            error: RefCell::new(None),
+            targets: RefCell::new(HashMap::new()),
+            parent,
+            active: RefCell::new(Weak::new()),
+            captures: RefCell::new(Vec::new()),
+            next_param: Cell::new(0),
+            prefix,
+            closed: Cell::new(false),
+        }
+    }
+}
+
+/// The trace ops on `ctx`'s values are recorded in now: the innermost
+/// region open inside it.
+fn innermost(ctx: &Rc<Ctx>) -> Rc<Ctx> {
+    let mut c = ctx.clone();
+    loop {
+        let next = c.active.borrow().upgrade();
+        match next {
+            Some(n) => c = n,
+            None => return c,
+        }
+    }
+}
+
+/// `v` of trace `owner` as a value of trace `target`: itself when they are
+/// the same, a parameter of `target` standing for it (a capture, made once
+/// per value) when `owner` encloses `target`, `None` otherwise.
+fn value_in(target: &Rc<Ctx>, owner: &Rc<Ctx>, v: ValueId, site: &Site) -> Option<ValueId> {
+    if Rc::ptr_eq(target, owner) {
+        return Some(v);
+    }
+    let parent = target.parent.as_ref()?;
+    let pv = value_in(parent, owner, v, site)?;
+    if let Some((_, local)) = target.captures.borrow().iter().find(|(p, _)| *p == pv) {
+        return Some(*local);
+    }
+    let (ty, name) = {
+        let pg = parent.graph.borrow();
+        (pg.ty(pv).clone(), pg.producer(pv).name.clone())
+    };
+    let index = target.next_param.get();
+    let mut g = target.graph.borrow_mut();
+    let name = g.fresh_name(&format!("captured_{name}"));
+    let local = g.add_parameter(index, ty, Some(name), site.clone()).ok()?;
+    target.next_param.set(index + 1);
+    target.captures.borrow_mut().push((pv, local));
+    Some(local)
 }
 
 /// What makes two traced callbacks the same callable: who made it, the
@@ -96,11 +168,7 @@ impl std::fmt::Debug for Sym {
 impl Tracer {
     pub(crate) fn new(name: &str) -> Self {
         Tracer {
-            ctx: Rc::new(Ctx {
-                graph: RefCell::new(Graph::new(name)),
-                error: RefCell::new(None),
-                targets: RefCell::new(HashMap::new()),
-            }),
+            ctx: Rc::new(Ctx::new(name, None, String::new())),
         }
     }
 
@@ -143,9 +211,128 @@ impl Tracer {
     }
 
     pub(crate) fn record(&self, e: Error) {
-        let mut slot = self.ctx.error.borrow_mut();
+        let mut root = &self.ctx;
+        while let Some(p) = &root.parent {
+            root = p;
+        }
+        let mut slot = root.error.borrow_mut();
         if slot.is_none() {
             *slot = Some(e);
+        }
+    }
+
+    /// Opens a region named `name` inside the trace ops go to now, with
+    /// `params` parameters to come: until it is closed, every op is
+    /// recorded in it.
+    pub(crate) fn open_region(&self, name: &str, params: usize) -> Tracer {
+        let parent = innermost(&self.ctx);
+        let prefix = format!("{}{name}/", parent.prefix);
+        let child = Rc::new(Ctx::new(name, Some(parent.clone()), prefix));
+        child.next_param.set(params);
+        *parent.active.borrow_mut() = Rc::downgrade(&child);
+        Tracer { ctx: child }
+    }
+
+    /// Ends the region this tracer traces, returning `outs`: its graph and
+    /// the values of the enclosing trace it captured (in parameter order),
+    /// or `None` when an error was recorded while tracing it.
+    pub(crate) fn close_region(
+        &self,
+        outs: &[Sym],
+        site: &Site,
+    ) -> Result<Option<(Graph, Vec<ValueId>)>, Error> {
+        let mut values = Vec::with_capacity(outs.len());
+        let mut failure = None;
+        for (i, o) in outs.iter().enumerate() {
+            match o.v.map(|v| value_in(&self.ctx, &o.ctx, v, site)) {
+                Some(Some(v)) => values.push(v),
+                Some(None) => {
+                    failure = Some(Error::InvalidArgument(Detail {
+                        message: format!(
+                            "result {i} of '{}' was not traced in it or around it",
+                            self.ctx.graph.borrow().name
+                        ),
+                        node: None,
+                        pos: None,
+                    }));
+                    break;
+                }
+                None => break,
+            }
+        }
+        if let Some(parent) = &self.ctx.parent {
+            *parent.active.borrow_mut() = Weak::new();
+        }
+        self.ctx.closed.set(true);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if values.len() != outs.len() || self.failed() {
+            return Ok(None);
+        }
+        let mut g = self.ctx.graph.replace(Graph::new(""));
+        for (i, v) in values.into_iter().enumerate() {
+            g.add_output(v, format!("out{i}"))?;
+        }
+        let captures = self.ctx.captures.borrow().iter().map(|(p, _)| *p).collect();
+        Ok(Some((g, captures)))
+    }
+
+    /// The values of `inputs` in the trace ops go to now, and that trace
+    /// (see [`Tracer::operands`]).
+    pub(crate) fn values(
+        &self,
+        inputs: &[&Sym],
+        op: &str,
+        site: &Site,
+    ) -> Result<Option<(Tracer, Vec<ValueId>)>, Error> {
+        self.operands(inputs, op, site)
+    }
+
+    /// Runs `f` on this trace's graph.
+    pub(crate) fn graph_mut<T>(&self, f: impl FnOnce(&mut Graph) -> T) -> T {
+        f(&mut self.ctx.graph.borrow_mut())
+    }
+
+    /// Runs `f` on this trace's graph, reading.
+    pub(crate) fn graph_ref<T>(&self, f: impl FnOnce(&Graph) -> T) -> T {
+        f(&self.ctx.graph.borrow())
+    }
+
+    /// Values of this trace as symbols.
+    pub(crate) fn syms(&self, vs: &[ValueId]) -> Vec<Sym> {
+        vs.iter()
+            .map(|v| Sym {
+                ctx: self.ctx.clone(),
+                v: Some(*v),
+            })
+            .collect()
+    }
+
+    /// `n` poisoned values of the trace ops go to now.
+    pub(crate) fn current_poisoned(&self, n: usize) -> Vec<Sym> {
+        self.current().poisoned(n)
+    }
+
+    /// A scalar constant made at `site`.
+    pub(crate) fn scalar_at_site(&self, dtype: DType, value: f64, site: Site) -> Sym {
+        self.scalar_at(dtype, value, site)
+    }
+
+    /// True when an error has been recorded.
+    fn failed(&self) -> bool {
+        let mut root = &self.ctx;
+        while let Some(p) = &root.parent {
+            root = p;
+        }
+        root.error.borrow().is_some()
+    }
+
+    /// The trace ops are recorded in now (a region open inside this one,
+    /// or this one).
+    fn current(&self) -> Tracer {
+        Tracer {
+            ctx: innermost(&self.ctx),
         }
     }
 
@@ -165,26 +352,61 @@ impl Tracer {
         }
     }
 
-    fn add(&self, op: Op, inputs: &[&Sym], site: Site) -> Sym {
-        let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
-            return Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            };
-        };
-        if let Some(i) = inputs.iter().position(|s| !Rc::ptr_eq(&s.ctx, &self.ctx)) {
-            return self.wrap(Err(Error::InvalidArgument(Detail {
-                message: format!("operand {i} belongs to another traced function"),
+    /// The values of `inputs` in the trace ops are recorded in now (values
+    /// of enclosing traces become captures of the region being traced),
+    /// and that trace. `Ok(None)` when an input is poisoned.
+    fn operands(
+        &self,
+        inputs: &[&Sym],
+        op: &str,
+        site: &Site,
+    ) -> Result<Option<(Tracer, Vec<ValueId>)>, Error> {
+        let target = self.current();
+        let fail = |message: String| {
+            Error::InvalidArgument(Detail {
+                message,
                 node: Some(NodeRef {
-                    name: op.name(),
-                    op: op.name(),
-                    site,
+                    name: op.into(),
+                    op: op.into(),
+                    site: site.clone(),
                 }),
                 pos: None,
-            })));
+            })
+        };
+        if target.ctx.closed.get() {
+            return Err(fail(
+                "this value was traced inside a loop body or branch that has ended; return it from the body or branch instead".into(),
+            ));
         }
-        let r = self.ctx.graph.borrow_mut().add(op, &vs, site);
-        self.wrap(r)
+        let mut vs = Vec::with_capacity(inputs.len());
+        for (i, s) in inputs.iter().enumerate() {
+            let Some(v) = s.v else { return Ok(None) };
+            match value_in(&target.ctx, &s.ctx, v, site) {
+                Some(local) => vs.push(local),
+                None if s.ctx.closed.get() => {
+                    return Err(fail(format!(
+                        "operand {i} was traced inside a loop body or branch that has ended; return it from the body or branch instead"
+                    )));
+                }
+                None => {
+                    return Err(fail(format!(
+                        "operand {i} belongs to another traced function"
+                    )));
+                }
+            }
+        }
+        Ok(Some((target, vs)))
+    }
+
+    fn add(&self, op: Op, inputs: &[&Sym], site: Site) -> Sym {
+        match self.operands(inputs, &op.name(), &site) {
+            Ok(Some((t, vs))) => {
+                let r = t.ctx.graph.borrow_mut().add(op, &vs, site);
+                t.wrap(r)
+            }
+            Ok(None) => self.current().poisoned(1).remove(0),
+            Err(e) => self.current().wrap(Err(e)),
+        }
     }
 
     /// Runs an IR builder function over `inputs`' values (nothing when one
@@ -192,21 +414,17 @@ impl Tracer {
     fn build(
         &self,
         inputs: &[&Sym],
+        site: &Site,
         f: impl FnOnce(&mut Graph, &[ValueId]) -> Result<ValueId, Error>,
     ) -> Sym {
-        let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
-            return Sym {
-                ctx: self.ctx.clone(),
-                v: None,
-            };
-        };
-        if let Some(i) = inputs.iter().position(|s| !Rc::ptr_eq(&s.ctx, &self.ctx)) {
-            return self.wrap(Err(Error::invalid(format!(
-                "operand {i} belongs to another traced function"
-            ))));
+        match self.operands(inputs, "op", site) {
+            Ok(Some((t, vs))) => {
+                let r = f(&mut t.ctx.graph.borrow_mut(), &vs);
+                t.wrap(r)
+            }
+            Ok(None) => self.current().poisoned(1).remove(0),
+            Err(e) => self.current().wrap(Err(e)),
         }
-        let r = f(&mut self.ctx.graph.borrow_mut(), &vs);
-        self.wrap(r)
     }
 
     /// A constant holding `t`'s data.
@@ -396,12 +614,7 @@ impl Tracer {
         if tout.contains(&DType::String) {
             return fail("host_fn_into outputs cannot be strings (use host_fn)".into());
         }
-        let string_input = {
-            let g = self.ctx.graph.borrow();
-            inputs
-                .iter()
-                .position(|s| s.v.is_some_and(|v| g.ty(v).dtype == DType::String))
-        };
+        let string_input = inputs.iter().position(|s| s.dtype() == Some(DType::String));
         if let Some(i) = string_input {
             return fail(format!(
                 "host_fn_into input {i} is a string tensor (use host_fn)"
@@ -586,9 +799,27 @@ impl Tracer {
         callable: HostCallback,
         site: Site,
     ) -> Vec<Sym> {
-        let Some(vs) = inputs.iter().map(|s| s.v).collect::<Option<Vec<_>>>() else {
-            return self.poisoned(spec.tout.len());
+        let kind = spec.kind;
+        let this = match self.operands(inputs, spec.name.unwrap_or(kind.name()), &site) {
+            Ok(Some((t, vs))) => (t, vs),
+            Ok(None) => return self.current().poisoned(spec.tout.len()),
+            Err(e) => {
+                self.record(e);
+                return self.current().poisoned(spec.tout.len());
+            }
         };
+        let (this, vs) = this;
+        this.callback_in(spec, vs, callable, site)
+    }
+
+    /// Adds a callback node over `vs` (values of this trace).
+    fn callback_in(
+        &self,
+        spec: CallbackSpec<'_>,
+        vs: Vec<ValueId>,
+        callable: HostCallback,
+        site: Site,
+    ) -> Vec<Sym> {
         let kind = spec.kind;
         let shapes: Vec<Shape> = match spec.output_shapes {
             Some(s) if s.len() != spec.tout.len() => {
@@ -628,7 +859,7 @@ impl Tracer {
             .flatten();
         let (target, fresh) = match known {
             Some(t) => (t, false),
-            None => (label.clone(), true),
+            None => (format!("{}{label}", self.ctx.prefix), true),
         };
         let r = g.add_node(NewNode {
             op: Op::Callback(CallbackOp {
@@ -803,7 +1034,7 @@ impl Sym {
 
     fn binary_at(&self, op: Elementwise, other: Operand, site: Site) -> Sym {
         let other = self.operand(other, &site);
-        self.tracer().build(&[self, &other], |g, v| {
+        self.tracer().build(&[self, &other], &site, |g, v| {
             builder::binary(g, op, v[0], v[1], &site)
         })
     }
@@ -998,7 +1229,7 @@ impl Sym {
                 );
             }
         };
-        self.tracer().build(&[self, &t, &f], |g, v| {
+        self.tracer().build(&[self, &t, &f], &site, |g, v| {
             builder::select(g, v[0], v[1], v[2], &site)
         })
     }
@@ -1025,8 +1256,9 @@ impl Sym {
     #[track_caller]
     pub fn broadcast_to(&self, dims: &[usize]) -> Sym {
         let site = Site::caller();
-        self.tracer()
-            .build(&[self], |g, v| builder::broadcast_to(g, v[0], dims, &site))
+        self.tracer().build(&[self], &site, |g, v| {
+            builder::broadcast_to(g, v[0], dims, &site)
+        })
     }
 
     /// XLA's `broadcast_in_dim`.
@@ -1065,15 +1297,16 @@ impl Sym {
     #[track_caller]
     pub fn transpose(&self, perm: &[usize]) -> Sym {
         let site = Site::caller();
-        self.tracer()
-            .build(&[self], |g, v| builder::transpose(g, v[0], perm, &site))
+        self.tracer().build(&[self], &site, |g, v| {
+            builder::transpose(g, v[0], perm, &site)
+        })
     }
 
     /// Strided slice `[start, limit)` with `stride` per dim.
     #[track_caller]
     pub fn slice(&self, start: &[usize], limit: &[usize], stride: &[usize]) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self], |g, v| {
+        self.tracer().build(&[self], &site, |g, v| {
             builder::slice(g, v[0], start, limit, stride, &site)
         })
     }
@@ -1101,12 +1334,13 @@ impl Sym {
     #[track_caller]
     pub fn reverse(&self, axes: &[i64]) -> Sym {
         let site = Site::caller();
-        self.tracer()
-            .build(&[self], |g, v| builder::reverse(g, v[0], axes, &site))
+        self.tracer().build(&[self], &site, |g, v| {
+            builder::reverse(g, v[0], axes, &site)
+        })
     }
 
     fn reduce_at(&self, op: ReduceOp, axes: Option<&[i64]>, keepdims: bool, site: Site) -> Sym {
-        self.tracer().build(&[self], |g, v| {
+        self.tracer().build(&[self], &site, |g, v| {
             builder::reduce(g, op, v[0], axes, keepdims, &site)
         })
     }
@@ -1125,7 +1359,7 @@ impl Sym {
 
     fn arg_at(&self, max: bool, a: i64, site: Site) -> Sym {
         self.tracer()
-            .build(&[self], |g, v| builder::arg(g, max, v[0], a, &site))
+            .build(&[self], &site, |g, v| builder::arg(g, max, v[0], a, &site))
     }
 
     /// Matrix product over the last two dims; leading (batch) dims must
@@ -1133,8 +1367,9 @@ impl Sym {
     #[track_caller]
     pub fn matmul(&self, other: &Sym) -> Sym {
         let site = Site::caller();
-        self.tracer()
-            .build(&[self, other], |g, v| builder::matmul(g, v[0], v[1], &site))
+        self.tracer().build(&[self, other], &site, |g, v| {
+            builder::matmul(g, v[0], v[1], &site)
+        })
     }
 
     /// XLA's `dot_general`.
@@ -1148,7 +1383,7 @@ impl Sym {
     #[track_caller]
     pub fn take(&self, indices: &Sym, axis_: i64) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self, indices], |g, v| {
+        self.tracer().build(&[self, indices], &site, |g, v| {
             builder::take(g, v[0], v[1], axis_, &site)
         })
     }
@@ -1188,7 +1423,8 @@ impl Sym {
     pub fn concat(&self, others: &[Sym], axis_: i64) -> Sym {
         let site = Site::caller();
         let refs: Vec<&Sym> = std::iter::once(self).chain(others).collect();
-        self.tracer()
-            .build(&refs, |g, v| builder::concatenate(g, v, axis_, &site))
+        self.tracer().build(&refs, &site, |g, v| {
+            builder::concatenate(g, v, axis_, &site)
+        })
     }
 }

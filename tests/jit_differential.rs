@@ -73,6 +73,45 @@ proptest! {
             }
         }
     }
+
+    /// Random programs with loops (0 to 3 iterations, nested) and
+    /// branches (index in and out of range), whose bodies are random
+    /// programs themselves.
+    #[test]
+    fn random_graphs_with_control_flow_agree_bitwise_in_exact_mode(seed in any::<u64>(), n in 1usize..30) {
+        let options = tensorlift::fuzz::random_graph::GenOptions {
+            control_flow: true,
+            ..Default::default()
+        };
+        let (g, inputs) = tensorlift::fuzz::random_graph::random_graph_with(seed, n, options).unwrap();
+        for opts in &EXACT {
+            if let Err(e) = check_graph(&g, &inputs, opts) {
+                prop_assert!(false, "seed {}: {}", seed, e);
+            }
+        }
+    }
+}
+
+/// The generator with control flow draws loops, branches and nesting
+/// (so the test above covers them).
+#[test]
+fn the_control_flow_generator_draws_loops_branches_and_nesting() {
+    let options = tensorlift::fuzz::random_graph::GenOptions {
+        control_flow: true,
+        ..Default::default()
+    };
+    let (mut loops, mut cases, mut nested) = (0, 0, 0);
+    for seed in 0..200 {
+        let (g, _) = tensorlift::fuzz::random_graph::random_graph_with(seed, 20, options).unwrap();
+        let printed = text::print(&g);
+        loops += printed.matches("= while(").count();
+        cases += printed.matches("= case(").count();
+        nested += usize::from(printed.contains("\n        graph @"));
+    }
+    assert!(
+        loops > 50 && cases > 50 && nested > 10,
+        "{loops} loops, {cases} cases, {nested} nested"
+    );
 }
 
 #[test]

@@ -608,11 +608,19 @@ pub fn plan(g: &Graph) -> Result<Plan> {
             }
             op if fusible(op) || is_scalar_const(op) => {}
             op => {
-                decisions.push(format!(
-                    "{}: runtime kernel ({} is not emitted inline)",
-                    n.name,
-                    op.name()
-                ));
+                decisions.push(if op.regions().is_empty() {
+                    format!(
+                        "{}: runtime kernel ({} is not emitted inline)",
+                        n.name,
+                        op.name()
+                    )
+                } else {
+                    format!(
+                        "{}: {} through a runtime step: each region is compiled on its own and run from there",
+                        n.name,
+                        op.name()
+                    )
+                });
                 let inputs = slots_of(&slot_of, &n.inputs)?;
                 let outputs = slots_of(&slot_of, &n.results)?;
                 steps.push(Step::Runtime {

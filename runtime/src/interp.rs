@@ -289,7 +289,8 @@ fn run_while(cond: &Graph, body: &Graph, args: &[&Tensor]) -> Result<Vec<Tensor>
     Ok(carries)
 }
 
-fn scalar_bool(t: &Tensor) -> Result<bool> {
+/// The value of a `bool[]` tensor (a loop condition).
+pub fn scalar_bool(t: &Tensor) -> Result<bool> {
     match t.bytes() {
         [b] if t.dtype() == tensorlift_ir::DType::Bool => Ok(*b != 0),
         _ => Err(Error::internal(format!(
@@ -300,7 +301,8 @@ fn scalar_bool(t: &Tensor) -> Result<bool> {
     }
 }
 
-fn scalar_i32(t: &Tensor) -> Result<i32> {
+/// The value of an `i32[]` tensor (a branch index).
+pub fn scalar_i32(t: &Tensor) -> Result<i32> {
     match t.bytes() {
         [a, b, c, d] if t.dtype() == tensorlift_ir::DType::I32 => {
             Ok(i32::from_ne_bytes([*a, *b, *c, *d]))

@@ -4,7 +4,7 @@
 //! tensorlift-fuzz [--target tlir|npy|graph|all] [--cases N] [--seconds S]
 //!                 [--seed N] [--corpus DIR] [--findings DIR]
 //!                 [--timeout-ms N] [--memory-mb N]
-//!                 [--nan-payloads]
+//!                 [--nan-payloads] [--control-flow]
 //! tensorlift-fuzz --replay TARGET FILE...
 //! ```
 //! Exits 1 when a run found anything (crash, hang, panic, mismatch).
@@ -19,7 +19,7 @@ use tensorlift::fuzz::targets::{Target, Verdict};
 fn usage(msg: &str) -> ExitCode {
     eprintln!("tensorlift-fuzz: {msg}");
     eprintln!(
-        "usage: tensorlift-fuzz [--target tlir|npy|graph|all] [--cases N] [--seconds S] [--seed N] [--corpus DIR] [--findings DIR] [--timeout-ms N] [--memory-mb N] [--nan-payloads]\n       tensorlift-fuzz --replay TARGET FILE..."
+        "usage: tensorlift-fuzz [--target tlir|npy|graph|all] [--cases N] [--seconds S] [--seed N] [--corpus DIR] [--findings DIR] [--timeout-ms N] [--memory-mb N] [--nan-payloads] [--control-flow]\n       tensorlift-fuzz --replay TARGET FILE..."
     );
     ExitCode::from(2)
 }
@@ -76,6 +76,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     let mut timeout = Duration::from_secs(20);
     let mut memory_mb = 4096;
     let mut nan_payloads = false;
+    let mut control_flow = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || {
@@ -107,6 +108,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             "--timeout-ms" => timeout = Duration::from_millis(num(value()?)?),
             "--memory-mb" => memory_mb = num(value()?)?,
             "--nan-payloads" => nan_payloads = true,
+            "--control-flow" => control_flow = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -126,6 +128,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             timeout,
             memory_mb,
             nan_payloads,
+            control_flow,
             exe: exe.clone(),
         };
         let summary = driver::run(&config).map_err(|e| format!("{}: {e}", t.name()))?;

@@ -42,6 +42,8 @@ pub struct Config {
     pub memory_mb: u64,
     /// Graph target: draw NaN payloads (signalling, negative NaNs).
     pub nan_payloads: bool,
+    /// Graph target: draw loops and branches.
+    pub control_flow: bool,
     /// The program the child runs: this executable, with `--child NAME`.
     pub exe: PathBuf,
 }
@@ -310,6 +312,7 @@ pub fn run(config: &Config) -> std::io::Result<Summary> {
                 let r = mutator.rng();
                 let options = GenOptions {
                     nan_payloads: config.nan_payloads,
+                    control_flow: config.control_flow,
                 };
                 graph_case(r.next(), r.next() as u8, options)
             }

@@ -6,8 +6,8 @@
 //! target; changing what a seed draws changes what those tests cover.
 
 use crate::ir::{
-    BinaryOp, CmpOp, DotDims, Graph, Literal, Op, ReduceOp, Scalar, Shape, Site, TensorType,
-    UnaryOp, ValueId,
+    BinaryOp, CmpOp, DotDims, Graph, Literal, Op, ReduceOp, Region, Scalar, Shape, Site,
+    TensorType, UnaryOp, ValueId,
 };
 use crate::{DType, Error, Result, Tensor};
 
@@ -82,6 +82,10 @@ pub struct GenOptions {
     /// Float edge values include NaNs with other bit patterns than the
     /// quiet positive one: signalling, negative, with a payload.
     pub nan_payloads: bool,
+    /// Some ops are `while` loops (0 to 3 iterations, a counter carried
+    /// beside a value) and `case`s (2 or 3 branches) whose regions are
+    /// random graphs themselves, nested at most two deep.
+    pub control_flow: bool,
 }
 
 /// Bit patterns of NaNs other than the default quiet one, per float dtype:
@@ -371,25 +375,183 @@ pub fn random_graph_with(
         let lit = Literal::from_scalars(d, &[], &[scalar_with(&mut rng, d, options)])?;
         values.push(g.add(Op::Constant(lit), &[], site.clone())?);
     }
-    let mut added = 0;
-    for _ in 0..n_ops * 8 {
-        if added == n_ops {
-            break;
-        }
-        let (op, ins) = random_op(&mut rng, &g, &values);
-        let site = Site {
-            file: "random.rs".into(),
-            line: 2 + added as u32,
-            col: 5,
-        };
-        if let Ok(v) = g.add(op, &ins, site) {
-            values.push(v);
-            added += 1;
-        }
-    }
+    fill(&mut rng, &mut g, &mut values, n_ops, options, 0);
     let n_out = 1 + rng.below(3).min(values.len() - 1);
     for (k, v) in values.iter().rev().take(n_out).enumerate() {
         g.add_output(*v, format!("out{k}"))?;
     }
     Ok((g, inputs))
+}
+
+/// Adds up to `n_ops` random ops over `values` (and what they add) to `g`;
+/// with [`GenOptions::control_flow`], some of them loops and branches
+/// whose regions hold random ops in turn (`depth` counts the nesting).
+fn fill(
+    rng: &mut Rng,
+    g: &mut Graph,
+    values: &mut Vec<ValueId>,
+    n_ops: usize,
+    options: GenOptions,
+    depth: usize,
+) {
+    let mut added = 0;
+    for _ in 0..n_ops * 8 {
+        if added == n_ops {
+            break;
+        }
+        let site = Site {
+            file: "random.rs".into(),
+            line: 2 + added as u32,
+            col: 5 + 4 * depth as u32,
+        };
+        if options.control_flow && depth < 2 && rng.chance(12) {
+            if let Some(v) = random_control(rng, g, values, options, depth, &site) {
+                values.push(v);
+                added += 1;
+            }
+            continue;
+        }
+        let (op, ins) = random_op(rng, g, values);
+        if let Ok(v) = g.add(op, &ins, site) {
+            values.push(v);
+            added += 1;
+        }
+    }
+}
+
+/// A region over parameters of `types` with random ops, and the value it
+/// should return: the last value of type `types[out]` (the parameter
+/// itself if no op made one). Its outputs are left to the caller.
+fn random_region(
+    rng: &mut Rng,
+    name: String,
+    types: &[TensorType],
+    out: usize,
+    options: GenOptions,
+    depth: usize,
+    site: &Site,
+) -> Option<(Graph, Vec<ValueId>)> {
+    let mut r = Graph::new(name);
+    let params: Vec<ValueId> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| r.add_parameter(i, t.clone(), None, site.clone()))
+        .collect::<Result<_>>()
+        .ok()?;
+    let mut values = params.clone();
+    let d = types[out].dtype;
+    let lit = Literal::from_scalars(d, &[], &[scalar_with(rng, d, options)]).ok()?;
+    values.push(r.add(Op::Constant(lit), &[], site.clone()).ok()?);
+    let n_ops = 1 + rng.below(5);
+    fill(rng, &mut r, &mut values, n_ops, options, depth + 1);
+    let result = values
+        .iter()
+        .rev()
+        .find(|v| *r.ty(**v) == types[out])
+        .copied()
+        .unwrap_or(params[out]);
+    Some((r, vec![result]))
+}
+
+/// A random `while` (a counter and one value carried, 0 to 3 iterations) or
+/// `case` (2 or 3 branches over one value) whose result has the value's
+/// type. `None` when what was drawn does not fit.
+fn random_control(
+    rng: &mut Rng,
+    g: &mut Graph,
+    values: &[ValueId],
+    options: GenOptions,
+    depth: usize,
+    site: &Site,
+) -> Option<ValueId> {
+    let a = *rng.pick(values);
+    let ta = g.ty(a).clone();
+    if ta.dtype == DType::String {
+        return None;
+    }
+    let counter = TensorType::known(DType::I32, &[]);
+    let name = g.fresh_name(if rng.chance(50) { "while" } else { "case" });
+    if name.starts_with("while") {
+        let types = [counter.clone(), ta.clone()];
+        // cond: i < trips.
+        let mut cond = Graph::new(format!("{name}_cond"));
+        let i = cond
+            .add_parameter(0, counter.clone(), None, site.clone())
+            .ok()?;
+        cond.add_parameter(1, ta.clone(), None, site.clone()).ok()?;
+        let trips =
+            Literal::from_scalars(DType::I32, &[], &[Scalar::Int(rng.below(4) as i128)]).ok()?;
+        let n = cond.add(Op::Constant(trips), &[], site.clone()).ok()?;
+        let c = cond
+            .add(Op::Compare(CmpOp::Lt), &[i, n], site.clone())
+            .ok()?;
+        cond.add_output(c, "pred").ok()?;
+        // body: i + 1, random ops on the value.
+        let (mut body, outs) =
+            random_region(rng, format!("{name}_body"), &types, 1, options, depth, site)?;
+        let bi = body.params()[0];
+        let one = Literal::from_scalars(DType::I32, &[], &[Scalar::Int(1)]).ok()?;
+        let one = body.add(Op::Constant(one), &[], site.clone()).ok()?;
+        let next = body
+            .add(Op::Binary(BinaryOp::Add), &[bi, one], site.clone())
+            .ok()?;
+        body.add_output(next, "i").ok()?;
+        body.add_output(outs[0], "v").ok()?;
+        let zero = Literal::from_scalars(DType::I32, &[], &[Scalar::Int(0)]).ok()?;
+        let i0 = g.add(Op::Constant(zero), &[], site.clone()).ok()?;
+        let id = g
+            .add_node(crate::ir::NewNode {
+                op: Op::While {
+                    cond: Region::new(cond),
+                    body: Region::new(body),
+                },
+                inputs: vec![i0, a],
+                name: Some(name),
+                site: site.clone(),
+                effect: crate::ir::Effect::Pure,
+                result_types: None,
+            })
+            .ok()?;
+        return g.node(id).results.get(1).copied();
+    }
+    // case: the index from an integer scalar when there is one.
+    let scalars: Vec<ValueId> = values
+        .iter()
+        .copied()
+        .filter(|v| g.ty(*v).shape.rank() == Some(0) && g.ty(*v).dtype.is_int())
+        .collect();
+    let index = if !scalars.is_empty() && rng.chance(70) {
+        let s = *rng.pick(&scalars);
+        g.add(Op::Convert(DType::I32), &[s], site.clone()).ok()?
+    } else {
+        let k = Literal::from_scalars(DType::I32, &[], &[Scalar::Int(rng.below(4) as i128 - 1)])
+            .ok()?;
+        g.add(Op::Constant(k), &[], site.clone()).ok()?
+    };
+    let branches = (0..2 + rng.below(2))
+        .map(|k| {
+            let (mut r, outs) = random_region(
+                rng,
+                format!("{name}_branch{k}"),
+                std::slice::from_ref(&ta),
+                0,
+                options,
+                depth,
+                site,
+            )?;
+            r.add_output(outs[0], "out").ok()?;
+            Some(Region::new(r))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let id = g
+        .add_node(crate::ir::NewNode {
+            op: Op::Case { branches },
+            inputs: vec![index, a],
+            name: Some(name),
+            site: site.clone(),
+            effect: crate::ir::Effect::Pure,
+            result_types: None,
+        })
+        .ok()?;
+    g.node(id).results.first().copied()
 }

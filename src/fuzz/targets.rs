@@ -278,13 +278,15 @@ fn run_npy(input: &[u8]) -> Verdict {
 
 /// The graph target's case: bytes 0..8 the seed (little endian, missing
 /// bytes are 0), byte 8 the op count (1 + b % 30, as the property tests),
-/// and a byte 9 of 1 when the generator draws NaN payloads
-/// ([`GenOptions::nan_payloads`]).
+/// and a byte 9 of flags: 1 when the generator draws NaN payloads
+/// ([`GenOptions::nan_payloads`]), 2 when it draws loops and branches
+/// ([`GenOptions::control_flow`]).
 pub fn graph_case(seed: u64, n_ops: u8, options: GenOptions) -> Vec<u8> {
     let mut v = seed.to_le_bytes().to_vec();
     v.push(n_ops);
-    if options.nan_payloads {
-        v.push(1);
+    let flags = u8::from(options.nan_payloads) | (u8::from(options.control_flow) << 1);
+    if flags != 0 {
+        v.push(flags);
     }
     v
 }
@@ -296,8 +298,10 @@ fn run_graph(input: &[u8]) -> Verdict {
     }
     let n = 1 + usize::from(input.get(8).copied().unwrap_or(0)) % 30;
     let seed = u64::from_le_bytes(seed);
+    let flags = input.get(9).copied().unwrap_or(0);
     let options = GenOptions {
-        nan_payloads: input.get(9) == Some(&1),
+        nan_payloads: flags & 1 != 0,
+        control_flow: flags & 2 != 0,
     };
     let (g, inputs) = match random_graph_with(seed, n, options) {
         Ok(gi) => gi,

@@ -1,0 +1,385 @@
+//! Control flow while tracing: `while_loop`, `fori_loop`, `cond`, `switch`.
+//!
+//! A body or branch is a Rust closure traced once into a region of the
+//! graph (an [`Op::While`] or [`Op::Case`]). It may use any value of the
+//! enclosing traces: such a value becomes a parameter of the region (a
+//! capture) and an extra operand of the op, as JAX's closure conversion
+//! does, so regions stay closed graphs. Every op recorded while a body is
+//! traced goes into that body, whichever values it starts from; a value
+//! traced inside a body cannot be used after the body has ended (return
+//! it instead).
+
+use tensorlift_ir::{
+    DType, Detail, Error, Graph, NewNode, NodeRef, Op, Region, Site, TensorType, ValueId,
+};
+
+use crate::trace::{Operand, Sym, Tracer};
+
+/// A branch of [`switch`]: the operands in, the results out.
+pub type Branch<'a> = dyn Fn(&[Sym]) -> Vec<Sym> + 'a;
+
+/// A region traced from a closure: its graph (parameters: the values
+/// passed in, then the captures) and the captured values of the
+/// enclosing trace, in parameter order.
+struct Traced {
+    graph: Graph,
+    captures: Vec<ValueId>,
+}
+
+fn fail(op: &str, name: &str, site: &Site, message: String) -> Error {
+    Error::InvalidArgument(Detail {
+        message,
+        node: Some(NodeRef {
+            name: name.into(),
+            op: op.into(),
+            site: site.clone(),
+        }),
+        pos: None,
+    })
+}
+
+/// The graph of `traced` with its captures renumbered to start at
+/// `offset`, unused parameters of `extra` types added at the other
+/// indices (so that every region of one op takes the same operands), and
+/// `pass_through` parameters appended to its outputs.
+fn align(
+    traced: &Traced,
+    args: usize,
+    offset: usize,
+    all: &[TensorType],
+    pass_through: bool,
+) -> Result<Graph, Error> {
+    let own = traced.captures.len();
+    let renumber = |index: usize| {
+        if index < args {
+            index
+        } else {
+            index - args + offset
+        }
+    };
+    let mut g = traced.graph.rewrite(|g, node, _| {
+        let Op::Parameter { index } = node.op else {
+            return Ok(None);
+        };
+        let ty = traced.graph.ty(node.results[0]).clone();
+        let v = g.add_parameter(
+            renumber(index),
+            ty,
+            Some(node.name.clone()),
+            node.site.clone(),
+        )?;
+        Ok(Some(vec![v]))
+    })?;
+    let site = Site::caller();
+    let mut params: Vec<Option<ValueId>> = vec![None; all.len()];
+    for (i, v) in g.params().into_iter().enumerate() {
+        let index = match g.producer(v).op {
+            Op::Parameter { index } => index,
+            _ => i,
+        };
+        if let Some(p) = params.get_mut(index) {
+            *p = Some(v);
+        }
+    }
+    for (index, ty) in all.iter().enumerate() {
+        let owned = index < args || (offset..offset + own).contains(&index);
+        if !owned && params[index].is_none() {
+            let name = g.fresh_name(&format!("unused_{index}"));
+            params[index] = Some(g.add_parameter(index, ty.clone(), Some(name), site.clone())?);
+        }
+    }
+    if pass_through {
+        for (index, p) in params.iter().enumerate().skip(args) {
+            let v = p.ok_or_else(|| Error::internal("a region parameter is missing"))?;
+            g.add_output(v, format!("carry_{index}"))?;
+        }
+    }
+    Ok(g)
+}
+
+impl Tracer {
+    /// Traces `f` as a region named `name` of the trace ops go to now,
+    /// taking values of `types`.
+    fn trace_region(
+        &self,
+        name: &str,
+        types: &[TensorType],
+        site: &Site,
+        f: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    ) -> Result<Option<Traced>, Error> {
+        let child = self.open_region(name, types.len());
+        let params = types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| child.parameter(i, t.clone(), Some(format!("arg{i}")), site.clone()))
+            .collect::<Vec<_>>();
+        let outs = f(&params);
+        let result = child.close_region(&outs, site);
+        result.map(|o| o.map(|(graph, captures)| Traced { graph, captures }))
+    }
+}
+
+/// Which values a traced op gets and gives, for [`finish`].
+struct Built {
+    tracer: Tracer,
+    results: Vec<ValueId>,
+}
+
+fn add_control(
+    tracer: &Tracer,
+    op: Op,
+    inputs: Vec<ValueId>,
+    name: String,
+    site: Site,
+) -> Result<Built, Error> {
+    let r = tracer.graph_mut(|g| {
+        g.add_node(NewNode {
+            op,
+            inputs,
+            name: Some(name),
+            site,
+            effect: tensorlift_ir::Effect::Pure,
+            result_types: None,
+        })
+        .map(|id| g.node(id).results.clone())
+    })?;
+    Ok(Built {
+        tracer: tracer.clone(),
+        results: r,
+    })
+}
+
+/// `while cond(carries): carries = body(carries)`, from `init`; returns
+/// the final carries. `cond` returns a `bool[]`; `body` returns one value
+/// per carry, of the carry's type. Both may use values traced outside
+/// them. Like `jax.lax.while_loop` and `tf.while_loop`.
+#[track_caller]
+pub fn while_loop(
+    cond: impl FnOnce(&[Sym]) -> Sym,
+    body: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    init: &[Sym],
+) -> Vec<Sym> {
+    while_loop_at(cond, body, init, Site::caller())
+}
+
+fn while_impl(
+    tracer: &Tracer,
+    cond: impl FnOnce(&[Sym]) -> Sym,
+    body: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    init: &[Sym],
+    site: &Site,
+) -> Result<Option<Built>, Error> {
+    let refs: Vec<&Sym> = init.iter().collect();
+    let Some((here, vs)) = tracer.values(&refs, "while", site)? else {
+        return Ok(None);
+    };
+    let types: Vec<TensorType> = here.graph_ref(|g| vs.iter().map(|v| g.ty(*v).clone()).collect());
+    let name = here.graph_mut(|g| g.fresh_name("while"));
+    let Some(c) = here.trace_region(&format!("{name}_cond"), &types, site, |a| vec![cond(a)])?
+    else {
+        return Ok(None);
+    };
+    let Some(b) = here.trace_region(&format!("{name}_body"), &types, site, body)? else {
+        return Ok(None);
+    };
+    let outs = b.graph.outputs().len();
+    if outs != init.len() {
+        return Err(fail(
+            "while",
+            &name,
+            site,
+            format!(
+                "the body returns {outs} value(s), but the loop carries {}",
+                init.len()
+            ),
+        ));
+    }
+    // Carries: init, cond's captures, body's captures (passed through).
+    let n = init.len();
+    let mut inputs = vs.clone();
+    inputs.extend(&c.captures);
+    inputs.extend(&b.captures);
+    let all: Vec<TensorType> =
+        here.graph_ref(|g| inputs.iter().map(|v| g.ty(*v).clone()).collect());
+    let cond_g = align(&c, n, n, &all, false)?;
+    let body_g = align(&b, n, n + c.captures.len(), &all, true)?;
+    let op = Op::While {
+        cond: Region::new(cond_g),
+        body: Region::new(body_g),
+    };
+    add_control(&here, op, inputs, name, site.clone()).map(Some)
+}
+
+/// Runs the branch `index` selects on `operands` and returns its results
+/// (`jax.lax.switch`, `tf.switch_case`): an index below 0 or past the
+/// last branch selects the last one, as XLA does. Every branch returns
+/// the same types; only the selected one runs. The index is any integer
+/// or bool scalar.
+#[track_caller]
+pub fn switch(index: &Sym, branches: &[&Branch], operands: &[Sym]) -> Vec<Sym> {
+    let site = Site::caller();
+    let tracer = index.graph();
+    match case_impl(&tracer, index, branches, operands, &site) {
+        Ok(Some(b)) => b.tracer.syms(&b.results),
+        Ok(None) => tracer.current_poisoned(0),
+        Err(e) => {
+            tracer.record(e);
+            tracer.current_poisoned(0)
+        }
+    }
+}
+
+/// `true_fn(operands)` when `pred` holds, else `false_fn(operands)`
+/// (`jax.lax.cond`, `tf.cond`); only the branch taken runs. Both return
+/// the same types.
+#[track_caller]
+pub fn cond(
+    pred: &Sym,
+    true_fn: impl Fn(&[Sym]) -> Vec<Sym>,
+    false_fn: impl Fn(&[Sym]) -> Vec<Sym>,
+    operands: &[Sym],
+) -> Vec<Sym> {
+    let site = Site::caller();
+    let tracer = pred.graph();
+    let branches: [&Branch; 2] = [&false_fn, &true_fn];
+    match case_impl(&tracer, pred, &branches, operands, &site) {
+        Ok(Some(b)) => b.tracer.syms(&b.results),
+        Ok(None) => tracer.current_poisoned(0),
+        Err(e) => {
+            tracer.record(e);
+            tracer.current_poisoned(0)
+        }
+    }
+}
+
+fn case_impl(
+    tracer: &Tracer,
+    index: &Sym,
+    branches: &[&Branch],
+    operands: &[Sym],
+    site: &Site,
+) -> Result<Option<Built>, Error> {
+    let mut refs: Vec<&Sym> = vec![index];
+    refs.extend(operands);
+    let Some((here, vs)) = tracer.values(&refs, "case", site)? else {
+        return Ok(None);
+    };
+    let name = here.graph_mut(|g| g.fresh_name("case"));
+    if branches.is_empty() {
+        return Err(fail(
+            "case",
+            &name,
+            site,
+            "needs at least one branch".into(),
+        ));
+    }
+    // The index as int32[].
+    let index_ty = here.graph_ref(|g| g.ty(vs[0]).clone());
+    if index_ty.shape != tensorlift_ir::Shape::known(&[])
+        || !(index_ty.dtype.is_int() || index_ty.dtype == DType::Bool)
+    {
+        return Err(fail(
+            "case",
+            &name,
+            site,
+            format!("the branch index must be an integer or bool scalar, not {index_ty}"),
+        ));
+    }
+    let index_v = if index_ty.dtype == DType::I32 {
+        vs[0]
+    } else {
+        here.graph_mut(|g| g.add(Op::Convert(DType::I32), &[vs[0]], site.clone()))?
+    };
+    let args = &vs[1..];
+    let types: Vec<TensorType> =
+        here.graph_ref(|g| args.iter().map(|v| g.ty(*v).clone()).collect());
+    let mut traced = Vec::with_capacity(branches.len());
+    for (k, f) in branches.iter().enumerate() {
+        let Some(t) = here.trace_region(&format!("{name}_branch{k}"), &types, site, |a| f(a))?
+        else {
+            return Ok(None);
+        };
+        traced.push(t);
+    }
+    let m = args.len();
+    let mut inputs = vec![index_v];
+    inputs.extend(args);
+    // Each branch's captures follow the operands and the captures of the
+    // branches before it.
+    let mut offsets = Vec::with_capacity(traced.len());
+    for t in &traced {
+        offsets.push(inputs.len() - 1);
+        inputs.extend(&t.captures);
+    }
+    let all: Vec<TensorType> =
+        here.graph_ref(|g| inputs[1..].iter().map(|v| g.ty(*v).clone()).collect());
+    let regions = traced
+        .iter()
+        .zip(&offsets)
+        .map(|(t, off)| align(t, m, *off, &all, false).map(Region::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    add_control(
+        &here,
+        Op::Case { branches: regions },
+        inputs,
+        name,
+        site.clone(),
+    )
+    .map(Some)
+}
+
+/// `for i in lower..upper: carries = body(i, carries)` (`jax.lax.fori_loop`):
+/// a `while_loop` over an index of `lower`'s dtype (int32 for Rust
+/// integers). The bounds may be traced values.
+#[track_caller]
+pub fn fori_loop(
+    lower: impl Into<Operand>,
+    upper: impl Into<Operand>,
+    body: impl FnOnce(&Sym, &[Sym]) -> Vec<Sym>,
+    init: &[Sym],
+) -> Vec<Sym> {
+    let site = Site::caller();
+    let Some(first) = init.first() else {
+        return Vec::new();
+    };
+    let tracer = first.graph();
+    let bound = |o: Operand| match o {
+        Operand::Sym(s) => s,
+        Operand::Scalar(v) => tracer.scalar_at_site(DType::I32, v, site.clone()),
+    };
+    let (lower, upper) = (bound(lower.into()), bound(upper.into()));
+    let mut carries = vec![lower];
+    carries.extend(init.iter().cloned());
+    let out = while_loop_at(
+        |c| c[0].less(&upper),
+        |c| {
+            let mut next = vec![&c[0] + 1];
+            next.extend(body(&c[0], &c[1..]));
+            next
+        },
+        &carries,
+        site,
+    );
+    out.into_iter().skip(1).collect()
+}
+
+fn while_loop_at(
+    cond: impl FnOnce(&[Sym]) -> Sym,
+    body: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    init: &[Sym],
+    site: Site,
+) -> Vec<Sym> {
+    let Some(first) = init.first() else {
+        // No carried value: nothing to loop over, and no graph to record in.
+        return Vec::new();
+    };
+    let tracer = first.graph();
+    match while_impl(&tracer, cond, body, init, &site) {
+        Ok(Some(b)) => b.tracer.syms(&b.results[..init.len()]),
+        Ok(None) => tracer.current_poisoned(init.len()),
+        Err(e) => {
+            tracer.record(e);
+            tracer.current_poisoned(init.len())
+        }
+    }
+}

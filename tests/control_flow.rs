@@ -1,0 +1,426 @@
+//! Control flow through the public API, interpreted and compiled: loops
+//! with data-dependent trip counts (0, 1, many iterations), branches,
+//! captured values, nesting, callbacks inside bodies, trace errors, and
+//! the text format with regions.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use tensorlift::ir::text;
+use tensorlift::{
+    Code, DType, Error, Function, IrStage, Sym, Tensor, TensorSpec, cond, fori_loop, function,
+    switch, while_loop,
+};
+
+fn both(f: impl Fn() -> Function) -> [Function; 2] {
+    [f(), f().jit_compile(true)]
+}
+
+fn i32s(v: &[i32], shape: &[usize]) -> Tensor {
+    Tensor::from_bytes(
+        DType::I32,
+        shape,
+        &v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<_>>(),
+    )
+    .unwrap()
+}
+
+fn scalar_i32(v: i32) -> Tensor {
+    i32s(&[v], &[])
+}
+
+/// `acc = acc * 2 + x` while `i < n`: `x` and `n` are captured inputs.
+fn doubling_loop() -> impl Fn(Sym, Sym) -> Vec<Sym> + Send + Sync + 'static {
+    |x: Sym, n: Sym| {
+        let g = x.graph();
+        let i0 = g.scalar(DType::I32, 0.0);
+        let acc0 = x.clone();
+        while_loop(
+            |c| c[0].less(&n),
+            |c| vec![&c[0] + 1, &c[1] * 2.0 + &x],
+            &[i0, acc0],
+        )
+    }
+}
+
+fn doubling_expected(x: &[f32], n: i32) -> (i32, Vec<f32>) {
+    let mut acc = x.to_vec();
+    let mut i = 0;
+    while i < n {
+        for (a, v) in acc.iter_mut().zip(x) {
+            *a = *a * 2.0 + v;
+        }
+        i += 1;
+    }
+    (i, acc)
+}
+
+#[test]
+fn a_while_loop_runs_zero_one_and_many_iterations() {
+    let x = [1.0f32, -2.0, 0.5];
+    for f in both(|| function(doubling_loop())) {
+        for n in [0, 1, 7, -3] {
+            let out = f.call(&[common::f32s(&x, &[3]), scalar_i32(n)]).unwrap();
+            let (i, acc) = doubling_expected(&x, n);
+            assert_eq!(common::to_vec::<i32>(&out[0]), vec![i], "n = {n}");
+            assert_eq!(common::to_vec::<f32>(&out[1]), acc, "n = {n}");
+        }
+    }
+}
+
+#[test]
+fn fori_loop_counts_with_captured_bounds_and_values() {
+    // sum_{i=lo}^{hi-1} i * x
+    for f in both(|| {
+        function(|x: Sym, hi: Sym| {
+            let zero = &x * 0.0;
+            fori_loop(
+                2,
+                &hi,
+                |i, c| vec![&c[0] + &x * i.cast(DType::F32)],
+                &[zero],
+            )
+        })
+    }) {
+        for hi in [0, 2, 3, 10] {
+            let out = f
+                .call(&[common::f32s(&[1.0, 0.5], &[2]), scalar_i32(hi)])
+                .unwrap();
+            let s: f32 = (2..hi.max(2)).map(|i| i as f32).sum();
+            assert_eq!(
+                common::to_vec::<f32>(&out[0]),
+                vec![s, s * 0.5],
+                "hi = {hi}"
+            );
+        }
+    }
+}
+
+#[test]
+fn nested_loops_capture_the_outer_carry() {
+    // for i in 0..n: for j in 0..i: acc += 1  →  n(n-1)/2
+    for f in both(|| {
+        function(|n: Sym| {
+            let acc = n.graph().scalar(DType::F32, 0.0);
+            fori_loop(
+                0,
+                &n,
+                |i, c| fori_loop(0, i, |_, d| vec![&d[0] + 1.0], &[c[0].clone()]),
+                &[acc],
+            )
+        })
+    }) {
+        for n in [0, 1, 5] {
+            let out = f.call(&[scalar_i32(n)]).unwrap();
+            assert_eq!(
+                common::to_vec::<f32>(&out[0]),
+                vec![(n * (n - 1) / 2) as f32],
+                "n = {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cond_runs_only_the_branch_taken() {
+    let calls: Arc<Mutex<Vec<&'static str>>> = Arc::new(Mutex::new(Vec::new()));
+    let make = |calls: Arc<Mutex<Vec<&'static str>>>| {
+        function(move |x: Sym, p: Sym| {
+            let (ct, cf) = (calls.clone(), calls.clone());
+            cond(
+                &p,
+                move |a| {
+                    let ct = ct.clone();
+                    a[0].graph()
+                        .host_fn(
+                            move |ins: &[Tensor]| {
+                                ct.lock().unwrap().push("true");
+                                Ok(vec![ins[0].clone()])
+                            },
+                            &[&(&a[0] + 1.0)],
+                            &[DType::F32],
+                            true,
+                        )
+                        .iter()
+                        .map(|s| s.set_shape(&[Some(2)]))
+                        .collect()
+                },
+                move |a| {
+                    let cf = cf.clone();
+                    a[0].graph()
+                        .host_fn(
+                            move |ins: &[Tensor]| {
+                                cf.lock().unwrap().push("false");
+                                Ok(vec![ins[0].clone()])
+                            },
+                            &[&(&a[0] - 1.0)],
+                            &[DType::F32],
+                            true,
+                        )
+                        .iter()
+                        .map(|s| s.set_shape(&[Some(2)]))
+                        .collect()
+                },
+                &[x],
+            )
+        })
+    };
+    for f in [make(calls.clone()), make(calls.clone()).jit_compile(true)] {
+        calls.lock().unwrap().clear();
+        let x = common::f32s(&[1.0, 2.0], &[2]);
+        let t = f
+            .call(&[
+                x.clone(),
+                Tensor::from_bytes(DType::Bool, &[], &[1]).unwrap(),
+            ])
+            .unwrap();
+        let e = f
+            .call(&[x, Tensor::from_bytes(DType::Bool, &[], &[0]).unwrap()])
+            .unwrap();
+        assert_eq!(common::to_vec::<f32>(&t[0]), vec![2.0, 3.0]);
+        assert_eq!(common::to_vec::<f32>(&e[0]), vec![0.0, 1.0]);
+        assert_eq!(*calls.lock().unwrap(), vec!["true", "false"]);
+    }
+}
+
+#[test]
+fn switch_clamps_its_index_to_the_last_branch() {
+    for f in both(|| {
+        function(|x: Sym, k: Sym| {
+            let y = &x * 10.0;
+            switch(
+                &k,
+                &[
+                    &|a: &[Sym]| vec![&a[0] + 1.0],
+                    &|a: &[Sym]| vec![&a[0] * 2.0],
+                    // Captures a value of the enclosing function.
+                    &|a: &[Sym]| vec![&a[0] - &y],
+                ],
+                std::slice::from_ref(&x),
+            )
+        })
+    }) {
+        let x = common::f32s(&[1.0, 2.0], &[2]);
+        let want = |k: i32| match k {
+            0 => vec![2.0, 3.0],
+            1 => vec![2.0, 4.0],
+            _ => vec![-9.0, -18.0],
+        };
+        for k in [0, 1, 2, 3, -1, i32::MIN] {
+            let out = f.call(&[x.clone(), scalar_i32(k)]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), want(k), "k = {k}");
+        }
+    }
+}
+
+#[test]
+fn a_stateful_callback_in_a_loop_runs_once_per_iteration_in_order() {
+    let seen: Arc<Mutex<Vec<i32>>> = Arc::new(Mutex::new(Vec::new()));
+    let make = |seen: Arc<Mutex<Vec<i32>>>| {
+        function(move |n: Sym| {
+            let seen = seen.clone();
+            let zero = n.graph().scalar(DType::I32, 0.0);
+            fori_loop(
+                0,
+                &n,
+                move |i, c| {
+                    let seen = seen.clone();
+                    let r = i.graph().host_fn(
+                        move |ins: &[Tensor]| {
+                            let v = common::to_vec::<i32>(&ins[0])[0];
+                            seen.lock().unwrap().push(v);
+                            Ok(vec![ins[0].clone()])
+                        },
+                        &[i],
+                        &[DType::I32],
+                        true,
+                    );
+                    vec![&c[0] + &r[0].set_shape(&[])]
+                },
+                &[zero],
+            )
+        })
+    };
+    for f in [make(seen.clone()), make(seen.clone()).jit_compile(true)] {
+        seen.lock().unwrap().clear();
+        let out = f.call(&[scalar_i32(5)]).unwrap();
+        assert_eq!(common::to_vec::<i32>(&out[0]), vec![10]);
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+        // A stateful body is never folded or merged away.
+        let ir = f
+            .compiler_ir(&[TensorSpec::known(DType::I32, &[])], IrStage::Optimized)
+            .unwrap();
+        assert!(ir.contains("= while("), "{ir}");
+    }
+    // Compiled, the body is a compiled region of its own, shown in the dumps.
+    let f = make(seen.clone()).jit_compile(true);
+    let spec = [TensorSpec::known(DType::I32, &[])];
+    let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
+    assert!(fused.contains("each region is compiled"), "{fused}");
+    assert!(fused.contains("region @while_body"), "{fused}");
+    let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+    assert!(clif.contains("region @while_cond"), "{clif}");
+}
+
+#[test]
+fn a_body_returning_the_wrong_type_names_the_carry_and_the_site() {
+    let line = line!() + 3;
+    let f = function(|x: Sym| {
+        let i = x.graph().scalar(DType::I32, 0.0);
+        while_loop(
+            |c| c[0].less(3),
+            |c| vec![&c[0] + 1, c[1].cast(DType::F64)],
+            &[i, x],
+        )
+    });
+    let e = f.call(&[common::f32s(&[1.0], &[1])]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("carry 1"), "{msg}");
+    assert!(msg.contains("f64[1]") && msg.contains("f32[1]"), "{msg}");
+    assert!(
+        msg.contains(&format!("control_flow.rs:{line}")),
+        "{msg} (expected line {line})"
+    );
+}
+
+#[test]
+fn a_value_from_an_ended_body_cannot_be_used_outside_it() {
+    let f = function(|x: Sym| {
+        let escaped = std::rc::Rc::new(std::cell::RefCell::new(None));
+        let e2 = escaped.clone();
+        let out = while_loop(
+            |c| c[0].reduce_sum(None, false).less(0.0),
+            move |c| {
+                let inner = &c[0] + 1.0;
+                *e2.borrow_mut() = Some(inner.clone());
+                vec![inner]
+            },
+            std::slice::from_ref(&x),
+        );
+        let leaked = escaped.borrow_mut().take().unwrap();
+        vec![&out[0] + &leaked]
+    });
+    let e = f.call(&[common::f32s(&[1.0], &[1])]).unwrap_err();
+    assert!(e.to_string().contains("has ended"), "{e}");
+}
+
+#[test]
+fn loops_traced_with_unknown_dims_are_specialized() {
+    for f in both(|| function(doubling_loop())).map(|f| {
+        f.input_signature(vec![
+            TensorSpec::new(DType::F32, &[None]),
+            TensorSpec::known(DType::I32, &[]),
+        ])
+    }) {
+        for len in [1usize, 4] {
+            let x: Vec<f32> = (0..len).map(|i| i as f32).collect();
+            let out = f.call(&[common::f32s(&x, &[len]), scalar_i32(3)]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[1]), doubling_expected(&x, 3).1);
+        }
+    }
+}
+
+#[test]
+fn regions_round_trip_through_the_text_format() {
+    let f = function(|x: Sym, k: Sym| {
+        let inner = doubling_loop()(x.clone(), k.clone());
+        switch(
+            &k,
+            &[&|a: &[Sym]| vec![&a[0] + 1.0], &|a: &[Sym]| {
+                vec![a[0].exp()]
+            }],
+            &[inner[1].clone()],
+        )
+    });
+    let specs = [
+        TensorSpec::known(DType::F32, &[3]),
+        TensorSpec::known(DType::I32, &[]),
+    ];
+    for stage in [IrStage::Traced, IrStage::Optimized] {
+        let printed = f.compiler_ir(&specs, stage).unwrap();
+        assert!(printed.contains("= while(") && printed.contains("= case("));
+        let g = text::parse(&printed, "regions.tlir").unwrap();
+        assert_eq!(text::print(&g), printed);
+        let dot = tensorlift::ir::to_dot(&g);
+        assert!(dot.contains("subgraph cluster_"), "{dot}");
+    }
+}
+
+#[test]
+fn malformed_regions_in_text_are_errors_with_positions() {
+    let cases: [(&str, &str); 4] = [
+        (
+            "graph @g {\n  %x = parameter 0 : f32[]\n  %w = while(%x) : (f32[]) {\n    graph @c {\n      %a = parameter 0 : f32[]\n      return %a as \"p\"\n    }\n    graph @b {\n      %a = parameter 0 : f32[]\n      return %a as \"a\"\n    }\n  }\n  return %w as \"y\"\n}\n",
+            "must return one bool[]",
+        ),
+        (
+            "graph @g {\n  %x = parameter 0 : f32[]\n  %w = while(%x) : (f32[]) {\n    graph @b {\n      %a = parameter 0 : f32[]\n      return %a as \"a\"\n    }\n  }\n  return %w as \"y\"\n}\n",
+            "two regions",
+        ),
+        (
+            "graph @g {\n  %x = parameter 0 : f32[]\n  %i = constant 0 : i32[]\n  %c = case(%i, %x) : (f32[]) {\n    graph @b0 {\n      %a = parameter 0 : f32[]\n      return %a as \"a\"\n    }\n    graph @b1 {\n      %a = parameter 0 : f32[]\n      %b = convert(%a) : f64[]\n      return %b as \"a\"\n    }\n  }\n  return %c as \"y\"\n}\n",
+            "every branch must return the same types",
+        ),
+        (
+            "graph @g {\n  %x = parameter 0 : f32[]\n  %w = while(%x) : (f32[]) {\n    graph @c {\n      %a = parameter 0 : f32[]\n      return %x as \"p\"\n    }\n  }\n  return %w as \"y\"\n}\n",
+            "undefined value '%x'",
+        ),
+    ];
+    for (src, want) in cases {
+        let e = text::parse(src, "bad.tlir").unwrap_err();
+        assert!(e.to_string().contains(want), "{want}: {e}");
+        assert!(
+            e.detail().and_then(|d| d.pos).is_some(),
+            "{want}: no position in {e:?}"
+        );
+    }
+}
+
+#[test]
+fn deeply_nested_regions_are_an_error_not_a_stack_overflow() {
+    let depth = 200;
+    let mut src = String::new();
+    for _ in 0..depth {
+        src.push_str("graph @g {\n %x = parameter 0 : f32[]\n %w = case(%x, %x) : (f32[]) {\n");
+    }
+    let e = text::parse(&src, "deep.tlir").unwrap_err();
+    assert!(e.to_string().contains("nest deeper than"), "{e}");
+}
+
+#[test]
+fn errors_inside_a_body_at_run_time_name_the_iteration() {
+    let f = function(|x: Sym| {
+        let i = x.graph().scalar(DType::I32, 0.0);
+        while_loop(
+            |c| c[0].less(3),
+            |c| {
+                let y = c[1].graph().host_fn(
+                    |ins: &[Tensor]| {
+                        if common::to_vec::<f32>(&ins[0])[0] > 2.0 {
+                            Err(Error::invalid("too big"))
+                        } else {
+                            Ok(vec![ins[0].clone()])
+                        }
+                    },
+                    &[&c[1]],
+                    &[DType::F32],
+                    false,
+                );
+                vec![&c[0] + 1, &y[0].set_shape(&[Some(1)]) * 2.0]
+            },
+            &[i, x],
+        )
+    });
+    let e = f.call(&[common::f32s(&[1.0], &[1])]).unwrap_err();
+    assert!(e.to_string().contains("too big"), "{e}");
+    // Iterations 0 and 1 pass (1 → 2 → 4); iteration 2 sees 4.
+    assert!(e.to_string().contains("iteration 2"), "{e}");
+}
