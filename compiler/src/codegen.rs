@@ -302,12 +302,67 @@ pub(crate) fn generate(
             &[types::I32],
         )?;
         let group_ref = module.declare_func_in_func(group_fn, b.func);
+        // Control flow: one block per label, sealed once every jump to it
+        // has been emitted.
+        let labels: Vec<_> = (0..plan.labels).map(|_| b.create_block()).collect();
+        let slot_ptr = |b: &mut FunctionBuilder<'_>, s: usize| {
+            b.ins().load(ptr, trusted(), bufs, (s * 8) as i32)
+        };
         for (i, step) in plan.steps.iter().enumerate() {
             if plan.groups.iter().any(|g| g.start < i && i < g.end) {
                 continue;
             }
             let group = plan.groups.iter().find(|g| g.start == i);
             let status = match step {
+                Step::Copy { from, to } => {
+                    for (&f, &t) in from.iter().zip(to) {
+                        let n = plan.slots[t].bytes();
+                        if f == t || n == 0 {
+                            continue;
+                        }
+                        let (src, dst) = (slot_ptr(&mut b, f), slot_ptr(&mut b, t));
+                        let len = b.ins().iconst(ptr, n as i64);
+                        b.call_memmove(module.target_config(), dst, src, len);
+                    }
+                    continue;
+                }
+                Step::Label(l) => {
+                    b.ins().jump(labels[*l], &[]);
+                    b.switch_to_block(labels[*l]);
+                    continue;
+                }
+                Step::Jump(l) => {
+                    b.ins().jump(labels[*l], &[]);
+                    let dead = b.create_block();
+                    b.switch_to_block(dead);
+                    continue;
+                }
+                Step::BranchUnless { pred, label } => {
+                    let p = slot_ptr(&mut b, *pred);
+                    let v = b.ins().uload8(types::I32, trusted(), p, 0);
+                    let go_on = b.create_block();
+                    b.ins().brif(v, go_on, &[], labels[*label], &[]);
+                    b.switch_to_block(go_on);
+                    continue;
+                }
+                Step::Switch { index, labels: ls } => {
+                    let p = slot_ptr(&mut b, *index);
+                    let k = b.ins().load(types::I32, trusted(), p, 0);
+                    // Every label but the last is tested; anything else
+                    // (out of range included) goes to the last.
+                    for (j, l) in ls.iter().enumerate().take(ls.len().saturating_sub(1)) {
+                        let hit = b.ins().icmp_imm_s(IntCC::Equal, k, j as i64);
+                        let next = b.create_block();
+                        b.ins().brif(hit, labels[*l], &[], next, &[]);
+                        b.switch_to_block(next);
+                    }
+                    if let Some(last) = ls.last() {
+                        b.ins().jump(labels[*last], &[]);
+                        let dead = b.create_block();
+                        b.switch_to_block(dead);
+                    }
+                    continue;
+                }
                 Step::Kernel(_) if let Some(g) = group => {
                     // The group's kernels as an array of function addresses
                     // on the stack, run block by block by the runtime.
@@ -372,13 +427,12 @@ pub(crate) fn generate(
             let next = b.create_block();
             b.ins().brif(status, fail, &[], next, &[]);
             b.switch_to_block(fail);
-            b.seal_block(fail);
             b.ins().return_(&[status]);
             b.switch_to_block(next);
-            b.seal_block(next);
         }
         let zero = b.ins().iconst(types::I32, 0);
         b.ins().return_(&[zero]);
+        b.seal_all_blocks();
         b.finalize(module.target_config());
     }
     clif.push_str(&format!("; main\n{}\n", func.display()));

@@ -123,7 +123,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     interp::optimize(&mut g)?;
     let mut plan = fusion::plan(&g)?;
     crate::parallel::record(&mut plan, options);
-    let table = Box::new(StepTable::new(plan, options)?);
+    let table = Box::new(StepTable::new(plan));
     let generated = codegen::generate(&table.plan, &*table as *const StepTable, options)?;
     // SAFETY: `main` was generated with exactly this signature.
     let entry: Entry = unsafe { std::mem::transmute::<*const u8, Entry>(generated.entry) };
@@ -166,36 +166,12 @@ impl Executable {
     /// The fusion plan as text: slots, kernels with their expressions, GEMM
     /// and runtime steps, and every fusion decision with its reason.
     pub fn fused_ir(&self) -> String {
-        let mut out = self.table.plan.dump();
-        self.append_regions(&mut out, Executable::fused_ir);
-        out
+        self.table.plan.dump()
     }
 
-    /// The Cranelift IR of every kernel and of `main`, then the same for
-    /// every compiled region.
+    /// The Cranelift IR of every kernel and of `main`.
     pub fn cranelift_ir(&self) -> String {
-        let mut out = self.clif.clone();
-        self.append_regions(&mut out, Executable::cranelift_ir);
-        out
-    }
-
-    /// Appends `stage` of every region compiled for a control-flow step.
-    fn append_regions(&self, out: &mut String, stage: fn(&Executable) -> String) {
-        use crate::rt::Control;
-        for (step, control) in self.table.control.iter().enumerate() {
-            let regions: Vec<&Executable> = match control {
-                Some(Control::While { cond, body }) => vec![&**cond, &**body],
-                Some(Control::Case(branches)) => branches.iter().collect(),
-                None => continue,
-            };
-            for r in regions {
-                out.push_str(&format!(
-                    "\n; ---- region @{} of step {step} ----\n",
-                    r.graph().name
-                ));
-                out.push_str(&stage(r));
-            }
-        }
+        self.clif.clone()
     }
 
     /// The options it was compiled with.

@@ -206,6 +206,9 @@ pub enum Step {
     /// An op executed by a runtime kernel through the `tl_runtime_step`
     /// symbol: operands are materialized, the result written to `outputs`.
     Runtime {
+        /// The graph the node is in: 0 for the plan's graph, `i + 1` for
+        /// the region graph `Plan::regions[i]`.
+        graph: usize,
         /// The node.
         node: NodeId,
         /// Operand slots.
@@ -213,6 +216,53 @@ pub enum Step {
         /// Result slots.
         outputs: Vec<SlotId>,
     },
+    /// `to[i] = from[i]`, whole slots (carries into and around a loop, a
+    /// branch's results); a pair with `from == to` is skipped.
+    Copy {
+        /// Sources.
+        from: Vec<SlotId>,
+        /// Destinations (same sizes).
+        to: Vec<SlotId>,
+    },
+    /// A place [`Step::Jump`], [`Step::BranchUnless`] and [`Step::Switch`]
+    /// go to (numbered across the plan).
+    Label(usize),
+    /// Go to the label.
+    Jump(usize),
+    /// Go to `label` unless the `bool[]` in `pred` is true.
+    BranchUnless {
+        /// The predicate's slot.
+        pred: SlotId,
+        /// Where to go when it is false.
+        label: usize,
+    },
+    /// Go to `labels[index]`, the last label when `index` (an `int32[]`
+    /// slot) is out of range.
+    Switch {
+        /// The index's slot.
+        index: SlotId,
+        /// One label per branch.
+        labels: Vec<usize>,
+    },
+}
+
+/// The steps of control flow. A `while` or `case` is planned as a
+/// placeholder runtime step, then replaced by its regions' own steps
+/// (planned as programs of their own, their buffers in a block of the
+/// arena after the enclosing program's) between labels and jumps, which
+/// `main` compiles to blocks and branches: a loop runs in `main` itself.
+impl Step {
+    /// True for the steps that only move control or bytes.
+    pub fn is_control(&self) -> bool {
+        matches!(
+            self,
+            Step::Copy { .. }
+                | Step::Label(_)
+                | Step::Jump(_)
+                | Step::BranchUnless { .. }
+                | Step::Switch { .. }
+        )
+    }
 }
 
 /// The compiled program's structure.
@@ -232,6 +282,11 @@ pub struct Plan {
     pub decisions: Vec<String>,
     /// Runs of consecutive kernels executed row block by row block.
     pub groups: Vec<RowGroup>,
+    /// The graphs of loop bodies and branches whose steps are in `steps`
+    /// (see [`Step::Runtime`]'s `graph`).
+    pub regions: Vec<Graph>,
+    /// Number of labels used.
+    pub labels: usize,
 }
 
 /// Consecutive kernel steps `start..end` over the same outermost ("row")
@@ -532,6 +587,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
         let Some(&v) = n.results.first() else {
             let inputs = slots_of(&slot_of, &n.inputs)?;
             steps.push(Step::Runtime {
+                graph: 0,
                 node: id,
                 inputs,
                 outputs: vec![],
@@ -616,7 +672,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                     )
                 } else {
                     format!(
-                        "{}: {} through a runtime step: each region is compiled on its own and run from there",
+                        "{}: {} in main: its regions' steps between labels, their buffers in the arena",
                         n.name,
                         op.name()
                     )
@@ -624,6 +680,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                 let inputs = slots_of(&slot_of, &n.inputs)?;
                 let outputs = slots_of(&slot_of, &n.results)?;
                 steps.push(Step::Runtime {
+                    graph: 0,
                     node: id,
                     inputs,
                     outputs,
@@ -644,12 +701,286 @@ pub fn plan(g: &Graph) -> Result<Plan> {
         arena_bytes: 0,
         decisions,
         groups: Vec::new(),
+        regions: Vec::new(),
+        labels: 0,
     };
     share_reduced_values(&mut plan);
     find_row_groups(&mut plan);
     mark_handoffs(&mut plan);
     plan_buffers(&mut plan);
+    // Control flow, last first so that earlier step numbers stay valid.
+    for i in (0..plan.steps.len()).rev() {
+        if let Step::Runtime { graph: 0, node, .. } = &plan.steps[i]
+            && !plan.graph.node(*node).op.regions().is_empty()
+        {
+            expand_control(&mut plan, i)?;
+        }
+    }
     Ok(plan)
+}
+
+/// Replaces the placeholder step `at` of a `while` or `case` by the steps
+/// of its regions, between labels and jumps.
+fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
+    let Step::Runtime {
+        node,
+        inputs,
+        outputs,
+        ..
+    } = plan.steps[at].clone()
+    else {
+        return Err(Error::internal("not a control-flow placeholder"));
+    };
+    let op = plan.graph.node(node).op.clone();
+    let mut new: Vec<Step> = Vec::new();
+    let mut groups: Vec<RowGroup> = Vec::new();
+    let mut label = || {
+        plan.labels += 1;
+        plan.labels - 1
+    };
+    let (start, end) = (label(), label());
+    if let Op::While { cond, body } = &op {
+        // Carries live in the loop's result slots.
+        new.push(Step::Copy {
+            from: inputs.clone(),
+            to: outputs.clone(),
+        });
+        new.push(Step::Label(start));
+        let c = merge_region(plan, cond.graph(), &outputs, at + new.len(), &mut groups)?;
+        new.extend(c.steps);
+        new.push(Step::BranchUnless {
+            pred: c.outputs[0],
+            label: end,
+        });
+        let b = merge_region(plan, body.graph(), &outputs, at + new.len(), &mut groups)?;
+        new.extend(b.steps);
+        // A body returning carry j as carry k (a swap) reads a carry the
+        // copy below may already have overwritten: stage it first.
+        let (mut staged_from, mut staged_to) = (Vec::new(), Vec::new());
+        let next: Vec<SlotId> = b
+            .outputs
+            .iter()
+            .zip(&outputs)
+            .map(|(&o, &carry)| {
+                if o != carry && outputs.contains(&o) {
+                    let t = arena_slot(plan, carry, "staged");
+                    staged_from.push(o);
+                    staged_to.push(t);
+                    t
+                } else {
+                    o
+                }
+            })
+            .collect();
+        if !staged_from.is_empty() {
+            new.push(Step::Copy {
+                from: staged_from,
+                to: staged_to,
+            });
+        }
+        new.push(Step::Copy {
+            from: next,
+            to: outputs.clone(),
+        });
+        new.push(Step::Jump(start));
+        new.push(Step::Label(end));
+    } else if let Op::Case { branches } = &op {
+        let labels: Vec<usize> = branches.iter().map(|_| plan.labels_next()).collect();
+        new.push(Step::Switch {
+            index: inputs[0],
+            labels: labels.clone(),
+        });
+        for (r, l) in branches.iter().zip(&labels) {
+            new.push(Step::Label(*l));
+            let m = merge_region(plan, r.graph(), &inputs[1..], at + new.len(), &mut groups)?;
+            new.extend(m.steps);
+            new.push(Step::Copy {
+                from: m.outputs,
+                to: outputs.clone(),
+            });
+            new.push(Step::Jump(end));
+        }
+        new.push(Step::Label(end));
+        let _ = start;
+    } else {
+        return Err(Error::internal("not a control-flow op"));
+    }
+    // Everything after the placeholder moves by the steps added.
+    let shift = new.len() - 1;
+    for g in &mut plan.groups {
+        if g.start > at {
+            g.start += shift;
+            g.end += shift;
+        }
+    }
+    for sl in &mut plan.slots {
+        if let SlotKind::HandOff { to } = &mut sl.kind
+            && *to > at
+        {
+            *to += shift;
+        }
+    }
+    plan.groups.extend(groups);
+    plan.groups.sort_by_key(|g| g.start);
+    plan.steps.splice(at..=at, new);
+    Ok(())
+}
+
+/// A fresh temporary like slot `like`, in a block of its own at the end of
+/// the arena.
+fn arena_slot(plan: &mut Plan, like: SlotId, what: &str) -> SlotId {
+    let offset = plan.arena_bytes;
+    let sl = &plan.slots[like];
+    let slot = Slot {
+        kind: SlotKind::Temp { offset },
+        dtype: sl.dtype,
+        dims: sl.dims.clone(),
+        name: format!("{}.{what}", sl.name),
+    };
+    plan.arena_bytes += slot.bytes().div_ceil(64) * 64;
+    plan.slots.push(slot);
+    plan.slots.len() - 1
+}
+
+/// A region's steps as merged into the enclosing plan, and the slots of
+/// its outputs there.
+struct Merged {
+    steps: Vec<Step>,
+    outputs: Vec<SlotId>,
+}
+
+/// Plans `region` on its own and merges it into `plan`: its parameters
+/// are the slots `args`, its buffers a fresh block at the end of the
+/// arena (outputs included: they are temporaries here), its graph one of
+/// the plan's regions, its labels renumbered. Its steps will start at step
+/// `at`; their row groups go to `groups`.
+fn merge_region(
+    plan: &mut Plan,
+    region: &Graph,
+    args: &[SlotId],
+    at: usize,
+    groups: &mut Vec<RowGroup>,
+) -> Result<Merged> {
+    let sub = self::plan(region)?;
+    let base = plan.arena_bytes;
+    let mut extra = sub.arena_bytes;
+    let mut map = Vec::with_capacity(sub.slots.len());
+    for sl in &sub.slots {
+        let kind = match &sl.kind {
+            SlotKind::Input(k) => {
+                let s = *args
+                    .get(*k)
+                    .ok_or_else(|| Error::internal("region parameter without an operand"))?;
+                map.push(s);
+                continue;
+            }
+            SlotKind::Const(l) => SlotKind::Const(l.clone()),
+            SlotKind::Temp { offset } => SlotKind::Temp {
+                offset: base + offset,
+            },
+            SlotKind::Output | SlotKind::HandOff { .. } => {
+                let offset = base + extra;
+                extra += sl.bytes().div_ceil(64) * 64;
+                SlotKind::Temp { offset }
+            }
+        };
+        plan.slots.push(Slot {
+            kind,
+            dtype: sl.dtype,
+            dims: sl.dims.clone(),
+            name: format!("{}/{}", region.name, sl.name),
+        });
+        map.push(plan.slots.len() - 1);
+    }
+    plan.arena_bytes = base + extra;
+    // Graphs: the region's own first, then those nested in it.
+    let first_graph = plan.regions.len() + 1;
+    plan.regions.push(sub.graph.clone());
+    plan.regions.extend(sub.regions.iter().cloned());
+    let label_base = plan.labels;
+    plan.labels += sub.labels;
+    let steps = sub
+        .steps
+        .into_iter()
+        .map(|st| relocate(st, &map, first_graph, label_base))
+        .collect();
+    groups.extend(sub.groups.iter().map(|g| RowGroup {
+        start: g.start + at,
+        end: g.end + at,
+        ..g.clone()
+    }));
+    for d in &sub.decisions {
+        plan.decisions.push(format!("@{}: {d}", region.name));
+    }
+    let outputs = sub.outputs.iter().map(|s| map[*s]).collect();
+    Ok(Merged { steps, outputs })
+}
+
+/// `step` of a region's plan with its slots, graph and labels as merged.
+fn relocate(step: Step, map: &[SlotId], first_graph: usize, label_base: usize) -> Step {
+    let m = |s: SlotId| map[s];
+    let ms = |v: Vec<SlotId>| v.into_iter().map(m).collect::<Vec<_>>();
+    match step {
+        Step::Kernel(mut k) => {
+            for n in &mut k.nodes {
+                if let ENode::Load { slot, .. } = n {
+                    *slot = m(*slot);
+                }
+            }
+            k.out = m(k.out);
+            if let Some(st) = &mut k.stash {
+                st.slot = m(st.slot);
+            }
+            Step::Kernel(k)
+        }
+        Step::Gemm(mut g) => {
+            g.lhs = m(g.lhs);
+            g.rhs = m(g.rhs);
+            g.out = m(g.out);
+            Step::Gemm(g)
+        }
+        Step::Runtime {
+            graph,
+            node,
+            inputs,
+            outputs,
+        } => Step::Runtime {
+            graph: first_graph + graph,
+            node,
+            inputs: ms(inputs),
+            outputs: ms(outputs),
+        },
+        Step::Copy { from, to } => Step::Copy {
+            from: ms(from),
+            to: ms(to),
+        },
+        Step::Label(l) => Step::Label(l + label_base),
+        Step::Jump(l) => Step::Jump(l + label_base),
+        Step::BranchUnless { pred, label } => Step::BranchUnless {
+            pred: m(pred),
+            label: label + label_base,
+        },
+        Step::Switch { index, labels } => Step::Switch {
+            index: m(index),
+            labels: labels.into_iter().map(|l| l + label_base).collect(),
+        },
+    }
+}
+
+impl Plan {
+    /// A fresh label.
+    fn labels_next(&mut self) -> usize {
+        self.labels += 1;
+        self.labels - 1
+    }
+
+    /// The graph `graph` of a runtime step (see [`Step::Runtime`]).
+    pub fn step_graph(&self, graph: usize) -> &Graph {
+        match graph.checked_sub(1) {
+            Some(i) => &self.regions[i],
+            None => &self.graph,
+        }
+    }
 }
 
 /// Rough cost of computing one node per element, in vectorized simple ops
@@ -1350,6 +1681,10 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
         Step::Runtime {
             inputs, outputs, ..
         } => (inputs.clone(), outputs.clone()),
+        Step::Copy { from, to } => (from.clone(), to.clone()),
+        Step::Label(_) | Step::Jump(_) => (vec![], vec![]),
+        Step::BranchUnless { pred, .. } => (vec![*pred], vec![]),
+        Step::Switch { index, .. } => (vec![*index], vec![]),
     }
 }
 
@@ -1421,16 +1756,43 @@ impl Plan {
                     );
                 }
                 Step::Runtime {
+                    graph,
                     node,
                     inputs,
                     outputs,
                 } => {
-                    let n = self.graph.node(*node);
+                    let g = self.step_graph(*graph);
+                    let n = g.node(*node);
+                    let at = if *graph == 0 {
+                        String::new()
+                    } else {
+                        format!(" in @{}", g.name)
+                    };
                     let _ = writeln!(
                         s,
-                        "  step {i}: runtime {} '{}' {inputs:?} -> {outputs:?}",
+                        "  step {i}: runtime {} '{}'{at} {inputs:?} -> {outputs:?}",
                         n.op.name(),
                         n.name
+                    );
+                }
+                Step::Copy { from, to } => {
+                    let _ = writeln!(s, "  step {i}: copy {from:?} -> {to:?}");
+                }
+                Step::Label(l) => {
+                    let _ = writeln!(s, "  step {i}: label L{l}");
+                }
+                Step::Jump(l) => {
+                    let _ = writeln!(s, "  step {i}: jump L{l}");
+                }
+                Step::BranchUnless { pred, label } => {
+                    let _ = writeln!(s, "  step {i}: unless slot {pred} jump L{label}");
+                }
+                Step::Switch { index, labels } => {
+                    let ls: Vec<String> = labels.iter().map(|l| format!("L{l}")).collect();
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: switch slot {index} [{}] (out of range: the last)",
+                        ls.join(", ")
                     );
                 }
             }

@@ -53,7 +53,13 @@ pub(crate) fn group_split(plan: &Plan, g: &RowGroup, opts: &JitOptions) -> Split
     let kernels = || {
         plan.steps[g.start..g.end].iter().filter_map(|s| match s {
             Step::Kernel(k) => Some(k),
-            Step::Gemm(_) | Step::Runtime { .. } => None,
+            Step::Gemm(_)
+            | Step::Runtime { .. }
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => None,
         })
     };
     if !kernels().any(codegen::splittable) {

@@ -23,7 +23,6 @@ use tensorlift_runtime::callback::{self, HostCallback};
 use tensorlift_runtime::{AlignedBytes, TensorMut, TensorRef};
 
 use crate::fusion::{Plan, SlotId, SlotKind, Step};
-use crate::{Executable, JitOptions};
 
 /// Per-call state shared with runtime symbols: the first error raised, and
 /// string tensors by slot (strings live outside byte buffers).
@@ -46,9 +45,8 @@ pub struct CallCtx {
     pub kept: Vec<Option<Tensor>>,
 }
 
-/// What runtime steps need at run time: the plan (slots, graph), the
-/// callable of each callback step, resolved once when compiling, and the
-/// compiled regions of each control-flow step.
+/// What runtime steps need at run time: the plan (slots, graphs) and the
+/// callable of each callback step, resolved once when compiling.
 #[derive(Debug)]
 pub struct StepTable {
     /// The executable's plan.
@@ -56,104 +54,33 @@ pub struct StepTable {
     /// By step: the bound callable of a callback step (None for other
     /// steps, and for callbacks not bound yet, which fail when they run).
     pub callbacks: Vec<Option<Arc<HostCallback>>>,
-    /// By step: the regions of a control-flow step, each compiled on its own.
-    pub control: Vec<Option<Control>>,
-}
-
-/// A control-flow step's regions, compiled.
-#[derive(Debug)]
-pub enum Control {
-    /// `while`: the condition and the body.
-    While {
-        /// Carries → `bool[]`.
-        cond: Box<Executable>,
-        /// Carries → carries.
-        body: Box<Executable>,
-    },
-    /// `case`: one executable per branch.
-    Case(Vec<Executable>),
 }
 
 impl StepTable {
-    /// The table of `plan`, resolving every bound callback and compiling
-    /// the regions of every control-flow step with `options`.
-    pub fn new(plan: Plan, options: &JitOptions) -> Result<Self, Error> {
-        let mut callbacks = Vec::with_capacity(plan.steps.len());
-        let mut control = Vec::with_capacity(plan.steps.len());
-        for step in &plan.steps {
-            let (cb, ctl) = match step {
-                Step::Runtime { node, .. } => {
-                    let n = plan.graph.node(*node);
-                    let cb = match &n.op {
-                        Op::Callback(c) => callback::bound(&plan.graph, &c.target).ok(),
+    /// The table of `plan`, resolving every bound callback (in loop bodies
+    /// and branches too, from their own graphs' bindings).
+    pub fn new(plan: Plan) -> Self {
+        let callbacks = plan
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Runtime { graph, node, .. } => {
+                    let g = plan.step_graph(*graph);
+                    match &g.node(*node).op {
+                        Op::Callback(c) => callback::bound(g, &c.target).ok(),
                         _ => None,
-                    };
-                    let ctl = compile_regions(&n.op, options)
-                        .map_err(|e| e.at_node(plan.graph.node_ref(*node)))?;
-                    (cb, ctl)
+                    }
                 }
-                Step::Kernel(_) | Step::Gemm(_) => (None, None),
-            };
-            callbacks.push(cb);
-            control.push(ctl);
-        }
-        Ok(StepTable {
-            plan,
-            callbacks,
-            control,
-        })
-    }
-}
-
-/// The regions of a control-flow op, compiled (`None` for other ops).
-fn compile_regions(op: &Op, options: &JitOptions) -> Result<Option<Control>, Error> {
-    let compile = |r: &tensorlift_ir::Region| {
-        crate::exec::compile(r.graph(), options)
-            .map_err(|e| e.context(format!("in region @{}", r.graph().name)))
-    };
-    Ok(if let Op::While { cond, body } = op {
-        Some(Control::While {
-            cond: Box::new(compile(cond)?),
-            body: Box::new(compile(body)?),
-        })
-    } else if let Op::Case { branches } = op {
-        Some(Control::Case(
-            branches.iter().map(compile).collect::<Result<_, _>>()?,
-        ))
-    } else {
-        None
-    })
-}
-
-/// Runs a control-flow step on its operands.
-fn run_control(control: &Control, args: Vec<Tensor>) -> Result<Vec<Tensor>, Error> {
-    match control {
-        Control::While { cond, body } => {
-            let mut carries = args;
-            for step in 0u64.. {
-                let pred = cond
-                    .run(&carries)
-                    .map_err(|e| e.context(format!("in the condition, before iteration {step}")))?;
-                if !interp::scalar_bool(&pred[0])? {
-                    break;
-                }
-                carries = body
-                    .run(&carries)
-                    .map_err(|e| e.context(format!("in iteration {step} of the body")))?;
-            }
-            Ok(carries)
-        }
-        Control::Case(branches) => {
-            let index = interp::scalar_i32(&args[0])?;
-            let last = branches.len().saturating_sub(1);
-            let k = usize::try_from(index).map_or(last, |k| k.min(last));
-            let branch = branches
-                .get(k)
-                .ok_or_else(|| Error::internal("case without branches"))?;
-            branch
-                .run(&args[1..])
-                .map_err(|e| e.context(format!("in branch {k}")))
-        }
+                Step::Kernel(_)
+                | Step::Gemm(_)
+                | Step::Copy { .. }
+                | Step::Label(_)
+                | Step::Jump(_)
+                | Step::BranchUnless { .. }
+                | Step::Switch { .. } => None,
+            })
+            .collect();
+        StepTable { plan, callbacks }
     }
 }
 
@@ -310,29 +237,28 @@ fn run_step(
     let plan = &table.plan;
     match plan.steps.get(step) {
         Some(Step::Runtime {
+            graph,
             node,
             inputs,
             outputs,
         }) if let Some(Some(cb)) = table.callbacks.get(step) => {
-            run_callback_step(plan, cb, (step, *node, inputs, outputs), bufs, ctx)
-                .map_err(|e| e.at_node(plan.graph.node_ref(*node)))
+            let g = plan.step_graph(*graph);
+            run_callback_step(plan, g, cb, (step, *node, inputs, outputs), bufs, ctx)
+                .map_err(|e| e.at_node(g.node_ref(*node)))
         }
         Some(Step::Runtime {
+            graph,
             node,
             inputs,
             outputs,
         }) => {
+            let g = plan.step_graph(*graph);
             let args: Vec<Tensor> =
                 // SAFETY: slot pointers are valid while main runs.
                 inputs.iter().map(|&s| unsafe { slot_tensor(plan, ctx, bufs, s) }).collect::<Result<_, _>>()?;
-            let outs = match table.control.get(step) {
-                Some(Some(control)) => run_control(control, args),
-                _ => {
-                    let refs: Vec<&Tensor> = args.iter().collect();
-                    interp::eval_node(&plan.graph, *node, &refs)
-                }
-            }
-            .map_err(|e| e.at_node(plan.graph.node_ref(*node)))?;
+            let refs: Vec<&Tensor> = args.iter().collect();
+            let outs =
+                interp::eval_node(g, *node, &refs).map_err(|e| e.at_node(g.node_ref(*node)))?;
             for (t, &s) in outs.iter().zip(outputs) {
                 if t.dtype() == tensorlift_ir::DType::String {
                     if ctx.strings.len() <= s {
@@ -437,6 +363,7 @@ unsafe fn slot_bytes<'a>(plan: &Plan, bufs: *const *mut u8, s: SlotId) -> &'a [u
 /// `call` is (step number, callback node, input slots, output slots).
 fn run_callback_step(
     plan: &Plan,
+    graph: &tensorlift_ir::Graph,
     cb: &HostCallback,
     call: (usize, NodeId, &[SlotId], &[SlotId]),
     bufs: *const *mut u8,
@@ -495,8 +422,8 @@ fn run_callback_step(
             unsafe { slot_tensor(plan, ctx, bufs, s) }
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let n = plan.graph.node(node);
-    let want: Vec<&TensorType> = n.results.iter().map(|r| plan.graph.ty(*r)).collect();
+    let n = graph.node(node);
+    let want: Vec<&TensorType> = n.results.iter().map(|r| graph.ty(*r)).collect();
     let outs = cb.call(args, &want)?;
     callback::check_results(cb.kind().name(), &n.name, &want, &outs)?;
     for (t, &s) in outs.into_iter().zip(outputs) {
