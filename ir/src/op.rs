@@ -242,22 +242,24 @@ pub enum DynamicOp {
 }
 
 impl DynamicOp {
-    /// The text name (`dynamic_add`, `dynamic_reduce_sum`, ...).
+    /// The text name (`unranked_add`, `unranked_reduce_sum`, ...): the op's
+    /// own name prefixed with `unranked_` (`dynamic_` names XLA's
+    /// `dynamic_slice` family).
     pub fn name(&self) -> String {
         match self {
-            DynamicOp::Binary(b) => format!("dynamic_{}", b.name()),
-            DynamicOp::Compare(c) => format!("dynamic_compare_{}", c.name()),
-            DynamicOp::Reduce { op, .. } => format!("dynamic_reduce_{}", op.name()),
-            DynamicOp::Arg { max: true, .. } => "dynamic_argmax".into(),
-            DynamicOp::Arg { max: false, .. } => "dynamic_argmin".into(),
-            DynamicOp::MatMul => "dynamic_matmul".into(),
-            DynamicOp::Transpose(_) => "dynamic_transpose".into(),
-            DynamicOp::Select => "dynamic_select".into(),
-            DynamicOp::BroadcastTo(_) => "dynamic_broadcast_to".into(),
-            DynamicOp::Slice { .. } => "dynamic_slice".into(),
-            DynamicOp::Reverse(_) => "dynamic_reverse".into(),
-            DynamicOp::Concatenate { .. } => "dynamic_concatenate".into(),
-            DynamicOp::Take { .. } => "dynamic_take".into(),
+            DynamicOp::Binary(b) => format!("unranked_{}", b.name()),
+            DynamicOp::Compare(c) => format!("unranked_compare_{}", c.name()),
+            DynamicOp::Reduce { op, .. } => format!("unranked_reduce_{}", op.name()),
+            DynamicOp::Arg { max: true, .. } => "unranked_argmax".into(),
+            DynamicOp::Arg { max: false, .. } => "unranked_argmin".into(),
+            DynamicOp::MatMul => "unranked_matmul".into(),
+            DynamicOp::Transpose(_) => "unranked_transpose".into(),
+            DynamicOp::Select => "unranked_select".into(),
+            DynamicOp::BroadcastTo(_) => "unranked_broadcast_to".into(),
+            DynamicOp::Slice { .. } => "unranked_slice".into(),
+            DynamicOp::Reverse(_) => "unranked_reverse".into(),
+            DynamicOp::Concatenate { .. } => "unranked_concatenate".into(),
+            DynamicOp::Take { .. } => "unranked_take".into(),
         }
     }
 }

@@ -1017,7 +1017,7 @@ impl Parser {
             AttrVal::Bool(b) => Ok(*b),
             _ => Err(bad("keepdims", "true or false")),
         };
-        let op = if let Some(rest) = name.strip_prefix("dynamic_") {
+        let op = if let Some(rest) = name.strip_prefix("unranked_") {
             let d = if let Some(b) = BinaryOp::from_name(rest) {
                 DynamicOp::Binary(b)
             } else if let Some(c) = rest.strip_prefix("compare_").and_then(CmpOp::from_name) {

@@ -79,7 +79,7 @@ pub const DICTIONARY: &[&[u8]] = &[
     b"exp",
     b"reduce_sum",
     b"reduce_max",
-    b"dynamic_",
+    b"unranked_",
     b"broadcast_to",
     b"broadcast_in_dim",
     b"reshape",
