@@ -94,6 +94,16 @@ named_enum!(
         Or => "or",
         /// Logical/bitwise exclusive or.
         Xor => "xor",
+        /// `x << y` (integers). A shift amount outside `[0, bits)` (read as
+        /// unsigned) gives 0, as in XLA.
+        ShiftLeft => "shift_left",
+        /// `x >> y` shifting in zeros, signed types included (integers).
+        /// A shift amount outside `[0, bits)` gives 0.
+        ShiftRightLogical => "shift_right_logical",
+        /// `x >> y` shifting in copies of the sign bit (integers). A shift
+        /// amount outside `[0, bits)` gives every bit the sign bit (0 or
+        /// -1; 0 for unsigned types).
+        ShiftRightArithmetic => "shift_right_arithmetic",
     }
 );
 
@@ -130,6 +140,21 @@ named_enum!(
         And => "and",
         /// Logical or (false when empty).
         Or => "or",
+    }
+);
+
+named_enum!(
+    /// How `scatter` combines an update with the element it lands on.
+    Combiner {
+        /// The update replaces the element; of several updates to one
+        /// element, the last in row-major order of the indices wins.
+        Set => "set",
+        /// Sum (wrapping for integers).
+        Add => "add",
+        /// Minimum (NaN-propagating, as `min`).
+        Min => "min",
+        /// Maximum (NaN-propagating, as `max`).
+        Max => "max",
     }
 );
 
@@ -426,6 +451,31 @@ pub enum Op {
         /// Axis.
         axis: usize,
     },
+    /// XLA `dynamic_slice`: operand 0 is `x`, then one scalar integer start
+    /// index per dim of `x` (all int32 or all int64). Each start is clamped
+    /// to `[0, dim - size]`, so the block always lies inside `x`.
+    DynamicSlice {
+        /// Size of the block per dim (static, at most the dim).
+        sizes: Vec<usize>,
+    },
+    /// XLA `dynamic_update_slice`: operands `x`, `update` (same dtype and
+    /// rank, no dim larger than `x`'s), then one scalar integer start index
+    /// per dim, clamped as `dynamic_slice`'s to `[0, dim - update dim]`.
+    /// The result is `x` with that block replaced by `update`.
+    DynamicUpdateSlice,
+    /// The inverse of `take`: operands `x`, `indices` (integers, any
+    /// shape), `updates` (the shape `take(x, indices, axis)` has). Every
+    /// slice `updates[.., j.., ..]` is combined into `x[.., indices[j..],
+    /// ..]`; indices outside `[0, dim)` are skipped (XLA).
+    Scatter {
+        /// The axis of `x` the indices address.
+        axis: usize,
+        /// How an update combines with the element.
+        combiner: Combiner,
+    },
+    /// Reinterprets each element's bits as another dtype of the same size
+    /// (not bool; complex only as a complex of the same size).
+    BitcastConvert(DType),
     /// A host callback. Results have the declared types.
     Callback(CallbackOp),
     /// An op over operands of unknown rank, expanded once they are known.
@@ -476,6 +526,10 @@ impl Op {
             Op::ArgMin { .. } => "argmin".into(),
             Op::DotGeneral(_) => "dot_general".into(),
             Op::Take { .. } => "take".into(),
+            Op::DynamicSlice { .. } => "dynamic_slice".into(),
+            Op::DynamicUpdateSlice => "dynamic_update_slice".into(),
+            Op::Scatter { .. } => "scatter".into(),
+            Op::BitcastConvert(_) => "bitcast_convert".into(),
             Op::Callback(c) => c.kind.name().into(),
             Op::Dynamic(d) => d.name(),
             Op::While { .. } => "while".into(),
@@ -509,6 +563,10 @@ impl Op {
             | Op::ArgMin { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
             | Op::Callback(_)
             | Op::Dynamic(_) => vec![],
         }
@@ -540,6 +598,10 @@ impl Op {
             | Op::ArgMin { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
             | Op::Callback(_)
             | Op::Dynamic(_) => vec![],
         }
@@ -584,7 +646,13 @@ impl Op {
     pub fn is_elementwise(&self) -> bool {
         matches!(
             self,
-            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp | Op::Convert(_)
+            Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Clamp
+                | Op::Convert(_)
+                | Op::BitcastConvert(_)
         )
     }
 }
