@@ -31,7 +31,8 @@ pub use function::{
 };
 pub use tensorlift_compiler::{Executable, JitOptions, OptLevel};
 pub use tensorlift_ir::{
-    Code, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site, TensorType,
+    Code, Combiner, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site,
+    TensorType,
 };
 pub use tensorlift_runtime::nest::{Mismatch, Nest, NestPath, PathItem};
 pub use tensorlift_runtime::{HostElement, Tensor, TensorMut, TensorRef};

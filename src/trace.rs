@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use tensorlift_ir::builder::{self, Elementwise};
 use tensorlift_ir::{
-    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, Effect, Error, Graph,
-    Literal, NewNode, NodeRef, Op, ReduceOp, Shape, Site, TensorType, UnaryOp, ValueId,
+    BinaryOp, CallbackKind, CallbackOp, CmpOp, Combiner, DType, Detail, DotDims, Effect, Error,
+    Graph, Literal, NewNode, NodeRef, Op, ReduceOp, Shape, Site, TensorType, UnaryOp, ValueId,
 };
 use tensorlift_runtime::callback::HostCallback;
 use tensorlift_runtime::{Tensor, TensorMut, TensorRef};
@@ -1124,6 +1124,14 @@ binary_methods!(
     logical_or => Elementwise::Binary(BinaryOp::Or),
     /// Logical/bitwise xor.
     logical_xor => Elementwise::Binary(BinaryOp::Xor),
+    /// `x << y` (integers; an amount outside `[0, bits)` gives 0).
+    shift_left => Elementwise::Binary(BinaryOp::ShiftLeft),
+    /// `x >> y` shifting in zeros (integers, signed ones included; an
+    /// amount outside `[0, bits)` gives 0).
+    shift_right_logical => Elementwise::Binary(BinaryOp::ShiftRightLogical),
+    /// `x >> y` shifting in the sign bit (integers; an amount outside
+    /// `[0, bits)` gives 0 or -1).
+    shift_right_arithmetic => Elementwise::Binary(BinaryOp::ShiftRightArithmetic),
     /// `x == y`.
     equal => Elementwise::Compare(CmpOp::Eq),
     /// `x != y`.
@@ -1426,5 +1434,53 @@ impl Sym {
         self.tracer().build(&refs, &site, |g, v| {
             builder::concatenate(g, v, axis_, &site)
         })
+    }
+}
+
+impl Sym {
+    /// XLA's `dynamic_slice`: the block of `sizes` starting at `starts`
+    /// (one scalar int32 or int64 value per dim, all of one dtype), each
+    /// start clamped to `[0, dim - size]` so the block lies inside.
+    #[track_caller]
+    pub fn dynamic_slice(&self, starts: &[&Sym], sizes: &[usize]) -> Sym {
+        let refs: Vec<&Sym> = std::iter::once(self)
+            .chain(starts.iter().copied())
+            .collect();
+        let op = Op::DynamicSlice {
+            sizes: sizes.to_vec(),
+        };
+        self.tracer().add(op, &refs, Site::caller())
+    }
+
+    /// XLA's `dynamic_update_slice`: `self` with the block at `starts`
+    /// (clamped as [`Sym::dynamic_slice`]'s so that `update` fits) replaced
+    /// by `update`.
+    #[track_caller]
+    pub fn dynamic_update_slice(&self, update: &Sym, starts: &[&Sym]) -> Sym {
+        let refs: Vec<&Sym> = [self, update]
+            .into_iter()
+            .chain(starts.iter().copied())
+            .collect();
+        self.tracer()
+            .add(Op::DynamicUpdateSlice, &refs, Site::caller())
+    }
+
+    /// The inverse of [`Sym::take`]: `updates` (shaped like `take(indices,
+    /// axis)`) combined into `self` along `axis` (negative counts from the
+    /// end) at integer `indices`. Indices outside `[0, n)` are skipped; with
+    /// [`Combiner::Set`] the last of duplicate indices wins.
+    #[track_caller]
+    pub fn scatter(&self, indices: &Sym, updates: &Sym, axis_: i64, combiner: Combiner) -> Sym {
+        let site = Site::caller();
+        self.tracer().build(&[self, indices, updates], |g, v| {
+            builder::scatter(g, v[0], v[1], v[2], axis_, combiner, &site)
+        })
+    }
+
+    /// Reads every element's bits as `dtype` (of the same size).
+    #[track_caller]
+    pub fn bitcast_convert(&self, dtype: DType) -> Sym {
+        self.tracer()
+            .add(Op::BitcastConvert(dtype), &[self], Site::caller())
     }
 }

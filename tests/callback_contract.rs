@@ -398,18 +398,18 @@ fn ops_over_unknown_ranks_print_and_parse_back() {
     ];
     let text = f.compiler_ir(&spec, IrStage::Traced).unwrap();
     for op in [
-        "dynamic_reduce_sum",
-        "dynamic_reduce_min",
-        "dynamic_argmin",
-        "dynamic_compare_lt",
-        "dynamic_matmul",
-        "dynamic_transpose",
-        "dynamic_select",
-        "dynamic_broadcast_to",
-        "dynamic_slice",
-        "dynamic_reverse",
-        "dynamic_concatenate",
-        "dynamic_take",
+        "unranked_reduce_sum",
+        "unranked_reduce_min",
+        "unranked_argmin",
+        "unranked_compare_lt",
+        "unranked_matmul",
+        "unranked_transpose",
+        "unranked_select",
+        "unranked_broadcast_to",
+        "unranked_slice",
+        "unranked_reverse",
+        "unranked_concatenate",
+        "unranked_take",
     ] {
         assert!(text.contains(&format!("= {op}(")), "{op} missing:\n{text}");
     }

@@ -672,3 +672,27 @@ fn column_softmax_(x: Sym) -> Sym {
 fn by_column_(x: Sym) -> Sym {
     &x - x.reduce_max(Some(&[0]), true)
 }
+
+/// The random graphs above reach the ops loops need (shifts with amounts
+/// out of range, bitcasts, dynamic slices at clamped indices), so the
+/// property covers them.
+#[test]
+fn random_graphs_include_the_loop_ops() {
+    let mut seen = std::collections::HashSet::new();
+    for seed in 0..2000 {
+        let (g, _) = random_graph(seed, 20);
+        for n in g.nodes() {
+            seen.insert(n.op.name());
+        }
+    }
+    for op in [
+        "shift_left",
+        "shift_right_logical",
+        "shift_right_arithmetic",
+        "bitcast_convert",
+        "dynamic_slice",
+        "dynamic_update_slice",
+    ] {
+        assert!(seen.contains(op), "no random graph has {op}");
+    }
+}

@@ -1928,10 +1928,18 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         }
                         BinaryOp::Max | BinaryOp::Min => min_max,
                         BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => !float,
+                        // Cranelift's vector shifts take one amount for
+                        // every lane; per-lane amounts stay scalar.
+                        BinaryOp::ShiftLeft
+                        | BinaryOp::ShiftRightLogical
+                        | BinaryOp::ShiftRightArithmetic => false,
                         _ => false,
                     },
                     ENode::Clamp(..) => float,
                     ENode::Select(..) => true,
+                    // Its operand's lanes are of another type (the lane
+                    // count would differ for no gain); scalar code.
+                    ENode::Bitcast(..) => false,
                     _ => false,
                 };
             if !ok {
@@ -2249,6 +2257,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     })
                 }
                 ENode::Convert(x, from, to) => self.convert(vals[*x], *from, *to)?,
+                ENode::Bitcast(x, from, to) => self.bitcast(vals[*x], *from, *to)?,
             };
             vals.push(v);
         }
@@ -2480,6 +2489,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             BinaryOp::And => self.b.ins().band(x, y),
             BinaryOp::Or => self.b.ins().bor(x, y),
             BinaryOp::Xor => self.b.ins().bxor(x, y),
+            BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical | BinaryOp::ShiftRightArithmetic
+                if !f && !ty.is_vector() =>
+            {
+                self.shift(op, x, y, ty)
+            }
             BinaryOp::Div | BinaryOp::Rem if !f => {
                 self.int_divrem(op == BinaryOp::Div, s, x, y, ty)
             }
@@ -2521,6 +2535,27 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 )));
             }
         }))
+    }
+
+    /// An integer shift with XLA's out-of-range rule (the interpreter's, in
+    /// `kernels::scalar`): Cranelift masks the amount to the lane width, so
+    /// an amount of `bits` or more (read as unsigned) is caught first and
+    /// gives 0, or for an arithmetic shift the sign bit in every bit.
+    fn shift(&mut self, op: BinaryOp, x: Value, y: Value, ty: Type) -> Value {
+        let bits = self.ic(ty, i64::from(ty.lane_bits()));
+        let in_range = self.b.ins().icmp(IntCC::UnsignedLessThan, y, bits);
+        if op == BinaryOp::ShiftRightArithmetic {
+            let top = self.ic(ty, i64::from(ty.lane_bits()) - 1);
+            let amount = self.b.ins().select(in_range, y, top);
+            return self.b.ins().sshr(x, amount);
+        }
+        let r = if op == BinaryOp::ShiftLeft {
+            self.b.ins().ishl(x, y)
+        } else {
+            self.b.ins().ushr(x, y)
+        };
+        let z = self.ic(ty, 0);
+        self.b.ins().select(in_range, r, z)
     }
 
     /// Integer division/remainder that never traps: `x / 0 = -1`,
@@ -2632,6 +2667,26 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
             };
             V::S(self.b.ins().icmp(cc, x, y))
+        }
+    }
+
+    /// Reads `x`'s bits as `to` (same size; halves never reach here, see
+    /// `fusion::fusible`). Integers of one width share a Cranelift type, so
+    /// between them (and from a complex type to itself) nothing is emitted.
+    fn bitcast(&mut self, x: V, from: DType, to: DType) -> Result<V> {
+        let tt = comp_ty(to);
+        match x {
+            _ if from == to => Ok(x),
+            V::S(v) if !from.is_half() && !to.is_half() => {
+                if self.b.func.dfg.value_type(v) == tt {
+                    Ok(x)
+                } else {
+                    Ok(V::S(self.b.ins().bitcast(tt, MemFlagsData::new(), v)))
+                }
+            }
+            _ => Err(Error::internal(format!(
+                "a bitcast_convert from {from} to {to} reached code generation"
+            ))),
         }
     }
 

@@ -13,7 +13,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use tensorlift_ir::{
-    BinaryOp, CmpOp, DType, Error, Graph, Literal, NodeId, Op, ReduceOp, Result, UnaryOp, ValueId,
+    BinaryOp, CmpOp, DType, Error, Graph, Literal, Node, NodeId, Op, ReduceOp, Result, UnaryOp,
+    ValueId,
 };
 
 /// Index of a buffer slot.
@@ -100,6 +101,9 @@ pub enum ENode {
     Clamp(usize, usize, usize, DType),
     /// Cast from the operand's dtype to `to`.
     Convert(usize, DType, DType),
+    /// The operand's bits (of the first dtype) read as the second, of the
+    /// same size (no half types: those run as runtime kernels).
+    Bitcast(usize, DType, DType),
 }
 
 impl ENode {
@@ -113,7 +117,7 @@ impl ENode {
             | ENode::Select(_, _, _, d)
             | ENode::Clamp(_, _, _, d) => *d,
             ENode::Compare(..) => DType::Bool,
-            ENode::Convert(_, _, to) => *to,
+            ENode::Convert(_, _, to) | ENode::Bitcast(_, _, to) => *to,
         }
     }
 }
@@ -434,7 +438,19 @@ enum Kind {
     Buffer,
 }
 
-fn fusible(op: &Op) -> bool {
+/// Computed inside a loop kernel. Elementwise ops are, but a
+/// `bitcast_convert` from or to a half type: kernels hold halves as f32, and
+/// the round trip through f32 would quiet a signalling NaN's bits, so such a
+/// bitcast runs as a runtime kernel (bit for bit the interpreter's).
+fn fusible(g: &Graph, n: &Node) -> bool {
+    if let Op::BitcastConvert(to) = n.op {
+        let from = n.inputs.first().map(|x| g.ty(*x).dtype);
+        return !(to.is_half() || from.is_some_and(DType::is_half));
+    }
+    fusible_op(&n.op)
+}
+
+fn fusible_op(op: &Op) -> bool {
     op.is_elementwise()
         || matches!(
             op,
@@ -471,15 +487,15 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     let mut decisions = Vec::new();
     let mut kind = vec![Kind::Buffer; g.num_values()];
     let mut cost = vec![0usize; g.num_values()];
-    let needs_buffer = |consumer: &Op, dtype_of_result: DType| -> bool {
-        match consumer {
+    let needs_buffer = |consumer: &Node, dtype_of_result: DType| -> bool {
+        match consumer.op {
             Op::Reduce { .. } => !native_reduce(dtype_of_result),
-            op => !(fusible(op)),
+            _ => !fusible(g, consumer),
         }
     };
     for id in g.node_ids() {
         let n = g.node(id);
-        if !(fusible(&n.op) || is_scalar_const(&n.op)) {
+        if !(fusible(g, n) || is_scalar_const(&n.op)) {
             continue;
         }
         let v = n.results[0];
@@ -491,7 +507,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
             let cn = g.node(**c);
             cn.results
                 .first()
-                .is_none_or(|r| needs_buffer(&cn.op, g.ty(*r).dtype))
+                .is_none_or(|r| needs_buffer(cn, g.ty(*r).dtype))
         }) {
             Some(format!(
                 "materialized: {} '{}' reads it from memory",
@@ -646,7 +662,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                     n.name
                 ));
             }
-            op if (fusible(op) || is_scalar_const(op)) && kind[v.index()] == Kind::Buffer => {
+            op if (fusible(g, n) || is_scalar_const(op)) && kind[v.index()] == Kind::Buffer => {
                 let dims = g.ty(v).shape.as_known().unwrap_or_default();
                 let mut b = KernelBuilder::new(g, &kind, &slot_of, dims.len());
                 b.root = Some(v);
@@ -662,7 +678,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
                 );
                 steps.push(Step::Kernel(k));
             }
-            op if fusible(op) || is_scalar_const(op) => {}
+            op if fusible(g, n) || is_scalar_const(op) => {}
             op => {
                 decisions.push(if op.regions().is_empty() {
                     format!(
@@ -1020,7 +1036,7 @@ pub(crate) const TRANSCENDENTAL_COST: usize = 60;
 pub(crate) fn enode_operands(n: &ENode) -> Vec<usize> {
     match n {
         ENode::Load { .. } | ENode::Const(_) | ENode::Iota { .. } => vec![],
-        ENode::Unary(_, a, _) | ENode::Convert(a, _, _) => vec![*a],
+        ENode::Unary(_, a, _) | ENode::Convert(a, _, _) | ENode::Bitcast(a, _, _) => vec![*a],
         ENode::Binary(_, a, b, _) | ENode::Compare(_, a, b, _) => vec![*a, *b],
         ENode::Select(a, b, c, _) | ENode::Clamp(a, b, c, _) => vec![*a, *b, *c],
     }
@@ -1036,7 +1052,8 @@ fn same_expr(a: &[ENode], i: usize, b: &[ENode], j: usize) -> bool {
             (ENode::Compare(o, _, _, d), ENode::Compare(p, _, _, e)) => o == p && d == e,
             (ENode::Select(.., d), ENode::Select(.., e))
             | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
-            (ENode::Convert(_, f, t), ENode::Convert(_, g, u)) => f == g && t == u,
+            (ENode::Convert(_, f, t), ENode::Convert(_, g, u))
+            | (ENode::Bitcast(_, f, t), ENode::Bitcast(_, g, u)) => f == g && t == u,
             (x, y) => enode_operands(x).is_empty() && x == y,
         }
     }
@@ -1083,6 +1100,7 @@ fn compact(nodes: &[ENode], root: usize) -> (Vec<ENode>, usize) {
         let n = match n {
             ENode::Unary(u, a, d) => ENode::Unary(*u, map(a), *d),
             ENode::Convert(a, f, t) => ENode::Convert(map(a), *f, *t),
+            ENode::Bitcast(a, f, t) => ENode::Bitcast(map(a), *f, *t),
             ENode::Binary(o, a, b, d) => ENode::Binary(*o, map(a), map(b), *d),
             ENode::Compare(o, a, b, d) => ENode::Compare(*o, map(a), map(b), *d),
             ENode::Select(a, b, c, d) => ENode::Select(map(a), map(b), map(c), *d),
@@ -1483,6 +1501,10 @@ impl<'a> KernelBuilder<'a> {
                 let x = self.operand(ins[0], map)?;
                 self.push(ENode::Convert(x, self.g.ty(ins[0]).dtype, *to))
             }
+            Op::BitcastConvert(to) => {
+                let x = self.operand(ins[0], map)?;
+                self.push(ENode::Bitcast(x, self.g.ty(ins[0]).dtype, *to))
+            }
             Op::Iota { dim, .. } => {
                 let IndexMap::Multi { off, coef } = map else {
                     return Err(bad());
@@ -1835,6 +1857,13 @@ fn enode_text(n: &ENode) -> String {
         ENode::Clamp(x, l, h, d) => format!("clamp e{x}, e{l}, e{h} : {}", d.short_name()),
         ENode::Convert(x, f, t) => {
             format!("convert e{x} : {} -> {}", f.short_name(), t.short_name())
+        }
+        ENode::Bitcast(x, f, t) => {
+            format!(
+                "bitcast_convert e{x} : {} -> {}",
+                f.short_name(),
+                t.short_name()
+            )
         }
     }
 }

@@ -9,8 +9,8 @@
 
 use crate::infer::broadcast_shapes;
 use crate::{
-    BinaryOp, CmpOp, DType, Detail, DotDims, DynamicOp, Error, Graph, NodeRef, Op, ReduceOp,
-    Result, Shape, Site, ValueId,
+    BinaryOp, CmpOp, Combiner, DType, Detail, DotDims, DynamicOp, Error, Graph, NodeRef, Op,
+    ReduceOp, Result, Shape, Site, ValueId,
 };
 
 fn fail(g: &mut Graph, op: &str, site: &Site, message: String) -> Error {
@@ -360,6 +360,35 @@ pub fn take(
     };
     let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "take", site, m))?[0];
     g.add(Op::Take { axis }, &[x, indices], site.clone())
+}
+
+/// Combines `updates` into `x` along `axis` (negative counts from the end)
+/// at integer `indices`: the inverse of [`take`] (`updates` has the shape
+/// `take(x, indices, axis)` has). `x` needs a known rank.
+pub fn scatter(
+    g: &mut Graph,
+    x: ValueId,
+    indices: ValueId,
+    updates: ValueId,
+    axis: i64,
+    combiner: Combiner,
+    site: &Site,
+) -> Result<ValueId> {
+    let t = g.ty(x).clone();
+    let Some(rank) = t.shape.rank() else {
+        return Err(fail(
+            g,
+            "scatter",
+            site,
+            format!("operand {t} has unknown rank; declare its shape (set_shape / output_shapes)"),
+        ));
+    };
+    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "scatter", site, m))?[0];
+    g.add(
+        Op::Scatter { axis, combiner },
+        &[x, indices, updates],
+        site.clone(),
+    )
 }
 
 /// `d` applied to `inputs`: ordinary ops when their ranks are known, the

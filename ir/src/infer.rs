@@ -193,6 +193,13 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             out.extend_from_slice(&d[axis + 1..]);
             TensorType::new(ins[0].dtype, Shape::Ranked(out))
         }
+        Op::DynamicSlice { sizes } => dynamic_slice(ins, sizes)?,
+        Op::DynamicUpdateSlice => dynamic_update_slice(ins)?,
+        Op::Scatter { axis, combiner } => scatter(ins, *axis, *combiner)?,
+        Op::BitcastConvert(to) => {
+            arity(ins, 1)?;
+            bitcast_convert(ins[0], *to)?
+        }
         Op::Dynamic(d) => dynamic(d, ins)?,
         Op::While { cond, body } => return while_types(cond, body, ins),
         Op::Case { branches } => return case_types(branches, ins),
@@ -483,11 +490,147 @@ fn binary(b: BinaryOp, x: &TensorType, y: &TensorType) -> InferResult<TensorType
         Add | Sub | Mul | Div | Pow => d.is_numeric(),
         Rem | Max | Min => d.is_real(),
         And | Or | Xor => d == DType::Bool || d.is_int(),
+        ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => d.is_int(),
     };
     if !ok {
         return Err(format!("{} is not defined on {d}", b.name()));
     }
     Ok(TensorType::new(d, elementwise_shape(&x.shape, &y.shape)?))
+}
+
+/// The start-index operands of `dynamic_slice`/`dynamic_update_slice`:
+/// one scalar integer per dim of `x`, all of one dtype (int32 or int64).
+fn start_indices(op: &str, x: &TensorType, starts: &[&TensorType]) -> InferResult<()> {
+    let rank = ranked(x)?.len();
+    if starts.len() != rank {
+        return Err(format!(
+            "{op} of {x} needs {rank} start index operand(s), one per dim, got {}",
+            starts.len()
+        ));
+    }
+    for (i, t) in starts.iter().enumerate() {
+        if !matches!(t.dtype, DType::I32 | DType::I64) || t.shape.rank() != Some(0) {
+            return Err(format!(
+                "{op}: start index {i} must be an int32[] or int64[] scalar, got {t}"
+            ));
+        }
+        if t.dtype != starts[0].dtype {
+            return Err(format!(
+                "{op}: start indices must share one dtype, but index 0 is {} and index {i} is {}",
+                starts[0], t
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn dynamic_slice(ins: &[&TensorType], sizes: &[usize]) -> InferResult<TensorType> {
+    let Some((x, starts)) = ins.split_first() else {
+        return Err("dynamic_slice needs an operand".into());
+    };
+    let d = ranked(x)?;
+    if sizes.len() != d.len() {
+        return Err(format!(
+            "dynamic_slice of {x} needs {} sizes, one per dim, got {sizes:?}",
+            d.len()
+        ));
+    }
+    start_indices("dynamic_slice", x, starts)?;
+    for (i, (&s, n)) in sizes.iter().zip(d).enumerate() {
+        if let Some(n) = n
+            && s > *n
+        {
+            return Err(format!(
+                "dynamic_slice size {s} exceeds size {n} of dim {i} of {x}"
+            ));
+        }
+    }
+    Ok(TensorType::known(x.dtype, sizes))
+}
+
+fn dynamic_update_slice(ins: &[&TensorType]) -> InferResult<TensorType> {
+    let [x, u, starts @ ..] = ins else {
+        return Err("dynamic_update_slice needs an operand and an update".into());
+    };
+    let (d, ud) = (ranked(x)?, ranked(u)?);
+    if x.dtype != u.dtype {
+        return Err(format!(
+            "dynamic_update_slice: update {u} must have the dtype of operand {x}"
+        ));
+    }
+    if d.len() != ud.len() {
+        return Err(format!(
+            "dynamic_update_slice: update {u} must have the rank of operand {x}"
+        ));
+    }
+    start_indices("dynamic_update_slice", x, starts)?;
+    for (i, (m, n)) in ud.iter().zip(d).enumerate() {
+        if let (Some(m), Some(n)) = (m, n)
+            && m > n
+        {
+            return Err(format!(
+                "dynamic_update_slice: update {u} is larger than operand {x} in dim {i}"
+            ));
+        }
+    }
+    Ok((*x).clone())
+}
+
+fn scatter(ins: &[&TensorType], axis: usize, combiner: crate::Combiner) -> InferResult<TensorType> {
+    arity(ins, 3)?;
+    let (x, idx, upd) = (ins[0], ins[1], ins[2]);
+    let d = ranked(x)?;
+    if !idx.dtype.is_int() {
+        return Err(format!("scatter indices must be integers, got {idx}"));
+    }
+    if axis >= d.len() {
+        return Err(format!("axis {axis} is out of range for {x}"));
+    }
+    if upd.dtype != x.dtype {
+        return Err(format!(
+            "scatter: updates {upd} must have the dtype of operand {x}"
+        ));
+    }
+    let ok = match combiner {
+        crate::Combiner::Set => true,
+        crate::Combiner::Add => x.dtype.is_numeric(),
+        crate::Combiner::Min | crate::Combiner::Max => x.dtype.is_real(),
+    };
+    if !ok {
+        return Err(format!(
+            "scatter combiner {} is not defined on {}",
+            combiner.name(),
+            x.dtype
+        ));
+    }
+    let mut want = d[..axis].to_vec();
+    want.extend_from_slice(ranked(idx)?);
+    want.extend_from_slice(&d[axis + 1..]);
+    let want = Shape::Ranked(want);
+    merge_shapes(&want, &upd.shape).map_err(|_| {
+        format!(
+            "scatter: updates {upd} must have shape {want} (x's dims with dim {axis} replaced by the indices' shape {})",
+            idx.shape
+        )
+    })?;
+    Ok(x.clone())
+}
+
+fn bitcast_convert(t: &TensorType, to: DType) -> InferResult<TensorType> {
+    let from = t.dtype;
+    let ok = from != DType::Bool
+        && to != DType::Bool
+        && to != DType::String
+        && from.size() == to.size()
+        && from.is_complex() == to.is_complex();
+    if !ok {
+        return Err(format!(
+            "bitcast_convert from {from} to {to}: both must be non-bool types of one element size ({} vs {} bytes), and complex only to complex",
+            from.size(),
+            to.size()
+        ));
+    }
+    Ok(TensorType::new(to, t.shape.clone()))
 }
 
 fn broadcast_in_dim(t: &TensorType, shape: &Shape, dims: &[usize]) -> InferResult<TensorType> {

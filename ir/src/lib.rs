@@ -26,8 +26,8 @@ pub use error::{Code, Detail, Error, NodeRef, Offender, Result, Site, TextPos};
 pub use graph::{Effect, Graph, NewNode, Node, NodeId, Output, Rewritten, ValueId, ValueInfo};
 pub use literal::{Literal, LiteralData, Scalar, narrow as narrow_f32};
 pub use op::{
-    BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, DotDims, DynamicOp, Op, ReduceOp,
-    Region, UnaryOp,
+    BinaryOp, CallbackKind, CallbackOp, CallbackRef, CmpOp, Combiner, DotDims, DynamicOp, Op,
+    ReduceOp, Region, UnaryOp,
 };
 pub use shape::{Dim, Shape, TensorType};
 pub use verify::verify;

@@ -94,6 +94,16 @@ named_enum!(
         Or => "or",
         /// Logical/bitwise exclusive or.
         Xor => "xor",
+        /// `x << y` (integers). A shift amount outside `[0, bits)` (read as
+        /// unsigned) gives 0, as in XLA.
+        ShiftLeft => "shift_left",
+        /// `x >> y` shifting in zeros, signed types included (integers).
+        /// A shift amount outside `[0, bits)` gives 0.
+        ShiftRightLogical => "shift_right_logical",
+        /// `x >> y` shifting in copies of the sign bit (integers). A shift
+        /// amount outside `[0, bits)` gives every bit the sign bit (0 or
+        /// -1; 0 for unsigned types).
+        ShiftRightArithmetic => "shift_right_arithmetic",
     }
 );
 
@@ -130,6 +140,21 @@ named_enum!(
         And => "and",
         /// Logical or (false when empty).
         Or => "or",
+    }
+);
+
+named_enum!(
+    /// How `scatter` combines an update with the element it lands on.
+    Combiner {
+        /// The update replaces the element; of several updates to one
+        /// element, the last in row-major order of the indices wins.
+        Set => "set",
+        /// Sum (wrapping for integers).
+        Add => "add",
+        /// Minimum (NaN-propagating, as `min`).
+        Min => "min",
+        /// Maximum (NaN-propagating, as `max`).
+        Max => "max",
     }
 );
 
@@ -242,22 +267,24 @@ pub enum DynamicOp {
 }
 
 impl DynamicOp {
-    /// The text name (`dynamic_add`, `dynamic_reduce_sum`, ...).
+    /// The text name (`unranked_add`, `unranked_reduce_sum`, ...): the op's
+    /// own name prefixed with `unranked_` (`dynamic_` names XLA's
+    /// `dynamic_slice` family).
     pub fn name(&self) -> String {
         match self {
-            DynamicOp::Binary(b) => format!("dynamic_{}", b.name()),
-            DynamicOp::Compare(c) => format!("dynamic_compare_{}", c.name()),
-            DynamicOp::Reduce { op, .. } => format!("dynamic_reduce_{}", op.name()),
-            DynamicOp::Arg { max: true, .. } => "dynamic_argmax".into(),
-            DynamicOp::Arg { max: false, .. } => "dynamic_argmin".into(),
-            DynamicOp::MatMul => "dynamic_matmul".into(),
-            DynamicOp::Transpose(_) => "dynamic_transpose".into(),
-            DynamicOp::Select => "dynamic_select".into(),
-            DynamicOp::BroadcastTo(_) => "dynamic_broadcast_to".into(),
-            DynamicOp::Slice { .. } => "dynamic_slice".into(),
-            DynamicOp::Reverse(_) => "dynamic_reverse".into(),
-            DynamicOp::Concatenate { .. } => "dynamic_concatenate".into(),
-            DynamicOp::Take { .. } => "dynamic_take".into(),
+            DynamicOp::Binary(b) => format!("unranked_{}", b.name()),
+            DynamicOp::Compare(c) => format!("unranked_compare_{}", c.name()),
+            DynamicOp::Reduce { op, .. } => format!("unranked_reduce_{}", op.name()),
+            DynamicOp::Arg { max: true, .. } => "unranked_argmax".into(),
+            DynamicOp::Arg { max: false, .. } => "unranked_argmin".into(),
+            DynamicOp::MatMul => "unranked_matmul".into(),
+            DynamicOp::Transpose(_) => "unranked_transpose".into(),
+            DynamicOp::Select => "unranked_select".into(),
+            DynamicOp::BroadcastTo(_) => "unranked_broadcast_to".into(),
+            DynamicOp::Slice { .. } => "unranked_slice".into(),
+            DynamicOp::Reverse(_) => "unranked_reverse".into(),
+            DynamicOp::Concatenate { .. } => "unranked_concatenate".into(),
+            DynamicOp::Take { .. } => "unranked_take".into(),
         }
     }
 }
@@ -424,6 +451,31 @@ pub enum Op {
         /// Axis.
         axis: usize,
     },
+    /// XLA `dynamic_slice`: operand 0 is `x`, then one scalar integer start
+    /// index per dim of `x` (all int32 or all int64). Each start is clamped
+    /// to `[0, dim - size]`, so the block always lies inside `x`.
+    DynamicSlice {
+        /// Size of the block per dim (static, at most the dim).
+        sizes: Vec<usize>,
+    },
+    /// XLA `dynamic_update_slice`: operands `x`, `update` (same dtype and
+    /// rank, no dim larger than `x`'s), then one scalar integer start index
+    /// per dim, clamped as `dynamic_slice`'s to `[0, dim - update dim]`.
+    /// The result is `x` with that block replaced by `update`.
+    DynamicUpdateSlice,
+    /// The inverse of `take`: operands `x`, `indices` (integers, any
+    /// shape), `updates` (the shape `take(x, indices, axis)` has). Every
+    /// slice `updates[.., j.., ..]` is combined into `x[.., indices[j..],
+    /// ..]`; indices outside `[0, dim)` are skipped (XLA).
+    Scatter {
+        /// The axis of `x` the indices address.
+        axis: usize,
+        /// How an update combines with the element.
+        combiner: Combiner,
+    },
+    /// Reinterprets each element's bits as another dtype of the same size
+    /// (not bool; complex only as a complex of the same size).
+    BitcastConvert(DType),
     /// A host callback. Results have the declared types.
     Callback(CallbackOp),
     /// An op over operands of unknown rank, expanded once they are known.
@@ -474,6 +526,10 @@ impl Op {
             Op::ArgMin { .. } => "argmin".into(),
             Op::DotGeneral(_) => "dot_general".into(),
             Op::Take { .. } => "take".into(),
+            Op::DynamicSlice { .. } => "dynamic_slice".into(),
+            Op::DynamicUpdateSlice => "dynamic_update_slice".into(),
+            Op::Scatter { .. } => "scatter".into(),
+            Op::BitcastConvert(_) => "bitcast_convert".into(),
             Op::Callback(c) => c.kind.name().into(),
             Op::Dynamic(d) => d.name(),
             Op::While { .. } => "while".into(),
@@ -507,6 +563,10 @@ impl Op {
             | Op::ArgMin { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
             | Op::Callback(_)
             | Op::Dynamic(_) => vec![],
         }
@@ -538,6 +598,10 @@ impl Op {
             | Op::ArgMin { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
             | Op::Callback(_)
             | Op::Dynamic(_) => vec![],
         }
@@ -582,7 +646,13 @@ impl Op {
     pub fn is_elementwise(&self) -> bool {
         matches!(
             self,
-            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Clamp | Op::Convert(_)
+            Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Clamp
+                | Op::Convert(_)
+                | Op::BitcastConvert(_)
         )
     }
 }

@@ -248,6 +248,9 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         }
         Op::Select if n.inputs[1] == n.inputs[2] => Some(n.inputs[1]),
         Op::Convert(to) if *to == dt => Some(x),
+        Op::BitcastConvert(to) if *to == dt => Some(x),
+        // A block as large as the operand starts at 0 whatever the indices.
+        Op::DynamicSlice { sizes } if g.ty(x).shape.as_known().as_deref() == Some(sizes) => Some(x),
         Op::Reshape(_) | Op::BroadcastInDim { .. } if g.ty(x).shape.is_static() => Some(x),
         Op::Transpose(perm) if perm.iter().enumerate().all(|(i, p)| i == *p) => Some(x),
         Op::Reverse(axes) if axes.is_empty() => Some(x),

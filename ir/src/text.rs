@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::literal::{Scalar, write_quoted};
 use crate::{
-    BinaryOp, CallbackKind, CallbackOp, CmpOp, DType, Detail, DotDims, DynamicOp, Effect, Error,
-    Graph, Literal, NewNode, Node, Op, ReduceOp, Region, Result, Shape, Site, TensorType, TextPos,
-    UnaryOp, ValueId,
+    BinaryOp, CallbackKind, CallbackOp, CmpOp, Combiner, DType, Detail, DotDims, DynamicOp, Effect,
+    Error, Graph, Literal, NewNode, Node, Op, ReduceOp, Region, Result, Shape, Site, TensorType,
+    TextPos, UnaryOp, ValueId,
 };
 
 /// Prints `graph` in the text format.
@@ -154,6 +154,13 @@ fn attrs_of(op: &Op) -> Vec<String> {
             ]
         }
         Op::Reverse(axes) => vec![format!("axes={}", list(axes))],
+        Op::DynamicSlice { sizes } => vec![format!("sizes={}", list(sizes))],
+        Op::Scatter { axis, combiner } => {
+            vec![
+                format!("axis={axis}"),
+                format!("combiner={}", combiner.name()),
+            ]
+        }
         Op::Reduce { axes, keepdims, .. } => vec![
             format!("axes={}", list(axes)),
             format!("keepdims={keepdims}"),
@@ -191,7 +198,21 @@ fn attrs_of(op: &Op) -> Vec<String> {
                 vec![format!("axis={axis}")]
             }
         },
-        _ => vec![],
+        // No attributes, or their attributes are in the result type
+        // (`convert`/`bitcast_convert`'s dtype) or printed by `print_node`.
+        Op::Parameter { .. }
+        | Op::Constant(_)
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BitcastConvert(_)
+        | Op::DynamicUpdateSlice
+        | Op::Callback(_)
+        | Op::While { .. }
+        | Op::Case { .. } => vec![],
     }
 }
 
@@ -479,6 +500,8 @@ enum AttrVal {
     Bool(bool),
     List(Vec<Option<i64>>),
     Star,
+    /// A bare word (`combiner=add`).
+    Word(String),
 }
 
 impl Parser {
@@ -924,6 +947,7 @@ impl Parser {
                     i64::try_from(i).map_err(|_| self.err_at(vpos, "attribute out of range"))?,
                 ),
                 Tok::Ident(b) if b == "true" || b == "false" => AttrVal::Bool(b == "true"),
+                Tok::Ident(w) => AttrVal::Word(w),
                 Tok::Punct('[') => {
                     if self.eat_punct('*') {
                         self.punct(']')?;
@@ -1017,7 +1041,7 @@ impl Parser {
             AttrVal::Bool(b) => Ok(*b),
             _ => Err(bad("keepdims", "true or false")),
         };
-        let op = if let Some(rest) = name.strip_prefix("dynamic_") {
+        let op = if let Some(rest) = name.strip_prefix("unranked_") {
             let d = if let Some(b) = BinaryOp::from_name(rest) {
                 DynamicOp::Binary(b)
             } else if let Some(c) = rest.strip_prefix("compare_").and_then(CmpOp::from_name) {
@@ -1085,6 +1109,19 @@ impl Parser {
                 "select" => Op::Select,
                 "clamp" => Op::Clamp,
                 "convert" => Op::Convert(ty.dtype),
+                "bitcast_convert" => Op::BitcastConvert(ty.dtype),
+                "dynamic_slice" => Op::DynamicSlice {
+                    sizes: ulist(get("sizes")?, "sizes")?,
+                },
+                "dynamic_update_slice" => Op::DynamicUpdateSlice,
+                "scatter" => Op::Scatter {
+                    axis: uint(get("axis")?, "axis")?,
+                    combiner: match get("combiner")? {
+                        AttrVal::Word(w) => Combiner::from_name(w),
+                        _ => None,
+                    }
+                    .ok_or_else(|| bad("combiner", "one of set, add, min, max"))?,
+                },
                 "iota" => {
                     let dims = ty
                         .shape

@@ -254,6 +254,13 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
         Op::ArgMin { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, false)?,
         Op::DotGeneral(dd) => reduce::dot_general(a(0), a(1), dd)?,
         Op::Take { axis } => layout::take(a(0), a(1), *axis)?,
+        Op::DynamicSlice { sizes } => layout::dynamic_slice(a(0), &args[1..], sizes)?,
+        Op::DynamicUpdateSlice => {
+            let starts = args.get(2..).unwrap_or_default();
+            layout::dynamic_update_slice(a(0), a(1), starts)?
+        }
+        Op::Scatter { axis, combiner } => layout::scatter(a(0), a(1), a(2), *axis, *combiner)?,
+        Op::BitcastConvert(to) => layout::bitcast_convert(a(0), *to)?,
         Op::Callback(_) => {
             let owned = args.iter().map(|t| (*t).clone()).collect();
             return crate::callback::run_callback(graph, node, owned);

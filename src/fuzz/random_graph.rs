@@ -197,7 +197,7 @@ fn random_op(rng: &mut Rng, g: &Graph, values: &[ValueId]) -> (Op, Vec<ValueId>)
     } else {
         *rng.pick(values)
     };
-    match rng.below(21) {
+    match rng.below(22) {
         20 if rank > 0 => (
             Op::Iota {
                 dtype: ta.dtype,
@@ -221,7 +221,47 @@ fn random_op(rng: &mut Rng, g: &Graph, values: &[ValueId]) -> (Op, Vec<ValueId>)
                 (Op::Select, vec![*rng.pick(&preds), a, b])
             }
         }
+        12 if rng.chance(30) => (Op::BitcastConvert(*rng.pick(&DTYPES)), vec![a]),
         12 => (Op::Convert(*rng.pick(&DTYPES)), vec![a]),
+        21 => {
+            // dynamic_slice / dynamic_update_slice at scalar integer values
+            // of the graph (often out of range: they clamp).
+            let dt = if rng.chance(50) {
+                DType::I32
+            } else {
+                DType::I64
+            };
+            let ints: Vec<ValueId> = values
+                .iter()
+                .copied()
+                .filter(|v| g.ty(*v) == &TensorType::known(dt, &[]))
+                .collect();
+            if ints.is_empty() && rank > 0 {
+                return (Op::BitcastConvert(ta.dtype), vec![a]);
+            }
+            let starts: Vec<ValueId> = (0..rank).map(|_| *rng.pick(&ints)).collect();
+            if rng.chance(50) {
+                let sizes = dims.iter().map(|&d| rng.below(d + 1)).collect();
+                let mut ins = vec![a];
+                ins.extend(starts);
+                (Op::DynamicSlice { sizes }, ins)
+            } else {
+                let fits: Vec<ValueId> = values
+                    .iter()
+                    .copied()
+                    .filter(|v| {
+                        let t = g.ty(*v);
+                        t.dtype == ta.dtype
+                            && t.shape.as_known().is_some_and(|u| {
+                                u.len() == rank && u.iter().zip(&dims).all(|(m, n)| m <= n)
+                            })
+                    })
+                    .collect();
+                let mut ins = vec![a, *rng.pick(&fits)];
+                ins.extend(starts);
+                (Op::DynamicUpdateSlice, ins)
+            }
+        }
         13 => {
             let mut shape = vec![2usize];
             shape.extend(dims.iter().copied());

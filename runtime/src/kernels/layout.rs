@@ -1,7 +1,7 @@
 //! Data-movement ops: every element is moved as an opaque unsigned word of
 //! the dtype's size, so one implementation serves every dtype.
 
-use tensorlift_ir::{DType, Error, Result, Shape};
+use tensorlift_ir::{BinaryOp, Combiner, DType, Error, Result, Shape};
 
 use super::elementwise::{with_int, with_size};
 use super::scalar::{FloatScalar, IntScalar};
@@ -320,4 +320,247 @@ pub fn iota(dtype: DType, dims: &[usize], dim: usize) -> Result<Tensor> {
         _ => with_int!(dtype, T => iota_with(dims, dim, dtype, T::from_usize),
             _ => return Err(Error::invalid(format!("iota is not defined on {dtype}")))),
     })
+}
+
+/// The start indices of `dynamic_slice`/`dynamic_update_slice`: one scalar
+/// integer per dim, each clamped to `[0, dims[d] - sizes[d]]` (XLA).
+fn clamped_starts(
+    op: &str,
+    starts: &[&Tensor],
+    dims: &[usize],
+    sizes: &[usize],
+) -> Result<Vec<usize>> {
+    if starts.len() != dims.len() {
+        return Err(Error::invalid(format!(
+            "{op}: {} start indices for an operand of rank {}",
+            starts.len(),
+            dims.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(dims.len());
+    for (d, t) in starts.iter().enumerate() {
+        let dt = t.dtype();
+        let v: i128 = with_int!(dt, T => match t.view::<T>()? {
+            [v] if t.rank() == 0 => v.to_i128(),
+            _ => return Err(Error::invalid(format!(
+                "{op}: start index {d} must be a scalar, got shape {:?}",
+                t.shape()
+            ))),
+        }, _ => return Err(Error::invalid(format!(
+            "{op}: start index {d} must be an integer, got {dt}"
+        ))));
+        let Some(room) = dims[d].checked_sub(sizes[d]) else {
+            return Err(Error::invalid(format!(
+                "{op}: size {} is larger than dim {d} of size {}",
+                sizes[d], dims[d]
+            )));
+        };
+        out.push(v.clamp(0, room as i128) as usize);
+    }
+    Ok(out)
+}
+
+/// XLA `dynamic_slice`: the block of `sizes` at `starts` (clamped so that
+/// it lies inside `x`).
+pub fn dynamic_slice(x: &Tensor, starts: &[&Tensor], sizes: &[usize]) -> Result<Tensor> {
+    if sizes.len() != x.rank() {
+        return Err(Error::invalid(format!(
+            "dynamic_slice: {} sizes for an operand of rank {}",
+            sizes.len(),
+            x.rank()
+        )));
+    }
+    let at = clamped_starts("dynamic_slice", starts, x.shape(), sizes)?;
+    let xs = strides(x.shape());
+    let offset = if sizes.contains(&0) {
+        0
+    } else {
+        at.iter().zip(&xs).map(|(&a, &s)| a as isize * s).sum()
+    };
+    strided_gather(x, sizes, offset, &xs)
+}
+
+/// Calls `f(x_offset, u_offset)` for each contiguous row of a block of
+/// `block` dims placed at `at` inside a tensor of `dims`: the offsets (in
+/// elements) where the row starts in the tensor and in the block.
+fn for_each_block_row(
+    dims: &[usize],
+    block: &[usize],
+    at: &[usize],
+    mut f: impl FnMut(usize, usize),
+) {
+    if block.contains(&0) {
+        return;
+    }
+    let rank = dims.len();
+    if rank == 0 {
+        f(0, 0);
+        return;
+    }
+    let xs = strides(dims);
+    let inner = block[rank - 1];
+    let mut idx = vec![0usize; rank - 1];
+    let mut u = 0;
+    loop {
+        let x: usize = (0..rank)
+            .map(|d| (at[d] + idx.get(d).copied().unwrap_or(0)) * xs[d] as usize)
+            .sum();
+        f(x, u);
+        u += inner;
+        let mut d = rank - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < block[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// XLA `dynamic_update_slice`: `x` with the block at `starts` (clamped so
+/// that `update` fits) replaced by `update`.
+pub fn dynamic_update_slice(x: &Tensor, update: &Tensor, starts: &[&Tensor]) -> Result<Tensor> {
+    if update.rank() != x.rank() || update.dtype() != x.dtype() {
+        return Err(Error::invalid(format!(
+            "dynamic_update_slice: update {}{:?} does not match operand {}{:?} in dtype and rank",
+            update.dtype(),
+            update.shape(),
+            x.dtype(),
+            x.shape()
+        )));
+    }
+    let at = clamped_starts("dynamic_update_slice", starts, x.shape(), update.shape())?;
+    with_size!(x.dtype().size(), T => {
+        let mut out: Vec<T> = x.view::<T>()?.to_vec();
+        let src = update.view::<T>()?;
+        let inner = update.shape().last().copied().unwrap_or(1);
+        for_each_block_row(x.shape(), update.shape(), &at, |o, u| {
+            out[o..o + inner].copy_from_slice(&src[u..u + inner]);
+        });
+        Ok(Tensor::from_vec_as(x.dtype(), x.shape(), out))
+    })
+}
+
+/// Indices of an integer tensor as positions along a dim of size `n`;
+/// `None` for those outside `[0, n)` (which `scatter` skips).
+fn indices_in_range(idx: &Tensor, n: usize) -> Result<Vec<Option<usize>>> {
+    let d = idx.dtype();
+    with_int!(d, T => Ok(idx.view::<T>()?.iter().map(|v| {
+        let v = v.to_i128();
+        (0..n as i128).contains(&v).then_some(v as usize)
+    }).collect()), _ => Err(Error::invalid(format!("scatter indices must be integers, got {d}"))))
+}
+
+/// Combines `updates` into `x` along `axis` at `idx` (the inverse of
+/// [`take`]); indices outside `[0, n)` are skipped. Updates are applied in
+/// row-major order, so for `Set` the last of duplicate indices wins.
+pub fn scatter(
+    x: &Tensor,
+    idx: &Tensor,
+    updates: &Tensor,
+    axis: usize,
+    combiner: Combiner,
+) -> Result<Tensor> {
+    let mut want = x.shape()[..axis].to_vec();
+    want.extend_from_slice(idx.shape());
+    want.extend_from_slice(&x.shape()[axis + 1..]);
+    if updates.shape() != want.as_slice() || updates.dtype() != x.dtype() {
+        return Err(Error::invalid(format!(
+            "scatter: updates are {}{:?}, but operand {}{:?} and indices {:?} along axis {axis} need {}{want:?}",
+            updates.dtype(),
+            updates.shape(),
+            x.dtype(),
+            x.shape(),
+            idx.shape(),
+            x.dtype()
+        )));
+    }
+    let n = x.shape()[axis];
+    let ids = indices_in_range(idx, n)?;
+    let op = match combiner {
+        Combiner::Set => {
+            return with_size!(x.dtype().size(), T => scatter_with::<T>(x, updates, axis, &ids, |_, u| u));
+        }
+        Combiner::Add => BinaryOp::Add,
+        Combiner::Min => BinaryOp::Min,
+        Combiner::Max => BinaryOp::Max,
+    };
+    let d = x.dtype();
+    match d {
+        // Halves compute in f32 and round after every combination, as every
+        // other op on them does.
+        DType::F16 => scatter_with::<u16>(x, updates, axis, &ids, |a, b| {
+            let r = f32::bin(
+                op,
+                half::f16::from_bits(a).to_f32(),
+                half::f16::from_bits(b).to_f32(),
+            );
+            half::f16::from_f32(r).to_bits()
+        }),
+        DType::BF16 => scatter_with::<u16>(x, updates, axis, &ids, |a, b| {
+            let r = f32::bin(
+                op,
+                half::bf16::from_bits(a).to_f32(),
+                half::bf16::from_bits(b).to_f32(),
+            );
+            half::bf16::from_f32(r).to_bits()
+        }),
+        DType::F32 => scatter_with::<f32>(x, updates, axis, &ids, |a, b| f32::bin(op, a, b)),
+        DType::F64 => scatter_with::<f64>(x, updates, axis, &ids, |a, b| f64::bin(op, a, b)),
+        DType::C64 if op == BinaryOp::Add => {
+            scatter_with::<Complex32>(x, updates, axis, &ids, |a, b| a + b)
+        }
+        DType::C128 if op == BinaryOp::Add => {
+            scatter_with::<Complex64>(x, updates, axis, &ids, |a, b| a + b)
+        }
+        _ => with_int!(d, T => scatter_with::<T>(x, updates, axis, &ids, |a, b| T::bin(op, a, b)),
+        _ => Err(Error::invalid(format!(
+            "scatter combiner {} is not defined on {d}",
+            combiner.name()
+        )))),
+    }
+}
+
+fn scatter_with<T: Pod>(
+    x: &Tensor,
+    updates: &Tensor,
+    axis: usize,
+    ids: &[Option<usize>],
+    f: impl Fn(T, T) -> T,
+) -> Result<Tensor> {
+    let n = x.shape()[axis];
+    let outer: usize = x.shape()[..axis].iter().product();
+    let inner: usize = x.shape()[axis + 1..].iter().product();
+    let mut out: Vec<T> = x.view::<T>()?.to_vec();
+    let src = updates.view::<T>()?;
+    let m = ids.len();
+    for o in 0..outer {
+        for (j, k) in ids.iter().enumerate() {
+            let Some(k) = k else { continue };
+            let dst = (o * n + k) * inner;
+            let from = (o * m + j) * inner;
+            for i in 0..inner {
+                out[dst + i] = f(out[dst + i], src[from + i]);
+            }
+        }
+    }
+    Ok(Tensor::from_vec_as(x.dtype(), x.shape(), out))
+}
+
+/// Reinterprets every element's bytes as dtype `to` (of the same size).
+pub fn bitcast_convert(x: &Tensor, to: DType) -> Result<Tensor> {
+    let from = x.dtype();
+    if from.size() != to.size() || from == DType::String || to == DType::String {
+        return Err(Error::invalid(format!(
+            "bitcast_convert from {from} to {to}: element sizes differ ({} vs {} bytes)",
+            from.size(),
+            to.size()
+        )));
+    }
+    Tensor::from_bytes(to, x.shape(), x.bytes())
 }

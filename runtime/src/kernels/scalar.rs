@@ -19,7 +19,7 @@ pub trait IntScalar: bytemuck::Pod + Ord + Send + Sync {
 }
 
 macro_rules! int_scalar {
-    ($($t:ty: $signed:literal),*) => {$(
+    ($($t:ty: $signed:literal, $u:ty, $s:ty),*) => {$(
         impl IntScalar for $t {
             const ZERO: Self = 0;
             const ONE: Self = 1;
@@ -65,6 +65,22 @@ macro_rules! int_scalar {
                     BinaryOp::And => a & b,
                     BinaryOp::Or => a | b,
                     BinaryOp::Xor => a ^ b,
+                    // XLA: the amount is read as unsigned; one of `BITS` or
+                    // more shifts every bit out (arithmetic: fills with the
+                    // sign bit). Logical shifts see the bits as unsigned,
+                    // arithmetic ones as signed, whatever the dtype.
+                    BinaryOp::ShiftLeft => match shift_amount(b as u64, <$t>::BITS) {
+                        Some(s) => a << s,
+                        None => 0,
+                    },
+                    BinaryOp::ShiftRightLogical => match shift_amount(b as u64, <$t>::BITS) {
+                        Some(s) => ((a as $u) >> s) as $t,
+                        None => 0,
+                    },
+                    BinaryOp::ShiftRightArithmetic => {
+                        let s = shift_amount(b as u64, <$t>::BITS).unwrap_or(<$t>::BITS - 1);
+                        ((a as $s) >> s) as $t
+                    }
                 }
             }
             fn to_i128(self) -> i128 { self as i128 }
@@ -74,7 +90,22 @@ macro_rules! int_scalar {
     )*};
 }
 
-int_scalar!(i8: true, i16: true, i32: true, i64: true, u8: false, u16: false, u32: false, u64: false);
+int_scalar!(
+    i8: true, u8, i8,
+    i16: true, u16, i16,
+    i32: true, u32, i32,
+    i64: true, u64, i64,
+    u8: false, u8, i8,
+    u16: false, u16, i16,
+    u32: false, u32, i32,
+    u64: false, u64, i64
+);
+
+/// A shift amount (the operand's bits read as unsigned, sign-extended to
+/// 64 bits first: a negative amount is huge) when it is below `bits`.
+fn shift_amount(b: u64, bits: u32) -> Option<u32> {
+    (b < u64::from(bits)).then_some(b as u32)
+}
 
 /// Real float semantics (IEEE 754; NaN-propagating max/min with
 /// `max(-0, +0) = +0`; `sign(±0) = ±0`; round half to even).
@@ -140,7 +171,12 @@ macro_rules! float_scalar {
                         if a.is_nan() { a } else if b.is_nan() { b } else if a < b { a } else if b < a { b }
                         else if a.is_sign_negative() { a } else { b }
                     }
-                    BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => $t::NAN,
+                    BinaryOp::And
+                    | BinaryOp::Or
+                    | BinaryOp::Xor
+                    | BinaryOp::ShiftLeft
+                    | BinaryOp::ShiftRightLogical
+                    | BinaryOp::ShiftRightArithmetic => $t::NAN,
                 }
             }
             fn is_finite_(self) -> bool { self.is_finite() }
