@@ -1472,9 +1472,10 @@ impl Sym {
     #[track_caller]
     pub fn scatter(&self, indices: &Sym, updates: &Sym, axis_: i64, combiner: Combiner) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self, indices, updates], |g, v| {
-            builder::scatter(g, v[0], v[1], v[2], axis_, combiner, &site)
-        })
+        self.tracer()
+            .build(&[self, indices, updates], &site, |g, v| {
+                builder::scatter(g, v[0], v[1], v[2], axis_, combiner, &site)
+            })
     }
 
     /// Reads every element's bits as `dtype` (of the same size).
