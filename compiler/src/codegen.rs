@@ -739,8 +739,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         Ok(self.b.inst_results(inst).to_vec())
     }
 
+    /// The stored dtype: the output slot's, or `u16` for a kernel that
+    /// copies f16/bf16 bits (see `fusion::copy_halves_as_bits`).
     fn out_dtype(&self) -> DType {
-        self.plan.slots[self.k.out].dtype
+        match self.k.nodes.get(self.k.root) {
+            Some(ENode::Load {
+                dtype: DType::U16, ..
+            }) if self.k.nodes.len() == 1 => DType::U16,
+            _ => self.plan.slots[self.k.out].dtype,
+        }
     }
 
     /// Accessors: (key, offset, strides, element size) for every load/iota and the output.

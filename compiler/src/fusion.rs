@@ -721,6 +721,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
         labels: 0,
     };
     share_reduced_values(&mut plan);
+    copy_halves_as_bits(&mut plan);
     find_row_groups(&mut plan);
     mark_handoffs(&mut plan);
     plan_buffers(&mut plan);
@@ -840,6 +841,25 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
     plan.groups.sort_by_key(|g| g.start);
     plan.steps.splice(at..=at, new);
     Ok(())
+}
+
+/// Loop kernels that only move f16/bf16 elements (one load, stored as is:
+/// a broadcast, transpose, slice, reverse or reshape) load and store them
+/// as 16-bit integers. Through f32 they would lose a signalling NaN's
+/// signalling bit, which the interpreter keeps and `bitcast_convert` can
+/// reveal.
+fn copy_halves_as_bits(plan: &mut Plan) {
+    for step in &mut plan.steps {
+        let Step::Kernel(k) = step else { continue };
+        if k.kind != KernelKind::Loop || k.nodes.len() != 1 || k.stash.is_some() {
+            continue;
+        }
+        if let ENode::Load { dtype, .. } = &mut k.nodes[0]
+            && matches!(dtype, DType::F16 | DType::BF16)
+        {
+            *dtype = DType::U16;
+        }
+    }
 }
 
 /// A fresh temporary like slot `like`, in a block of its own at the end of

@@ -120,14 +120,34 @@ pub trait FloatScalar: bytemuck::Pod + PartialOrd + Send + Sync {
     const ONE: Self;
 }
 
+/// The NaN policy (IEEE 754 §6.2), the JIT's too: an op that computes a
+/// float returns a NaN operand quieted — the quiet bit set, sign and
+/// payload kept; `neg` and `abs` work on the sign bit and keep a
+/// signalling NaN signalling, as data movement does.
 macro_rules! float_scalar {
-    ($($t:ident: $erf:path),*) => {$(
+    ($($t:ident: $erf:path, $quiet:expr),*) => {$(
         impl FloatScalar for $t {
             const NEG_INF: Self = $t::NEG_INFINITY;
             const INF: Self = $t::INFINITY;
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             fn un(op: UnaryOp, x: Self) -> Self {
+                let r = Self::un_raw(op, x);
+                if matches!(op, UnaryOp::Neg | UnaryOp::Abs) || !r.is_nan() {
+                    r
+                } else {
+                    $t::from_bits(r.to_bits() | $quiet)
+                }
+            }
+            fn bin(op: BinaryOp, a: Self, b: Self) -> Self {
+                let r = Self::bin_raw(op, a, b);
+                if r.is_nan() { $t::from_bits(r.to_bits() | $quiet) } else { r }
+            }
+            fn is_finite_(self) -> bool { self.is_finite() }
+            fn from_f64(v: f64) -> Self { v as $t }
+        }
+        impl RawFloat for $t {
+            fn un_raw(op: UnaryOp, x: Self) -> Self {
                 match op {
                     UnaryOp::Neg => -x,
                     UnaryOp::Abs => x.abs(),
@@ -152,7 +172,7 @@ macro_rules! float_scalar {
                     UnaryOp::Not | UnaryOp::IsFinite => $t::NAN,
                 }
             }
-            fn bin(op: BinaryOp, a: Self, b: Self) -> Self {
+            fn bin_raw(op: BinaryOp, a: Self, b: Self) -> Self {
                 match op {
                     BinaryOp::Add => a + b,
                     BinaryOp::Sub => a - b,
@@ -179,13 +199,17 @@ macro_rules! float_scalar {
                     | BinaryOp::ShiftRightArithmetic => $t::NAN,
                 }
             }
-            fn is_finite_(self) -> bool { self.is_finite() }
-            fn from_f64(v: f64) -> Self { v as $t }
         }
     )*};
 }
 
-float_scalar!(f32: libm::erff, f64: libm::erf);
+/// The float ops before the NaN policy is applied.
+trait RawFloat: Sized {
+    fn un_raw(op: UnaryOp, x: Self) -> Self;
+    fn bin_raw(op: BinaryOp, a: Self, b: Self) -> Self;
+}
+
+float_scalar!(f32: libm::erff, 1u32 << 22, f64: libm::erf, 1u64 << 51);
 
 /// Complex semantics (num-complex's formulas).
 pub trait ComplexScalar: bytemuck::Pod + PartialEq + Send + Sync {
