@@ -383,3 +383,161 @@ fn while_loop_at(
         }
     }
 }
+
+/// `jax.lax.scan`: `carry, y = f(carry, x)` over the leading dim of `xs`
+/// (or `length` steps when `xs` is empty), from the last step down when
+/// `reverse`; returns the final carry and the `y`s stacked along a new
+/// leading dim (in step order: `ys[t]` is the `y` of `xs[t]`). Traced as a
+/// `fori_loop` whose body slices `x` with `dynamic_slice` and writes `y`
+/// with `dynamic_update_slice`; `f` is traced twice (once to learn the
+/// types of `y`).
+#[track_caller]
+pub fn scan(
+    f: impl Fn(&[Sym], &[Sym]) -> (Vec<Sym>, Vec<Sym>),
+    init: &[Sym],
+    xs: &[Sym],
+    length: Option<usize>,
+    reverse: bool,
+) -> (Vec<Sym>, Vec<Sym>) {
+    let site = Site::caller();
+    let Some(first) = init.first().or(xs.first()) else {
+        return (Vec::new(), Vec::new());
+    };
+    let tracer = first.graph();
+    match scan_impl(&tracer, &f, init, xs, length, reverse, &site) {
+        Ok(Some(r)) => r,
+        Ok(None) => (tracer.current_poisoned(init.len()), Vec::new()),
+        Err(e) => {
+            tracer.record(e);
+            (tracer.current_poisoned(init.len()), Vec::new())
+        }
+    }
+}
+
+type ScanResult = Option<(Vec<Sym>, Vec<Sym>)>;
+
+/// A scan body: (carry, x) → (carry, y).
+type ScanBody<'a> = dyn Fn(&[Sym], &[Sym]) -> (Vec<Sym>, Vec<Sym>) + 'a;
+
+fn scan_impl(
+    tracer: &Tracer,
+    f: &ScanBody,
+    init: &[Sym],
+    xs: &[Sym],
+    length: Option<usize>,
+    reverse: bool,
+    site: &Site,
+) -> Result<ScanResult, Error> {
+    let err = |m: String| fail("scan", "scan", site, m);
+    // The step count and the per-step slices' types.
+    let mut steps = length;
+    let mut x_types = Vec::with_capacity(xs.len());
+    for (k, x) in xs.iter().enumerate() {
+        let Some(t) = x.ty() else { return Ok(None) };
+        let dims = t.shape.as_known().ok_or_else(|| {
+            err(format!(
+                "xs[{k}] is {t}: scan needs the leading dim and the rest known"
+            ))
+        })?;
+        let Some((&n, rest)) = dims.split_first() else {
+            return Err(err(format!(
+                "xs[{k}] is a scalar: scan slices a leading dim"
+            )));
+        };
+        if steps.is_some_and(|s| s != n) {
+            return Err(err(format!(
+                "xs[{k}] has {n} steps, but {} were given or found before",
+                steps.unwrap_or_default()
+            )));
+        }
+        steps = Some(n);
+        x_types.push(TensorType::known(t.dtype, rest));
+    }
+    let Some(steps) = steps else {
+        return Err(err("scan needs xs or a length".into()));
+    };
+    let n = init.len();
+    let mut types = Vec::with_capacity(n + xs.len());
+    for s in init {
+        let Some(t) = s.ty() else { return Ok(None) };
+        types.push(t);
+    }
+    types.extend(x_types.iter().cloned());
+    // A first trace, only to learn the types of y.
+    let Some(probe) = tracer.trace_region("scan_probe", &types, site, |a| {
+        let (c, y) = f(&a[..n], &a[n..]);
+        c.into_iter().chain(y).collect()
+    })?
+    else {
+        return Ok(None);
+    };
+    let outs = probe.graph.outputs();
+    if outs.len() < n {
+        return Err(err(format!(
+            "f returns {} carry value(s), but the scan carries {n}",
+            outs.len()
+        )));
+    }
+    let y_types: Vec<TensorType> = outs[n..]
+        .iter()
+        .map(|o| probe.graph.ty(o.value).clone())
+        .collect();
+    let g = tracer;
+    let zero = g.scalar_at_site(DType::I32, 0.0, site.clone());
+    let mut carries: Vec<Sym> = init.to_vec();
+    for t in &y_types {
+        let dims = t
+            .shape
+            .as_known()
+            .ok_or_else(|| err(format!("a y of f is {t}: scan stacks ys of static shapes")))?;
+        let mut stacked = vec![steps];
+        stacked.extend(&dims);
+        let z = g.scalar_at_site(t.dtype, 0.0, site.clone());
+        carries.push(z.broadcast_to(&stacked));
+    }
+    let last = steps as f64 - 1.0;
+    let out = fori_loop(
+        0,
+        steps as i32,
+        |i, c| {
+            let t = if reverse { (i * -1) + last } else { i.clone() };
+            let x_t: Vec<Sym> = xs
+                .iter()
+                .zip(&x_types)
+                .map(|(x, xt)| {
+                    let dims = xt.shape.as_known().unwrap_or_default();
+                    let mut starts = vec![&t];
+                    starts.extend(std::iter::repeat_n(&zero, dims.len()));
+                    let mut sizes = vec![1];
+                    sizes.extend(&dims);
+                    let d: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+                    x.dynamic_slice(&starts, &sizes).reshape(&d)
+                })
+                .collect();
+            let (c2, ys) = f(&c[..n], &x_t);
+            let mut next = c2;
+            for (k, y) in ys.iter().enumerate() {
+                let buf = &c[n + k];
+                let rank = y.shape().and_then(|s| s.rank()).unwrap_or(0);
+                let mut d = vec![1i64];
+                d.extend(
+                    y.shape()
+                        .and_then(|s| s.as_known())
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|&v| v as i64),
+                );
+                let mut starts = vec![&t];
+                starts.extend(std::iter::repeat_n(&zero, rank));
+                next.push(buf.dynamic_update_slice(&y.reshape(&d), &starts));
+            }
+            next
+        },
+        &carries,
+    );
+    if out.len() != carries.len() {
+        return Ok(None);
+    }
+    let (c, ys) = out.split_at(n);
+    Ok(Some((c.to_vec(), ys.to_vec())))
+}

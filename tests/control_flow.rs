@@ -515,3 +515,77 @@ fn fused_and_parallel_kernels_inside_a_loop_body_agree_with_the_interpreter() {
         .unwrap();
     common::assert_close(&got[0], &want[0], 1e-5, 1e-6, "softmax loop");
 }
+
+#[test]
+fn scan_stacks_per_step_outputs_forward_and_reverse() {
+    let xs: Vec<f32> = (0..15).map(|i| i as f32 * 0.5 - 2.0).collect();
+    for reverse in [false, true] {
+        for f in both(|| {
+            function(move |x: Sym| {
+                let zero = &x.slice(&[0, 0], &[1, 3], &[1, 1]).reshape(&[3]) * 0.0;
+                // carry = running sum; ys = (the running sum, the step's x doubled)
+                let (c, ys) = tensorlift::scan(
+                    |c, x| {
+                        let s = &c[0] + &x[0];
+                        (vec![s.clone()], vec![s, &x[0] * 2.0])
+                    },
+                    &[zero],
+                    &[x],
+                    None,
+                    reverse,
+                );
+                vec![c[0].clone(), ys[0].clone(), ys[1].clone()]
+            })
+        }) {
+            let out = f.call(&[common::f32s(&xs, &[5, 3])]).unwrap();
+            let mut acc = [0.0f32; 3];
+            let mut sums = [[0.0f32; 3]; 5];
+            let order: Vec<usize> = if reverse {
+                (0..5).rev().collect()
+            } else {
+                (0..5).collect()
+            };
+            for t in order {
+                for j in 0..3 {
+                    acc[j] += xs[t * 3 + j];
+                }
+                sums[t] = acc;
+            }
+            assert_eq!(
+                common::to_vec::<f32>(&out[0]),
+                acc.to_vec(),
+                "reverse {reverse}"
+            );
+            assert_eq!(
+                common::to_vec::<f32>(&out[1]),
+                sums.concat(),
+                "reverse {reverse}"
+            );
+            assert_eq!(
+                common::to_vec::<f32>(&out[2]),
+                xs.iter().map(|v| v * 2.0).collect::<Vec<_>>()
+            );
+            assert_eq!(out[1].shape(), &[5, 3]);
+        }
+    }
+}
+
+#[test]
+fn scan_with_a_length_and_no_xs() {
+    for f in both(|| {
+        function(|x: Sym| {
+            let (c, ys) = tensorlift::scan(
+                |c, _| (vec![&c[0] * 2.0], vec![c[0].clone()]),
+                &[x],
+                &[],
+                Some(4),
+                false,
+            );
+            vec![c[0].clone(), ys[0].clone()]
+        })
+    }) {
+        let out = f.call(&[common::f32s(&[1.0], &[])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![16.0]);
+        assert_eq!(common::to_vec::<f32>(&out[1]), vec![1.0, 2.0, 4.0, 8.0]);
+    }
+}

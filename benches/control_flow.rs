@@ -1,0 +1,148 @@
+//! Control flow compiled into `main` (issue 14): the per-iteration cost of
+//! a scalar-body `fori_loop`, a 256-step RNN cell over a (64, 512) state,
+//! a power iteration run to convergence (a data-dependent trip count), and
+//! the compile time of each. The peers' figures for the same workloads come
+//! from `scripts/peers/control_flow.py`; run both in one window.
+//! Run: `cargo bench --bench control_flow` (figures in docs/benchmarks.md).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    reason = "benchmark harness"
+)]
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use tensorlift::{DType, Function, Sym, Tensor, TensorSpec, fori_loop, function, while_loop};
+
+#[allow(dead_code, reason = "the module also serves benches/jit.rs")]
+mod workloads;
+
+use workloads::tensor;
+
+/// Iterations of the scalar loop.
+const SCALAR_STEPS: i32 = 100_000;
+
+/// `x = x * 0.999 + 1`, `SCALAR_STEPS` times, on an f32 scalar.
+fn scalar_loop(x: Sym) -> Vec<Sym> {
+    fori_loop(0, SCALAR_STEPS, |_, c| vec![&c[0] * 0.999 + 1.0], &[x])
+}
+
+/// `h = tanh(h @ w + u)`, 256 times, h (64, 512).
+fn rnn(h: Sym, w: Sym, u: Sym) -> Vec<Sym> {
+    fori_loop(0, 256, |_, c| vec![(c[0].matmul(&w) + &u).tanh()], &[h])
+}
+
+/// `v = A v / |A v|` until `|v' - v|² < 1e-10` or 1000 steps; A (512, 512)
+/// symmetric, v (512, 1). Returns v and the step count.
+fn power(a: Sym, v: Sym) -> Vec<Sym> {
+    let g = a.graph();
+    let i = g.scalar(DType::I32, 0.0);
+    let err = g.scalar(DType::F32, 1.0);
+    let out = while_loop(
+        |c| c[1].greater(1e-10).logical_and(c[0].less(1000)),
+        |c| {
+            let w = a.matmul(&c[2]);
+            let n = (&w * &w).reduce_sum(None, false).sqrt();
+            let next = &w / &n;
+            let d = &next - &c[2];
+            vec![&c[0] + 1, (&d * &d).reduce_sum(None, false), next]
+        },
+        &[i, err, v],
+    );
+    vec![out[2].clone(), out[0].clone()]
+}
+
+fn scalar(v: f32) -> Tensor {
+    Tensor::from(ndarray::arr0(v).into_dyn())
+}
+
+fn power_inputs() -> [Tensor; 2] {
+    let n = 512;
+    let b = tensor(&[n, n], 3).array_view::<f32>().unwrap().to_owned();
+    let b = b.into_dimensionality::<ndarray::Ix2>().unwrap();
+    let a = (&b + &b.t()) * 0.5 / n as f32;
+    [
+        Tensor::from(a.into_dyn()),
+        Tensor::from(ndarray::ArrayD::<f32>::ones(vec![n, 1])),
+    ]
+}
+
+fn rnn_inputs() -> [Tensor; 3] {
+    let w = tensor(&[512, 512], 5)
+        .array_view::<f32>()
+        .unwrap()
+        .mapv(|v| v * 0.02);
+    [
+        tensor(&[64, 512], 1),
+        Tensor::from(w),
+        tensor(&[64, 512], 7),
+    ]
+}
+
+fn run(c: &mut Criterion, group: &str, f: impl Fn(bool) -> Function, inputs: &[Tensor]) {
+    let mut g = c.benchmark_group(group);
+    g.sample_size(10);
+    for (name, jit) in [("interpreter", false), ("jit", true)] {
+        let func = f(jit);
+        func.call(inputs).unwrap();
+        g.bench_with_input(BenchmarkId::new(name, ""), inputs, |b, inputs| {
+            b.iter(|| func.call(inputs).unwrap())
+        });
+    }
+    g.finish();
+}
+
+fn loops(c: &mut Criterion) {
+    run(
+        c,
+        "fori_scalar_100k",
+        |j| function(scalar_loop).jit_compile(j),
+        &[scalar(0.0)],
+    );
+    run(
+        c,
+        "rnn_256x64x512",
+        |j| function(rnn).jit_compile(j),
+        &rnn_inputs(),
+    );
+    run(
+        c,
+        "power_512",
+        |j| function(power).jit_compile(j),
+        &power_inputs(),
+    );
+}
+
+fn compile_time(c: &mut Criterion) {
+    let mut g = c.benchmark_group("compile_loops");
+    g.sample_size(10);
+    let f32s = |dims: &[usize]| TensorSpec::known(DType::F32, dims);
+    g.bench_function("fori_scalar", |b| {
+        b.iter(|| {
+            function(scalar_loop)
+                .jit_compile(true)
+                .compile(&[f32s(&[])])
+                .unwrap()
+        })
+    });
+    g.bench_function("rnn", |b| {
+        b.iter(|| {
+            function(rnn)
+                .jit_compile(true)
+                .compile(&[f32s(&[64, 512]), f32s(&[512, 512]), f32s(&[64, 512])])
+                .unwrap()
+        })
+    });
+    g.bench_function("power", |b| {
+        b.iter(|| {
+            function(power)
+                .jit_compile(true)
+                .compile(&[f32s(&[512, 512]), f32s(&[512, 1])])
+                .unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, loops, compile_time);
+criterion_main!(benches);
