@@ -414,3 +414,74 @@ fn a_host_fn_result_handed_to_a_numpy_function_keeps_its_value() {
         assert_eq!(common::to_vec::<f32>(&out[0]), vec![4.0, 6.0, 8.0]);
     }
 }
+
+// ---- Callbacks inside loops and branches.
+
+#[test]
+fn a_numpy_function_in_a_loop_runs_once_per_iteration_in_both_modes() {
+    let log = pyfn(
+        "calls = []\ndef f(i, x):\n    calls.append(int(i))\n    return (x * 2).astype(np.float32)\n",
+        "f",
+    );
+    for f in both(|| {
+        let log = Python::attach(|py| log.clone_ref(py));
+        function(move |x: Sym| {
+            let log = Python::attach(|py| log.clone_ref(py));
+            tensorlift::fori_loop(
+                0,
+                4,
+                move |i, c| {
+                    let log = Python::attach(|py| log.clone_ref(py));
+                    let y = i
+                        .graph()
+                        .numpy_function(log, &[i, &c[0]], &[DType::F32], true);
+                    vec![y[0].set_shape(&[Some(2)])]
+                },
+                &[x],
+            )
+        })
+    }) {
+        Python::attach(|py| {
+            let globals = log.bind(py).getattr("__globals__").unwrap();
+            globals
+                .get_item("calls")
+                .unwrap()
+                .call_method0("clear")
+                .unwrap();
+        });
+        let out = f.call(&[common::f32s(&[1.0, -0.5], &[2])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![16.0, -8.0]);
+        let calls: Vec<i64> = Python::attach(|py| {
+            let globals = log.bind(py).getattr("__globals__").unwrap();
+            globals.get_item("calls").unwrap().extract().unwrap()
+        });
+        assert_eq!(calls, vec![0, 1, 2, 3]);
+    }
+}
+
+#[test]
+fn a_py_function_inside_a_compiled_loop_body_is_named_in_the_jit_error() {
+    let eager = pyfn("def g(x):\n    return x\n", "g");
+    let f = function(move |x: Sym| {
+        let eager = Python::attach(|py| eager.clone_ref(py));
+        tensorlift::fori_loop(
+            0,
+            2,
+            move |i, c| {
+                let eager = Python::attach(|py| eager.clone_ref(py));
+                vec![i.graph().py_function(eager, &[&c[0]], &[DType::F32])[0].set_shape(&[Some(2)])]
+            },
+            &[x],
+        )
+    })
+    .jit_compile(true);
+    let e = f
+        .compile(&[TensorSpec::known(DType::F32, &[2])])
+        .unwrap_err();
+    assert_eq!(e.code(), Code::JitIncompatible, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("py_function") && msg.contains("python_api.rs:"),
+        "{msg}"
+    );
+}

@@ -111,3 +111,54 @@ fn ten_thousand_compile_and_drop_cycles() {
     };
     flat("compile/drop", 16 << 20, || cycles(200), || cycles(10_000));
 }
+
+/// A compiled loop of `n` iterations around a stateful `host_fn_into`
+/// that adds 1 to a (16,) f32 carry.
+fn host_fn_loop(n: i32) -> tensorlift::Function {
+    function(move |x: Sym| {
+        tensorlift::fori_loop(
+            0,
+            n,
+            |_, c| {
+                c[0].graph().host_fn_into(
+                    "plus_one",
+                    |ins, outs| {
+                        let x = ins[0].slice::<f32>()?;
+                        for (o, v) in outs[0].slice_mut::<f32>()?.iter_mut().zip(x) {
+                            *o = v + 1.0;
+                        }
+                        Ok(())
+                    },
+                    &[&c[0]],
+                    &[DType::F32],
+                    &[&[16]],
+                    true,
+                )
+            },
+            &[x],
+        )
+    })
+    .jit_compile(true)
+}
+
+#[test]
+#[ignore = "soak: scripts/test.sh --long"]
+fn a_million_iteration_compiled_loop_around_host_fn_into_stays_flat() {
+    let x = common::f32s(&[0.0; 16], &[16]);
+    let small = host_fn_loop(10_000);
+    let big = host_fn_loop(1_000_000);
+    flat(
+        "1M-iteration loop around host_fn_into",
+        4 << 20,
+        || {
+            let out = small.call(std::slice::from_ref(&x)).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0])[0], 10_000.0);
+            big.compile(&[tensorlift::TensorSpec::known(DType::F32, &[16])])
+                .unwrap();
+        },
+        || {
+            let out = big.call(std::slice::from_ref(&x)).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0])[15], 1_000_000.0);
+        },
+    );
+}
