@@ -193,6 +193,17 @@ fn has_sse41() -> bool {
 }
 
 /// Compiles `plan` into a module. `table` must outlive the module's code.
+/// True for kernels `main` emits in place instead of calling: scalar loop
+/// kernels (a loop counter's compare and increment, a scalar carry's
+/// update), where a call costs more than the work.
+fn inline_in_main(k: &Kernel) -> bool {
+    k.dims.is_empty() && k.kind == KernelKind::Loop && k.stash.is_none()
+}
+
+/// Copies between slots up to this many bytes are inline loads and stores
+/// (a loop's scalar carries), larger ones `memmove` calls.
+const SMALL_COPY: usize = 64;
+
 pub(crate) fn generate(
     plan: &Plan,
     table: *const StepTable,
@@ -216,7 +227,9 @@ pub(crate) fn generate(
     let mut fctx = FunctionBuilderContext::new();
     let mut kernel_ids = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
-        if let Step::Kernel(k) = step {
+        if let Step::Kernel(k) = step
+            && !(inline_in_main(k) && !plan.groups.iter().any(|g| (g.start..g.end).contains(&i)))
+        {
             let mut func =
                 Function::with_name_signature(UserFuncName::user(0, i as u32), ksig.clone());
             {
@@ -314,6 +327,12 @@ pub(crate) fn generate(
             }
             let group = plan.groups.iter().find(|g| g.start == i);
             let status = match step {
+                Step::Kernel(k) if group.is_none() && inline_in_main(k) => {
+                    let mut kg =
+                        KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
+                    kg.emit_body(bufs)?;
+                    continue;
+                }
                 Step::Copy { from, to } => {
                     for (&f, &t) in from.iter().zip(to) {
                         let n = plan.slots[t].bytes();
@@ -321,8 +340,25 @@ pub(crate) fn generate(
                             continue;
                         }
                         let (src, dst) = (slot_ptr(&mut b, f), slot_ptr(&mut b, t));
-                        let len = b.ins().iconst(ptr, n as i64);
-                        b.call_memmove(module.target_config(), dst, src, len);
+                        if n <= SMALL_COPY {
+                            // A scalar or small carry: loads and stores.
+                            let mut off = 0usize;
+                            for (size, ty) in [
+                                (8, types::I64),
+                                (4, types::I32),
+                                (2, types::I16),
+                                (1, types::I8),
+                            ] {
+                                while n - off >= size {
+                                    let v = b.ins().load(ty, unaligned(), src, off as i32);
+                                    b.ins().store(unaligned(), v, dst, off as i32);
+                                    off += size;
+                                }
+                            }
+                        } else {
+                            let len = b.ins().iconst(ptr, n as i64);
+                            b.call_memmove(module.target_config(), dst, src, len);
+                        }
                     }
                     continue;
                 }
@@ -803,6 +839,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         if crate::fusion::range_capable(self.k) {
             self.range = Some((begin, end));
         }
+        self.emit_body(bufs)?;
+        let zero = self.b.ins().iconst(types::I32, 0);
+        self.b.ins().return_(&[zero]);
+        Ok(())
+    }
+
+    /// The kernel's code at the builder's current position, reading slot
+    /// pointers from `bufs` (no function of its own: `main` inlines scalar
+    /// kernels, see [`inline_in_main`]).
+    fn emit_body(&mut self, bufs: Value) -> Result<()> {
         let mut slots: Vec<usize> = self
             .k
             .nodes
@@ -831,8 +877,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         } else {
             self.nest(0, &mut idx)?;
         }
-        let zero = self.b.ins().iconst(types::I32, 0);
-        self.b.ins().return_(&[zero]);
         Ok(())
     }
 
