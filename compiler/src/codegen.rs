@@ -228,7 +228,7 @@ pub(crate) fn generate(
     let mut kernel_ids = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if let Step::Kernel(k) = step
-            && !(inline_in_main(k) && !plan.groups.iter().any(|g| (g.start..g.end).contains(&i)))
+            && (!inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i)))
         {
             let mut func =
                 Function::with_name_signature(UserFuncName::user(0, i as u32), ksig.clone());
