@@ -103,7 +103,11 @@ fn simplification_is_exact() {
     let x0 = x.params()[0];
     let i0 = x.params()[1];
     let outs: Vec<_> = x.outputs().iter().map(|o| o.value).collect();
-    // x + 0.0 is not x for x = -0.0, so it stays; x + (-0.0), x*1, -(-x), x - 0, i + 0, convert-to-self all go.
-    assert_ne!(outs[0], x0);
-    assert_eq!(&outs[1..], &[x0, x0, x0, i0, x0, x0]);
+    // Float arithmetic stays: x + 0.0 is not x for x = -0.0, and x + (-0.0),
+    // x * 1, x - 0 quiet a signalling NaN that x itself is (the NaN
+    // policy). -(-x) (sign-bit operations), i + 0 and convert-to-self go.
+    for k in [0, 1, 2, 5] {
+        assert_ne!(outs[k], x0, "output {k}");
+    }
+    assert_eq!([outs[3], outs[4], outs[6]], [x0, i0, x0]);
 }

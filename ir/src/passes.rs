@@ -217,14 +217,16 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
     let x = *n.inputs.first()?;
     let dt = g.ty(x).dtype;
     let float = dt.is_float() || dt.is_complex();
+    // A float op computes, and so quiets a signalling NaN (the NaN policy,
+    // docs/ir.md): `x * 1` is not `x` bit for bit when x is one. Only
+    // integer and bool arithmetic identities apply.
     match &n.op {
+        Op::Binary(_) if float => None,
         Op::Binary(BinaryOp::Add) => {
             let y = n.inputs[1];
-            // x + 0 == x for integers; for floats only x + (-0.0) is exact.
-            let zero = if float { -0.0 } else { 0.0 };
-            if is_splat(g, y, zero) {
+            if is_splat(g, y, 0.0) {
                 Some(x)
-            } else if is_splat(g, x, zero) {
+            } else if is_splat(g, x, 0.0) {
                 Some(y)
             } else {
                 None
@@ -233,7 +235,7 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         Op::Binary(BinaryOp::Sub) if is_splat(g, n.inputs[1], 0.0) => Some(x),
         Op::Binary(BinaryOp::Mul) if is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::Mul) if is_splat(g, x, 1.0) => Some(n.inputs[1]),
-        // x / 1 and x ^ 1 are x for every dtype (integer pow included).
+        // x / 1 and x ^ 1 are x for every integer dtype.
         Op::Binary(BinaryOp::Div | BinaryOp::Pow) if is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::And) if dt == DType::Bool && is_splat(g, n.inputs[1], 1.0) => Some(x),
         Op::Binary(BinaryOp::Or) if dt == DType::Bool && is_splat(g, n.inputs[1], 0.0) => Some(x),
