@@ -589,3 +589,54 @@ fn scan_with_a_length_and_no_xs() {
         assert_eq!(common::to_vec::<f32>(&out[1]), vec![1.0, 2.0, 4.0, 8.0]);
     }
 }
+
+#[test]
+fn loop_invariant_code_is_hoisted_out_of_the_body() {
+    // exp(x) * 2 does not change between iterations; the carry update does.
+    let make = || {
+        function(|x: Sym, n: Sym| {
+            let zero = &x * 0.0;
+            fori_loop(
+                0,
+                &n,
+                |_, c| {
+                    let inv = x.exp() * 2.0;
+                    vec![&c[0] + &inv + &x.broadcast_to(&[3])]
+                },
+                &[zero],
+            )
+        })
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[3]),
+        TensorSpec::known(DType::I32, &[]),
+    ];
+    let ir = make().compiler_ir(&specs, IrStage::Optimized).unwrap();
+    let body_start = ir.find("graph @while_body").unwrap();
+    let (outer, body) = ir.split_at(body_start);
+    assert!(
+        outer.contains("= exp("),
+        "exp is computed before the loop:\n{ir}"
+    );
+    assert!(!body.contains("= exp("), "and not in the body:\n{ir}");
+    let x = [0.5f32, -1.0, 2.0];
+    for f in [make(), make().jit_compile(true)] {
+        for n in [0, 1, 4] {
+            let out = f.call(&[common::f32s(&x, &[3]), scalar_i32(n)]).unwrap();
+            let want: Vec<f32> = x
+                .iter()
+                .map(|v| {
+                    let inv = v.exp() * 2.0;
+                    (0..n).fold(0.0f32, |acc, _| acc + inv + v)
+                })
+                .collect();
+            common::assert_close(
+                &out[0],
+                &common::f32s(&want, &[3]),
+                1e-6,
+                1e-6,
+                &format!("n = {n}"),
+            );
+        }
+    }
+}

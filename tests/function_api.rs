@@ -113,11 +113,11 @@ fn compiler_ir_shows_traced_and_optimized_graphs() {
         traced.contains("sin(") && traced.matches("exp(").count() == 2,
         "{traced}"
     );
-    // DCE removed sin, CSE merged the exps, folding computed 2*3, x*1 is x.
+    // DCE removed sin, CSE merged the exps, folding computed 2*3; the
+    // float x*1 stays (it quiets a signalling NaN: docs/ir.md, passes).
     assert!(!optimized.contains("sin("), "{optimized}");
     assert_eq!(optimized.matches("exp(").count(), 1, "{optimized}");
     assert!(optimized.contains("constant 6.0 : f32[]"), "{optimized}");
-    assert!(!optimized.contains("constant 1.0"), "{optimized}");
     // Both are valid text IR.
     tensorlift::ir::text::parse(&optimized, "o").unwrap();
 }

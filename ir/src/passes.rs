@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use crate::{
-    BinaryOp, DType, Effect, Graph, Literal, Node, NodeId, Op, Result, TensorType, UnaryOp, ValueId,
+    BinaryOp, DType, Effect, Graph, Literal, NewNode, Node, NodeId, Op, Result, TensorType,
+    UnaryOp, ValueId,
 };
 
 /// Evaluates a node on constant operands, for constant folding. The IR knows
@@ -317,13 +318,237 @@ pub fn optimize_regions(g: &mut Graph, eval: &dyn ConstEval) -> bool {
     changed
 }
 
+/// Whether loop-invariant code motion moves a node of `op` out of a loop
+/// body: `None` never (it has no operands to be invariant in, may fail at
+/// run time so that hoisting would fail a loop that runs no iteration, or
+/// holds regions); `Some(false)` only as part of a hoisted computation
+/// (cheaper to recompute in its consumers' kernels than to load, as XLA's
+/// invariant-code motion judges broadcasts and constants); `Some(true)`
+/// worth a carried buffer of its own.
+fn hoistable(op: &Op) -> Option<bool> {
+    match op {
+        Op::Parameter { .. }
+        | Op::Callback(_)
+        | Op::Take { .. }
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. } => None,
+        Op::Constant(_)
+        | Op::Iota { .. }
+        | Op::BroadcastInDim { .. }
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Reverse(_)
+        | Op::Convert(_)
+        | Op::BitcastConvert(_)
+        | Op::Select
+        | Op::DynamicSlice { .. } => Some(false),
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Clamp
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. } => Some(true),
+    }
+}
+
+/// Loop-invariant code motion: in the body of every `while`, a pure
+/// computation whose operands are all carries the body passes through
+/// unchanged (captured values, constants) is computed once before the
+/// loop and carried in as a new pass-through carry. Only computations
+/// holding at least one op worth a buffer of its own move ([`hoistable`]).
+pub fn licm(g: &mut Graph) -> bool {
+    let plans: HashMap<NodeId, Vec<ValueId>> = g
+        .node_ids()
+        .filter_map(|id| match &g.node(id).op {
+            Op::While { body, .. } => {
+                let f = invariant_frontier(body.graph());
+                (!f.is_empty()).then_some((id, f))
+            }
+            _ => None,
+        })
+        .collect();
+    if plans.is_empty() {
+        return false;
+    }
+    let rewritten = g.rewrite(|ng, node, inputs| {
+        let Some(id) = node.results.first().map(|r| g.value(*r).node) else {
+            return Ok(None);
+        };
+        let (Some(frontier), Op::While { cond, body }) = (plans.get(&id), &node.op) else {
+            return Ok(None);
+        };
+        hoist(ng, node, inputs, cond.graph(), body.graph(), frontier).map(Some)
+    });
+    match rewritten {
+        Ok(ng) => {
+            *g = ng;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// The values of `body` to hoist: invariant, used by a node that is not
+/// (or returned), and computed by a cone holding an op worth hoisting.
+fn invariant_frontier(body: &Graph) -> Vec<ValueId> {
+    let params = body.params();
+    let mut invariant = vec![false; body.num_values()];
+    let mut worth = vec![false; body.num_values()];
+    for (k, p) in params.iter().enumerate() {
+        if body.outputs().get(k).map(|o| o.value) == Some(*p) {
+            invariant[p.index()] = true;
+        }
+    }
+    for id in body.node_ids() {
+        let n = body.node(id);
+        let Some(w) = hoistable(&n.op) else { continue };
+        if n.effect != Effect::Pure || n.results.len() != 1 {
+            continue;
+        }
+        if n.inputs.iter().all(|v| invariant[v.index()]) && !n.inputs.is_empty()
+            || matches!(n.op, Op::Constant(_) | Op::Iota { .. })
+        {
+            invariant[n.results[0].index()] = true;
+            worth[n.results[0].index()] = w || n.inputs.iter().any(|v| worth[v.index()]);
+        }
+    }
+    let mut frontier = Vec::new();
+    let mut seen = vec![false; body.num_values()];
+    let mut consider = |v: ValueId, frontier: &mut Vec<ValueId>| {
+        if invariant[v.index()] && worth[v.index()] && !seen[v.index()] {
+            seen[v.index()] = true;
+            frontier.push(v);
+        }
+    };
+    for id in body.node_ids() {
+        let n = body.node(id);
+        if n.results.iter().all(|r| invariant[r.index()]) && !n.results.is_empty() {
+            continue;
+        }
+        for v in &n.inputs {
+            consider(*v, &mut frontier);
+        }
+    }
+    for o in body.outputs() {
+        consider(o.value, &mut frontier);
+    }
+    frontier.sort();
+    frontier
+}
+
+/// The `while` `node` with `frontier` (values of `body`) computed before it
+/// from `inputs` and passed in as new carries; returns the values that
+/// replace the node's results.
+fn hoist(
+    g: &mut Graph,
+    node: &Node,
+    inputs: &[ValueId],
+    cond: &Graph,
+    body: &Graph,
+    frontier: &[ValueId],
+) -> Result<Vec<ValueId>> {
+    let n = inputs.len();
+    // The invariant cone, copied before the loop.
+    let mut outer: HashMap<ValueId, ValueId> = HashMap::new();
+    for (k, p) in body.params().iter().enumerate() {
+        outer.insert(*p, inputs[k]);
+    }
+    let mut needed = vec![false; body.num_values()];
+    for v in frontier {
+        needed[v.index()] = true;
+    }
+    for id in body.node_ids().rev() {
+        let b = body.node(id);
+        if b.results.iter().any(|r| needed[r.index()]) && !matches!(b.op, Op::Parameter { .. }) {
+            for v in &b.inputs {
+                needed[v.index()] = true;
+            }
+        }
+    }
+    for id in body.node_ids() {
+        let b = body.node(id);
+        if matches!(b.op, Op::Parameter { .. }) || !b.results.iter().any(|r| needed[r.index()]) {
+            continue;
+        }
+        let ins = b
+            .inputs
+            .iter()
+            .map(|v| outer.get(v).copied())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| crate::Error::internal("hoisted node reads a variant value"))?;
+        let name = g.fresh_name(&format!("{}.{}", node.name, b.name));
+        let c = g.add_node(NewNode {
+            op: b.op.clone(),
+            inputs: ins,
+            name: Some(name),
+            site: b.site.clone(),
+            effect: Effect::Pure,
+            result_types: None,
+        })?;
+        outer.insert(b.results[0], g.node(c).results[0]);
+    }
+    let hoisted: Vec<ValueId> = frontier.iter().map(|v| outer[v]).collect();
+    let extra: Vec<TensorType> = frontier.iter().map(|v| body.ty(*v).clone()).collect();
+    // The body reads the new carries instead, and passes them through.
+    let mut new_params = Vec::new();
+    let mut new_body = body.rewrite(|bg, bn, _| {
+        let Some(pos) = bn
+            .results
+            .first()
+            .and_then(|r| frontier.iter().position(|f| f == r))
+        else {
+            return Ok(None);
+        };
+        let name = bg.fresh_name("hoisted");
+        let p = bg.add_parameter(n + pos, extra[pos].clone(), Some(name), bn.site.clone())?;
+        new_params.push((pos, p));
+        Ok(Some(vec![p]))
+    })?;
+    new_params.sort();
+    for (pos, p) in &new_params {
+        new_body.add_output(*p, format!("hoisted_{pos}"))?;
+    }
+    dce(&mut new_body);
+    let mut new_cond = cond.clone();
+    for (pos, t) in extra.iter().enumerate() {
+        let name = new_cond.fresh_name("hoisted");
+        new_cond.add_parameter(n + pos, t.clone(), Some(name), node.site.clone())?;
+    }
+    let mut all_inputs = inputs.to_vec();
+    all_inputs.extend(&hoisted);
+    let id = g.add_node(NewNode {
+        op: Op::While {
+            cond: crate::Region::new(new_cond),
+            body: crate::Region::new(new_body),
+        },
+        inputs: all_inputs,
+        name: Some(node.name.clone()),
+        site: node.site.clone(),
+        effect: node.effect,
+        result_types: None,
+    })?;
+    Ok(g.node(id).results[..n].to_vec())
+}
+
 /// The standard pipeline: simplify, fold, CSE, DCE, then the same inside
-/// every region.
+/// every region, and loop-invariant code motion.
 pub fn standard_passes(eval: &dyn ConstEval) -> Vec<Pass<'_>> {
     vec![
         Pass {
             name: "regions",
             run: Box::new(move |g| optimize_regions(g, eval)),
+        },
+        Pass {
+            name: "licm",
+            run: Box::new(licm),
         },
         Pass {
             name: "simplify",
