@@ -59,10 +59,15 @@ if [ "$long" -eq 1 ]; then
 fi
 
 echo "== fuzz (seed ${FUZZ_SEED:-1}; findings in target/fuzz/findings)"
-for t in "tlir $fuzz_tlir" "npy $fuzz_npy" "graph $fuzz_graph"; do
+# Graphs three ways: the property tests' values; signalling and payload
+# NaNs (bits compared through bitcast_convert); loops and branches.
+for t in "tlir $fuzz_tlir" "npy $fuzz_npy" "graph $fuzz_graph" \
+  "graph $fuzz_graph --nan-payloads" "graph $fuzz_graph --control-flow"; do
   set -- $t
-  cargo run --quiet --bin tensorlift-fuzz -- --target "$1" --cases "$2" \
-    --seed "${FUZZ_SEED:-1}" || status=1
+  target=$1 cases=$2
+  shift 2
+  cargo run --quiet --bin tensorlift-fuzz -- --target "$target" --cases "$cases" \
+    --seed "${FUZZ_SEED:-1}" "$@" || status=1
 done
 
 passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
