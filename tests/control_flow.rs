@@ -640,3 +640,82 @@ fn loop_invariant_code_is_hoisted_out_of_the_body() {
         }
     }
 }
+
+#[test]
+fn dynamic_update_slice_writes_in_place_when_the_operand_is_dead() {
+    let idx = |v: i32| scalar_i32(v);
+    // Operand dead after the update: in place. Operand read again: a copy.
+    let dead = || {
+        function(|x: Sym, u: Sym, i: Sym| {
+            let t = &x * 2.0;
+            t.dynamic_update_slice(&u, &[&i])
+        })
+    };
+    let live = || {
+        function(|x: Sym, u: Sym, i: Sym| {
+            let t = &x * 2.0;
+            let y = t.dynamic_update_slice(&u, &[&i]);
+            vec![&y + &t]
+        })
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[5]),
+        TensorSpec::known(DType::F32, &[2]),
+        TensorSpec::known(DType::I32, &[]),
+    ];
+    let fused = |f: Function| {
+        f.jit_compile(true)
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap()
+    };
+    assert!(fused(dead()).contains("in place"), "{}", fused(dead()));
+    assert!(!fused(live()).contains("in place"), "{}", fused(live()));
+    let x = common::f32s(&[1.0, 2.0, 3.0, 4.0, 5.0], &[5]);
+    let u = common::f32s(&[-1.0, -2.0], &[2]);
+    for (i, want_dead, want_live) in [
+        (
+            1,
+            vec![2.0, -1.0, -2.0, 8.0, 10.0],
+            vec![4.0, 3.0, 4.0, 16.0, 20.0],
+        ),
+        // Clamped to 3.
+        (
+            9,
+            vec![2.0, 4.0, 6.0, -1.0, -2.0],
+            vec![4.0, 8.0, 12.0, 7.0, 8.0],
+        ),
+    ] {
+        for f in [dead(), dead().jit_compile(true)] {
+            let out = f.call(&[x.clone(), u.clone(), idx(i)]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), want_dead, "i = {i}");
+        }
+        for f in [live(), live().jit_compile(true)] {
+            let out = f.call(&[x.clone(), u.clone(), idx(i)]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), want_live, "i = {i}");
+        }
+    }
+    // A scan writes its stacked outputs in place, step by step.
+    let scan_fn = function(|x: Sym| {
+        let zero = x.graph().scalar(DType::F32, 0.0);
+        let (_, ys) = tensorlift::scan(
+            |c, x| (vec![&c[0] + &x[0]], vec![&c[0] + &x[0]]),
+            &[zero],
+            &[x],
+            None,
+            false,
+        );
+        ys
+    })
+    .jit_compile(true);
+    let plan = scan_fn
+        .compiler_ir(&[TensorSpec::known(DType::F32, &[6])], IrStage::Fused)
+        .unwrap();
+    assert!(plan.contains("dynamic_update_slice in place"), "{plan}");
+    let out = scan_fn
+        .call(&[common::f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[6])])
+        .unwrap();
+    assert_eq!(
+        common::to_vec::<f32>(&out[0]),
+        vec![1.0, 3.0, 6.0, 10.0, 15.0, 21.0]
+    );
+}

@@ -474,6 +474,13 @@ fn native_reduce(dtype: DType) -> bool {
 
 /// Builds the plan for `g` (static shapes, optimized).
 pub fn plan(g: &Graph) -> Result<Plan> {
+    plan_with(g, false)
+}
+
+/// [`plan`], for a program whose parameters' buffers it may overwrite
+/// once it has read them (a loop body: its parameters are the loop's
+/// carries, replaced by what it returns).
+fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
     let mut uses: Vec<Vec<NodeId>> = vec![Vec::new(); g.num_values()];
     for id in g.node_ids() {
         for v in &g.node(id).inputs {
@@ -723,6 +730,7 @@ pub fn plan(g: &Graph) -> Result<Plan> {
     share_reduced_values(&mut plan);
     copy_halves_as_bits(&mut plan);
     find_row_groups(&mut plan);
+    update_in_place(&mut plan, params_writable);
     mark_handoffs(&mut plan);
     plan_buffers(&mut plan);
     // Control flow, last first so that earlier step numbers stay valid.
@@ -769,7 +777,14 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
             pred: c.outputs[0],
             label: end,
         });
-        let b = merge_region(plan, body.graph(), &outputs, at + new.len(), &mut groups)?;
+        let b = merge_region_with(
+            plan,
+            body.graph(),
+            &outputs,
+            at + new.len(),
+            &mut groups,
+            true,
+        )?;
         new.extend(b.steps);
         // A body returning carry j as carry k (a swap) reads a carry the
         // copy below may already have overwritten: stage it first.
@@ -843,6 +858,119 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
     Ok(())
 }
 
+/// A `dynamic_update_slice` whose operand's buffer nothing reads later
+/// (no later step, no output) writes its update into that buffer instead
+/// of copying the operand: its result takes the operand's slot, and the
+/// runtime step writes only the block (a `scan` filling its stacked
+/// outputs one step at a time is linear, not quadratic). The operand's
+/// buffer must be ours to write: a temporary no callback produced, or a
+/// loop body's parameter (`params_writable`), whose result becomes the
+/// next carry in the same slot.
+fn update_in_place(plan: &mut Plan, params_writable: bool) {
+    for i in 0..plan.steps.len() {
+        let Step::Runtime {
+            graph: 0,
+            node,
+            inputs,
+            outputs,
+        } = &plan.steps[i]
+        else {
+            continue;
+        };
+        let n = plan.graph.node(*node);
+        if !matches!(n.op, Op::DynamicUpdateSlice) || outputs.len() != 1 {
+            continue;
+        }
+        let (s_in, s_out) = (inputs[0], outputs[0]);
+        let producer = plan.graph.producer(n.inputs[0]);
+        let ours = match plan.slots[s_in].kind {
+            SlotKind::Temp { .. } => !matches!(producer.op, Op::Callback(_)),
+            SlotKind::Input(_) => params_writable,
+            SlotKind::Const(_) | SlotKind::Output | SlotKind::HandOff { .. } => false,
+        };
+        let in_temp = matches!(plan.slots[s_in].kind, SlotKind::Temp { .. });
+        // Which slot stays: the operand's (the result's later readers are
+        // renamed), or for a graph output computed from a temporary, the
+        // output's (the operand's earlier writers are renamed).
+        let keep_output = match plan.slots[s_out].kind {
+            SlotKind::Temp { .. } => Some(false),
+            // A body's result slot: it becomes the next carry, which is the
+            // parameter's slot again.
+            SlotKind::Output if params_writable && !in_temp => Some(false),
+            SlotKind::Output if in_temp => Some(true),
+            SlotKind::Output
+            | SlotKind::Input(_)
+            | SlotKind::Const(_)
+            | SlotKind::HandOff { .. } => None,
+        };
+        let read_later = plan.steps[i + 1..]
+            .iter()
+            .any(|st| step_slots(st).0.contains(&s_in))
+            || plan.outputs.contains(&s_in)
+            || inputs[1..].contains(&s_in);
+        let Some(keep_output) = keep_output else {
+            continue;
+        };
+        if !ours || read_later || plan.outputs.iter().filter(|o| **o == s_out).count() > 1 {
+            continue;
+        }
+        let name = n.name.clone();
+        let (from, to) = if keep_output {
+            (s_in, s_out)
+        } else {
+            (s_out, s_in)
+        };
+        let rename = |s: &mut SlotId| {
+            if *s == from {
+                *s = to;
+            }
+        };
+        let steps = if keep_output {
+            &mut plan.steps[..=i]
+        } else {
+            &mut plan.steps[i..]
+        };
+        for st in steps {
+            relocate_in_place(st, &rename);
+        }
+        for o in &mut plan.outputs {
+            rename(o);
+        }
+        plan.decisions.push(format!(
+            "{name}: dynamic_update_slice in place (its operand's buffer is not read afterwards)"
+        ));
+    }
+}
+
+/// Renames slots in `step` with `f`.
+fn relocate_in_place(step: &mut Step, f: &dyn Fn(&mut SlotId)) {
+    match step {
+        Step::Kernel(k) => {
+            for n in &mut k.nodes {
+                if let ENode::Load { slot, .. } = n {
+                    f(slot);
+                }
+            }
+            f(&mut k.out);
+            if let Some(st) = &mut k.stash {
+                f(&mut st.slot);
+            }
+        }
+        Step::Gemm(g) => {
+            f(&mut g.lhs);
+            f(&mut g.rhs);
+            f(&mut g.out);
+        }
+        Step::Runtime {
+            inputs, outputs, ..
+        } => inputs.iter_mut().chain(outputs.iter_mut()).for_each(f),
+        Step::Copy { from, to } => from.iter_mut().chain(to.iter_mut()).for_each(f),
+        Step::Label(_) | Step::Jump(_) => {}
+        Step::BranchUnless { pred, .. } => f(pred),
+        Step::Switch { index, .. } => f(index),
+    }
+}
+
 /// Loop kernels that only move f16/bf16 elements (one load, stored as is:
 /// a broadcast, transpose, slice, reverse or reshape) load and store them
 /// as 16-bit integers. Through f32 they would lose a signalling NaN's
@@ -897,7 +1025,20 @@ fn merge_region(
     at: usize,
     groups: &mut Vec<RowGroup>,
 ) -> Result<Merged> {
-    let sub = self::plan(region)?;
+    merge_region_with(plan, region, args, at, groups, false)
+}
+
+/// [`merge_region`], the region allowed to overwrite its parameters' slots
+/// once read (a loop body: see [`plan_with`]).
+fn merge_region_with(
+    plan: &mut Plan,
+    region: &Graph,
+    args: &[SlotId],
+    at: usize,
+    groups: &mut Vec<RowGroup>,
+    params_writable: bool,
+) -> Result<Merged> {
+    let sub = plan_with(region, params_writable)?;
     let base = plan.arena_bytes;
     let mut extra = sub.arena_bytes;
     let mut map = Vec::with_capacity(sub.slots.len());

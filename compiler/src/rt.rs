@@ -253,6 +253,36 @@ fn run_step(
             outputs,
         }) => {
             let g = plan.step_graph(*graph);
+            if let Op::DynamicUpdateSlice = &g.node(*node).op
+                && outputs.first() == inputs.first()
+            {
+                // In place (`fusion::update_in_place`): only the block is
+                // written; the operand's buffer is the result's.
+                let args: Vec<Tensor> = inputs[1..]
+                    .iter()
+                    // SAFETY: slot pointers are valid while main runs.
+                    .map(|&s| unsafe { slot_tensor(plan, ctx, bufs, s) })
+                    .collect::<Result<_, _>>()?;
+                let refs: Vec<&Tensor> = args.iter().collect();
+                let slot = &plan.slots[inputs[0]];
+                let n = slot.bytes();
+                let out: &mut [u8] = if n == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the plan gives this step the operand's slot
+                    // to write (no other step reads it afterwards, and no
+                    // operand of this step shares it: they were copied above).
+                    unsafe { std::slice::from_raw_parts_mut(*bufs.add(inputs[0]), n) }
+                };
+                return tensorlift_runtime::kernels::layout::update_slice_into(
+                    out,
+                    slot.dtype,
+                    &slot.dims,
+                    refs[0],
+                    &refs[1..],
+                )
+                .map_err(|e| e.at_node(g.node_ref(*node)));
+            }
             let args: Vec<Tensor> =
                 // SAFETY: slot pointers are valid while main runs.
                 inputs.iter().map(|&s| unsafe { slot_tensor(plan, ctx, bufs, s) }).collect::<Result<_, _>>()?;

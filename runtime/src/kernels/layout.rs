@@ -446,6 +446,37 @@ pub fn dynamic_update_slice(x: &Tensor, update: &Tensor, starts: &[&Tensor]) -> 
     })
 }
 
+/// [`dynamic_update_slice`] in place: writes `update` into `out` (the
+/// bytes of an operand of `dtype` and `dims`) at the clamped `starts`; the
+/// rest of `out` is left as it is. What the JIT runs when the operand's
+/// buffer is not read afterwards.
+pub fn update_slice_into(
+    out: &mut [u8],
+    dtype: tensorlift_ir::DType,
+    dims: &[usize],
+    update: &Tensor,
+    starts: &[&Tensor],
+) -> Result<()> {
+    if update.rank() != dims.len() || update.dtype() != dtype {
+        return Err(Error::invalid(format!(
+            "dynamic_update_slice: update {}{:?} does not match operand {dtype}{dims:?} in dtype and rank",
+            update.dtype(),
+            update.shape(),
+        )));
+    }
+    let at = clamped_starts("dynamic_update_slice", starts, dims, update.shape())?;
+    let size = dtype.size();
+    if out.len() != dims.iter().product::<usize>() * size {
+        return Err(Error::internal("dynamic_update_slice: operand buffer size"));
+    }
+    let src = update.bytes();
+    let inner = update.shape().last().copied().unwrap_or(1) * size;
+    for_each_block_row(dims, update.shape(), &at, |o, u| {
+        out[o * size..o * size + inner].copy_from_slice(&src[u * size..u * size + inner]);
+    });
+    Ok(())
+}
+
 /// Indices of an integer tensor as positions along a dim of size `n`;
 /// `None` for those outside `[0, n)` (which `scatter` skips).
 fn indices_in_range(idx: &Tensor, n: usize) -> Result<Vec<Option<usize>>> {
