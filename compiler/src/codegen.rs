@@ -2051,6 +2051,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
 
     fn reduce_op(&mut self, op: ReduceOp, a: Value, x: Value) -> Value {
         let d = self.out_dtype();
+        if d.is_float() && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+            let r = if op == ReduceOp::Max {
+                self.b.ins().fmax(a, x)
+            } else {
+                self.b.ins().fmin(a, x)
+            };
+            let ty = self.b.func.dfg.value_type(r);
+            return self.canonical_nan(r, ty);
+        }
         let ins = self.b.ins();
         match op {
             ReduceOp::Sum if d.is_float() => ins.fadd(a, x),
@@ -2298,7 +2307,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     let (x, lo, hi) = (vals[*x].s(), vals[*lo].s(), vals[*hi].s());
                     V::S(if d.is_float() {
                         let m = self.b.ins().fmax(x, lo);
-                        self.b.ins().fmin(m, hi)
+                        let r = self.b.ins().fmin(m, hi);
+                        let ty = self.b.func.dfg.value_type(r);
+                        self.canonical_nan(r, ty)
                     } else if d.is_signed_int() {
                         let m = self.b.ins().smax(x, lo);
                         self.b.ins().smin(m, hi)
@@ -2451,6 +2462,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).
     /// The mask is reinterpreted as `a`'s type, so float and integer lanes
     /// both work.
+    /// `r`, or the canonical quiet NaN where `r` is a NaN: what `min`/`max`
+    /// give for a NaN operand (the NaN policy; the interpreter's and the
+    /// vector reductions').
+    fn canonical_nan(&mut self, r: Value, ty: Type) -> Value {
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, r, r);
+        let canon = self.splat_f(ty, f64::NAN);
+        self.sel(nan, canon, r, ty)
+    }
+
     fn sel(&mut self, cond: Value, a: Value, b: Value, ty: Type) -> Value {
         if ty.is_vector() {
             let vt = self.b.func.dfg.value_type(a);
@@ -2528,8 +2548,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             BinaryOp::Sub if f => self.b.ins().fsub(x, y),
             BinaryOp::Mul if f => self.b.ins().fmul(x, y),
             BinaryOp::Div if f => self.b.ins().fdiv(x, y),
-            BinaryOp::Max if f => self.b.ins().fmax(x, y),
-            BinaryOp::Min if f => self.b.ins().fmin(x, y),
+            BinaryOp::Max if f => {
+                let r = self.b.ins().fmax(x, y);
+                self.canonical_nan(r, ty)
+            }
+            BinaryOp::Min if f => {
+                let r = self.b.ins().fmin(x, y);
+                self.canonical_nan(r, ty)
+            }
             BinaryOp::Add => self.b.ins().iadd(x, y),
             BinaryOp::Sub => self.b.ins().isub(x, y),
             BinaryOp::Mul => self.b.ins().imul(x, y),

@@ -120,10 +120,12 @@ pub trait FloatScalar: bytemuck::Pod + PartialOrd + Send + Sync {
     const ONE: Self;
 }
 
-/// The NaN policy (IEEE 754 §6.2), the JIT's too: an op that computes a
-/// float returns a NaN operand quieted — the quiet bit set, sign and
-/// payload kept; `neg` and `abs` work on the sign bit and keep a
-/// signalling NaN signalling, as data movement does.
+/// The NaN policy, the JIT's too: an op that computes a float returns a
+/// NaN operand quieted — the quiet bit set, sign and payload kept (IEEE 754
+/// §6.2); `min` and `max` (so `clamp` and max/min reductions) give the
+/// canonical quiet NaN, as the JIT's vector forms do; `neg`, `abs` and
+/// `sign` keep every bit, a signalling NaN signalling, as data movement
+/// does.
 macro_rules! float_scalar {
     ($($t:ident: $erf:path, $quiet:expr),*) => {$(
         impl FloatScalar for $t {
@@ -133,7 +135,7 @@ macro_rules! float_scalar {
             const ONE: Self = 1.0;
             fn un(op: UnaryOp, x: Self) -> Self {
                 let r = Self::un_raw(op, x);
-                if matches!(op, UnaryOp::Neg | UnaryOp::Abs) || !r.is_nan() {
+                if matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign) || !r.is_nan() {
                     r
                 } else {
                     $t::from_bits(r.to_bits() | $quiet)
@@ -184,11 +186,11 @@ macro_rules! float_scalar {
                     // the JIT's inline pow and this one agree).
                     BinaryOp::Pow => if b == 0.0 || a == 1.0 { 1.0 } else { a.powf(b) },
                     BinaryOp::Max => {
-                        if a.is_nan() { a } else if b.is_nan() { b } else if a > b { a } else if b > a { b }
+                        if a.is_nan() || b.is_nan() { $t::NAN } else if a > b { a } else if b > a { b }
                         else if a.is_sign_positive() { a } else { b }
                     }
                     BinaryOp::Min => {
-                        if a.is_nan() { a } else if b.is_nan() { b } else if a < b { a } else if b < a { b }
+                        if a.is_nan() || b.is_nan() { $t::NAN } else if a < b { a } else if b < a { b }
                         else if a.is_sign_negative() { a } else { b }
                     }
                     BinaryOp::And
