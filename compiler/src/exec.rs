@@ -122,6 +122,9 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     let mut g = graph.clone();
     interp::optimize(&mut g)?;
     let mut plan = fusion::plan(&g)?;
+    if !options.exact {
+        fusion::matvec_as_reductions(&mut plan);
+    }
     crate::parallel::record(&mut plan, options);
     let table = Box::new(StepTable::new(plan));
     let generated = codegen::generate(&table.plan, &*table as *const StepTable, options)?;

@@ -971,6 +971,75 @@ fn relocate_in_place(step: &mut Step, f: &dyn Fn(&mut SlotId)) {
     }
 }
 
+/// GEMM steps with one output column (a matrix-vector product, `n = 1`)
+/// become reduction kernels: `out[b, i] = Σ_k lhs[b, i, k] · rhs[b, k]`,
+/// vectorized along `k` and split over rows like any row reduction.
+/// matrixmultiply packs the whole matrix on every call, which for a
+/// vector is most of the work. Not in exact mode: the sums are ordered as
+/// the reduction kernels order them, not as the GEMM (and the interpreter,
+/// which calls the same GEMM) does.
+pub fn matvec_as_reductions(plan: &mut Plan) {
+    for i in 0..plan.steps.len() {
+        let Step::Gemm(g) = &plan.steps[i] else {
+            continue;
+        };
+        if g.n != 1 || g.m == 0 || g.k == 0 {
+            continue;
+        }
+        let [lb, lm, lk] = g.lhs_strides.map(|s| s as i64);
+        let [rb, rk, _] = g.rhs_strides.map(|s| s as i64);
+        let (dims, ls, rs, out_strides, reduced) = if g.b == 1 {
+            (
+                vec![g.m, g.k],
+                vec![lm, lk],
+                vec![0, rk],
+                vec![1, 0],
+                vec![false, true],
+            )
+        } else {
+            (
+                vec![g.b, g.m, g.k],
+                vec![lb, lm, lk],
+                vec![rb, 0, rk],
+                vec![g.m as i64, 1, 0],
+                vec![false, false, true],
+            )
+        };
+        let kernel = Kernel {
+            name: g.name.clone(),
+            kind: KernelKind::Reduce {
+                op: ReduceOp::Sum,
+                reduced,
+            },
+            dims,
+            nodes: vec![
+                ENode::Load {
+                    slot: g.lhs,
+                    dtype: g.dtype,
+                    offset: 0,
+                    strides: ls,
+                },
+                ENode::Load {
+                    slot: g.rhs,
+                    dtype: g.dtype,
+                    offset: 0,
+                    strides: rs,
+                },
+                ENode::Binary(BinaryOp::Mul, 0, 1, g.dtype),
+            ],
+            root: 2,
+            out: g.out,
+            out_strides,
+            stash: None,
+        };
+        plan.decisions.push(format!(
+            "{}: matrix-vector product (n = 1) as a fused reduction instead of a GEMM call, m={} k={}",
+            g.name, g.m, g.k
+        ));
+        plan.steps[i] = Step::Kernel(kernel);
+    }
+}
+
 /// Loop kernels that only move f16/bf16 elements (one load, stored as is:
 /// a broadcast, transpose, slice, reverse or reshape) load and store them
 /// as 16-bit integers. Through f32 they would lose a signalling NaN's
