@@ -347,11 +347,14 @@ pub fn fori_loop(
         Operand::Sym(s) => s,
         Operand::Scalar(v) => tracer.scalar_at_site(DType::I32, v, site.clone()),
     };
-    let (lower, upper) = (bound(lower.into()), bound(upper.into()));
+    let lower = bound(lower.into());
     let mut carries = vec![lower];
     carries.extend(init.iter().cloned());
+    // A Rust bound is a constant of the condition itself (compared
+    // directly), a traced one a captured value.
+    let upper = upper.into();
     let out = while_loop_at(
-        |c| c[0].less(&upper),
+        |c| c[0].less(upper),
         |c| {
             let mut next = vec![&c[0] + 1];
             next.extend(body(&c[0], &c[1..]));
