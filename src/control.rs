@@ -9,9 +9,7 @@
 //! traced inside a body cannot be used after the body has ended (return
 //! it instead).
 
-use tensorlift_ir::{
-    DType, Detail, Error, Graph, NewNode, NodeRef, Op, Region, Site, TensorType, ValueId,
-};
+use tensorlift_ir::{DType, Detail, Error, Graph, NodeRef, Op, Site, TensorType, ValueId};
 
 use crate::trace::{Operand, Sym, Tracer};
 
@@ -125,30 +123,6 @@ struct Built {
     results: Vec<ValueId>,
 }
 
-fn add_control(
-    tracer: &Tracer,
-    op: Op,
-    inputs: Vec<ValueId>,
-    name: String,
-    site: Site,
-) -> Result<Built, Error> {
-    let r = tracer.graph_mut(|g| {
-        g.add_node(NewNode {
-            op,
-            inputs,
-            name: Some(name),
-            site,
-            effect: tensorlift_ir::Effect::Pure,
-            result_types: None,
-        })
-        .map(|id| g.node(id).results.clone())
-    })?;
-    Ok(Built {
-        tracer: tracer.clone(),
-        results: r,
-    })
-}
-
 /// `while cond(carries): carries = body(carries)`, from `init`; returns
 /// the final carries. `cond` returns a `bool[]`; `body` returns one value
 /// per carry, of the carry's type. Both may use values traced outside
@@ -203,11 +177,13 @@ fn while_impl(
         here.graph_ref(|g| inputs.iter().map(|v| g.ty(*v).clone()).collect());
     let cond_g = align(&c, n, n, &all, false)?;
     let body_g = align(&b, n, n + c.captures.len(), &all, true)?;
-    let op = Op::While {
-        cond: Region::new(cond_g),
-        body: Region::new(body_g),
-    };
-    add_control(&here, op, inputs, name, site.clone()).map(Some)
+    let _ = name;
+    let results =
+        here.graph_mut(|g| tensorlift_ir::builder::while_loop(g, &inputs, cond_g, body_g, site))?;
+    Ok(Some(Built {
+        tracer: here,
+        results,
+    }))
 }
 
 /// Runs the branch `index` selects on `operands` and returns its results
@@ -285,11 +261,6 @@ fn case_impl(
             format!("the branch index must be an integer or bool scalar, not {index_ty}"),
         ));
     }
-    let index_v = if index_ty.dtype == DType::I32 {
-        vs[0]
-    } else {
-        here.graph_mut(|g| g.add(Op::Convert(DType::I32), &[vs[0]], site.clone()))?
-    };
     let args = &vs[1..];
     let types: Vec<TensorType> =
         here.graph_ref(|g| args.iter().map(|v| g.ty(*v).clone()).collect());
@@ -302,7 +273,7 @@ fn case_impl(
         traced.push(t);
     }
     let m = args.len();
-    let mut inputs = vec![index_v];
+    let mut inputs = vec![vs[0]];
     inputs.extend(args);
     // Each branch's captures follow the operands and the captures of the
     // branches before it.
@@ -316,16 +287,14 @@ fn case_impl(
     let regions = traced
         .iter()
         .zip(&offsets)
-        .map(|(t, off)| align(t, m, *off, &all, false).map(Region::new))
+        .map(|(t, off)| align(t, m, *off, &all, false))
         .collect::<Result<Vec<_>, _>>()?;
-    add_control(
-        &here,
-        Op::Case { branches: regions },
-        inputs,
-        name,
-        site.clone(),
-    )
-    .map(Some)
+    let results = here
+        .graph_mut(|g| tensorlift_ir::builder::case(g, inputs[0], &inputs[1..], regions, site))?;
+    Ok(Some(Built {
+        tracer: here,
+        results,
+    }))
 }
 
 /// `for i in lower..upper: carries = body(i, carries)` (`jax.lax.fori_loop`):

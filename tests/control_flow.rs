@@ -719,3 +719,115 @@ fn dynamic_update_slice_writes_in_place_when_the_operand_is_dead() {
         vec![1.0, 3.0, 6.0, 10.0, 15.0, 21.0]
     );
 }
+
+#[test]
+fn the_ir_builder_makes_loops_and_branches_without_the_tracer() {
+    use tensorlift::ir::{Graph, Op, Site, TensorType, builder};
+    let site = Site {
+        file: "builder.rs".into(),
+        line: 1,
+        col: 1,
+    };
+    let f32v = TensorType::known(DType::F32, &[2]);
+    let i32s = TensorType::known(DType::I32, &[]);
+    let mut g = Graph::new("built");
+    let x = g
+        .add_parameter(0, f32v.clone(), None, site.clone())
+        .unwrap();
+    let k = g
+        .add_parameter(1, i32s.clone(), None, site.clone())
+        .unwrap();
+    // case k: [x + x, x * x]
+    let branches = [tensorlift::ir::BinaryOp::Add, tensorlift::ir::BinaryOp::Mul]
+        .into_iter()
+        .enumerate()
+        .map(|(b, op)| {
+            builder::region(
+                &format!("b{b}"),
+                std::slice::from_ref(&f32v),
+                &site,
+                |r, p| Ok(vec![r.add(Op::Binary(op), &[p[0], p[0]], site.clone())?]),
+            )
+            .unwrap()
+        })
+        .collect();
+    let c = builder::case(&mut g, k, &[x], branches, &site).unwrap();
+    // while i < 3: v = v + 1
+    let types = [i32s.clone(), f32v.clone()];
+    let cond = builder::region("c", &types, &site, |r, p| {
+        let three = r.add(
+            Op::Constant(tensorlift::ir::Literal::scalar(DType::I32, 3.0).unwrap()),
+            &[],
+            site.clone(),
+        )?;
+        Ok(vec![r.add(
+            Op::Compare(tensorlift::ir::CmpOp::Lt),
+            &[p[0], three],
+            site.clone(),
+        )?])
+    })
+    .unwrap();
+    let body = builder::region("b", &types, &site, |r, p| {
+        let one_i = r.add(
+            Op::Constant(tensorlift::ir::Literal::scalar(DType::I32, 1.0).unwrap()),
+            &[],
+            site.clone(),
+        )?;
+        let one_f = r.add(
+            Op::Constant(
+                tensorlift::ir::Literal::from_scalars(
+                    DType::F32,
+                    &[2],
+                    &[tensorlift::ir::Scalar::Float(1.0, None); 2],
+                )
+                .unwrap(),
+            ),
+            &[],
+            site.clone(),
+        )?;
+        Ok(vec![
+            r.add(
+                Op::Binary(tensorlift::ir::BinaryOp::Add),
+                &[p[0], one_i],
+                site.clone(),
+            )?,
+            r.add(
+                Op::Binary(tensorlift::ir::BinaryOp::Add),
+                &[p[1], one_f],
+                site.clone(),
+            )?,
+        ])
+    })
+    .unwrap();
+    let zero = g
+        .add(
+            Op::Constant(tensorlift::ir::Literal::scalar(DType::I32, 0.0).unwrap()),
+            &[],
+            site.clone(),
+        )
+        .unwrap();
+    let w = builder::while_loop(&mut g, &[zero, c[0]], cond, body, &site).unwrap();
+    g.add_output(w[1], "y").unwrap();
+    let x_in = common::f32s(&[1.0, 3.0], &[2]);
+    for (k_in, want) in [
+        (0, vec![5.0, 9.0]),
+        (1, vec![4.0, 12.0]),
+        (7, vec![4.0, 12.0]),
+    ] {
+        let ins = [x_in.clone(), scalar_i32(k_in)];
+        let a = tensorlift::runtime::interp::run(&g, &ins).unwrap();
+        let b = tensorlift::compiler::compile(&g, &Default::default())
+            .unwrap()
+            .run(&ins)
+            .unwrap();
+        assert_eq!(common::to_vec::<f32>(&a[0]), want, "k = {k_in}");
+        assert_eq!(common::to_vec::<f32>(&b[0]), want, "k = {k_in}");
+    }
+    // A bad index type is an error naming case and the site.
+    let s = g.add_parameter(2, f32v, None, site.clone()).unwrap();
+    let e = builder::case(&mut g, s, &[], vec![], &site).unwrap_err();
+    assert!(
+        e.to_string().contains("branch index") && e.to_string().contains("builder.rs:1:1"),
+        "{e}"
+    );
+}

@@ -16,7 +16,9 @@ use tensorlift::runtime::interp;
 use tensorlift::{DType, Tensor};
 
 fn data(n: usize, dtype: DType) -> Tensor {
-    let v: Vec<f64> = (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) / 16.0).collect();
+    let v: Vec<f64> = (0..n)
+        .map(|i| ((i * 37 % 101) as f64 - 50.0) / 16.0)
+        .collect();
     let lit = tensorlift::ir::Literal::from_scalars(
         dtype,
         &[n],
@@ -64,7 +66,13 @@ fn matrix_vector_products_are_reductions_and_agree_with_the_interpreter() {
             fast.fused_ir()
         );
         let got = fast.run(&inputs).unwrap();
-        common::assert_close(&got[0], &want[0], 1e-5, 1e-5, &format!("{dt} {m}x{k} b={b}"));
+        common::assert_close(
+            &got[0],
+            &want[0],
+            1e-5,
+            1e-5,
+            &format!("{dt} {m}x{k} b={b}"),
+        );
         let exact = JitOptions {
             exact: true,
             ..Default::default()

@@ -435,3 +435,91 @@ pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> 
         DynamicOp::Take { axis } => take(g, inputs[0], inputs[1], *axis, site),
     }
 }
+
+/// A closed region (loop body, branch) named `name`: parameters of
+/// `params` types, and the values `f` returns as its outputs. `f` builds
+/// into the region's own graph; values of the enclosing graph are not
+/// visible in it (pass them in as parameters).
+pub fn region(
+    name: &str,
+    params: &[crate::TensorType],
+    site: &Site,
+    f: impl FnOnce(&mut Graph, &[ValueId]) -> Result<Vec<ValueId>>,
+) -> Result<Graph> {
+    let mut r = Graph::new(name);
+    let ps = params
+        .iter()
+        .enumerate()
+        .map(|(i, t)| r.add_parameter(i, t.clone(), Some(format!("arg{i}")), site.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let outs = f(&mut r, &ps)?;
+    for (i, v) in outs.into_iter().enumerate() {
+        r.add_output(v, format!("out{i}"))?;
+    }
+    Ok(r)
+}
+
+/// A `while` over the carries `init` (the regions take exactly their
+/// types): its results, the final carries. Errors (a body of the wrong
+/// types, a condition that is not `bool[]`) name the node and `site`.
+pub fn while_loop(
+    g: &mut Graph,
+    init: &[ValueId],
+    cond: Graph,
+    body: Graph,
+    site: &Site,
+) -> Result<Vec<ValueId>> {
+    let name = g.fresh_name("while");
+    let id = g.add_node(crate::NewNode {
+        op: Op::While {
+            cond: crate::Region::new(cond),
+            body: crate::Region::new(body),
+        },
+        inputs: init.to_vec(),
+        name: Some(name),
+        site: site.clone(),
+        effect: crate::Effect::Pure,
+        result_types: None,
+    })?;
+    Ok(g.node(id).results.clone())
+}
+
+/// A `case` selecting one of `branches` by `index` (an integer or bool
+/// scalar, converted to `int32[]`; out of range selects the last branch)
+/// and running it on `args`: its results.
+pub fn case(
+    g: &mut Graph,
+    index: ValueId,
+    args: &[ValueId],
+    branches: Vec<Graph>,
+    site: &Site,
+) -> Result<Vec<ValueId>> {
+    let t = g.ty(index).clone();
+    if t.shape != Shape::known(&[]) || !(t.dtype.is_int() || t.dtype == DType::Bool) {
+        return Err(fail(
+            g,
+            "case",
+            site,
+            format!("the branch index must be an integer or bool scalar, not {t}"),
+        ));
+    }
+    let index = if t.dtype == DType::I32 {
+        index
+    } else {
+        g.add(Op::Convert(DType::I32), &[index], site.clone())?
+    };
+    let mut inputs = vec![index];
+    inputs.extend(args);
+    let name = g.fresh_name("case");
+    let id = g.add_node(crate::NewNode {
+        op: Op::Case {
+            branches: branches.into_iter().map(crate::Region::new).collect(),
+        },
+        inputs,
+        name: Some(name),
+        site: site.clone(),
+        effect: crate::Effect::Pure,
+        result_types: None,
+    })?;
+    Ok(g.node(id).results.clone())
+}
