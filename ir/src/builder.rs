@@ -469,13 +469,20 @@ pub fn while_loop(
     body: Graph,
     site: &Site,
 ) -> Result<Vec<ValueId>> {
-    let name = g.fresh_name("while");
+    let op = Op::While {
+        cond: crate::Region::new(cond),
+        body: crate::Region::new(body),
+    };
+    add_control(g, op, init.to_vec(), site)
+}
+
+/// Adds a control-flow node (its effect follows its regions) named after
+/// its op; its results.
+fn add_control(g: &mut Graph, op: Op, inputs: Vec<ValueId>, site: &Site) -> Result<Vec<ValueId>> {
+    let name = g.fresh_name(&op.name());
     let id = g.add_node(crate::NewNode {
-        op: Op::While {
-            cond: crate::Region::new(cond),
-            body: crate::Region::new(body),
-        },
-        inputs: init.to_vec(),
+        op,
+        inputs,
         name: Some(name),
         site: site.clone(),
         effect: crate::Effect::Pure,
@@ -510,16 +517,8 @@ pub fn case(
     };
     let mut inputs = vec![index];
     inputs.extend(args);
-    let name = g.fresh_name("case");
-    let id = g.add_node(crate::NewNode {
-        op: Op::Case {
-            branches: branches.into_iter().map(crate::Region::new).collect(),
-        },
-        inputs,
-        name: Some(name),
-        site: site.clone(),
-        effect: crate::Effect::Pure,
-        result_types: None,
-    })?;
-    Ok(g.node(id).results.clone())
+    let op = Op::Case {
+        branches: branches.into_iter().map(crate::Region::new).collect(),
+    };
+    add_control(g, op, inputs, site)
 }

@@ -352,6 +352,40 @@ impl Region {
     }
 }
 
+/// Every op without regions, as one pattern (a new op must be added here
+/// or given regions: the matches using it stay exhaustive).
+macro_rules! leaf_ops {
+    () => {
+        Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Callback(_)
+            | Op::Dynamic(_)
+    };
+}
+
 /// An operation. Attributes live in the variant; operands are value ids on
 /// the node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -542,33 +576,7 @@ impl Op {
         match self {
             Op::While { cond, body } => vec![cond, body],
             Op::Case { branches } => branches.iter().collect(),
-            Op::Parameter { .. }
-            | Op::Constant(_)
-            | Op::Iota { .. }
-            | Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Compare(_)
-            | Op::Select
-            | Op::Clamp
-            | Op::Convert(_)
-            | Op::BroadcastInDim { .. }
-            | Op::Reshape(_)
-            | Op::Transpose(_)
-            | Op::Slice { .. }
-            | Op::Concatenate { .. }
-            | Op::Pad { .. }
-            | Op::Reverse(_)
-            | Op::Reduce { .. }
-            | Op::ArgMax { .. }
-            | Op::ArgMin { .. }
-            | Op::DotGeneral(_)
-            | Op::Take { .. }
-            | Op::DynamicSlice { .. }
-            | Op::DynamicUpdateSlice
-            | Op::Scatter { .. }
-            | Op::BitcastConvert(_)
-            | Op::Callback(_)
-            | Op::Dynamic(_) => vec![],
+            leaf_ops!() => vec![],
         }
     }
 
@@ -577,33 +585,7 @@ impl Op {
         match self {
             Op::While { cond, body } => vec![cond, body],
             Op::Case { branches } => branches.iter_mut().collect(),
-            Op::Parameter { .. }
-            | Op::Constant(_)
-            | Op::Iota { .. }
-            | Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Compare(_)
-            | Op::Select
-            | Op::Clamp
-            | Op::Convert(_)
-            | Op::BroadcastInDim { .. }
-            | Op::Reshape(_)
-            | Op::Transpose(_)
-            | Op::Slice { .. }
-            | Op::Concatenate { .. }
-            | Op::Pad { .. }
-            | Op::Reverse(_)
-            | Op::Reduce { .. }
-            | Op::ArgMax { .. }
-            | Op::ArgMin { .. }
-            | Op::DotGeneral(_)
-            | Op::Take { .. }
-            | Op::DynamicSlice { .. }
-            | Op::DynamicUpdateSlice
-            | Op::Scatter { .. }
-            | Op::BitcastConvert(_)
-            | Op::Callback(_)
-            | Op::Dynamic(_) => vec![],
+            leaf_ops!() => vec![],
         }
     }
 
