@@ -765,26 +765,32 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
     };
     let (start, end) = (label(), label());
     if let Op::While { cond, body } = &op {
-        // Carries live in the loop's result slots.
+        // Carries live in the loop's result slots, but a carry the body
+        // passes through unchanged (a captured value) is read where it is:
+        // nothing copies it in, and its result, when used, is copied out
+        // once after the loop.
+        let bg = body.graph();
+        let params = bg.params();
+        let through: Vec<bool> = (0..inputs.len())
+            .map(|k| bg.outputs().get(k).map(|o| o.value) == params.get(k).copied())
+            .collect();
+        let carries: Vec<SlotId> = (0..inputs.len())
+            .map(|k| if through[k] { inputs[k] } else { outputs[k] })
+            .collect();
+        let (copy_in, copy_out): (Vec<usize>, Vec<usize>) =
+            (0..inputs.len()).partition(|k| !through[*k]);
         new.push(Step::Copy {
-            from: inputs.clone(),
-            to: outputs.clone(),
+            from: copy_in.iter().map(|k| inputs[*k]).collect(),
+            to: copy_in.iter().map(|k| outputs[*k]).collect(),
         });
         new.push(Step::Label(start));
-        let c = merge_region(plan, cond.graph(), &outputs, at + new.len(), &mut groups)?;
+        let c = merge_region(plan, cond.graph(), &carries, at + new.len(), &mut groups)?;
         new.extend(c.steps);
         new.push(Step::BranchUnless {
             pred: c.outputs[0],
             label: end,
         });
-        let b = merge_region_with(
-            plan,
-            body.graph(),
-            &outputs,
-            at + new.len(),
-            &mut groups,
-            true,
-        )?;
+        let b = merge_region_with(plan, bg, &carries, at + new.len(), &mut groups, true)?;
         new.extend(b.steps);
         // A body returning carry j as carry k (a swap) reads a carry the
         // copy below may already have overwritten: stage it first.
@@ -792,9 +798,9 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
         let next: Vec<SlotId> = b
             .outputs
             .iter()
-            .zip(&outputs)
+            .zip(&carries)
             .map(|(&o, &carry)| {
-                if o != carry && outputs.contains(&o) {
+                if o != carry && carries.contains(&o) {
                     let t = arena_slot(plan, carry, "staged");
                     staged_from.push(o);
                     staged_to.push(t);
@@ -812,10 +818,22 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
         }
         new.push(Step::Copy {
             from: next,
-            to: outputs.clone(),
+            to: carries.clone(),
         });
         new.push(Step::Jump(start));
         new.push(Step::Label(end));
+        let results = &plan.graph.node(node).results;
+        let used = plan.graph.use_counts();
+        let copy_out: Vec<usize> = copy_out
+            .into_iter()
+            .filter(|k| used[results[*k].index()] > 0)
+            .collect();
+        if !copy_out.is_empty() {
+            new.push(Step::Copy {
+                from: copy_out.iter().map(|k| inputs[*k]).collect(),
+                to: copy_out.iter().map(|k| outputs[*k]).collect(),
+            });
+        }
     } else if let Op::Case { branches } = &op {
         let labels: Vec<usize> = branches.iter().map(|_| plan.labels_next()).collect();
         new.push(Step::Switch {
