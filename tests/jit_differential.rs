@@ -100,17 +100,26 @@ fn the_control_flow_generator_draws_loops_branches_and_nesting() {
         control_flow: true,
         ..Default::default()
     };
-    let (mut loops, mut cases, mut nested) = (0, 0, 0);
+    let (mut loops, mut cases, mut nested, mut data_exits) = (0, 0, 0, 0);
     for seed in 0..200 {
         let (g, _) = tensorlift::fuzz::random_graph::random_graph_with(seed, 20, options).unwrap();
         let printed = text::print(&g);
         loops += printed.matches("= while(").count();
         cases += printed.matches("= case(").count();
         nested += usize::from(printed.contains("\n        graph @"));
+        // A condition testing the carried value (its maximum).
+        data_exits += printed
+            .match_indices("_cond {")
+            .filter(|(at, _)| {
+                let block = &printed[*at..];
+                let end = block.find("return").unwrap_or(block.len());
+                block[..end].contains("reduce_max(")
+            })
+            .count();
     }
     assert!(
-        loops > 50 && cases > 50 && nested > 10,
-        "{loops} loops, {cases} cases, {nested} nested"
+        loops > 50 && cases > 50 && nested > 10 && data_exits > 10,
+        "{loops} loops, {cases} cases, {nested} nested, {data_exits} data-dependent exits"
     );
 }
 

@@ -513,18 +513,43 @@ fn random_control(
     let name = g.fresh_name(if rng.chance(50) { "while" } else { "case" });
     if name.starts_with("while") {
         let types = [counter.clone(), ta.clone()];
-        // cond: i < trips.
+        // cond: i < trips, and half the time a test of the carried value
+        // too (its maximum below a random bound): a data-dependent exit.
         let mut cond = Graph::new(format!("{name}_cond"));
         let i = cond
             .add_parameter(0, counter.clone(), None, site.clone())
             .ok()?;
-        cond.add_parameter(1, ta.clone(), None, site.clone()).ok()?;
+        let v = cond.add_parameter(1, ta.clone(), None, site.clone()).ok()?;
         let trips =
             Literal::from_scalars(DType::I32, &[], &[Scalar::Int(rng.below(4) as i128)]).ok()?;
         let n = cond.add(Op::Constant(trips), &[], site.clone()).ok()?;
-        let c = cond
+        let mut c = cond
             .add(Op::Compare(CmpOp::Lt), &[i, n], site.clone())
             .ok()?;
+        if ta.dtype.is_real() && rng.chance(50) {
+            let rank = ta.shape.rank().unwrap_or(0);
+            let m = cond
+                .add(
+                    Op::Reduce {
+                        op: ReduceOp::Max,
+                        axes: (0..rank).collect(),
+                        keepdims: false,
+                    },
+                    &[v],
+                    site.clone(),
+                )
+                .ok()?;
+            let bound =
+                Literal::from_scalars(ta.dtype, &[], &[scalar_with(rng, ta.dtype, options)])
+                    .ok()?;
+            let b = cond.add(Op::Constant(bound), &[], site.clone()).ok()?;
+            let below = cond
+                .add(Op::Compare(CmpOp::Lt), &[m, b], site.clone())
+                .ok()?;
+            c = cond
+                .add(Op::Binary(BinaryOp::And), &[c, below], site.clone())
+                .ok()?;
+        }
         cond.add_output(c, "pred").ok()?;
         // body: i + 1, random ops on the value.
         let (mut body, outs) =
