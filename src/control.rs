@@ -123,6 +123,19 @@ struct Built {
     results: Vec<ValueId>,
 }
 
+/// The values a control-flow op gives the user: its results, or `n`
+/// poisoned values when tracing it failed (the error recorded, if any).
+fn settle(tracer: &Tracer, r: Result<Option<Vec<Sym>>, Error>, n: usize) -> Vec<Sym> {
+    match r {
+        Ok(Some(v)) => v,
+        Ok(None) => tracer.current_poisoned(n),
+        Err(e) => {
+            tracer.record(e);
+            tracer.current_poisoned(n)
+        }
+    }
+}
+
 /// `while cond(carries): carries = body(carries)`, from `init`; returns
 /// the final carries. `cond` returns a `bool[]`; `body` returns one value
 /// per carry, of the carry's type. Both may use values traced outside
@@ -144,7 +157,7 @@ fn while_impl(
     site: &Site,
 ) -> Result<Option<Built>, Error> {
     let refs: Vec<&Sym> = init.iter().collect();
-    let Some((here, vs)) = tracer.values(&refs, "while", site)? else {
+    let Some((here, vs)) = tracer.operands(&refs, "while", site)? else {
         return Ok(None);
     };
     let types: Vec<TensorType> = here.graph_ref(|g| vs.iter().map(|v| g.ty(*v).clone()).collect());
@@ -195,14 +208,8 @@ fn while_impl(
 pub fn switch(index: &Sym, branches: &[&Branch], operands: &[Sym]) -> Vec<Sym> {
     let site = Site::caller();
     let tracer = index.graph();
-    match case_impl(&tracer, index, branches, operands, &site) {
-        Ok(Some(b)) => b.tracer.syms(&b.results),
-        Ok(None) => tracer.current_poisoned(0),
-        Err(e) => {
-            tracer.record(e);
-            tracer.current_poisoned(0)
-        }
-    }
+    let r = case_impl(&tracer, index, branches, operands, &site);
+    settle(&tracer, r.map(|o| o.map(|b| b.tracer.syms(&b.results))), 0)
 }
 
 /// `true_fn(operands)` when `pred` holds, else `false_fn(operands)`
@@ -218,14 +225,8 @@ pub fn cond(
     let site = Site::caller();
     let tracer = pred.graph();
     let branches: [&Branch; 2] = [&false_fn, &true_fn];
-    match case_impl(&tracer, pred, &branches, operands, &site) {
-        Ok(Some(b)) => b.tracer.syms(&b.results),
-        Ok(None) => tracer.current_poisoned(0),
-        Err(e) => {
-            tracer.record(e);
-            tracer.current_poisoned(0)
-        }
-    }
+    let r = case_impl(&tracer, pred, &branches, operands, &site);
+    settle(&tracer, r.map(|o| o.map(|b| b.tracer.syms(&b.results))), 0)
 }
 
 fn case_impl(
@@ -237,7 +238,7 @@ fn case_impl(
 ) -> Result<Option<Built>, Error> {
     let mut refs: Vec<&Sym> = vec![index];
     refs.extend(operands);
-    let Some((here, vs)) = tracer.values(&refs, "case", site)? else {
+    let Some((here, vs)) = tracer.operands(&refs, "case", site)? else {
         return Ok(None);
     };
     let name = here.graph_mut(|g| g.fresh_name("case"));
@@ -314,7 +315,7 @@ pub fn fori_loop(
     let tracer = first.graph();
     let bound = |o: Operand| match o {
         Operand::Sym(s) => s,
-        Operand::Scalar(v) => tracer.scalar_at_site(DType::I32, v, site.clone()),
+        Operand::Scalar(v) => tracer.scalar_at(DType::I32, v, site.clone()),
     };
     let lower = bound(lower.into());
     let mut carries = vec![lower];
@@ -346,14 +347,13 @@ fn while_loop_at(
         return Vec::new();
     };
     let tracer = first.graph();
-    match while_impl(&tracer, cond, body, init, &site) {
-        Ok(Some(b)) => b.tracer.syms(&b.results[..init.len()]),
-        Ok(None) => tracer.current_poisoned(init.len()),
-        Err(e) => {
-            tracer.record(e);
-            tracer.current_poisoned(init.len())
-        }
-    }
+    let n = init.len();
+    let r = while_impl(&tracer, cond, body, init, &site);
+    settle(
+        &tracer,
+        r.map(|o| o.map(|b| b.tracer.syms(&b.results[..n]))),
+        n,
+    )
 }
 
 /// `jax.lax.scan`: `carry, y = f(carry, x)` over the leading dim of `xs`
@@ -378,11 +378,7 @@ pub fn scan(
     let tracer = first.graph();
     match scan_impl(&tracer, &f, init, xs, length, reverse, &site) {
         Ok(Some(r)) => r,
-        Ok(None) => (tracer.current_poisoned(init.len()), Vec::new()),
-        Err(e) => {
-            tracer.record(e);
-            (tracer.current_poisoned(init.len()), Vec::new())
-        }
+        r => (settle(&tracer, r.map(|_| None), init.len()), Vec::new()),
     }
 }
 
@@ -455,7 +451,7 @@ fn scan_impl(
         .map(|o| probe.graph.ty(o.value).clone())
         .collect();
     let g = tracer;
-    let zero = g.scalar_at_site(DType::I32, 0.0, site.clone());
+    let zero = g.scalar_at(DType::I32, 0.0, site.clone());
     let mut carries: Vec<Sym> = init.to_vec();
     for t in &y_types {
         let dims = t
@@ -464,7 +460,7 @@ fn scan_impl(
             .ok_or_else(|| err(format!("a y of f is {t}: scan stacks ys of static shapes")))?;
         let mut stacked = vec![steps];
         stacked.extend(&dims);
-        let z = g.scalar_at_site(t.dtype, 0.0, site.clone());
+        let z = g.scalar_at(t.dtype, 0.0, site.clone());
         carries.push(z.broadcast_to(&stacked));
     }
     let last = steps as f64 - 1.0;

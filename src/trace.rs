@@ -278,17 +278,6 @@ impl Tracer {
         Ok(Some((g, captures)))
     }
 
-    /// The values of `inputs` in the trace ops go to now, and that trace
-    /// (see [`Tracer::operands`]).
-    pub(crate) fn values(
-        &self,
-        inputs: &[&Sym],
-        op: &str,
-        site: &Site,
-    ) -> Result<Option<(Tracer, Vec<ValueId>)>, Error> {
-        self.operands(inputs, op, site)
-    }
-
     /// Runs `f` on this trace's graph.
     pub(crate) fn graph_mut<T>(&self, f: impl FnOnce(&mut Graph) -> T) -> T {
         f(&mut self.ctx.graph.borrow_mut())
@@ -312,11 +301,6 @@ impl Tracer {
     /// `n` poisoned values of the trace ops go to now.
     pub(crate) fn current_poisoned(&self, n: usize) -> Vec<Sym> {
         self.current().poisoned(n)
-    }
-
-    /// A scalar constant made at `site`.
-    pub(crate) fn scalar_at_site(&self, dtype: DType, value: f64, site: Site) -> Sym {
-        self.scalar_at(dtype, value, site)
     }
 
     /// True when an error has been recorded.
@@ -355,7 +339,7 @@ impl Tracer {
     /// The values of `inputs` in the trace ops are recorded in now (values
     /// of enclosing traces become captures of the region being traced),
     /// and that trace. `Ok(None)` when an input is poisoned.
-    fn operands(
+    pub(crate) fn operands(
         &self,
         inputs: &[&Sym],
         op: &str,
@@ -440,7 +424,7 @@ impl Tracer {
         self.scalar_at(dtype, value, site)
     }
 
-    fn scalar_at(&self, dtype: DType, value: f64, site: Site) -> Sym {
+    pub(crate) fn scalar_at(&self, dtype: DType, value: f64, site: Site) -> Sym {
         match Literal::scalar(dtype, value) {
             Ok(l) => self.add(Op::Constant(l), &[], site),
             Err(e) => {

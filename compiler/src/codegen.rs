@@ -2064,8 +2064,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         match op {
             ReduceOp::Sum if d.is_float() => ins.fadd(a, x),
             ReduceOp::Prod if d.is_float() => ins.fmul(a, x),
-            ReduceOp::Max if d.is_float() => ins.fmax(a, x),
-            ReduceOp::Min if d.is_float() => ins.fmin(a, x),
             ReduceOp::Sum => ins.iadd(a, x),
             ReduceOp::Prod => ins.imul(a, x),
             ReduceOp::Max if d.is_signed_int() => ins.smax(a, x),

@@ -250,25 +250,6 @@ pub enum Step {
     },
 }
 
-/// The steps of control flow. A `while` or `case` is planned as a
-/// placeholder runtime step, then replaced by its regions' own steps
-/// (planned as programs of their own, their buffers in a block of the
-/// arena after the enclosing program's) between labels and jumps, which
-/// `main` compiles to blocks and branches: a loop runs in `main` itself.
-impl Step {
-    /// True for the steps that only move control or bytes.
-    pub fn is_control(&self) -> bool {
-        matches!(
-            self,
-            Step::Copy { .. }
-                | Step::Label(_)
-                | Step::Jump(_)
-                | Step::BranchUnless { .. }
-                | Step::Switch { .. }
-        )
-    }
-}
-
 /// The compiled program's structure.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -759,12 +740,9 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
     let op = plan.graph.node(node).op.clone();
     let mut new: Vec<Step> = Vec::new();
     let mut groups: Vec<RowGroup> = Vec::new();
-    let mut label = || {
-        plan.labels += 1;
-        plan.labels - 1
-    };
-    let (start, end) = (label(), label());
+    let end = plan.labels_next();
     if let Op::While { cond, body } = &op {
+        let start = plan.labels_next();
         // Carries live in the loop's result slots, but a carry the body
         // passes through unchanged (a captured value) is read where it is:
         // nothing copies it in, and its result, when used, is copied out
@@ -784,13 +762,20 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
             to: copy_in.iter().map(|k| outputs[*k]).collect(),
         });
         new.push(Step::Label(start));
-        let c = merge_region(plan, cond.graph(), &carries, at + new.len(), &mut groups)?;
+        let c = merge_region(
+            plan,
+            cond.graph(),
+            &carries,
+            at + new.len(),
+            &mut groups,
+            false,
+        )?;
         new.extend(c.steps);
         new.push(Step::BranchUnless {
             pred: c.outputs[0],
             label: end,
         });
-        let b = merge_region_with(plan, bg, &carries, at + new.len(), &mut groups, true)?;
+        let b = merge_region(plan, bg, &carries, at + new.len(), &mut groups, true)?;
         new.extend(b.steps);
         // A body returning carry j as carry k (a swap) reads a carry the
         // copy below may already have overwritten: stage it first.
@@ -842,7 +827,14 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
         });
         for (r, l) in branches.iter().zip(&labels) {
             new.push(Step::Label(*l));
-            let m = merge_region(plan, r.graph(), &inputs[1..], at + new.len(), &mut groups)?;
+            let m = merge_region(
+                plan,
+                r.graph(),
+                &inputs[1..],
+                at + new.len(),
+                &mut groups,
+                false,
+            )?;
             new.extend(m.steps);
             new.push(Step::Copy {
                 from: m.outputs,
@@ -851,7 +843,6 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
             new.push(Step::Jump(end));
         }
         new.push(Step::Label(end));
-        let _ = start;
     } else {
         return Err(Error::internal("not a control-flow op"));
     }
@@ -938,7 +929,7 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
         } else {
             (s_out, s_in)
         };
-        let rename = |s: &mut SlotId| {
+        let mut rename = |s: &mut SlotId| {
             if *s == from {
                 *s = to;
             }
@@ -949,7 +940,7 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
             &mut plan.steps[i..]
         };
         for st in steps {
-            relocate_in_place(st, &rename);
+            for_each_slot(st, &mut rename);
         }
         for o in &mut plan.outputs {
             rename(o);
@@ -960,8 +951,8 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
     }
 }
 
-/// Renames slots in `step` with `f`.
-fn relocate_in_place(step: &mut Step, f: &dyn Fn(&mut SlotId)) {
+/// Calls `f` on every slot `step` names.
+fn for_each_slot(step: &mut Step, f: &mut dyn FnMut(&mut SlotId)) {
     match step {
         Step::Kernel(k) => {
             for n in &mut k.nodes {
@@ -1104,20 +1095,9 @@ struct Merged {
 /// are the slots `args`, its buffers a fresh block at the end of the
 /// arena (outputs included: they are temporaries here), its graph one of
 /// the plan's regions, its labels renumbered. Its steps will start at step
-/// `at`; their row groups go to `groups`.
+/// `at`; their row groups go to `groups`. With `params_writable` (a loop
+/// body) it may overwrite its parameters' slots once read ([`plan_with`]).
 fn merge_region(
-    plan: &mut Plan,
-    region: &Graph,
-    args: &[SlotId],
-    at: usize,
-    groups: &mut Vec<RowGroup>,
-) -> Result<Merged> {
-    merge_region_with(plan, region, args, at, groups, false)
-}
-
-/// [`merge_region`], the region allowed to overwrite its parameters' slots
-/// once read (a loop body: see [`plan_with`]).
-fn merge_region_with(
     plan: &mut Plan,
     region: &Graph,
     args: &[SlotId],
@@ -1181,54 +1161,15 @@ fn merge_region_with(
 }
 
 /// `step` of a region's plan with its slots, graph and labels as merged.
-fn relocate(step: Step, map: &[SlotId], first_graph: usize, label_base: usize) -> Step {
-    let m = |s: SlotId| map[s];
-    let ms = |v: Vec<SlotId>| v.into_iter().map(m).collect::<Vec<_>>();
-    match step {
-        Step::Kernel(mut k) => {
-            for n in &mut k.nodes {
-                if let ENode::Load { slot, .. } = n {
-                    *slot = m(*slot);
-                }
-            }
-            k.out = m(k.out);
-            if let Some(st) = &mut k.stash {
-                st.slot = m(st.slot);
-            }
-            Step::Kernel(k)
-        }
-        Step::Gemm(mut g) => {
-            g.lhs = m(g.lhs);
-            g.rhs = m(g.rhs);
-            g.out = m(g.out);
-            Step::Gemm(g)
-        }
-        Step::Runtime {
-            graph,
-            node,
-            inputs,
-            outputs,
-        } => Step::Runtime {
-            graph: first_graph + graph,
-            node,
-            inputs: ms(inputs),
-            outputs: ms(outputs),
-        },
-        Step::Copy { from, to } => Step::Copy {
-            from: ms(from),
-            to: ms(to),
-        },
-        Step::Label(l) => Step::Label(l + label_base),
-        Step::Jump(l) => Step::Jump(l + label_base),
-        Step::BranchUnless { pred, label } => Step::BranchUnless {
-            pred: m(pred),
-            label: label + label_base,
-        },
-        Step::Switch { index, labels } => Step::Switch {
-            index: m(index),
-            labels: labels.into_iter().map(|l| l + label_base).collect(),
-        },
+fn relocate(mut step: Step, map: &[SlotId], first_graph: usize, label_base: usize) -> Step {
+    for_each_slot(&mut step, &mut |s| *s = map[*s]);
+    match &mut step {
+        Step::Runtime { graph, .. } => *graph += first_graph,
+        Step::Label(l) | Step::Jump(l) | Step::BranchUnless { label: l, .. } => *l += label_base,
+        Step::Switch { labels, .. } => labels.iter_mut().for_each(|l| *l += label_base),
+        Step::Kernel(_) | Step::Gemm(_) | Step::Copy { .. } => {}
     }
+    step
 }
 
 impl Plan {
