@@ -5,7 +5,11 @@
 //!
 //! - `parse`: the program printed back, or the parse/verify error;
 //! - `optimized`: the program after the standard passes;
-//! - `fused`: the JIT's fusion plan (default options).
+//! - `fused`: the JIT's fusion plan (default options);
+//! - `clif-main`: the Cranelift IR of the compiled program's `main` (the
+//!   steps, control flow and inline scalar kernels; the out-of-line
+//!   kernels' code depends on the host's vector features and is left out,
+//!   so this stage suits programs whose kernels are scalar).
 //!
 //! After an intended change, re-bless with
 //! `TENSORLIFT_BLESS=1 cargo test --test filetests`.
@@ -35,6 +39,14 @@ fn run_stage(stage: &str, src: &str, path: &str) -> String {
         },
         ("fused", Ok(g)) => match compiler::compile(&g, &JitOptions::default()) {
             Ok(exe) => exe.fused_ir(),
+            Err(e) => format!("error: {e}\n"),
+        },
+        ("clif-main", Ok(g)) => match compiler::compile(&g, &JitOptions::default()) {
+            Ok(exe) => {
+                let clif = exe.cranelift_ir();
+                let main = clif.split_once("; main\n").map_or("", |(_, m)| m);
+                main.to_string()
+            }
             Err(e) => format!("error: {e}\n"),
         },
         (other, Ok(_)) => panic!("{path}: unknown stage '{other}'"),

@@ -19,7 +19,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module};
 use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, ReduceOp, Result, Scalar, UnaryOp};
 
-use crate::fusion::{ENode, Kernel, KernelKind, Plan, Step};
+use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId, SlotKind, Step};
 use crate::rt::{self, StepTable};
 use crate::wide;
 
@@ -200,6 +200,67 @@ fn inline_in_main(k: &Kernel) -> bool {
     k.dims.is_empty() && k.kind == KernelKind::Loop && k.stash.is_none()
 }
 
+/// The slots `main` keeps in Cranelift variables instead of memory: scalar
+/// temporaries that only inline kernels, copies and branches touch (a
+/// loop's counter, its predicate, a scalar carry), so a loop over them runs
+/// in registers with no store and reload per iteration.
+fn register_slots(plan: &Plan) -> Vec<SlotId> {
+    let mut ok: Vec<bool> = (plan.slots.iter())
+        .map(|sl| {
+            let scalar_ty = match sl.dtype {
+                DType::Bool
+                | DType::I8
+                | DType::U8
+                | DType::I16
+                | DType::U16
+                | DType::I32
+                | DType::U32
+                | DType::I64
+                | DType::U64
+                | DType::F32
+                | DType::F64 => true,
+                DType::F16 | DType::BF16 | DType::C64 | DType::C128 | DType::String => false,
+            };
+            // An output is stored once, when `main` returns.
+            let owned = match sl.kind {
+                SlotKind::Temp { .. } | SlotKind::Output => true,
+                SlotKind::Input(_) | SlotKind::Const(_) | SlotKind::HandOff { .. } => false,
+            };
+            scalar_ty && owned && sl.dims.is_empty()
+        })
+        .collect();
+    for (i, step) in plan.steps.iter().enumerate() {
+        let in_group = plan.groups.iter().any(|g| (g.start..g.end).contains(&i));
+        match step {
+            Step::Kernel(k) if !in_group && inline_in_main(k) => {
+                // A load of another type reads the slot's bytes.
+                for n in &k.nodes {
+                    if let ENode::Load { slot, dtype, .. } = n
+                        && *dtype != plan.slots[*slot].dtype
+                    {
+                        ok[*slot] = false;
+                    }
+                }
+            }
+            Step::Copy { from, to } => {
+                for (&f, &t) in from.iter().zip(to) {
+                    if plan.slots[f].dtype != plan.slots[t].dtype {
+                        (ok[f], ok[t]) = (false, false);
+                    }
+                }
+            }
+            Step::Label(_) | Step::Jump(_) | Step::BranchUnless { .. } | Step::Switch { .. } => {}
+            Step::Kernel(_) | Step::Gemm(_) | Step::Runtime { .. } => {
+                let (reads, writes) = crate::fusion::step_slots(step);
+                for s in reads.into_iter().chain(writes) {
+                    ok[s] = false;
+                }
+            }
+        }
+    }
+    (0..plan.slots.len()).filter(|&s| ok[s]).collect()
+}
+
 /// Copies between slots up to this many bytes are inline loads and stores
 /// (a loop's scalar carries), larger ones `memmove` calls.
 const SMALL_COPY: usize = 64;
@@ -321,6 +382,18 @@ pub(crate) fn generate(
         let slot_ptr = |b: &mut FunctionBuilder<'_>, s: usize| {
             b.ins().load(ptr, trusted(), bufs, (s * 8) as i32)
         };
+        let mut regs: HashMap<SlotId, Variable> = HashMap::new();
+        for s in register_slots(plan) {
+            let ty = comp_ty(plan.slots[s].dtype);
+            let var = b.declare_var(ty);
+            let zero = match ty {
+                types::F32 => b.ins().f32const(0.0),
+                types::F64 => b.ins().f64const(0.0),
+                _ => b.ins().iconst(ty, 0),
+            };
+            b.def_var(var, zero);
+            regs.insert(s, var);
+        }
         for (i, step) in plan.steps.iter().enumerate() {
             if plan.groups.iter().any(|g| g.start < i && i < g.end) {
                 continue;
@@ -330,7 +403,7 @@ pub(crate) fn generate(
                 Step::Kernel(k) if group.is_none() && inline_in_main(k) => {
                     let mut kg =
                         KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
-                    kg.emit_body(bufs)?;
+                    kg.emit_scalar(bufs, &regs)?;
                     continue;
                 }
                 Step::Copy { from, to } => {
@@ -338,6 +411,27 @@ pub(crate) fn generate(
                         let n = plan.slots[t].bytes();
                         if f == t || n == 0 {
                             continue;
+                        }
+                        match (regs.get(&f), regs.get(&t)) {
+                            (Some(&vf), Some(&vt)) => {
+                                let v = b.use_var(vf);
+                                b.def_var(vt, v);
+                                continue;
+                            }
+                            (Some(&vf), None) => {
+                                let v = b.use_var(vf);
+                                let dst = slot_ptr(&mut b, t);
+                                b.ins().store(trusted(), v, dst, 0);
+                                continue;
+                            }
+                            (None, Some(&vt)) => {
+                                let src = slot_ptr(&mut b, f);
+                                let ty = comp_ty(plan.slots[f].dtype);
+                                let v = b.ins().load(ty, trusted(), src, 0);
+                                b.def_var(vt, v);
+                                continue;
+                            }
+                            (None, None) => {}
                         }
                         let (src, dst) = (slot_ptr(&mut b, f), slot_ptr(&mut b, t));
                         if n <= SMALL_COPY {
@@ -374,16 +468,26 @@ pub(crate) fn generate(
                     continue;
                 }
                 Step::BranchUnless { pred, label } => {
-                    let p = slot_ptr(&mut b, *pred);
-                    let v = b.ins().uload8(types::I32, trusted(), p, 0);
+                    let v = match regs.get(pred) {
+                        Some(&var) => b.use_var(var),
+                        None => {
+                            let p = slot_ptr(&mut b, *pred);
+                            b.ins().uload8(types::I32, trusted(), p, 0)
+                        }
+                    };
                     let go_on = b.create_block();
                     b.ins().brif(v, go_on, &[], labels[*label], &[]);
                     b.switch_to_block(go_on);
                     continue;
                 }
                 Step::Switch { index, labels: ls } => {
-                    let p = slot_ptr(&mut b, *index);
-                    let k = b.ins().load(types::I32, trusted(), p, 0);
+                    let k = match regs.get(index) {
+                        Some(&var) => b.use_var(var),
+                        None => {
+                            let p = slot_ptr(&mut b, *index);
+                            b.ins().load(types::I32, trusted(), p, 0)
+                        }
+                    };
                     // Every label but the last is tested; anything else
                     // (out of range included) goes to the last.
                     for (j, l) in ls.iter().enumerate().take(ls.len().saturating_sub(1)) {
@@ -465,6 +569,13 @@ pub(crate) fn generate(
             b.switch_to_block(fail);
             b.ins().return_(&[status]);
             b.switch_to_block(next);
+        }
+        for (&s, &var) in &regs {
+            if let SlotKind::Output = plan.slots[s].kind {
+                let v = b.use_var(var);
+                let p = slot_ptr(&mut b, s);
+                b.ins().store(trusted(), v, p, 0);
+            }
         }
         let zero = b.ins().iconst(types::I32, 0);
         b.ins().return_(&[zero]);
@@ -598,6 +709,9 @@ struct KernelGen<'a, 'b> {
     range: Option<(Value, Value)>,
     /// Set during the passes of a chunk of a wide row (`wide_chunks`).
     wide: Option<WideCtx>,
+    /// Slots held in `main`'s variables (inline kernels only, see
+    /// [`register_slots`]).
+    regs: HashMap<SlotId, Variable>,
 }
 
 /// A row evaluated by one `tl_wide_row_*` call (`KernelGen::fused_row`).
@@ -752,6 +866,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             load_off: 0,
             range: None,
             wide: None,
+            regs: HashMap::new(),
         }
     }
 
@@ -876,6 +991,51 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             self.inner(&[], 1, None, one)?;
         } else {
             self.nest(0, &mut idx)?;
+        }
+        Ok(())
+    }
+
+    /// A rank-0 loop kernel at the builder's current position in `main`:
+    /// one evaluation, no loop, reading and writing the slots in `regs` as
+    /// Cranelift variables (see [`register_slots`]) and the others through
+    /// their pointers in `bufs`.
+    fn emit_scalar(&mut self, bufs: Value, regs: &HashMap<SlotId, Variable>) -> Result<()> {
+        self.regs.clone_from(regs);
+        let mut bases: HashMap<SlotId, Value> = HashMap::new();
+        for (key, offset, _, esize) in self.accessors() {
+            let slot = match key {
+                OUT => self.k.out,
+                STASH => return Err(Error::internal("an inline kernel with a stash")),
+                i => match &self.k.nodes[i] {
+                    ENode::Load { slot, .. } => *slot,
+                    _ => {
+                        // An iota's position is its value.
+                        let var = self.b.declare_var(types::I64);
+                        let v = self.b.ins().iconst(types::I64, offset);
+                        self.b.def_var(var, v);
+                        self.pos.insert(key, var);
+                        continue;
+                    }
+                },
+            };
+            if esize == 0 || regs.contains_key(&slot) {
+                continue;
+            }
+            let base = *bases.entry(slot).or_insert_with(|| {
+                self.b
+                    .ins()
+                    .load(self.ptr, trusted(), bufs, (slot * 8) as i32)
+            });
+            let p = self.b.ins().iadd_imm_s(base, offset * esize);
+            let var = self.b.declare_var(self.ptr);
+            self.b.def_var(var, p);
+            self.pos.insert(key, var);
+        }
+        let vals = self.eval(Mode::Scalar)?;
+        let root = vals[self.k.root];
+        match regs.get(&self.k.out) {
+            Some(&var) => self.b.def_var(var, root.s()),
+            None => self.store_out(root)?,
         }
         Ok(())
     }
@@ -2268,10 +2428,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                             V::S(self.vector_load(*dtype, vt, p, off))
                         }
                     },
-                    Mode::Scalar => {
-                        let p = self.b.use_var(self.pos[&i]);
-                        self.load(*dtype, p)?
-                    }
+                    Mode::Scalar => match self.k.nodes[i] {
+                        ENode::Load { slot, .. } if let Some(&var) = self.regs.get(&slot) => {
+                            V::S(self.b.use_var(var))
+                        }
+                        _ => {
+                            let p = self.b.use_var(self.pos[&i]);
+                            self.load(*dtype, p)?
+                        }
+                    },
                 },
                 ENode::Const(l) => self.const_value(l, mode),
                 ENode::Iota { dtype, .. } => {
