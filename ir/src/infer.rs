@@ -478,7 +478,8 @@ fn unary(u: UnaryOp, t: &TensorType) -> InferResult<TensorType> {
     Ok(match u {
         IsFinite => TensorType::new(DType::Bool, t.shape.clone()),
         Abs => TensorType::new(d.real_part(), t.shape.clone()),
-        _ => t.clone(),
+        Neg | Sign | Floor | Ceil | Round | Sqrt | Rsqrt | Exp | Expm1 | Log | Log1p | Tanh
+        | Logistic | Sin | Cos | Erf | Not | Square | Reciprocal => t.clone(),
     })
 }
 
