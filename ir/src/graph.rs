@@ -713,13 +713,12 @@ impl Graph {
                     vec![crate::builder::expand(&mut g, d, &inputs, &node.site)?]
                 }
                 None => {
-                    let declared =
-                        matches!(node.op, Op::Parameter { .. } | Op::Callback(_)).then(|| {
-                            node.results
-                                .iter()
-                                .map(|r| self.values[r.index()].ty.clone())
-                                .collect()
-                        });
+                    let declared = node.op.has_declared_types().then(|| {
+                        node.results
+                            .iter()
+                            .map(|r| self.values[r.index()].ty.clone())
+                            .collect()
+                    });
                     let ins: Vec<TensorType> = inputs.iter().map(|v| g.ty(*v).clone()).collect();
                     let id = g.add_node(NewNode {
                         op: node.op.with_operand_types(&ins)?,
