@@ -81,7 +81,32 @@ fn print_node(graph: &Graph, node: &Node, indent: &str, out: &mut String) {
                 out.push_str(" stateful");
             }
         }
-        op => {
+        op @ (Op::Iota { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BroadcastInDim { .. }
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reverse(_)
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::BitcastConvert(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. }) => {
             operands(out);
             attrs::write(op, out);
         }
@@ -452,7 +477,51 @@ impl Parser {
                 self.next();
                 Ok(i)
             }
-            _ => Err(self.expected("an integer")),
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof => Err(self.expected("an integer")),
+        }
+    }
+
+    /// The next token's word, when it is one; else an error saying `what`
+    /// was expected.
+    fn ident(&mut self, what: &str) -> Result<String> {
+        match self.peek() {
+            Tok::Ident(s) => {
+                let s = s.clone();
+                self.next();
+                Ok(s)
+            }
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof => Err(self.expected(what)),
+        }
+    }
+
+    /// The next token's bytes, when it is a quoted string; else an error
+    /// saying `what` was expected.
+    fn quoted(&mut self, what: &str) -> Result<Vec<u8>> {
+        match self.peek() {
+            Tok::Str(s) => {
+                let s = s.clone();
+                self.next();
+                Ok(s)
+            }
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Punct(_)
+            | Tok::Eof => Err(self.expected(what)),
         }
     }
 
@@ -476,7 +545,14 @@ impl Parser {
         self.keyword("graph")?;
         let name = match self.next() {
             Tok::Global(n) if !n.is_empty() => n,
-            _ => {
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof => {
                 return Err(self.err_at(
                     self.toks[self.at.saturating_sub(1)].1,
                     "expected '@name' after 'graph'",
@@ -495,7 +571,14 @@ impl Parser {
                     self.punct('}')?;
                     return Ok(g);
                 }
-                _ => return Err(self.expected("a node ('%name = ...') or 'return'")),
+                Tok::Value(..)
+                | Tok::Global(_)
+                | Tok::Ident(_)
+                | Tok::Int(_)
+                | Tok::Float(_)
+                | Tok::Str(_)
+                | Tok::Punct(_)
+                | Tok::Eof => return Err(self.expected("a node ('%name = ...') or 'return'")),
             }
         }
     }
@@ -524,7 +607,15 @@ impl Parser {
                     }),
                 }
             }
-            t => Err(self.err_at(pos, format!("expected a value, found {}", t.describe()))),
+            t @ (Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof) => {
+                Err(self.err_at(pos, format!("expected a value, found {}", t.describe())))
+            }
         }
     }
 
@@ -544,7 +635,12 @@ impl Parser {
                 Tok::Str(s) => String::from_utf8(s)
                     .map_err(|_| self.err_at(pos, "output name is not UTF-8"))?,
                 Tok::Ident(s) => s,
-                t => {
+                t @ (Tok::Value(..)
+                | Tok::Global(_)
+                | Tok::Int(_)
+                | Tok::Float(_)
+                | Tok::Punct(_)
+                | Tok::Eof) => {
                     return Err(self.err_at(
                         pos,
                         format!("expected an output name, found {}", t.describe()),
@@ -572,15 +668,7 @@ impl Parser {
         }
         self.punct('=')?;
         let op_pos = self.pos();
-        let op_name = match self.next() {
-            Tok::Ident(s) => s,
-            t => {
-                return Err(self.err_at(
-                    op_pos,
-                    format!("expected an op name, found {}", t.describe()),
-                ));
-            }
-        };
+        let op_name = self.ident("an op name")?;
         let mut inputs = Vec::new();
         let mut effect = Effect::Pure;
         let mut result_types = None;
@@ -610,7 +698,7 @@ impl Parser {
                     LitElems::Scalars(v) if ty.dtype != DType::String => {
                         Literal::from_scalars(ty.dtype, &dims, &v)
                     }
-                    _ => Err(Error::invalid(format!(
+                    LitElems::Strings(_) | LitElems::Scalars(_) => Err(Error::invalid(format!(
                         "literal elements do not match type {ty}"
                     ))),
                 }
@@ -621,19 +709,8 @@ impl Parser {
                 let kind =
                     CallbackKind::from_name(k).ok_or_else(|| self.expected("a callback kind"))?;
                 let tpos = self.pos();
-                let target = match self.next() {
-                    Tok::Str(s) => String::from_utf8(s)
-                        .map_err(|_| self.err_at(tpos, "callback name is not UTF-8"))?,
-                    t => {
-                        return Err(self.err_at(
-                            tpos,
-                            format!(
-                                "expected the callback's name in quotes, found {}",
-                                t.describe()
-                            ),
-                        ));
-                    }
-                };
+                let target = String::from_utf8(self.quoted("the callback's name in quotes")?)
+                    .map_err(|_| self.err_at(tpos, "callback name is not UTF-8"))?;
                 inputs = self.operands(values)?;
                 if *self.peek() == Tok::Ident("stateful".into()) {
                     self.next();
@@ -718,17 +795,8 @@ impl Parser {
         self.keyword("loc")?;
         self.punct('(')?;
         let pos = self.pos();
-        let file = match self.next() {
-            Tok::Str(s) => {
-                String::from_utf8(s).map_err(|_| self.err_at(pos, "file name is not UTF-8"))?
-            }
-            t => {
-                return Err(self.err_at(
-                    pos,
-                    format!("expected a quoted file name, found {}", t.describe()),
-                ));
-            }
-        };
+        let file = String::from_utf8(self.quoted("a quoted file name")?)
+            .map_err(|_| self.err_at(pos, "file name is not UTF-8"))?;
         self.punct(':')?;
         let line = u32::try_from(self.int()?).map_err(|_| self.err_at(pos, "bad line number"))?;
         self.punct(':')?;
@@ -771,16 +839,9 @@ impl Parser {
 
     fn ty(&mut self) -> Result<TensorType> {
         let pos = self.pos();
-        let dtype = match self.next() {
-            Tok::Ident(s) => DType::from_name(&s)
-                .ok_or_else(|| self.err_at(pos, format!("unknown dtype '{s}'")))?,
-            t => {
-                return Err(self.err_at(
-                    pos,
-                    format!("expected a type like f32[2,3], found {}", t.describe()),
-                ));
-            }
-        };
+        let name = self.ident("a type like f32[2,3]")?;
+        let dtype = DType::from_name(&name)
+            .ok_or_else(|| self.err_at(pos, format!("unknown dtype '{name}'")))?;
         let shape = self.shape()?;
         Ok(TensorType::new(dtype, shape))
     }
@@ -813,15 +874,7 @@ impl Parser {
                 self.punct(',')?;
             }
             let pos = self.pos();
-            let key = match self.next() {
-                Tok::Ident(k) => k,
-                t => {
-                    return Err(self.err_at(
-                        pos,
-                        format!("expected an attribute name, found {}", t.describe()),
-                    ));
-                }
-            };
+            let key = self.ident("an attribute name")?;
             self.punct('=')?;
             let vpos = self.pos();
             let val = match self.next() {
@@ -854,7 +907,12 @@ impl Parser {
                         AttrVal::List(items)
                     }
                 }
-                t => {
+                t @ (Tok::Value(..)
+                | Tok::Global(_)
+                | Tok::Float(_)
+                | Tok::Str(_)
+                | Tok::Punct(_)
+                | Tok::Eof) => {
                     return Err(self.err_at(
                         vpos,
                         format!("expected an attribute value, found {}", t.describe()),
@@ -879,7 +937,13 @@ impl Parser {
                         strings.push(s.clone());
                         self.next();
                     }
-                    _ => scalars.push(self.scalar()?),
+                    Tok::Value(..)
+                    | Tok::Global(_)
+                    | Tok::Ident(_)
+                    | Tok::Int(_)
+                    | Tok::Float(_)
+                    | Tok::Punct(_)
+                    | Tok::Eof => scalars.push(self.scalar()?),
                 }
             }
             if !strings.is_empty() && !scalars.is_empty() {
@@ -933,7 +997,9 @@ impl Parser {
                 self.punct(')')?;
                 Ok(Scalar::Complex(re, im))
             }
-            t => Err(self.err_at(pos, format!("expected a literal, found {}", t.describe()))),
+            t @ (Tok::Value(..) | Tok::Global(_) | Tok::Str(_) | Tok::Punct(_) | Tok::Eof) => {
+                Err(self.err_at(pos, format!("expected a literal, found {}", t.describe())))
+            }
         }
     }
 
@@ -943,7 +1009,9 @@ impl Parser {
             Scalar::Int(i) => Ok(i as f64),
             Scalar::Float(_, Some(bits)) => Ok(crate::literal::nan_from_bits(bits)),
             Scalar::Float(f, None) => Ok(f),
-            _ => Err(self.err_at(pos, "expected a real number")),
+            Scalar::Bool(_) | Scalar::Complex(..) => {
+                Err(self.err_at(pos, "expected a real number"))
+            }
         }
     }
 }
@@ -959,7 +1027,14 @@ fn with_pos(e: Error, pos: TextPos) -> Error {
             d.pos.get_or_insert(pos);
             Error::InvalidArgument(d)
         }
-        other => other,
+        other @ (Error::OutOfRange(_)
+        | Error::ResourceExhausted(_)
+        | Error::Unimplemented(_)
+        | Error::Unknown(_)
+        | Error::Internal(_)
+        | Error::NotFound(_)
+        | Error::FailedPrecondition(_)
+        | Error::JitIncompatible { .. }) => other,
     }
 }
 
