@@ -381,22 +381,15 @@ fn scatter_combines_skips_out_of_range_and_set_keeps_the_last() {
             .remove(0)
     };
     // Row 2 gets updates 0, 3 and 5; row 0 gets update 2; -1 and 4 skipped.
-    assert_eq!(
-        to_vec::<i32>(&run(Combiner::Set)),
-        vec![5, 6, 20, 21, 11, 12, 40, 41]
-    );
-    assert_eq!(
-        to_vec::<i32>(&run(Combiner::Add)),
-        vec![15, 17, 20, 21, 30 + 1 + 7 + 11, 31 + 2 + 8 + 12, 40, 41]
-    );
-    assert_eq!(
-        to_vec::<i32>(&run(Combiner::Min)),
-        vec![5, 6, 20, 21, 1, 2, 40, 41]
-    );
-    assert_eq!(
-        to_vec::<i32>(&run(Combiner::Max)),
-        vec![10, 11, 20, 21, 30, 31, 40, 41]
-    );
+    for &c in Combiner::ALL {
+        let want = match c {
+            Combiner::Set => vec![5, 6, 20, 21, 11, 12, 40, 41],
+            Combiner::Add => vec![15, 17, 20, 21, 30 + 1 + 7 + 11, 31 + 2 + 8 + 12, 40, 41],
+            Combiner::Min => vec![5, 6, 20, 21, 1, 2, 40, 41],
+            Combiner::Max => vec![10, 11, 20, 21, 30, 31, 40, 41],
+        };
+        assert_eq!(to_vec::<i32>(&run(c)), want, "{c:?}");
+    }
 }
 
 /// `take`'s gradient: scatter-add of ones along axis 1 counts how often

@@ -31,7 +31,33 @@ fn body(g: &Graph, prefix: &str, indent: &str, out: &mut String) {
         let detail = match &n.op {
             Op::Parameter { index } => format!("parameter {index}"),
             Op::Callback(c) => format!("{} \\\"{}\\\"", c.kind.name(), escape(&c.target)),
-            op => op.name(),
+            op @ (Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. }) => op.name(),
         };
         let style = match (&n.op, n.effect) {
             (_, Effect::Stateful) => ", style=bold, color=red",

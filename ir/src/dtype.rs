@@ -169,7 +169,20 @@ impl DType {
         match self {
             DType::C64 => DType::F32,
             DType::C128 => DType::F64,
-            other => other,
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F16
+            | DType::BF16
+            | DType::F32
+            | DType::F64
+            | DType::String => self,
         }
     }
 

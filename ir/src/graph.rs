@@ -194,7 +194,34 @@ impl Graph {
             .iter()
             .filter_map(|n| match n.op {
                 Op::Parameter { index } => Some((index, n.results[0])),
-                _ => None,
+                Op::Constant(_)
+                | Op::Iota { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Clamp
+                | Op::Convert(_)
+                | Op::BroadcastInDim { .. }
+                | Op::Reshape(_)
+                | Op::Transpose(_)
+                | Op::Slice { .. }
+                | Op::Concatenate { .. }
+                | Op::Pad { .. }
+                | Op::Reverse(_)
+                | Op::Reduce { .. }
+                | Op::ArgMax { .. }
+                | Op::ArgMin { .. }
+                | Op::DotGeneral(_)
+                | Op::Take { .. }
+                | Op::DynamicSlice { .. }
+                | Op::DynamicUpdateSlice
+                | Op::Scatter { .. }
+                | Op::BitcastConvert(_)
+                | Op::Callback(_)
+                | Op::Dynamic(_)
+                | Op::While { .. }
+                | Op::Case { .. } => None,
             })
             .collect();
         ps.sort();
@@ -241,7 +268,34 @@ impl Graph {
             None => {
                 let base = match &new.op {
                     Op::Callback(c) => c.target.clone(),
-                    _ => op_name.clone(),
+                    Op::Parameter { .. }
+                    | Op::Constant(_)
+                    | Op::Iota { .. }
+                    | Op::Unary(_)
+                    | Op::Binary(_)
+                    | Op::Compare(_)
+                    | Op::Select
+                    | Op::Clamp
+                    | Op::Convert(_)
+                    | Op::BroadcastInDim { .. }
+                    | Op::Reshape(_)
+                    | Op::Transpose(_)
+                    | Op::Slice { .. }
+                    | Op::Concatenate { .. }
+                    | Op::Pad { .. }
+                    | Op::Reverse(_)
+                    | Op::Reduce { .. }
+                    | Op::ArgMax { .. }
+                    | Op::ArgMin { .. }
+                    | Op::DotGeneral(_)
+                    | Op::Take { .. }
+                    | Op::DynamicSlice { .. }
+                    | Op::DynamicUpdateSlice
+                    | Op::Scatter { .. }
+                    | Op::BitcastConvert(_)
+                    | Op::Dynamic(_)
+                    | Op::While { .. }
+                    | Op::Case { .. } => op_name.clone(),
                 };
                 self.fresh_name(&base)
             }
@@ -405,7 +459,34 @@ impl Graph {
     pub fn calls(&self, name: &str) -> bool {
         self.nodes.iter().any(|n| match &n.op {
             Op::Callback(c) => c.target == name,
-            op => op.regions().iter().any(|r| r.graph().calls(name)),
+            op @ (Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. }) => op.regions().iter().any(|r| r.graph().calls(name)),
         })
     }
 
@@ -534,7 +615,34 @@ impl Graph {
             .iter()
             .filter_map(|n| match &n.op {
                 Op::Callback(c) => Some(c.target.as_str()),
-                _ => None,
+                Op::Parameter { .. }
+                | Op::Constant(_)
+                | Op::Iota { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Clamp
+                | Op::Convert(_)
+                | Op::BroadcastInDim { .. }
+                | Op::Reshape(_)
+                | Op::Transpose(_)
+                | Op::Slice { .. }
+                | Op::Concatenate { .. }
+                | Op::Pad { .. }
+                | Op::Reverse(_)
+                | Op::Reduce { .. }
+                | Op::ArgMax { .. }
+                | Op::ArgMin { .. }
+                | Op::DotGeneral(_)
+                | Op::Take { .. }
+                | Op::DynamicSlice { .. }
+                | Op::DynamicUpdateSlice
+                | Op::Scatter { .. }
+                | Op::BitcastConvert(_)
+                | Op::Dynamic(_)
+                | Op::While { .. }
+                | Op::Case { .. } => None,
             })
             .collect();
         self.bindings.retain(|k, _| targets.contains(k.as_str()));
@@ -605,13 +713,12 @@ impl Graph {
                     vec![crate::builder::expand(&mut g, d, &inputs, &node.site)?]
                 }
                 None => {
-                    let declared =
-                        matches!(node.op, Op::Parameter { .. } | Op::Callback(_)).then(|| {
-                            node.results
-                                .iter()
-                                .map(|r| self.values[r.index()].ty.clone())
-                                .collect()
-                        });
+                    let declared = node.op.has_declared_types().then(|| {
+                        node.results
+                            .iter()
+                            .map(|r| self.values[r.index()].ty.clone())
+                            .collect()
+                    });
                     let ins: Vec<TensorType> = inputs.iter().map(|v| g.ty(*v).clone()).collect();
                     let id = g.add_node(NewNode {
                         op: node.op.with_operand_types(&ins)?,

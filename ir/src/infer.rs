@@ -11,7 +11,7 @@ pub type InferResult<T> = std::result::Result<T, String>;
 /// Infers the result types of `op` applied to operands of types `ins`.
 /// Parameters and callbacks have declared types and are not inferred.
 pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
-    if !matches!(op, Op::Parameter { .. } | Op::Constant(_) | Op::Callback(_))
+    if !takes_strings(op)
         && let Some(i) = ins.iter().position(|t| t.dtype == DType::String)
     {
         return Err(format!(
@@ -53,7 +53,11 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
         Op::Compare(c) => {
             arity(ins, 2)?;
             same_dtype(ins[0], ins[1])?;
-            if ins[0].dtype.is_complex() && !matches!(c, CmpOp::Eq | CmpOp::Ne) {
+            let ordering = match c {
+                CmpOp::Eq | CmpOp::Ne => false,
+                CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge => true,
+            };
+            if ins[0].dtype.is_complex() && ordering {
                 return Err(format!(
                     "compare {} is not defined on {}: complex numbers are unordered",
                     c.name(),
@@ -461,6 +465,40 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> InferResult<Shape> {
     Ok(Shape::Ranked(out))
 }
 
+/// True for the ops strings may flow through (strings are opaque):
+/// callbacks, and parameters and constants, which have no operands.
+fn takes_strings(op: &Op) -> bool {
+    match op {
+        Op::Parameter { .. } | Op::Constant(_) | Op::Callback(_) => true,
+        Op::Iota { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BroadcastInDim { .. }
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reverse(_)
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::BitcastConvert(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. } => false,
+    }
+}
+
 fn unary(u: UnaryOp, t: &TensorType) -> InferResult<TensorType> {
     use UnaryOp::*;
     let d = t.dtype;
@@ -478,7 +516,8 @@ fn unary(u: UnaryOp, t: &TensorType) -> InferResult<TensorType> {
     Ok(match u {
         IsFinite => TensorType::new(DType::Bool, t.shape.clone()),
         Abs => TensorType::new(d.real_part(), t.shape.clone()),
-        _ => t.clone(),
+        Neg | Sign | Floor | Ceil | Round | Sqrt | Rsqrt | Exp | Expm1 | Log | Log1p | Tanh
+        | Logistic | Sin | Cos | Erf | Not | Square | Reciprocal => t.clone(),
     })
 }
 

@@ -321,7 +321,15 @@ fn encode_scalar(dtype: DType, v: Scalar, out: &mut Vec<u8>) -> Result<()> {
                 DType::U8 => (0, u8::MAX.into()),
                 DType::U16 => (0, u16::MAX.into()),
                 DType::U32 => (0, u32::MAX.into()),
-                _ => (0, u64::MAX.into()),
+                DType::U64 => (0, u64::MAX.into()),
+                DType::Bool
+                | DType::F16
+                | DType::BF16
+                | DType::F32
+                | DType::F64
+                | DType::C64
+                | DType::C128
+                | DType::String => return Err(bad()),
             };
             if i < lo || i > hi {
                 return Err(Error::invalid(format!("{i} is out of range for {d}")));

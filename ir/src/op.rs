@@ -626,15 +626,71 @@ impl Op {
     /// True for ops whose result at an index depends only on the operands at
     /// the same index (what loop fusion merges).
     pub fn is_elementwise(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Op::Unary(_)
-                | Op::Binary(_)
-                | Op::Compare(_)
-                | Op::Select
-                | Op::Clamp
-                | Op::Convert(_)
-                | Op::BitcastConvert(_)
-        )
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BitcastConvert(_) => true,
+            Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::Callback(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. } => false,
+        }
+    }
+
+    /// True for ops whose result types are given when the node is made
+    /// (parameters, callbacks) rather than inferred from the operands.
+    pub fn has_declared_types(&self) -> bool {
+        match self {
+            Op::Parameter { .. } | Op::Callback(_) => true,
+            Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. } => false,
+        }
     }
 }

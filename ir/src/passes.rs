@@ -120,7 +120,34 @@ pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
             .iter()
             .map(|v| match &g.producer(*v).op {
                 Op::Constant(l) => Some(l),
-                _ => None,
+                Op::Parameter { .. }
+                | Op::Iota { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Clamp
+                | Op::Convert(_)
+                | Op::BroadcastInDim { .. }
+                | Op::Reshape(_)
+                | Op::Transpose(_)
+                | Op::Slice { .. }
+                | Op::Concatenate { .. }
+                | Op::Pad { .. }
+                | Op::Reverse(_)
+                | Op::Reduce { .. }
+                | Op::ArgMax { .. }
+                | Op::ArgMin { .. }
+                | Op::DotGeneral(_)
+                | Op::Take { .. }
+                | Op::DynamicSlice { .. }
+                | Op::DynamicUpdateSlice
+                | Op::Scatter { .. }
+                | Op::BitcastConvert(_)
+                | Op::Callback(_)
+                | Op::Dynamic(_)
+                | Op::While { .. }
+                | Op::Case { .. } => None,
             })
             .collect::<Option<Vec<&Literal>>>()
         else {
@@ -206,7 +233,32 @@ fn is_splat(g: &Graph, mut v: ValueId, value: f64) -> bool {
         match &g.producer(v).op {
             Op::Constant(l) => return l.is_splat_of(value),
             Op::BroadcastInDim { .. } | Op::Reshape(_) => v = g.producer(v).inputs[0],
-            _ => return false,
+            Op::Parameter { .. }
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Callback(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. } => return false,
         }
     }
 }
@@ -269,7 +321,35 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
             interior,
         } if low.iter().chain(high).all(|p| *p == 0) && interior.iter().all(|i| *i == 0) => Some(x),
         Op::Concatenate { .. } if n.inputs.len() == 1 => Some(x),
-        _ => None,
+        Op::Parameter { .. }
+        | Op::Constant(_)
+        | Op::Iota { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BroadcastInDim { .. }
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reverse(_)
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::BitcastConvert(_)
+        | Op::Callback(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. } => None,
     }
 }
 
@@ -372,7 +452,34 @@ pub fn licm(g: &mut Graph) -> bool {
                 let f = invariant_frontier(body.graph());
                 (!f.is_empty()).then_some((id, f))
             }
-            _ => None,
+            Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Callback(_)
+            | Op::Dynamic(_)
+            | Op::Case { .. } => None,
         })
         .collect();
     if plans.is_empty() {

@@ -1,14 +1,17 @@
 //! The `.tlir` text format: one op per line, every value typed; prints and
 //! parses back to an identical graph. The grammar is in `docs/ir.md`.
 
+mod attrs;
+
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use attrs::AttrVal;
+
 use crate::literal::{Scalar, write_quoted};
 use crate::{
-    BinaryOp, CallbackKind, CallbackOp, CmpOp, Combiner, DType, Detail, DotDims, DynamicOp, Effect,
-    Error, Graph, Literal, NewNode, Node, Op, ReduceOp, Region, Result, Shape, Site, TensorType,
-    TextPos, UnaryOp, ValueId,
+    CallbackKind, CallbackOp, DType, Detail, Effect, Error, Graph, Literal, NewNode, Node, Op,
+    Region, Result, Shape, Site, TensorType, TextPos, ValueId,
 };
 
 /// Prints `graph` in the text format.
@@ -78,12 +81,34 @@ fn print_node(graph: &Graph, node: &Node, indent: &str, out: &mut String) {
                 out.push_str(" stateful");
             }
         }
-        op => {
+        op @ (Op::Iota { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BroadcastInDim { .. }
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reverse(_)
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::BitcastConvert(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. }) => {
             operands(out);
-            let attrs = attrs_of(op);
-            if !attrs.is_empty() {
-                let _ = write!(out, " {{{}}}", attrs.join(", "));
-            }
+            attrs::write(op, out);
         }
     }
     out.push_str(" : ");
@@ -109,110 +134,6 @@ fn print_node(graph: &Graph, node: &Node, indent: &str, out: &mut String) {
         }
         out.push_str(indent);
         out.push('}');
-    }
-}
-
-fn list<T: std::fmt::Display>(v: &[T]) -> String {
-    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
-    format!("[{}]", parts.join(","))
-}
-
-fn attrs_of(op: &Op) -> Vec<String> {
-    match op {
-        Op::Iota { dim, .. } => vec![format!("dim={dim}")],
-        Op::BroadcastInDim { shape, dims } => {
-            vec![format!("shape={shape}"), format!("dims={}", list(dims))]
-        }
-        Op::Reshape(shape) => vec![format!("shape={shape}")],
-        Op::Transpose(perm) => vec![format!("perm={}", list(perm))],
-        Op::Slice {
-            start,
-            limit,
-            stride,
-        } => {
-            vec![
-                format!("start={}", list(start)),
-                format!("limit={}", list(limit)),
-                format!("stride={}", list(stride)),
-            ]
-        }
-        Op::Concatenate { axis }
-        | Op::Take { axis }
-        | Op::ArgMax { axis, .. }
-        | Op::ArgMin { axis, .. } => {
-            vec![format!("axis={axis}")]
-        }
-        Op::Pad {
-            low,
-            high,
-            interior,
-        } => {
-            vec![
-                format!("low={}", list(low)),
-                format!("high={}", list(high)),
-                format!("interior={}", list(interior)),
-            ]
-        }
-        Op::Reverse(axes) => vec![format!("axes={}", list(axes))],
-        Op::DynamicSlice { sizes } => vec![format!("sizes={}", list(sizes))],
-        Op::Scatter { axis, combiner } => {
-            vec![
-                format!("axis={axis}"),
-                format!("combiner={}", combiner.name()),
-            ]
-        }
-        Op::Reduce { axes, keepdims, .. } => vec![
-            format!("axes={}", list(axes)),
-            format!("keepdims={keepdims}"),
-        ],
-        Op::DotGeneral(d) => vec![
-            format!("lhs_batch={}", list(&d.lhs_batch)),
-            format!("rhs_batch={}", list(&d.rhs_batch)),
-            format!("lhs_contract={}", list(&d.lhs_contract)),
-            format!("rhs_contract={}", list(&d.rhs_contract)),
-        ],
-        Op::Dynamic(d) => match d {
-            DynamicOp::Binary(_) | DynamicOp::Compare(_) | DynamicOp::MatMul => vec![],
-            DynamicOp::Reduce { axes, keepdims, .. } => vec![
-                match axes {
-                    Some(a) => format!("axes={}", list(a)),
-                    None => "axes=[*]".into(),
-                },
-                format!("keepdims={keepdims}"),
-            ],
-            DynamicOp::Arg { axis, .. } => vec![format!("axis={axis}")],
-            DynamicOp::Transpose(perm) => vec![format!("perm={}", list(perm))],
-            DynamicOp::Select => vec![],
-            DynamicOp::BroadcastTo(dims) => vec![format!("shape={}", list(dims))],
-            DynamicOp::Slice {
-                start,
-                limit,
-                stride,
-            } => vec![
-                format!("start={}", list(start)),
-                format!("limit={}", list(limit)),
-                format!("stride={}", list(stride)),
-            ],
-            DynamicOp::Reverse(axes) => vec![format!("axes={}", list(axes))],
-            DynamicOp::Concatenate { axis } | DynamicOp::Take { axis } => {
-                vec![format!("axis={axis}")]
-            }
-        },
-        // No attributes, or their attributes are in the result type
-        // (`convert`/`bitcast_convert`'s dtype) or printed by `print_node`.
-        Op::Parameter { .. }
-        | Op::Constant(_)
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Compare(_)
-        | Op::Select
-        | Op::Clamp
-        | Op::Convert(_)
-        | Op::BitcastConvert(_)
-        | Op::DynamicUpdateSlice
-        | Op::Callback(_)
-        | Op::While { .. }
-        | Op::Case { .. } => vec![],
     }
 }
 
@@ -494,16 +415,6 @@ struct Parser {
     file: Arc<str>,
 }
 
-#[derive(Debug)]
-enum AttrVal {
-    Int(i64),
-    Bool(bool),
-    List(Vec<Option<i64>>),
-    Star,
-    /// A bare word (`combiner=add`).
-    Word(String),
-}
-
 impl Parser {
     fn peek(&self) -> &Tok {
         &self.toks[self.at.min(self.toks.len() - 1)].0
@@ -522,11 +433,7 @@ impl Parser {
     }
 
     fn err_at(&self, pos: TextPos, message: impl Into<String>) -> Error {
-        Error::InvalidArgument(Detail {
-            message: message.into(),
-            node: None,
-            pos: Some(pos),
-        })
+        error_at(pos, message)
     }
 
     fn expected(&self, what: &str) -> Error {
@@ -570,7 +477,51 @@ impl Parser {
                 self.next();
                 Ok(i)
             }
-            _ => Err(self.expected("an integer")),
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof => Err(self.expected("an integer")),
+        }
+    }
+
+    /// The next token's word, when it is one; else an error saying `what`
+    /// was expected.
+    fn ident(&mut self, what: &str) -> Result<String> {
+        match self.peek() {
+            Tok::Ident(s) => {
+                let s = s.clone();
+                self.next();
+                Ok(s)
+            }
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof => Err(self.expected(what)),
+        }
+    }
+
+    /// The next token's bytes, when it is a quoted string; else an error
+    /// saying `what` was expected.
+    fn quoted(&mut self, what: &str) -> Result<Vec<u8>> {
+        match self.peek() {
+            Tok::Str(s) => {
+                let s = s.clone();
+                self.next();
+                Ok(s)
+            }
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Punct(_)
+            | Tok::Eof => Err(self.expected(what)),
         }
     }
 
@@ -594,7 +545,14 @@ impl Parser {
         self.keyword("graph")?;
         let name = match self.next() {
             Tok::Global(n) if !n.is_empty() => n,
-            _ => {
+            Tok::Value(..)
+            | Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof => {
                 return Err(self.err_at(
                     self.toks[self.at.saturating_sub(1)].1,
                     "expected '@name' after 'graph'",
@@ -613,7 +571,14 @@ impl Parser {
                     self.punct('}')?;
                     return Ok(g);
                 }
-                _ => return Err(self.expected("a node ('%name = ...') or 'return'")),
+                Tok::Value(..)
+                | Tok::Global(_)
+                | Tok::Ident(_)
+                | Tok::Int(_)
+                | Tok::Float(_)
+                | Tok::Str(_)
+                | Tok::Punct(_)
+                | Tok::Eof => return Err(self.expected("a node ('%name = ...') or 'return'")),
             }
         }
     }
@@ -642,7 +607,15 @@ impl Parser {
                     }),
                 }
             }
-            t => Err(self.err_at(pos, format!("expected a value, found {}", t.describe()))),
+            t @ (Tok::Global(_)
+            | Tok::Ident(_)
+            | Tok::Int(_)
+            | Tok::Float(_)
+            | Tok::Str(_)
+            | Tok::Punct(_)
+            | Tok::Eof) => {
+                Err(self.err_at(pos, format!("expected a value, found {}", t.describe())))
+            }
         }
     }
 
@@ -662,7 +635,12 @@ impl Parser {
                 Tok::Str(s) => String::from_utf8(s)
                     .map_err(|_| self.err_at(pos, "output name is not UTF-8"))?,
                 Tok::Ident(s) => s,
-                t => {
+                t @ (Tok::Value(..)
+                | Tok::Global(_)
+                | Tok::Int(_)
+                | Tok::Float(_)
+                | Tok::Punct(_)
+                | Tok::Eof) => {
                     return Err(self.err_at(
                         pos,
                         format!("expected an output name, found {}", t.describe()),
@@ -690,15 +668,7 @@ impl Parser {
         }
         self.punct('=')?;
         let op_pos = self.pos();
-        let op_name = match self.next() {
-            Tok::Ident(s) => s,
-            t => {
-                return Err(self.err_at(
-                    op_pos,
-                    format!("expected an op name, found {}", t.describe()),
-                ));
-            }
-        };
+        let op_name = self.ident("an op name")?;
         let mut inputs = Vec::new();
         let mut effect = Effect::Pure;
         let mut result_types = None;
@@ -728,7 +698,7 @@ impl Parser {
                     LitElems::Scalars(v) if ty.dtype != DType::String => {
                         Literal::from_scalars(ty.dtype, &dims, &v)
                     }
-                    _ => Err(Error::invalid(format!(
+                    LitElems::Strings(_) | LitElems::Scalars(_) => Err(Error::invalid(format!(
                         "literal elements do not match type {ty}"
                     ))),
                 }
@@ -739,19 +709,8 @@ impl Parser {
                 let kind =
                     CallbackKind::from_name(k).ok_or_else(|| self.expected("a callback kind"))?;
                 let tpos = self.pos();
-                let target = match self.next() {
-                    Tok::Str(s) => String::from_utf8(s)
-                        .map_err(|_| self.err_at(tpos, "callback name is not UTF-8"))?,
-                    t => {
-                        return Err(self.err_at(
-                            tpos,
-                            format!(
-                                "expected the callback's name in quotes, found {}",
-                                t.describe()
-                            ),
-                        ));
-                    }
-                };
+                let target = String::from_utf8(self.quoted("the callback's name in quotes")?)
+                    .map_err(|_| self.err_at(tpos, "callback name is not UTF-8"))?;
                 inputs = self.operands(values)?;
                 if *self.peek() == Tok::Ident("stateful".into()) {
                     self.next();
@@ -800,7 +759,7 @@ impl Parser {
                 };
                 self.punct(':')?;
                 let ty = self.ty()?;
-                let op = self.make_op(&op_name, op_pos, &attrs, &ty)?;
+                let op = attrs::read(&op_name, op_pos, &attrs, &ty)?;
                 result_types = Some(vec![ty]);
                 op
             }
@@ -836,17 +795,8 @@ impl Parser {
         self.keyword("loc")?;
         self.punct('(')?;
         let pos = self.pos();
-        let file = match self.next() {
-            Tok::Str(s) => {
-                String::from_utf8(s).map_err(|_| self.err_at(pos, "file name is not UTF-8"))?
-            }
-            t => {
-                return Err(self.err_at(
-                    pos,
-                    format!("expected a quoted file name, found {}", t.describe()),
-                ));
-            }
-        };
+        let file = String::from_utf8(self.quoted("a quoted file name")?)
+            .map_err(|_| self.err_at(pos, "file name is not UTF-8"))?;
         self.punct(':')?;
         let line = u32::try_from(self.int()?).map_err(|_| self.err_at(pos, "bad line number"))?;
         self.punct(':')?;
@@ -889,16 +839,9 @@ impl Parser {
 
     fn ty(&mut self) -> Result<TensorType> {
         let pos = self.pos();
-        let dtype = match self.next() {
-            Tok::Ident(s) => DType::from_name(&s)
-                .ok_or_else(|| self.err_at(pos, format!("unknown dtype '{s}'")))?,
-            t => {
-                return Err(self.err_at(
-                    pos,
-                    format!("expected a type like f32[2,3], found {}", t.describe()),
-                ));
-            }
-        };
+        let name = self.ident("a type like f32[2,3]")?;
+        let dtype = DType::from_name(&name)
+            .ok_or_else(|| self.err_at(pos, format!("unknown dtype '{name}'")))?;
         let shape = self.shape()?;
         Ok(TensorType::new(dtype, shape))
     }
@@ -931,15 +874,7 @@ impl Parser {
                 self.punct(',')?;
             }
             let pos = self.pos();
-            let key = match self.next() {
-                Tok::Ident(k) => k,
-                t => {
-                    return Err(self.err_at(
-                        pos,
-                        format!("expected an attribute name, found {}", t.describe()),
-                    ));
-                }
-            };
+            let key = self.ident("an attribute name")?;
             self.punct('=')?;
             let vpos = self.pos();
             let val = match self.next() {
@@ -972,7 +907,12 @@ impl Parser {
                         AttrVal::List(items)
                     }
                 }
-                t => {
+                t @ (Tok::Value(..)
+                | Tok::Global(_)
+                | Tok::Float(_)
+                | Tok::Str(_)
+                | Tok::Punct(_)
+                | Tok::Eof) => {
                     return Err(self.err_at(
                         vpos,
                         format!("expected an attribute value, found {}", t.describe()),
@@ -982,204 +922,6 @@ impl Parser {
             out.push((key, val, pos));
         }
         Ok(out)
-    }
-
-    fn make_op(
-        &self,
-        name: &str,
-        pos: TextPos,
-        attrs: &[(String, AttrVal, TextPos)],
-        ty: &TensorType,
-    ) -> Result<Op> {
-        let mut used = vec![false; attrs.len()];
-        let mut get = |key: &str| -> Result<&AttrVal> {
-            let i = attrs
-                .iter()
-                .position(|(k, _, _)| k == key)
-                .ok_or_else(|| self.err_at(pos, format!("{name} needs attribute '{key}'")))?;
-            used[i] = true;
-            Ok(&attrs[i].1)
-        };
-        let bad = |key: &str, what: &str| {
-            self.err_at(pos, format!("attribute '{key}' of {name} must be {what}"))
-        };
-        let uint = |v: &AttrVal, key: &str| match v {
-            AttrVal::Int(i) if *i >= 0 => Ok(*i as usize),
-            _ => Err(bad(key, "a non-negative integer")),
-        };
-        let ulist = |v: &AttrVal, key: &str| match v {
-            AttrVal::List(items) => items
-                .iter()
-                .map(|i| match i {
-                    Some(i) if *i >= 0 => Ok(*i as usize),
-                    _ => Err(bad(key, "a list of non-negative integers")),
-                })
-                .collect::<Result<Vec<_>>>(),
-            _ => Err(bad(key, "a list of non-negative integers")),
-        };
-        let ilist = |v: &AttrVal, key: &str| match v {
-            AttrVal::List(items) => items
-                .iter()
-                .map(|i| i.ok_or_else(|| bad(key, "a list of integers")))
-                .collect::<Result<Vec<_>>>(),
-            _ => Err(bad(key, "a list of integers")),
-        };
-        let shape = |v: &AttrVal, key: &str| match v {
-            AttrVal::Star => Ok(Shape::Unranked),
-            AttrVal::List(items) => items
-                .iter()
-                .map(|i| match i {
-                    None => Ok(None),
-                    Some(i) if *i >= 0 => Ok(Some(*i as usize)),
-                    _ => Err(bad(key, "a shape like [2,?,3]")),
-                })
-                .collect::<Result<Vec<_>>>()
-                .map(Shape::Ranked),
-            _ => Err(bad(key, "a shape like [2,?,3]")),
-        };
-        let keepdims = |v: &AttrVal| match v {
-            AttrVal::Bool(b) => Ok(*b),
-            _ => Err(bad("keepdims", "true or false")),
-        };
-        let op = if let Some(rest) = name.strip_prefix("unranked_") {
-            let d = if let Some(b) = BinaryOp::from_name(rest) {
-                DynamicOp::Binary(b)
-            } else if let Some(c) = rest.strip_prefix("compare_").and_then(CmpOp::from_name) {
-                DynamicOp::Compare(c)
-            } else if let Some(r) = rest.strip_prefix("reduce_").and_then(ReduceOp::from_name) {
-                let axes = match get("axes")? {
-                    AttrVal::Star => None,
-                    v => Some(ilist(v, "axes")?),
-                };
-                DynamicOp::Reduce {
-                    op: r,
-                    axes,
-                    keepdims: keepdims(get("keepdims")?)?,
-                }
-            } else {
-                match rest {
-                    "argmax" | "argmin" => DynamicOp::Arg {
-                        max: rest == "argmax",
-                        axis: match get("axis")? {
-                            AttrVal::Int(i) => *i,
-                            _ => return Err(bad("axis", "an integer")),
-                        },
-                    },
-                    "matmul" => DynamicOp::MatMul,
-                    "transpose" => DynamicOp::Transpose(ulist(get("perm")?, "perm")?),
-                    "select" => DynamicOp::Select,
-                    "broadcast_to" => DynamicOp::BroadcastTo(ulist(get("shape")?, "shape")?),
-                    "slice" => DynamicOp::Slice {
-                        start: ulist(get("start")?, "start")?,
-                        limit: ulist(get("limit")?, "limit")?,
-                        stride: ulist(get("stride")?, "stride")?,
-                    },
-                    "reverse" => DynamicOp::Reverse(ilist(get("axes")?, "axes")?),
-                    "concatenate" | "take" => {
-                        let axis = match get("axis")? {
-                            AttrVal::Int(i) => *i,
-                            _ => return Err(bad("axis", "an integer")),
-                        };
-                        if rest == "take" {
-                            DynamicOp::Take { axis }
-                        } else {
-                            DynamicOp::Concatenate { axis }
-                        }
-                    }
-                    _ => return Err(self.err_at(pos, format!("unknown op '{name}'"))),
-                }
-            };
-            Op::Dynamic(d)
-        } else if let Some(u) = UnaryOp::from_name(name) {
-            Op::Unary(u)
-        } else if let Some(b) = BinaryOp::from_name(name) {
-            Op::Binary(b)
-        } else if let Some(c) = name.strip_prefix("compare_").and_then(CmpOp::from_name) {
-            Op::Compare(c)
-        } else if let Some(r) = name.strip_prefix("reduce_").and_then(ReduceOp::from_name) {
-            let axes = ulist(get("axes")?, "axes")?;
-            let keepdims = keepdims(get("keepdims")?)?;
-            Op::Reduce {
-                op: r,
-                axes,
-                keepdims,
-            }
-        } else {
-            match name {
-                "select" => Op::Select,
-                "clamp" => Op::Clamp,
-                "convert" => Op::Convert(ty.dtype),
-                "bitcast_convert" => Op::BitcastConvert(ty.dtype),
-                "dynamic_slice" => Op::DynamicSlice {
-                    sizes: ulist(get("sizes")?, "sizes")?,
-                },
-                "dynamic_update_slice" => Op::DynamicUpdateSlice,
-                "scatter" => Op::Scatter {
-                    axis: uint(get("axis")?, "axis")?,
-                    combiner: match get("combiner")? {
-                        AttrVal::Word(w) => Combiner::from_name(w),
-                        _ => None,
-                    }
-                    .ok_or_else(|| bad("combiner", "one of set, add, min, max"))?,
-                },
-                "iota" => {
-                    let dims = ty
-                        .shape
-                        .as_known()
-                        .ok_or_else(|| self.err_at(pos, "iota needs a static result shape"))?;
-                    Op::Iota {
-                        dtype: ty.dtype,
-                        dims,
-                        dim: uint(get("dim")?, "dim")?,
-                    }
-                }
-                "broadcast_in_dim" => Op::BroadcastInDim {
-                    shape: shape(get("shape")?, "shape")?,
-                    dims: ulist(get("dims")?, "dims")?,
-                },
-                "reshape" => Op::Reshape(shape(get("shape")?, "shape")?),
-                "transpose" => Op::Transpose(ulist(get("perm")?, "perm")?),
-                "slice" => Op::Slice {
-                    start: ulist(get("start")?, "start")?,
-                    limit: ulist(get("limit")?, "limit")?,
-                    stride: ulist(get("stride")?, "stride")?,
-                },
-                "concatenate" => Op::Concatenate {
-                    axis: uint(get("axis")?, "axis")?,
-                },
-                "take" => Op::Take {
-                    axis: uint(get("axis")?, "axis")?,
-                },
-                "argmax" => Op::ArgMax {
-                    axis: uint(get("axis")?, "axis")?,
-                    index_dtype: ty.dtype,
-                },
-                "argmin" => Op::ArgMin {
-                    axis: uint(get("axis")?, "axis")?,
-                    index_dtype: ty.dtype,
-                },
-                "pad" => Op::Pad {
-                    low: ilist(get("low")?, "low")?,
-                    high: ilist(get("high")?, "high")?,
-                    interior: ulist(get("interior")?, "interior")?,
-                },
-                "reverse" => Op::Reverse(ulist(get("axes")?, "axes")?),
-                "dot_general" => Op::DotGeneral(DotDims {
-                    lhs_batch: ulist(get("lhs_batch")?, "lhs_batch")?,
-                    rhs_batch: ulist(get("rhs_batch")?, "rhs_batch")?,
-                    lhs_contract: ulist(get("lhs_contract")?, "lhs_contract")?,
-                    rhs_contract: ulist(get("rhs_contract")?, "rhs_contract")?,
-                }),
-                _ => return Err(self.err_at(pos, format!("unknown op '{name}'"))),
-            }
-        };
-        if let Some(i) = used.iter().position(|u| !u) {
-            return Err(self.err_at(
-                attrs[i].2,
-                format!("{name} has no attribute '{}'", attrs[i].0),
-            ));
-        }
-        Ok(op)
     }
 
     fn literal_elems(&mut self) -> Result<LitElems> {
@@ -1195,7 +937,13 @@ impl Parser {
                         strings.push(s.clone());
                         self.next();
                     }
-                    _ => scalars.push(self.scalar()?),
+                    Tok::Value(..)
+                    | Tok::Global(_)
+                    | Tok::Ident(_)
+                    | Tok::Int(_)
+                    | Tok::Float(_)
+                    | Tok::Punct(_)
+                    | Tok::Eof => scalars.push(self.scalar()?),
                 }
             }
             if !strings.is_empty() && !scalars.is_empty() {
@@ -1249,7 +997,9 @@ impl Parser {
                 self.punct(')')?;
                 Ok(Scalar::Complex(re, im))
             }
-            t => Err(self.err_at(pos, format!("expected a literal, found {}", t.describe()))),
+            t @ (Tok::Value(..) | Tok::Global(_) | Tok::Str(_) | Tok::Punct(_) | Tok::Eof) => {
+                Err(self.err_at(pos, format!("expected a literal, found {}", t.describe())))
+            }
         }
     }
 
@@ -1259,7 +1009,9 @@ impl Parser {
             Scalar::Int(i) => Ok(i as f64),
             Scalar::Float(_, Some(bits)) => Ok(crate::literal::nan_from_bits(bits)),
             Scalar::Float(f, None) => Ok(f),
-            _ => Err(self.err_at(pos, "expected a real number")),
+            Scalar::Bool(_) | Scalar::Complex(..) => {
+                Err(self.err_at(pos, "expected a real number"))
+            }
         }
     }
 }
@@ -1275,6 +1027,22 @@ fn with_pos(e: Error, pos: TextPos) -> Error {
             d.pos.get_or_insert(pos);
             Error::InvalidArgument(d)
         }
-        other => other,
+        other @ (Error::OutOfRange(_)
+        | Error::ResourceExhausted(_)
+        | Error::Unimplemented(_)
+        | Error::Unknown(_)
+        | Error::Internal(_)
+        | Error::NotFound(_)
+        | Error::FailedPrecondition(_)
+        | Error::JitIncompatible { .. }) => other,
     }
+}
+
+/// An invalid-argument error at `pos`.
+fn error_at(pos: TextPos, message: impl Into<String>) -> Error {
+    Error::InvalidArgument(Detail {
+        message: message.into(),
+        node: None,
+        pos: Some(pos),
+    })
 }

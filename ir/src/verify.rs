@@ -63,7 +63,33 @@ pub fn verify(g: &Graph) -> Result<()> {
                 params.push((*index, id));
             }
             Op::Callback(_) => {}
-            op => {
+            op @ (Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. }) => {
                 let ins: Vec<&TensorType> = n.inputs.iter().map(|v| g.ty(*v)).collect();
                 let inferred = infer(op, &ins).map_err(&fail)?;
                 let actual: Vec<TensorType> = n.results.iter().map(|r| g.ty(*r).clone()).collect();
