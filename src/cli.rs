@@ -158,7 +158,15 @@ pub fn load_program(path: &Path) -> Result<Graph> {
             }
             Error::InvalidArgument(d)
         }
-        other => other.context(&file),
+        other @ (Error::InvalidArgument(_)
+        | Error::OutOfRange(_)
+        | Error::ResourceExhausted(_)
+        | Error::Unimplemented(_)
+        | Error::Unknown(_)
+        | Error::Internal(_)
+        | Error::NotFound(_)
+        | Error::FailedPrecondition(_)
+        | Error::JitIncompatible { .. }) => other.context(&file),
     })
 }
 

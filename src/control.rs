@@ -71,9 +71,11 @@ fn align(
     let site = Site::caller();
     let mut params: Vec<Option<ValueId>> = vec![None; all.len()];
     for (i, v) in g.params().into_iter().enumerate() {
-        let index = match g.producer(v).op {
-            Op::Parameter { index } => index,
-            _ => i,
+        // `params` gives the results of parameter nodes only.
+        let Op::Parameter { index } = g.producer(v).op else {
+            return Err(Error::internal(format!(
+                "parameter {i} of a region is not made by a parameter node"
+            )));
         };
         if let Some(p) = params.get_mut(index) {
             *p = Some(v);

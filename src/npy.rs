@@ -199,7 +199,7 @@ fn check_shape(dict: &str) -> Result<()> {
 pub fn from_npy_file<R: Read>(file: npyz::NpyFile<R>) -> Result<Tensor> {
     let ts = match file.dtype() {
         npyz::DType::Plain(ts) => ts,
-        other => {
+        other @ (npyz::DType::Record(_) | npyz::DType::Array(..)) => {
             return Err(Error::unimplemented(format!(
                 "structured .npy data ({}) is not supported",
                 other.descr()

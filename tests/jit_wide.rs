@@ -95,7 +95,20 @@ fn first_difference(a: &Tensor, b: &Tensor) -> Option<(usize, f64, f64)> {
             (f(a), f(b))
         }
         DType::F64 => (common::to_vec::<f64>(a), common::to_vec::<f64>(b)),
-        d => panic!("unexpected dtype {d}"),
+        d @ (DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::F16
+        | DType::BF16
+        | DType::C64
+        | DType::C128
+        | DType::String) => panic!("unexpected dtype {d}"),
     };
     // f32 → f64 is exact and keeps the sign, so bits compare as in f32.
     (0..a.len())

@@ -175,7 +175,7 @@ impl HostCallback {
     pub fn call_buffers(&self, ins: &[TensorRef<'_>], outs: &mut [TensorMut<'_>]) -> Result<()> {
         match &self.body {
             Body::Buffers(f) => caught(|| f(ins, outs)),
-            _ => Err(Error::internal(
+            Body::Tensors(_) | Body::Owned(_) => Err(Error::internal(
                 "call_buffers on a callback that returns tensors",
             )),
         }

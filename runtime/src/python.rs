@@ -37,7 +37,21 @@ pub fn numpy_dtype_name(d: DType) -> &'static str {
 fn numpy_name(d: DType) -> &'static str {
     match d {
         DType::String => "object",
-        other => other.name(),
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::F16
+        | DType::BF16
+        | DType::F32
+        | DType::F64
+        | DType::C64
+        | DType::C128 => d.name(),
     }
 }
 

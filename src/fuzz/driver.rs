@@ -316,8 +316,8 @@ pub fn run(config: &Config) -> std::io::Result<Summary> {
                 };
                 graph_case(r.next(), r.next() as u8, options)
             }
-            _ if i < n_seeds => pool[i].clone(),
-            _ => {
+            Target::Text | Target::Npy if i < n_seeds => pool[i].clone(),
+            Target::Text | Target::Npy => {
                 let base = mutator.rng().below(pool.len());
                 let base = pool[base].clone();
                 mutator.mutate(&base, &pool)

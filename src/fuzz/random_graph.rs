@@ -96,7 +96,21 @@ fn payload_nan(rng: &mut Rng, dtype: DType) -> Scalar {
         DType::F16 => *rng.pick(&[0x7c01, 0xfe00, 0x7dff, 0xfc01]),
         DType::BF16 => *rng.pick(&[0x7f81, 0xffc0, 0x7fbf, 0xff81]),
         DType::F32 => *rng.pick(&[0x7f80_0001, 0xffc0_0000, 0x7fbf_ffff, 0xff80_0001]),
-        _ => *rng.pick(&[
+        // Only `scalar_with`'s float arm calls this: a string draws there
+        // as f64 does (its literal is rejected), other dtypes never come.
+        DType::F64
+        | DType::String
+        | DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::C64
+        | DType::C128 => *rng.pick(&[
             0x7ff0_0000_0000_0001,
             0xfff8_0000_0000_0000,
             0x7ff7_ffff_ffff_ffff,
@@ -116,28 +130,21 @@ pub fn scalar_with(rng: &mut Rng, dtype: DType, options: GenOptions) -> Scalar {
     let edge = rng.chance(25);
     match dtype {
         DType::Bool => Scalar::Bool(rng.chance(50)),
-        d if d.is_int() => {
-            let (lo, hi): (i128, i128) = match d {
-                DType::I8 => (-128, 127),
-                DType::I16 => (i16::MIN.into(), i16::MAX.into()),
-                DType::I32 => (i32::MIN.into(), i32::MAX.into()),
-                DType::I64 => (i64::MIN.into(), i64::MAX.into()),
-                DType::U8 => (0, 255),
-                DType::U16 => (0, u16::MAX.into()),
-                DType::U32 => (0, u32::MAX.into()),
-                _ => (0, u64::MAX.into()),
-            };
-            if edge {
-                Scalar::Int(*rng.pick(&[lo, hi, 0, 1, lo.max(-1)]))
-            } else {
-                Scalar::Int((rng.below(13) as i128 - 6).clamp(lo, hi))
-            }
-        }
-        d if d.is_complex() => Scalar::Complex(
+        DType::I8 => int_scalar(rng, edge, -128, 127),
+        DType::I16 => int_scalar(rng, edge, i16::MIN.into(), i16::MAX.into()),
+        DType::I32 => int_scalar(rng, edge, i32::MIN.into(), i32::MAX.into()),
+        DType::I64 => int_scalar(rng, edge, i64::MIN.into(), i64::MAX.into()),
+        DType::U8 => int_scalar(rng, edge, 0, 255),
+        DType::U16 => int_scalar(rng, edge, 0, u16::MAX.into()),
+        DType::U32 => int_scalar(rng, edge, 0, u32::MAX.into()),
+        DType::U64 => int_scalar(rng, edge, 0, u64::MAX.into()),
+        DType::C64 | DType::C128 => Scalar::Complex(
             rng.below(9) as f64 * 0.5 - 2.0,
             rng.below(9) as f64 * 0.25 - 1.0,
         ),
-        _ => {
+        // A string draws as a float does; `Literal::from_scalars` then
+        // rejects it.
+        DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::String => {
             if edge && options.nan_payloads && rng.chance(30) {
                 payload_nan(rng, dtype)
             } else if edge {
@@ -157,6 +164,16 @@ pub fn scalar_with(rng: &mut Rng, dtype: DType, options: GenOptions) -> Scalar {
                 Scalar::Float((rng.below(64) as f64 - 32.0) / 8.0, None)
             }
         }
+    }
+}
+
+/// An integer in `[lo, hi]`: an extreme, 0, 1 or -1 when `edge`, else a
+/// small one.
+fn int_scalar(rng: &mut Rng, edge: bool, lo: i128, hi: i128) -> Scalar {
+    if edge {
+        Scalar::Int(*rng.pick(&[lo, hi, 0, 1, lo.max(-1)]))
+    } else {
+        Scalar::Int((rng.below(13) as i128 - 6).clamp(lo, hi))
     }
 }
 

@@ -7,9 +7,25 @@ use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, Result, UnaryOp};
 use super::scalar::{ComplexScalar, FloatScalar, IntScalar};
 use crate::tensor::{Pod, Tensor};
 
-/// Expands `$body` with `$T` bound to the Rust integer type of `$d`.
+/// Every integer dtype (not bool), as one pattern.
+macro_rules! int_dtypes {
+    () => {
+        DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+    };
+}
+pub(crate) use int_dtypes;
+
+/// Expands `$body` with `$T` bound to the Rust integer type of `$d`, or
+/// gives `$other` when `$d` is not an integer dtype.
 macro_rules! with_int {
-    ($d:expr, $T:ident => $body:expr, _ => $other:expr) => {
+    ($d:expr, $T:ident => $body:expr, else => $other:expr) => {
         match $d {
             DType::I8 => {
                 type $T = i8;
@@ -43,7 +59,14 @@ macro_rules! with_int {
                 type $T = u64;
                 $body
             }
-            _ => $other,
+            DType::Bool
+            | DType::F16
+            | DType::BF16
+            | DType::F32
+            | DType::F64
+            | DType::C64
+            | DType::C128
+            | DType::String => $other,
         }
     };
 }
@@ -84,7 +107,13 @@ pub fn upcast_half(x: &Tensor) -> Result<Tensor> {
     match x.dtype() {
         DType::F16 => map::<u16, f32>(x, DType::F32, |b| f16::from_bits(b).to_f32()),
         DType::BF16 => map::<u16, f32>(x, DType::F32, |b| bf16::from_bits(b).to_f32()),
-        _ => Ok(x.clone()),
+        DType::Bool
+        | int_dtypes!()
+        | DType::F32
+        | DType::F64
+        | DType::C64
+        | DType::C128
+        | DType::String => Ok(x.clone()),
     }
 }
 
@@ -93,7 +122,13 @@ pub fn downcast_half(x: &Tensor, to: DType) -> Result<Tensor> {
     match to {
         DType::F16 => map::<f32, u16>(x, to, |v| f16::from_f32(v).to_bits()),
         DType::BF16 => map::<f32, u16>(x, to, |v| bf16::from_f32(v).to_bits()),
-        _ => Ok(x.clone()),
+        DType::Bool
+        | int_dtypes!()
+        | DType::F32
+        | DType::F64
+        | DType::C64
+        | DType::C128
+        | DType::String => Ok(x.clone()),
     }
 }
 
@@ -126,8 +161,10 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
         DType::F64 => float_unary::<f64>(op, x),
         DType::C64 => complex_unary::<Complex32>(op, x),
         DType::C128 => complex_unary::<Complex64>(op, x),
-        _ => {
-            with_int!(d, T => map::<T, T>(x, d, |v| T::un(op, v)), _ => Err(undefined(op.name(), d)))
+        // Bool has only `not` and string no unary op (the type checker
+        // rejects the rest): with_int!'s `else` gives the error.
+        DType::Bool | DType::String | int_dtypes!() => {
+            with_int!(d, T => map::<T, T>(x, d, |v| T::un(op, v)), else => Err(undefined(op.name(), d)))
         }
     }
 }
@@ -155,7 +192,19 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             BinaryOp::And => zip_map::<u8, u8>(a, b, d, |x, y| x & y),
             BinaryOp::Or => zip_map::<u8, u8>(a, b, d, |x, y| x | y),
             BinaryOp::Xor => zip_map::<u8, u8>(a, b, d, |x, y| x ^ y),
-            _ => Err(undefined(op.name(), d)),
+            // Only the logical ops are defined on bool (the type checker
+            // rejects the rest).
+            BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::Rem
+            | BinaryOp::Pow
+            | BinaryOp::Max
+            | BinaryOp::Min
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRightLogical
+            | BinaryOp::ShiftRightArithmetic => Err(undefined(op.name(), d)),
         },
         DType::F16 | DType::BF16 => {
             downcast_half(&binary(op, &upcast_half(a)?, &upcast_half(b)?)?, d)
@@ -164,8 +213,10 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         DType::F64 => zip_map::<f64, f64>(a, b, d, |x, y| f64::bin(op, x, y)),
         DType::C64 => zip_map::<Complex32, Complex32>(a, b, d, |x, y| Complex32::bin(op, x, y)),
         DType::C128 => zip_map::<Complex64, Complex64>(a, b, d, |x, y| Complex64::bin(op, x, y)),
-        _ => {
-            with_int!(d, T => zip_map::<T, T>(a, b, d, |x, y| T::bin(op, x, y)), _ => Err(undefined(op.name(), d)))
+        // String has no binary op (the type checker rejects it): with_int!'s
+        // `else` gives the error.
+        DType::String | int_dtypes!() => {
+            with_int!(d, T => zip_map::<T, T>(a, b, d, |x, y| T::bin(op, x, y)), else => Err(undefined(op.name(), d)))
         }
     }
 }
@@ -185,16 +236,32 @@ fn cmp<T: PartialOrd>(op: CmpOp, x: T, y: T) -> u8 {
 pub fn compare(op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     check_same_shape("compare", a, b)?;
     let d = a.dtype();
-    let ceq = |eq: bool| u8::from(if op == CmpOp::Eq { eq } else { !eq });
+    // Complex numbers are unordered: only `eq` and `ne` are defined on them
+    // (the type checker rejects the rest). True for `eq`.
+    let complex_eq = || match op {
+        CmpOp::Eq => Ok(true),
+        CmpOp::Ne => Ok(false),
+        CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge => {
+            Err(undefined(&format!("compare_{}", op.name()), d))
+        }
+    };
     match d {
         DType::Bool => zip_map::<u8, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)),
         DType::F16 | DType::BF16 => compare(op, &upcast_half(a)?, &upcast_half(b)?),
         DType::F32 => zip_map::<f32, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)),
         DType::F64 => zip_map::<f64, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)),
-        DType::C64 => zip_map::<Complex32, u8>(a, b, DType::Bool, |x, y| ceq(x == y)),
-        DType::C128 => zip_map::<Complex64, u8>(a, b, DType::Bool, |x, y| ceq(x == y)),
-        _ => {
-            with_int!(d, T => zip_map::<T, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)), _ => Err(undefined("compare", d)))
+        DType::C64 => {
+            let eq = complex_eq()?;
+            zip_map::<Complex32, u8>(a, b, DType::Bool, |x, y| u8::from((x == y) == eq))
+        }
+        DType::C128 => {
+            let eq = complex_eq()?;
+            zip_map::<Complex64, u8>(a, b, DType::Bool, |x, y| u8::from((x == y) == eq))
+        }
+        // String has no comparison (the type checker rejects it): with_int!'s
+        // `else` gives the error.
+        DType::String | int_dtypes!() => {
+            with_int!(d, T => zip_map::<T, u8>(a, b, DType::Bool, |x, y| cmp(op, x, y)), else => Err(undefined("compare", d)))
         }
     }
 }
@@ -277,8 +344,10 @@ pub fn clamp(x: &Tensor, lo: &Tensor, hi: &Tensor) -> Result<Tensor> {
         DType::F64 => clamp_with::<f64>(x, lo, hi, |v, l, h| {
             f64::bin(BinaryOp::Min, f64::bin(BinaryOp::Max, v, l), h)
         }),
-        _ => {
-            with_int!(d, T => clamp_with::<T>(x, lo, hi, |v, l, h| v.max(l).min(h)), _ => Err(undefined("clamp", d)))
+        // Clamp needs an ordered dtype (the type checker rejects the rest):
+        // with_int!'s `else` gives the error.
+        DType::Bool | DType::C64 | DType::C128 | DType::String | int_dtypes!() => {
+            with_int!(d, T => clamp_with::<T>(x, lo, hi, |v, l, h| v.max(l).min(h)), else => Err(undefined("clamp", d)))
         }
     }
 }
@@ -299,9 +368,45 @@ fn widen(x: &Tensor) -> Result<Wide> {
         DType::F64 => Wide::Real(x.view::<f64>()?.to_vec()),
         DType::C64 => Wide::Complex(x.view::<Complex32>()?.iter().map(|c| c.parts()).collect()),
         DType::C128 => Wide::Complex(x.view::<Complex64>()?.iter().map(|c| c.parts()).collect()),
-        _ => with_int!(d, T => Wide::Int(x.view::<T>()?.iter().map(|v| v.to_i128()).collect()),
-            _ => return Err(undefined("convert", d))),
+        // A string converts to nothing (the type checker rejects it as an
+        // operand): with_int!'s `else` gives the error.
+        DType::String | int_dtypes!() => {
+            with_int!(d, T => Wide::Int(x.view::<T>()?.iter().map(|v| v.to_i128()).collect()),
+            else => return Err(undefined("convert", d)))
+        }
     })
+}
+
+impl Wide {
+    /// Each element `!= 0`.
+    fn into_bools(self) -> Vec<u8> {
+        match self {
+            Wide::Int(v) => v.iter().map(|e| u8::from(*e != 0)).collect(),
+            Wide::Real(v) => v.iter().map(|e| u8::from(*e != 0.0)).collect(),
+            Wide::Complex(v) => v
+                .iter()
+                .map(|(r, i)| u8::from(*r != 0.0 || *i != 0.0))
+                .collect(),
+        }
+    }
+
+    /// Each element's real part; integers are rounded by `int`.
+    fn into_reals(self, int: fn(i128) -> f64) -> Vec<f64> {
+        match self {
+            Wide::Int(v) => v.into_iter().map(int).collect(),
+            Wide::Real(v) => v,
+            Wide::Complex(v) => v.into_iter().map(|(r, _)| r).collect(),
+        }
+    }
+
+    /// Each element as a complex number; integers are rounded by `int`.
+    fn into_complexes(self, int: fn(i128) -> f64) -> Vec<(f64, f64)> {
+        match self {
+            Wide::Int(v) => v.into_iter().map(|e| (int(e), 0.0)).collect(),
+            Wide::Real(v) => v.into_iter().map(|e| (e, 0.0)).collect(),
+            Wide::Complex(v) => v,
+        }
+    }
 }
 
 /// Casts to `to`. Integers wrap (two's complement truncation); floats to
@@ -315,84 +420,72 @@ pub fn convert(x: &Tensor, to: DType) -> Result<Tensor> {
     }
     let shape = x.shape();
     let w = widen(x)?;
-    if to == DType::Bool {
-        let v: Vec<u8> = match &w {
-            Wide::Int(v) => v.iter().map(|e| u8::from(*e != 0)).collect(),
-            Wide::Real(v) => v.iter().map(|e| u8::from(*e != 0.0)).collect(),
-            Wide::Complex(v) => v
+    Ok(match to {
+        DType::Bool => Tensor::from_vec_as(to, shape, w.into_bools()),
+        DType::F16 => Tensor::from_vec_as(
+            to,
+            shape,
+            w.into_reals(int_via_f32)
                 .iter()
-                .map(|(r, i)| u8::from(*r != 0.0 || *i != 0.0))
+                .map(|e| f16::from_f64(*e).to_bits())
                 .collect(),
-        };
-        return Ok(Tensor::from_vec_as(to, shape, v));
-    }
-    if to.is_complex() {
-        let v: Vec<(f64, f64)> = match w {
-            Wide::Int(v) => v
-                .into_iter()
-                .map(|e| (int_to_real(e, to.real_part()), 0.0))
+        ),
+        DType::BF16 => Tensor::from_vec_as(
+            to,
+            shape,
+            w.into_reals(int_via_f32)
+                .iter()
+                .map(|e| bf16::from_f64(*e).to_bits())
                 .collect(),
-            Wide::Real(v) => v.into_iter().map(|e| (e, 0.0)).collect(),
-            Wide::Complex(v) => v,
-        };
-        return match to {
-            DType::C64 => Ok(Tensor::from_vec_as(
-                to,
-                shape,
-                v.iter()
-                    .map(|(r, i)| Complex32::from_parts(*r, *i))
-                    .collect(),
-            )),
-            _ => Ok(Tensor::from_vec_as(
-                to,
-                shape,
-                v.iter()
-                    .map(|(r, i)| Complex64::from_parts(*r, *i))
-                    .collect(),
-            )),
-        };
-    }
-    if to.is_float() {
-        let v: Vec<f64> = match w {
-            // Integers → f32 (or narrower) round once from the exact integer.
-            Wide::Int(v) => v.into_iter().map(|e| int_to_real(e, to)).collect(),
-            Wide::Real(v) => v,
-            Wide::Complex(v) => v.into_iter().map(|(r, _)| r).collect(),
-        };
-        return Ok(match to {
-            DType::F16 => Tensor::from_vec_as(
-                to,
-                shape,
-                v.iter().map(|e| f16::from_f64(*e).to_bits()).collect(),
-            ),
-            DType::BF16 => Tensor::from_vec_as(
-                to,
-                shape,
-                v.iter().map(|e| bf16::from_f64(*e).to_bits()).collect(),
-            ),
-            DType::F32 => Tensor::from_vec_as(to, shape, v.iter().map(|e| *e as f32).collect()),
-            _ => Tensor::from_vec_as(to, shape, v),
-        });
-    }
-    with_int!(to, T => {
-        let v: Vec<T> = match w {
-            Wide::Int(v) => v.into_iter().map(T::from_i128).collect(),
-            Wide::Real(v) => v.into_iter().map(real_to_int::<T>).collect(),
-            Wide::Complex(v) => v.into_iter().map(|(r, _)| real_to_int::<T>(r)).collect(),
-        };
-        Ok(Tensor::from_vec_as(to, shape, v))
-    }, _ => Err(undefined("convert", to)))
+        ),
+        DType::F32 => Tensor::from_vec_as(
+            to,
+            shape,
+            w.into_reals(int_via_f32)
+                .iter()
+                .map(|e| *e as f32)
+                .collect(),
+        ),
+        DType::F64 => Tensor::from_vec_as(to, shape, w.into_reals(int_via_f64)),
+        DType::C64 => Tensor::from_vec_as(
+            to,
+            shape,
+            w.into_complexes(int_via_f32)
+                .iter()
+                .map(|(r, i)| Complex32::from_parts(*r, *i))
+                .collect(),
+        ),
+        DType::C128 => Tensor::from_vec_as(
+            to,
+            shape,
+            w.into_complexes(int_via_f64)
+                .iter()
+                .map(|(r, i)| Complex64::from_parts(*r, *i))
+                .collect(),
+        ),
+        // Nothing converts to string (the type checker rejects it):
+        // with_int!'s `else` gives the error.
+        DType::String | int_dtypes!() => with_int!(to, T => {
+            let v: Vec<T> = match w {
+                Wide::Int(v) => v.into_iter().map(T::from_i128).collect(),
+                Wide::Real(v) => v.into_iter().map(real_to_int::<T>).collect(),
+                Wide::Complex(v) => v.into_iter().map(|(r, _)| real_to_int::<T>(r)).collect(),
+            };
+            Tensor::from_vec_as(to, shape, v)
+        }, else => return Err(undefined("convert", to))),
+    })
 }
 
-/// An integer as the nearest value of float type `to`, held in an f64 that
-/// `to` represents exactly.
-fn int_to_real(e: i128, to: DType) -> f64 {
-    match to {
-        DType::F64 => e as f64,
-        // One rounding to f32 from the exact integer; f16/bf16 then round
-        // again from that f32 (documented: halves are computed via f32).
-        _ => f64::from(e as f32),
-    }
+/// An integer rounded once to the nearest f32 (exact in an f64): what
+/// integers become in f32 and in the types computed through it (f16/bf16
+/// then round again from that f32, as documented; c64's parts are f32).
+fn int_via_f32(e: i128) -> f64 {
+    f64::from(e as f32)
+}
+
+/// An integer rounded once to the nearest f64 (f64, c128).
+fn int_via_f64(e: i128) -> f64 {
+    e as f64
 }
 
 /// Saturating float → integer conversion; NaN → 0.

@@ -3,7 +3,7 @@
 
 use tensorlift_ir::{BinaryOp, Combiner, DType, Error, Result, Shape};
 
-use super::elementwise::{with_int, with_size};
+use super::elementwise::{int_dtypes, with_int, with_size};
 use super::scalar::{FloatScalar, IntScalar};
 use crate::tensor::{Pod, Tensor};
 use num_complex::{Complex32, Complex64};
@@ -258,7 +258,7 @@ pub fn pad(
 fn indices(idx: &Tensor, n: usize) -> Result<Vec<usize>> {
     let d = idx.dtype();
     let wide: Vec<i128> = with_int!(d, T => idx.view::<T>()?.iter().map(|v| v.to_i128()).collect(),
-        _ => return Err(Error::invalid(format!("take indices must be integers, got {d}"))));
+        else => return Err(Error::invalid(format!("take indices must be integers, got {d}"))));
     wide.iter()
         .enumerate()
         .map(|(i, &v)| {
@@ -317,8 +317,12 @@ pub fn iota(dtype: DType, dims: &[usize], dim: usize) -> Result<Tensor> {
         DType::F64 => iota_with(dims, dim, dtype, |i| i as f64),
         DType::C64 => iota_with(dims, dim, dtype, |i| Complex32::new(i as f32, 0.0)),
         DType::C128 => iota_with(dims, dim, dtype, |i| Complex64::new(i as f64, 0.0)),
-        _ => with_int!(dtype, T => iota_with(dims, dim, dtype, T::from_usize),
-            _ => return Err(Error::invalid(format!("iota is not defined on {dtype}")))),
+        // Iota needs a numeric dtype (the type checker rejects the rest):
+        // with_int!'s `else` gives the error.
+        DType::Bool | DType::String | int_dtypes!() => {
+            with_int!(dtype, T => iota_with(dims, dim, dtype, T::from_usize),
+            else => return Err(Error::invalid(format!("iota is not defined on {dtype}"))))
+        }
     })
 }
 
@@ -346,7 +350,7 @@ fn clamped_starts(
                 "{op}: start index {d} must be a scalar, got shape {:?}",
                 t.shape()
             ))),
-        }, _ => return Err(Error::invalid(format!(
+        }, else => return Err(Error::invalid(format!(
             "{op}: start index {d} must be an integer, got {dt}"
         ))));
         let Some(room) = dims[d].checked_sub(sizes[d]) else {
@@ -484,7 +488,7 @@ fn indices_in_range(idx: &Tensor, n: usize) -> Result<Vec<Option<usize>>> {
     with_int!(d, T => Ok(idx.view::<T>()?.iter().map(|v| {
         let v = v.to_i128();
         (0..n as i128).contains(&v).then_some(v as usize)
-    }).collect()), _ => Err(Error::invalid(format!("scatter indices must be integers, got {d}"))))
+    }).collect()), else => Err(Error::invalid(format!("scatter indices must be integers, got {d}"))))
 }
 
 /// Combines `updates` into `x` along `axis` at `idx` (the inverse of
@@ -549,11 +553,16 @@ pub fn scatter(
         DType::C128 if op == BinaryOp::Add => {
             scatter_with::<Complex64>(x, updates, axis, &ids, |a, b| a + b)
         }
-        _ => with_int!(d, T => scatter_with::<T>(x, updates, axis, &ids, |a, b| T::bin(op, a, b)),
-        _ => Err(Error::invalid(format!(
-            "scatter combiner {} is not defined on {d}",
-            combiner.name()
-        )))),
+        // `set` was handled above; `min`/`max` need an ordered dtype and
+        // `add` a numeric one (the type checker rejects the rest):
+        // with_int!'s `else` gives the error.
+        DType::Bool | DType::C64 | DType::C128 | DType::String | int_dtypes!() => {
+            with_int!(d, T => scatter_with::<T>(x, updates, axis, &ids, |a, b| T::bin(op, a, b)),
+            else => Err(Error::invalid(format!(
+                "scatter combiner {} is not defined on {d}",
+                combiner.name()
+            ))))
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use num_complex::{Complex32, Complex64};
 use tensorlift_ir::{BinaryOp, DType, DotDims, Error, ReduceOp, Result};
 
-use super::elementwise::{downcast_half, upcast_half, with_int};
+use super::elementwise::{downcast_half, int_dtypes, upcast_half, with_int};
 use super::layout::transpose;
 use super::scalar::{ComplexScalar, FloatScalar, IntScalar};
 use crate::tensor::{Pod, Tensor};
@@ -81,19 +81,25 @@ pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Resul
         DType::Bool => match op {
             ReduceOp::And => done!(u8, 1, |a, b| a & b),
             ReduceOp::Or => done!(u8, 0, |a, b| a | b),
-            _ => Err(bad()),
+            // Only the logical reductions are defined on bool (the type
+            // checker rejects the rest).
+            ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => Err(bad()),
         },
         DType::F32 => float_reduce::<f32>(op, &t, inner, outer, &out_dims),
         DType::F64 => float_reduce::<f64>(op, &t, inner, outer, &out_dims),
         DType::C64 => complex_reduce::<Complex32>(op, &t, inner, outer, &out_dims),
         DType::C128 => complex_reduce::<Complex64>(op, &t, inner, outer, &out_dims),
-        _ => with_int!(d, T => match op {
+        // Halves were reduced in f32 above, and strings have no reductions
+        // (the type checker rejects them): with_int!'s `else` gives the
+        // error.
+        DType::F16 | DType::BF16 | DType::String | int_dtypes!() => with_int!(d, T => match op {
             ReduceOp::Sum => done!(T, T::ZERO, |a, b| T::bin(BinaryOp::Add, a, b)),
             ReduceOp::Prod => done!(T, T::ONE, |a, b| T::bin(BinaryOp::Mul, a, b)),
             ReduceOp::Max => done!(T, T::MIN, |a: T, b: T| a.max(b)),
             ReduceOp::Min => done!(T, T::MAX, |a: T, b: T| a.min(b)),
-            _ => Err(bad()),
-        }, _ => Err(bad())),
+            // Logical reductions need bool (the type checker).
+            ReduceOp::And | ReduceOp::Or => Err(bad()),
+        }, else => Err(bad())),
     }
 }
 
@@ -109,7 +115,10 @@ fn float_reduce<T: FloatScalar>(
         ReduceOp::Prod => (T::ONE, BinaryOp::Mul),
         ReduceOp::Max => (T::NEG_INF, BinaryOp::Max),
         ReduceOp::Min => (T::INF, BinaryOp::Min),
-        _ => return Err(Error::internal("logical reduction of a float")),
+        // Logical reductions need bool (the type checker).
+        ReduceOp::And | ReduceOp::Or => {
+            return Err(Error::internal("logical reduction of a float"));
+        }
     };
     Ok(Tensor::from_vec_as(
         t.dtype(),
@@ -128,7 +137,11 @@ fn complex_reduce<T: ComplexScalar>(
     let (init, f) = match op {
         ReduceOp::Sum => (T::from_parts(0.0, 0.0), BinaryOp::Add),
         ReduceOp::Prod => (T::from_parts(1.0, 0.0), BinaryOp::Mul),
-        _ => return Err(Error::internal("ordered reduction of a complex")),
+        // Complex numbers are unordered, and logical reductions need bool
+        // (the type checker).
+        ReduceOp::Max | ReduceOp::Min | ReduceOp::And | ReduceOp::Or => {
+            return Err(Error::internal("ordered reduction of a complex"));
+        }
     };
     Ok(Tensor::from_vec_as(
         t.dtype(),
@@ -182,8 +195,17 @@ pub fn arg_reduce(x: &Tensor, axis: usize, index_dtype: DType, max: bool) -> Res
     let idx = match d {
         DType::F32 => arg_rows::<f32>(&t, inner, outer, max)?,
         DType::F64 => arg_rows::<f64>(&t, inner, outer, max)?,
-        _ => with_int!(d, T => arg_rows::<T>(&t, inner, outer, max)?,
-            _ => return Err(Error::internal(format!("argmax/argmin reached the interpreter on {d}")))),
+        // Halves were upcast above; argmax/argmin need an integer or real
+        // float dtype (the type checker rejects the rest): with_int!'s
+        // `else` gives the error.
+        DType::Bool
+        | DType::F16
+        | DType::BF16
+        | DType::C64
+        | DType::C128
+        | DType::String
+        | int_dtypes!() => with_int!(d, T => arg_rows::<T>(&t, inner, outer, max)?,
+            else => return Err(Error::internal(format!("argmax/argmin reached the interpreter on {d}")))),
     };
     Ok(if index_dtype == DType::I32 {
         Tensor::from_vec_as(
@@ -318,22 +340,26 @@ pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
                 }
             })
         }
-        _ => with_int!(d, T => {
-            let (a, bv) = (lt.view::<T>()?, rt.view::<T>()?);
-            let mut out = vec![T::ZERO; b * m * n];
-            for bi in 0..b {
-                for i in 0..m {
-                    for kk in 0..k {
-                        let x = a[(bi * m + i) * k + kk];
-                        for j in 0..n {
-                            let o = &mut out[(bi * m + i) * n + j];
-                            *o = T::bin(BinaryOp::Add, *o, T::bin(BinaryOp::Mul, x, bv[(bi * k + kk) * n + j]));
+        // Halves were upcast above; bool and string have no products (the
+        // type checker rejects them): with_int!'s `else` gives the error.
+        DType::Bool | DType::F16 | DType::BF16 | DType::String | int_dtypes!() => {
+            with_int!(d, T => {
+                let (a, bv) = (lt.view::<T>()?, rt.view::<T>()?);
+                let mut out = vec![T::ZERO; b * m * n];
+                for bi in 0..b {
+                    for i in 0..m {
+                        for kk in 0..k {
+                            let x = a[(bi * m + i) * k + kk];
+                            for j in 0..n {
+                                let o = &mut out[(bi * m + i) * n + j];
+                                *o = T::bin(BinaryOp::Add, *o, T::bin(BinaryOp::Mul, x, bv[(bi * k + kk) * n + j]));
+                            }
                         }
                     }
                 }
-            }
-            Ok(Tensor::from_vec_as(d, &dims, out))
-        }, _ => Err(Error::internal(format!("dot_general reached the interpreter on {d}")))),
+                Ok(Tensor::from_vec_as(d, &dims, out))
+            }, else => Err(Error::internal(format!("dot_general reached the interpreter on {d}"))))
+        }
     }
 }
 

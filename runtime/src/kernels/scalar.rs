@@ -33,7 +33,24 @@ macro_rules! int_scalar {
                     UnaryOp::Sign => if x > 0 { 1 } else if x == 0 { 0 } else { (0 as $t).wrapping_sub(1) },
                     UnaryOp::Not => !x,
                     UnaryOp::Square => x.wrapping_mul(x),
-                    _ => 0,
+                    // Not defined on integers (the type checker rejects
+                    // them); 0 rather than a panic.
+                    UnaryOp::Floor
+                    | UnaryOp::Ceil
+                    | UnaryOp::Round
+                    | UnaryOp::Sqrt
+                    | UnaryOp::Rsqrt
+                    | UnaryOp::Exp
+                    | UnaryOp::Expm1
+                    | UnaryOp::Log
+                    | UnaryOp::Log1p
+                    | UnaryOp::Tanh
+                    | UnaryOp::Logistic
+                    | UnaryOp::Sin
+                    | UnaryOp::Cos
+                    | UnaryOp::Erf
+                    | UnaryOp::IsFinite
+                    | UnaryOp::Reciprocal => 0,
                 }
             }
             #[allow(unused_comparisons, reason = "one macro body for signed and unsigned types")]
@@ -135,7 +152,7 @@ macro_rules! float_scalar {
             const ONE: Self = 1.0;
             fn un(op: UnaryOp, x: Self) -> Self {
                 let r = Self::un_raw(op, x);
-                if matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign) || !r.is_nan() {
+                if keeps_nan_bits(op) || !r.is_nan() {
                     r
                 } else {
                     $t::from_bits(r.to_bits() | $quiet)
@@ -205,6 +222,32 @@ macro_rules! float_scalar {
     )*};
 }
 
+/// Whether `op` gives a NaN operand back with every bit kept (data
+/// movement) rather than quieted; see the NaN policy above.
+fn keeps_nan_bits(op: UnaryOp) -> bool {
+    match op {
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign => true,
+        UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Sqrt
+        | UnaryOp::Rsqrt
+        | UnaryOp::Exp
+        | UnaryOp::Expm1
+        | UnaryOp::Log
+        | UnaryOp::Log1p
+        | UnaryOp::Tanh
+        | UnaryOp::Logistic
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Erf
+        | UnaryOp::Not
+        | UnaryOp::IsFinite
+        | UnaryOp::Square
+        | UnaryOp::Reciprocal => false,
+    }
+}
+
 /// The float ops before the NaN policy is applied.
 trait RawFloat: Sized {
     fn un_raw(op: UnaryOp, x: Self) -> Self;
@@ -244,7 +287,16 @@ macro_rules! complex_scalar {
                     UnaryOp::Cos => x.cos(),
                     UnaryOp::Square => x * x,
                     UnaryOp::Reciprocal => one / x,
-                    _ => Complex::new($t::NAN, $t::NAN),
+                    // `abs` gives a real (the kernel computes it with
+                    // `ComplexScalar::abs`); the rest are not defined on
+                    // complex numbers (the type checker rejects them).
+                    UnaryOp::Abs
+                    | UnaryOp::Floor
+                    | UnaryOp::Ceil
+                    | UnaryOp::Round
+                    | UnaryOp::Erf
+                    | UnaryOp::Not
+                    | UnaryOp::IsFinite => Complex::new($t::NAN, $t::NAN),
                 }
             }
             fn bin(op: BinaryOp, a: Self, b: Self) -> Self {
@@ -254,7 +306,17 @@ macro_rules! complex_scalar {
                     BinaryOp::Mul => a * b,
                     BinaryOp::Div => a / b,
                     BinaryOp::Pow => a.powc(b),
-                    _ => Complex::new($t::NAN, $t::NAN),
+                    // Not defined on complex numbers (the type checker
+                    // rejects them).
+                    BinaryOp::Rem
+                    | BinaryOp::Max
+                    | BinaryOp::Min
+                    | BinaryOp::And
+                    | BinaryOp::Or
+                    | BinaryOp::Xor
+                    | BinaryOp::ShiftLeft
+                    | BinaryOp::ShiftRightLogical
+                    | BinaryOp::ShiftRightArithmetic => Complex::new($t::NAN, $t::NAN),
                 }
             }
             fn abs(self) -> $t { self.norm() }
