@@ -560,7 +560,7 @@ fn vec_ty(d: DType) -> Option<Type> {
         DType::I16 | DType::U16 => Some(types::I16X8),
         DType::I32 | DType::U32 => Some(types::I32X4),
         DType::I64 | DType::U64 => Some(types::I64X2),
-        _ => None,
+        DType::Bool | DType::F16 | DType::BF16 | DType::C64 | DType::C128 | DType::String => None,
     }
 }
 
@@ -673,7 +673,16 @@ fn wide_eligible(n: &ENode, dtype_of: impl Fn(usize) -> DType) -> bool {
         ENode::Binary(BinaryOp::Pow, x, y, DType::F64) => {
             dtype_of(*x) == DType::F64 && dtype_of(*y) == DType::F64
         }
-        _ => false,
+        ENode::Load { .. }
+        | ENode::Const(_)
+        | ENode::Iota { .. }
+        | ENode::Unary(..)
+        | ENode::Binary(..)
+        | ENode::Compare(..)
+        | ENode::Select(..)
+        | ENode::Clamp(..)
+        | ENode::Convert(..)
+        | ENode::Bitcast(..) => false,
     }
 }
 
@@ -681,7 +690,15 @@ fn wide_eligible(n: &ENode, dtype_of: impl Fn(usize) -> DType) -> bool {
 fn wide_buffers(n: &ENode) -> usize {
     match n {
         ENode::Binary(..) => 2,
-        _ => 1,
+        ENode::Load { .. }
+        | ENode::Const(_)
+        | ENode::Iota { .. }
+        | ENode::Unary(..)
+        | ENode::Compare(..)
+        | ENode::Select(..)
+        | ENode::Clamp(..)
+        | ENode::Convert(..)
+        | ENode::Bitcast(..) => 1,
     }
 }
 
@@ -803,7 +820,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 ENode::Iota {
                     offset, strides, ..
                 } => Some((i, *offset, strides.clone(), 0)),
-                _ => None,
+                ENode::Const(_)
+                | ENode::Unary(..)
+                | ENode::Binary(..)
+                | ENode::Compare(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Convert(..)
+                | ENode::Bitcast(..) => None,
             })
             .collect();
         v.push((
@@ -855,7 +879,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             .iter()
             .filter_map(|n| match n {
                 ENode::Load { slot, .. } => Some(*slot),
-                _ => None,
+                ENode::Const(_)
+                | ENode::Iota { .. }
+                | ENode::Unary(..)
+                | ENode::Binary(..)
+                | ENode::Compare(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Convert(..)
+                | ENode::Bitcast(..) => None,
             })
             .collect();
         slots.push(self.k.out);
@@ -1224,7 +1256,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             KernelKind::Reduce {
                 op: ReduceOp::Min, ..
             } if self.out_dtype().is_float() => Some(false),
-            _ => None,
+            KernelKind::Loop | KernelKind::Reduce { .. } => None,
         }
     }
 
@@ -1391,7 +1423,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let is_fixed = |i: usize| match &k.nodes[i] {
             ENode::Load { strides, .. } => inner(strides) == 0,
             ENode::Const(l) => matches!(l.element(0), Scalar::Float(..)),
-            _ => false,
+            ENode::Iota { .. }
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => false,
         };
         // A row max (the first kernel of a softmax): the row itself.
         if let KernelKind::Reduce {
@@ -1415,12 +1454,29 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             ENode::Binary(BinaryOp::Div, x, s, _) if is_row(x) && is_fixed(s) => {
                 (RowOp::Div, k.root)
             }
-            _ => return None,
+            ENode::Load { .. }
+            | ENode::Const(_)
+            | ENode::Iota { .. }
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => return None,
         };
         let (src, pre) = if matches!(op, RowOp::Div) {
             match k.nodes[t] {
                 ENode::Binary(_, x, s, _) => (x, Pre::Div(s)),
-                _ => return None,
+                ENode::Load { .. }
+                | ENode::Const(_)
+                | ENode::Iota { .. }
+                | ENode::Unary(..)
+                | ENode::Compare(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Convert(..)
+                | ENode::Bitcast(..) => return None,
             }
         } else if is_row(t) {
             (t, Pre::None)
@@ -1446,13 +1502,22 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         },
                     )
                 }
-                _ => return None,
+                ENode::Load { .. }
+                | ENode::Const(_)
+                | ENode::Iota { .. }
+                | ENode::Unary(..)
+                | ENode::Binary(..)
+                | ENode::Compare(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Convert(..)
+                | ENode::Bitcast(..) => return None,
             }
         };
         let used = match pre {
             Pre::None => 2,
             Pre::Div(_) => 3,
-            _ => 4,
+            Pre::Sub(_) | Pre::Add(_) | Pre::Mul(_) => 4,
         };
         if k.nodes.len() != used {
             return None;
@@ -1473,7 +1538,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 }
                 Some(_) => return None,
             },
-            _ => return None,
+            KernelKind::Loop | KernelKind::Reduce { .. } => return None,
         };
         // The row may be read from the very elements it is written to (an
         // in-place update), not from others of that buffer.
@@ -1519,7 +1584,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let kernels = || {
             plan.steps[g.start..g.end].iter().filter_map(|st| match st {
                 Step::Kernel(k) => Some(k),
-                _ => None,
+                Step::Gemm(_)
+                | Step::Runtime { .. }
+                | Step::Copy { .. }
+                | Step::Label(_)
+                | Step::Jump(_)
+                | Step::BranchUnless { .. }
+                | Step::Switch { .. } => None,
             })
         };
         let written =
@@ -1543,7 +1614,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let fixed = |s: &mut Self, i: usize| -> Value {
             match &s.k.nodes[i] {
                 ENode::Const(l) => s.const_value(l, Mode::Scalar).s(),
-                _ => {
+                ENode::Load { .. }
+                | ENode::Iota { .. }
+                | ENode::Unary(..)
+                | ENode::Binary(..)
+                | ENode::Compare(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Convert(..)
+                | ENode::Bitcast(..) => {
                     let p = s.b.use_var(s.pos[&i]);
                     s.b.ins().load(t, trusted(), p, 0)
                 }
@@ -1589,7 +1668,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let cur = self.b.use_var(a);
             let fold = match fr.op {
                 RowOp::Max => ReduceOp::Max,
-                _ => ReduceOp::Sum,
+                RowOp::Map(_) | RowOp::Div => ReduceOp::Sum,
             };
             let v = self.reduce_op(fold, cur, r);
             self.b.def_var(a, v);
@@ -1675,13 +1754,28 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let chunk = self.b.ins().iconst(types::I64, wide::CHUNK as i64);
         let code_of = |w: usize| match k.nodes[w] {
             ENode::Unary(u, ..) => u as i64,
-            _ => 0,
+            ENode::Load { .. }
+            | ENode::Const(_)
+            | ENode::Iota { .. }
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => 0,
         };
         // The operands stored into a wide node's buffers.
         let inputs_of = |w: usize| match k.nodes[w] {
             ENode::Unary(_, x, _) => vec![x],
             ENode::Binary(_, x, y, _) => vec![x, y],
-            _ => vec![],
+            ENode::Load { .. }
+            | ENode::Const(_)
+            | ENode::Iota { .. }
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => vec![],
         };
         let header = self.b.create_block();
         let body = self.b.create_block();
@@ -1859,7 +1953,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     fn load_slot(&self, node: usize) -> usize {
         match &self.k.nodes[node] {
             ENode::Load { slot, .. } => *slot,
-            _ => self.k.out,
+            ENode::Const(_)
+            | ENode::Iota { .. }
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => self.k.out,
         }
     }
 
@@ -1889,7 +1991,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 ReduceOp::Sum => !float || !exact || !reduced[rank - 1],
                 ReduceOp::Prod => (float && (!exact || !reduced[rank - 1])) || int_mul,
                 ReduceOp::Max | ReduceOp::Min => min_max,
-                _ => false,
+                ReduceOp::And | ReduceOp::Or => false,
             };
             if !ok {
                 return None;
@@ -1903,7 +2005,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             i != self.k.root
                 && self.k.nodes.iter().all(|u| match u {
                     ENode::Select(_, a, b, _) => *a != i && *b != i,
-                    u => !crate::fusion::enode_operands(u).contains(&i),
+                    u @ (ENode::Load { .. }
+                    | ENode::Const(_)
+                    | ENode::Iota { .. }
+                    | ENode::Unary(..)
+                    | ENode::Binary(..)
+                    | ENode::Compare(..)
+                    | ENode::Clamp(..)
+                    | ENode::Convert(..)
+                    | ENode::Bitcast(..)) => !crate::fusion::enode_operands(u).contains(&i),
                 })
         };
         // A load of another 32-bit type feeds conversions only (loaded as
@@ -1913,7 +2023,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 && self.k.stash.as_ref().is_none_or(|st| st.node != i)
                 && self.k.nodes.iter().all(|u| match u {
                     ENode::Convert(..) => true,
-                    u => !crate::fusion::enode_operands(u).contains(&i),
+                    u @ (ENode::Load { .. }
+                    | ENode::Const(_)
+                    | ENode::Iota { .. }
+                    | ENode::Unary(..)
+                    | ENode::Binary(..)
+                    | ENode::Compare(..)
+                    | ENode::Select(..)
+                    | ENode::Clamp(..)
+                    | ENode::Bitcast(..)) => !crate::fusion::enode_operands(u).contains(&i),
                 })
         };
         for (i, n) in self.k.nodes.iter().enumerate() {
@@ -1968,7 +2086,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         }
                         UnaryOp::Sin | UnaryOp::Cos => float && !exact,
                         UnaryOp::Erf => float && !exact,
-                        _ => false,
+                        UnaryOp::Not | UnaryOp::IsFinite => false,
                     },
                     ENode::Binary(b, _, _, _) => match b {
                         BinaryOp::Add | BinaryOp::Sub => true,
@@ -1984,14 +2102,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         BinaryOp::ShiftLeft
                         | BinaryOp::ShiftRightLogical
                         | BinaryOp::ShiftRightArithmetic => false,
-                        _ => false,
+                        BinaryOp::Rem => false,
                     },
                     ENode::Clamp(..) => float,
                     ENode::Select(..) => true,
                     // Its operand's lanes are of another type (the lane
                     // count would differ for no gain); scalar code.
                     ENode::Bitcast(..) => false,
-                    _ => false,
+                    ENode::Iota { .. } | ENode::Compare(..) | ENode::Convert(..) => false,
                 };
             if !ok {
                 return None;
@@ -2154,7 +2272,18 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let h = self.b.ins().load(types::I16, trusted(), p, 0);
                 V::S(self.bf16_to_f32(h))
             }
-            _ => V::S(self.b.ins().load(comp_ty(d), trusted(), p, 0)),
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F32
+            | DType::F64
+            | DType::String => V::S(self.b.ins().load(comp_ty(d), trusted(), p, 0)),
         })
     }
 
@@ -2177,7 +2306,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let h = self.b.ins().ireduce(types::I16, bits);
                 self.bf16_to_f32(h)
             }
-            _ => x,
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F32
+            | DType::F64
+            | DType::C64
+            | DType::C128
+            | DType::String => x,
         })
     }
 
@@ -2331,7 +2473,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     fn round_if_half(&mut self, d: DType, v: V) -> Result<V> {
         Ok(match v {
             V::S(x) if d.is_half() => V::S(self.round_half(d, x)?),
-            other => other,
+            V::S(_) | V::C(..) => v,
         })
     }
 
@@ -2420,7 +2562,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.tanh_f64(x, ty)
             }
             UnaryOp::Log if ty.lane_type() == types::F64 && !self.opts.exact => self.log_f64(x, ty),
-            _ => {
+            UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Tanh
+            | UnaryOp::Logistic
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf => {
                 if matches!(mode, Mode::Vector(_)) {
                     return Err(Error::internal(format!(
                         "{} cannot be vectorized",
@@ -2492,7 +2642,24 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 };
                 V::S(self.call(name, &[t, t], &[t], &[re, im])?[0])
             }
-            _ => {
+            UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Tanh
+            | UnaryOp::Logistic
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf
+            | UnaryOp::Not
+            | UnaryOp::IsFinite
+            | UnaryOp::Reciprocal => {
                 let name = if t == types::F32 {
                     "tl_c64_un"
                 } else {
@@ -2599,11 +2766,27 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     DType::U8 => "tl_pow_u8",
                     DType::U16 => "tl_pow_u16",
                     DType::U32 => "tl_pow_u32",
-                    _ => "tl_pow_u64",
+                    DType::U64 => "tl_pow_u64",
+                    DType::Bool
+                    | DType::F16
+                    | DType::BF16
+                    | DType::F32
+                    | DType::F64
+                    | DType::C64
+                    | DType::C128
+                    | DType::String => {
+                        return Err(Error::internal(format!(
+                            "integer pow on {d} reached code generation"
+                        )));
+                    }
                 };
                 self.call(name, &[ty, ty], &[ty], &[x, y])?[0]
             }
-            _ => {
+            BinaryOp::Div
+            | BinaryOp::Rem
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRightLogical
+            | BinaryOp::ShiftRightArithmetic => {
                 return Err(Error::internal(format!(
                     "{} on {d} reached code generation",
                     op.name()
@@ -2693,7 +2876,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let im = self.b.ins().fsub(bc, ae);
                 V::C(self.b.ins().fdiv(re, n), self.b.ins().fdiv(im, n))
             }
-            _ => {
+            BinaryOp::Rem
+            | BinaryOp::Pow
+            | BinaryOp::Max
+            | BinaryOp::Min
+            | BinaryOp::And
+            | BinaryOp::Or
+            | BinaryOp::Xor
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRightLogical
+            | BinaryOp::ShiftRightArithmetic => {
                 let t = comp_ty(d);
                 let name = if t == types::F32 {
                     "tl_c64_bin"
@@ -2759,7 +2951,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     Ok(V::S(self.b.ins().bitcast(tt, MemFlagsData::new(), v)))
                 }
             }
-            _ => Err(Error::internal(format!(
+            V::S(_) | V::C(..) => Err(Error::internal(format!(
                 "a bitcast_convert from {from} to {to} reached code generation"
             ))),
         }

@@ -10,7 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use half::{bf16, f16};
 use num_complex::{Complex32, Complex64};
-use tensorlift_ir::{BinaryOp, Error, UnaryOp};
+use tensorlift_ir::{BinaryOp, DType, Error, UnaryOp};
 use tensorlift_runtime::Tensor;
 use tensorlift_runtime::interp;
 use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar};
@@ -68,7 +68,34 @@ impl StepTable {
                     let g = plan.step_graph(*graph);
                     match &g.node(*node).op {
                         Op::Callback(c) => callback::bound(g, &c.target).ok(),
-                        _ => None,
+                        Op::Parameter { .. }
+                        | Op::Constant(_)
+                        | Op::Iota { .. }
+                        | Op::Unary(_)
+                        | Op::Binary(_)
+                        | Op::Compare(_)
+                        | Op::Select
+                        | Op::Clamp
+                        | Op::Convert(_)
+                        | Op::BroadcastInDim { .. }
+                        | Op::Reshape(_)
+                        | Op::Transpose(_)
+                        | Op::Slice { .. }
+                        | Op::Concatenate { .. }
+                        | Op::Pad { .. }
+                        | Op::Reverse(_)
+                        | Op::Reduce { .. }
+                        | Op::ArgMax { .. }
+                        | Op::ArgMin { .. }
+                        | Op::DotGeneral(_)
+                        | Op::Take { .. }
+                        | Op::DynamicSlice { .. }
+                        | Op::DynamicUpdateSlice
+                        | Op::Scatter { .. }
+                        | Op::BitcastConvert(_)
+                        | Op::Dynamic(_)
+                        | Op::While { .. }
+                        | Op::Case { .. } => None,
                     }
                 }
                 Step::Kernel(_)
@@ -215,7 +242,7 @@ unsafe fn slot_tensor(
     {
         return Ok(t.clone());
     }
-    if slot.dtype == tensorlift_ir::DType::String {
+    if slot.dtype == DType::String {
         return ctx
             .strings
             .get(s)
@@ -290,7 +317,7 @@ fn run_step(
             let outs =
                 interp::eval_node(g, *node, &refs).map_err(|e| e.at_node(g.node_ref(*node)))?;
             for (t, &s) in outs.iter().zip(outputs) {
-                if t.dtype() == tensorlift_ir::DType::String {
+                if t.dtype() == DType::String {
                     if ctx.strings.len() <= s {
                         ctx.strings.resize(s + 1, None);
                     }
@@ -328,7 +355,7 @@ fn run_step(
                 for bi in 0..g.b as isize {
                     let out_off = bi * (g.m * g.n) as isize;
                     match g.dtype {
-                        tensorlift_ir::DType::F32 => matrixmultiply::sgemm(
+                        DType::F32 => matrixmultiply::sgemm(
                             g.m,
                             g.k,
                             g.n,
@@ -344,7 +371,7 @@ fn run_step(
                             g.n as isize,
                             1,
                         ),
-                        _ => matrixmultiply::dgemm(
+                        DType::F64 => matrixmultiply::dgemm(
                             g.m,
                             g.k,
                             g.n,
@@ -360,12 +387,39 @@ fn run_step(
                             g.n as isize,
                             1,
                         ),
+                        DType::Bool
+                        | DType::I8
+                        | DType::I16
+                        | DType::I32
+                        | DType::I64
+                        | DType::U8
+                        | DType::U16
+                        | DType::U32
+                        | DType::U64
+                        | DType::F16
+                        | DType::BF16
+                        | DType::C64
+                        | DType::C128
+                        | DType::String => {
+                            return Err(Error::internal(format!(
+                                "a GEMM step of {} elements",
+                                g.dtype
+                            )));
+                        }
                     }
                 }
             }
             Ok(())
         }
-        _ => Err(Error::internal(format!(
+        Some(
+            Step::Kernel(_)
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. },
+        )
+        | None => Err(Error::internal(format!(
             "step {step} is not a runtime step"
         ))),
     }
@@ -400,7 +454,7 @@ fn run_callback_step(
     ctx: &mut CallCtx,
 ) -> Result<(), Error> {
     let (step, node, inputs, outputs) = call;
-    let string = |s: SlotId| plan.slots[s].dtype == tensorlift_ir::DType::String;
+    let string = |s: SlotId| plan.slots[s].dtype == DType::String;
     if cb.writes_buffers() && !inputs.iter().chain(outputs).any(|&s| string(s)) {
         // Built in place (no collect through Result, which moves the
         // inline arrays around): this path is the per-call overhead.
