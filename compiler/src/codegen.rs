@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    AbiParam, Function, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type,
+    AbiParam, Function, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type,
     UserFuncName, Value, types,
 };
 use cranelift_codegen::settings::{self, Configurable};
@@ -20,7 +20,7 @@ use cranelift_module::{FuncId, Linkage, Module};
 use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, ReduceOp, Result, Scalar, UnaryOp};
 
 use crate::fusion::{ENode, Kernel, KernelKind, Plan, Step};
-use crate::rt::{self, StepTable};
+use crate::rt::{RtFn, StepTable};
 use crate::wide;
 
 pub(crate) mod math;
@@ -107,8 +107,9 @@ fn make_module(opts: &JitOptions) -> Result<JITModule> {
         .finish(settings::Flags::new(flags))
         .map_err(cg_err)?;
     let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-    for (name, ptr) in rt::symbols() {
-        jb.symbol(name, ptr);
+    for f in RtFn::ALL {
+        let sym = f.symbol();
+        jb.symbol(sym.name, sym.addr);
     }
     Ok(JITModule::new(jb))
 }
@@ -279,41 +280,13 @@ pub(crate) fn generate(
         b.switch_to_block(entry);
         b.seal_block(entry);
         let (bufs, ctx) = (b.block_params(entry)[0], b.block_params(entry)[1]);
-        let step_fn = helpers.get(
-            &mut module,
-            "tl_runtime_step",
-            &[ptr, types::I64, ptr, ptr],
-            &[types::I32],
-        )?;
+        let step_fn = helpers.get(&mut module, RtFn::RuntimeStep)?;
         let step_ref = module.declare_func_in_func(step_fn, b.func);
-        let gemm_fn = helpers.get(
-            &mut module,
-            "tl_gemm",
-            &[ptr, types::I64, ptr, ptr],
-            &[types::I32],
-        )?;
+        let gemm_fn = helpers.get(&mut module, RtFn::Gemm)?;
         let gemm_ref = module.declare_func_in_func(gemm_fn, b.func);
-        let par_fn = helpers.get(
-            &mut module,
-            "tl_parallel",
-            &[ptr, ptr, ptr, types::I64, types::I64],
-            &[types::I32],
-        )?;
+        let par_fn = helpers.get(&mut module, RtFn::Parallel)?;
         let par_ref = module.declare_func_in_func(par_fn, b.func);
-        let group_fn = helpers.get(
-            &mut module,
-            "tl_row_group",
-            &[
-                ptr,
-                types::I64,
-                ptr,
-                ptr,
-                types::I64,
-                types::I64,
-                types::I64,
-            ],
-            &[types::I32],
-        )?;
+        let group_fn = helpers.get(&mut module, RtFn::RowGroup)?;
         let group_ref = module.declare_func_in_func(group_fn, b.func);
         // Control flow: one block per label, sealed once every jump to it
         // has been emitted.
@@ -474,7 +447,7 @@ pub(crate) fn generate(
     clif.push_str(&format!("; main\n{}\n", func.display()));
     // The functions the code imports, by the names the dump shows them as.
     let mut imports: Vec<(u32, &str)> = (helpers.ids.iter())
-        .map(|(name, id)| (id.as_u32(), *name))
+        .map(|(f, id)| (id.as_u32(), f.name()))
         .collect();
     imports.sort_unstable();
     for (id, name) in imports {
@@ -497,28 +470,22 @@ pub(crate) fn generate(
     })
 }
 
+/// The runtime functions a module imports.
 struct Helpers {
-    ids: HashMap<&'static str, FuncId>,
+    ids: HashMap<RtFn, FuncId>,
 }
 
 impl Helpers {
-    fn get(
-        &mut self,
-        m: &mut JITModule,
-        name: &'static str,
-        params: &[Type],
-        rets: &[Type],
-    ) -> Result<FuncId> {
-        if let Some(id) = self.ids.get(name) {
+    /// `f`, declared as an import of `m` on first use.
+    fn get(&mut self, m: &mut JITModule, f: RtFn) -> Result<FuncId> {
+        if let Some(id) = self.ids.get(&f) {
             return Ok(*id);
         }
-        let mut sig: Signature = m.make_signature();
-        sig.params.extend(params.iter().map(|t| AbiParam::new(*t)));
-        sig.returns.extend(rets.iter().map(|t| AbiParam::new(*t)));
+        let sig = f.signature(m.isa().default_call_conv());
         let id = m
-            .declare_function(name, Linkage::Import, &sig)
+            .declare_function(f.name(), Linkage::Import, &sig)
             .map_err(cg_err)?;
-        self.ids.insert(name, id);
+        self.ids.insert(f, id);
         Ok(id)
     }
 }
@@ -590,7 +557,7 @@ struct KernelGen<'a, 'b> {
     /// Current byte pointer (loads, store) or element position (iota) per
     /// accessor node; `usize::MAX` keys the output.
     pos: HashMap<usize, Variable>,
-    frefs: HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+    frefs: HashMap<RtFn, cranelift_codegen::ir::FuncRef>,
     hoisted: HashMap<usize, Value>,
     /// Element offset applied to vector loads (unrolled copies).
     load_off: i64,
@@ -772,20 +739,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
     }
 
-    fn call(
-        &mut self,
-        name: &'static str,
-        params: &[Type],
-        rets: &[Type],
-        args: &[Value],
-    ) -> Result<Vec<Value>> {
-        let fref = match self.frefs.get(name) {
-            Some(f) => *f,
+    /// Calls the runtime function `f` with `args`; its results.
+    fn call(&mut self, f: RtFn, args: &[Value]) -> Result<Vec<Value>> {
+        let fref = match self.frefs.get(&f) {
+            Some(r) => *r,
             None => {
-                let id = self.helpers.get(self.m, name, params, rets)?;
-                let f = self.m.declare_func_in_func(id, self.b.func);
-                self.frefs.insert(name, f);
-                f
+                let id = self.helpers.get(self.m, f)?;
+                let r = self.m.declare_func_in_func(id, self.b.func);
+                self.frefs.insert(f, r);
+                r
             }
         };
         let inst = self.b.ins().call(fref, args);
@@ -1652,18 +1614,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             RowOp::Max => i64::from(wide::ROW_MAX),
         };
         let code = self.b.ins().iconst(types::I32, code);
-        let name = if t == types::F64 {
-            "tl_wide_row_f64"
+        let row = if t == types::F64 {
+            RtFn::WideRowF64
         } else {
-            "tl_wide_row_f32"
+            RtFn::WideRowF32
         };
-        let ptr = self.ptr;
-        let r = self.call(
-            name,
-            &[types::I32, ptr, types::I64, t, t, ptr, ptr],
-            &[t],
-            &[code, src, count, a, b, dst, ahead],
-        )?[0];
+        let r = self.call(row, &[code, src, count, a, b, dst, ahead])?[0];
         if let Some(a) = acc {
             let cur = self.b.use_var(a);
             let fold = match fr.op {
@@ -1839,21 +1795,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             for w in &here {
                 let p = self.b.ins().iadd_imm_s(base, i64::from(offset(*w)));
                 if let ENode::Binary(..) = k.nodes[*w] {
-                    self.call("tl_wide_pow_f64", &[self.ptr, types::I64], &[], &[p, len])?;
+                    self.call(RtFn::WidePowF64, &[p, len])?;
                     continue;
                 }
                 let code = self.b.ins().iconst(types::I32, code_of(*w));
-                let symbol = if esize == 8 {
-                    "tl_wide_f64"
+                let map = if esize == 8 {
+                    RtFn::WideF64
                 } else {
-                    "tl_wide_f32"
+                    RtFn::WideF32
                 };
-                self.call(
-                    symbol,
-                    &[types::I32, self.ptr, types::I64],
-                    &[],
-                    &[code, p, len],
-                )?;
+                self.call(map, &[code, p, len])?;
             }
         }
         for (j, va) in vaccs.iter().enumerate() {
@@ -2234,7 +2185,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.b.ins().store(trusted(), im, p, half);
             }
             (DType::F16, V::S(x)) => {
-                let bits = self.call("tl_f32_to_f16", &[types::F32], &[types::I32], &[x])?[0];
+                let bits = self.call(RtFn::F32ToF16, &[x])?[0];
                 let h = self.b.ins().ireduce(types::I16, bits);
                 self.b.ins().store(trusted(), h, p, 0);
             }
@@ -2266,7 +2217,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             DType::F16 => {
                 let h = self.b.ins().load(types::I16, trusted(), p, 0);
                 let w = self.b.ins().uextend(types::I32, h);
-                V::S(self.call("tl_f16_to_f32", &[types::I32], &[types::F32], &[w])?[0])
+                V::S(self.call(RtFn::F16ToF32, &[w])?[0])
             }
             DType::BF16 => {
                 let h = self.b.ins().load(types::I16, trusted(), p, 0);
@@ -2298,11 +2249,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     fn round_half(&mut self, d: DType, x: Value) -> Result<Value> {
         Ok(match d {
             DType::F16 => {
-                let bits = self.call("tl_f32_to_f16", &[types::F32], &[types::I32], &[x])?[0];
-                self.call("tl_f16_to_f32", &[types::I32], &[types::F32], &[bits])?[0]
+                let bits = self.call(RtFn::F32ToF16, &[x])?[0];
+                self.call(RtFn::F16ToF32, &[bits])?[0]
             }
             DType::BF16 => {
-                let bits = self.call("tl_f32_to_bf16", &[types::F32], &[types::I32], &[x])?[0];
+                let bits = self.call(RtFn::F32ToBf16, &[x])?[0];
                 let h = self.b.ins().ireduce(types::I16, bits);
                 self.bf16_to_f32(h)
             }
@@ -2578,12 +2529,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     )));
                 }
                 let code = self.b.ins().iconst(types::I32, u as i64);
-                let (name, t) = if ty == types::F32 {
-                    ("tl_f32_un", types::F32)
+                let libm = if ty == types::F32 {
+                    RtFn::F32Un
                 } else {
-                    ("tl_f64_un", types::F64)
+                    RtFn::F64Un
                 };
-                self.call(name, &[types::I32, t], &[t], &[code, x])?[0]
+                self.call(libm, &[code, x])?[0]
             }
         }))
     }
@@ -2635,12 +2586,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Neg => V::C(self.b.ins().fneg(re), self.b.ins().fneg(im)),
             UnaryOp::Square => self.cmul(re, im, re, im),
             UnaryOp::Abs => {
-                let name = if t == types::F32 {
-                    "tl_c64_abs"
+                let abs = if t == types::F32 {
+                    RtFn::C64Abs
                 } else {
-                    "tl_c128_abs"
+                    RtFn::C128Abs
                 };
-                V::S(self.call(name, &[t, t], &[t], &[re, im])?[0])
+                V::S(self.call(abs, &[re, im])?[0])
             }
             UnaryOp::Sign
             | UnaryOp::Floor
@@ -2660,31 +2611,28 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             | UnaryOp::Not
             | UnaryOp::IsFinite
             | UnaryOp::Reciprocal => {
-                let name = if t == types::F32 {
-                    "tl_c64_un"
+                let un = if t == types::F32 {
+                    RtFn::C64Un
                 } else {
-                    "tl_c128_un"
+                    RtFn::C128Un
                 };
-                self.call_complex(name, u as i64, t, &[re, im])?
+                self.call_complex(un, u as i64, t, &[re, im])?
             }
         })
     }
 
-    /// Calls a complex runtime function `name(op, parts..., out)` that writes
+    /// Calls a complex runtime function `f(op, parts..., out)` that writes
     /// its (re, im) result to a stack slot, and loads the result.
-    fn call_complex(&mut self, name: &'static str, op: i64, t: Type, parts: &[Value]) -> Result<V> {
+    fn call_complex(&mut self, f: RtFn, op: i64, t: Type, parts: &[Value]) -> Result<V> {
         let slot =
             self.b
                 .create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 3));
         let p = self.b.ins().stack_addr(self.ptr, slot, 0);
         let code = self.b.ins().iconst(types::I32, op);
-        let mut params = vec![types::I32];
-        params.extend(parts.iter().map(|_| t));
-        params.push(self.ptr);
         let mut args = vec![code];
         args.extend_from_slice(parts);
         args.push(p);
-        self.call(name, &params, &[], &args)?;
+        self.call(f, &args)?;
         let half = t.bytes() as i32;
         Ok(V::C(
             self.b.ins().load(t, trusted(), p, 0),
@@ -2750,23 +2698,23 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     return Err(Error::internal("rem/pow cannot be vectorized"));
                 }
                 let code = self.b.ins().iconst(types::I32, op as i64);
-                let (name, t) = if ty == types::F32 {
-                    ("tl_f32_bin", types::F32)
+                let libm = if ty == types::F32 {
+                    RtFn::F32Bin
                 } else {
-                    ("tl_f64_bin", types::F64)
+                    RtFn::F64Bin
                 };
-                self.call(name, &[types::I32, t, t], &[t], &[code, x, y])?[0]
+                self.call(libm, &[code, x, y])?[0]
             }
             BinaryOp::Pow => {
-                let name = match d {
-                    DType::I8 => "tl_pow_i8",
-                    DType::I16 => "tl_pow_i16",
-                    DType::I32 => "tl_pow_i32",
-                    DType::I64 => "tl_pow_i64",
-                    DType::U8 => "tl_pow_u8",
-                    DType::U16 => "tl_pow_u16",
-                    DType::U32 => "tl_pow_u32",
-                    DType::U64 => "tl_pow_u64",
+                let pow = match d {
+                    DType::I8 => RtFn::PowI8,
+                    DType::I16 => RtFn::PowI16,
+                    DType::I32 => RtFn::PowI32,
+                    DType::I64 => RtFn::PowI64,
+                    DType::U8 => RtFn::PowU8,
+                    DType::U16 => RtFn::PowU16,
+                    DType::U32 => RtFn::PowU32,
+                    DType::U64 => RtFn::PowU64,
                     DType::Bool
                     | DType::F16
                     | DType::BF16
@@ -2780,7 +2728,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         )));
                     }
                 };
-                self.call(name, &[ty, ty], &[ty], &[x, y])?[0]
+                self.call(pow, &[x, y])?[0]
             }
             BinaryOp::Div
             | BinaryOp::Rem
@@ -2887,12 +2835,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             | BinaryOp::ShiftRightLogical
             | BinaryOp::ShiftRightArithmetic => {
                 let t = comp_ty(d);
-                let name = if t == types::F32 {
-                    "tl_c64_bin"
+                let bin = if t == types::F32 {
+                    RtFn::C64Bin
                 } else {
-                    "tl_c128_bin"
+                    RtFn::C128Bin
                 };
-                self.call_complex(name, op as i64, t, &[a, b, c, e])?
+                self.call_complex(bin, op as i64, t, &[a, b, c, e])?
             }
         })
     }
@@ -3071,31 +3019,15 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     self.b.ins().fcvt_from_uint(tt, wide)
                 }
             } else if to.is_half() {
-                let bits = if xt == types::F64 {
-                    self.call(
-                        if to == DType::F16 {
-                            "tl_f64_to_f16"
-                        } else {
-                            "tl_f64_to_bf16"
-                        },
-                        &[types::F64],
-                        &[types::I32],
-                        &[x],
-                    )?[0]
-                } else {
-                    self.call(
-                        if to == DType::F16 {
-                            "tl_f32_to_f16"
-                        } else {
-                            "tl_f32_to_bf16"
-                        },
-                        &[types::F32],
-                        &[types::I32],
-                        &[x],
-                    )?[0]
+                let round = match (xt == types::F64, to == DType::F16) {
+                    (true, true) => RtFn::F64ToF16,
+                    (true, false) => RtFn::F64ToBf16,
+                    (false, true) => RtFn::F32ToF16,
+                    (false, false) => RtFn::F32ToBf16,
                 };
+                let bits = self.call(round, &[x])?[0];
                 return Ok(V::S(if to == DType::F16 {
-                    self.call("tl_f16_to_f32", &[types::I32], &[types::F32], &[bits])?[0]
+                    self.call(RtFn::F16ToF32, &[bits])?[0]
                 } else {
                     let h = self.b.ins().ireduce(types::I16, bits);
                     self.bf16_to_f32(h)
