@@ -7,7 +7,8 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Type, Value, types};
 use tensorlift_ir::{Result, UnaryOp};
 
-use super::{KernelGen, has_fma};
+use super::KernelGen;
+use super::target::has_fma;
 use crate::rt::RtFn;
 
 /// f32 `exp`: Cephes' polynomial for `(e^r - 1 - r)/r²` (Horner order).
