@@ -67,7 +67,6 @@ fn make_module(opts: &JitOptions) -> Result<JITModule> {
     Ok(JITModule::new(jb))
 }
 
-/// Compiles `plan` into a module. `table` must outlive the module's code.
 /// True for kernels `main` emits in place instead of calling: scalar loop
 /// kernels (a loop counter's compare and increment, a scalar carry's
 /// update), where a call costs more than the work.
@@ -79,6 +78,7 @@ fn inline_in_main(k: &Kernel) -> bool {
 /// (a loop's scalar carries), larger ones `memmove` calls.
 const SMALL_COPY: usize = 64;
 
+/// Compiles `plan` into a module. `table` must outlive the module's code.
 pub(crate) fn generate(
     plan: &Plan,
     table: *const StepTable,

@@ -418,9 +418,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
     }
 
-    /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).
-    /// The mask is reinterpreted as `a`'s type, so float and integer lanes
-    /// both work.
     /// `r`, or the canonical quiet NaN where `r` is a NaN: what `min`/`max`
     /// give for a NaN operand (the NaN policy; the interpreter's and the
     /// vector reductions').
@@ -430,6 +427,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         self.sel(nan, canon, r, ty)
     }
 
+    /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).
+    /// The mask is reinterpreted as `a`'s type, so float and integer lanes
+    /// both work.
     pub(super) fn sel(&mut self, cond: Value, a: Value, b: Value, ty: Type) -> Value {
         if ty.is_vector() {
             let vt = self.b.func.dfg.value_type(a);

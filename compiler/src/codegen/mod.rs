@@ -2,9 +2,10 @@
 //! that runs the steps in order, calling kernels directly and runtime
 //! symbols (GEMM, runtime kernels) through imports.
 //!
-//! Kernel ABI: `extern "C" fn(bufs: *const *mut u8, ctx: *mut CallCtx) -> i32`
-//! where `bufs[s]` is the address of slot `s`; the result is a status
-//! (0 = ok). `main` has the same signature.
+//! Kernel ABI: `extern "C" fn(bufs: *const *mut u8, ctx: *mut CallCtx,
+//! begin: i64, end: i64) -> i32` where `bufs[s]` is the address of slot
+//! `s` and `[begin, end)` the range of the outermost loop dim; the result
+//! is a status (0 = ok). `main` has the same signature without the range.
 //!
 //! `driver` builds the module and `main`; a kernel is its loop nest
 //! (`loops`), its reduction (`reduce`), its wide rows (`wide_rows`) and

@@ -167,7 +167,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
     }
 
-    /// Writes the reduction's identity into every output element.
     /// Writes the reduction's identity into every output element this call
     /// owns (the rows of `[begin, end)` when split).
     pub(super) fn emit_reduce_init(&mut self, op: ReduceOp) -> Result<()> {
