@@ -136,7 +136,10 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
         .iter()
         .map(|s| match &s.kind {
             SlotKind::Const(l) => Tensor::from_literal(l).map(Some),
-            _ => Ok(None),
+            SlotKind::Input(_)
+            | SlotKind::Temp { .. }
+            | SlotKind::Output
+            | SlotKind::HandOff { .. } => Ok(None),
         })
         .collect::<Result<Vec<_>>>()?;
     let unbound = interp::check_bindings(&table.plan.graph).err();

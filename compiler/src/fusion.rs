@@ -431,17 +431,40 @@ fn fusible(g: &Graph, n: &Node) -> bool {
     fusible_op(&n.op)
 }
 
+/// Ops a loop kernel computes in place (`KernelBuilder::build_node`): the
+/// elementwise ones, iota, and those that only remap the index.
 fn fusible_op(op: &Op) -> bool {
-    op.is_elementwise()
-        || matches!(
-            op,
-            Op::BroadcastInDim { .. }
-                | Op::Transpose(_)
-                | Op::Slice { .. }
-                | Op::Reverse(_)
-                | Op::Reshape(_)
-                | Op::Iota { .. }
-        )
+    match op {
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BitcastConvert(_)
+        | Op::Iota { .. }
+        | Op::BroadcastInDim { .. }
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Reverse(_)
+        | Op::Reshape(_) => true,
+        Op::Parameter { .. }
+        | Op::Constant(_)
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::Callback(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. } => false,
+    }
 }
 
 fn is_scalar_const(op: &Op) -> bool {
@@ -478,7 +501,34 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
     let needs_buffer = |consumer: &Node, dtype_of_result: DType| -> bool {
         match consumer.op {
             Op::Reduce { .. } => !native_reduce(dtype_of_result),
-            _ => !fusible(g, consumer),
+            Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Callback(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. } => !fusible(g, consumer),
         }
     };
     for id in g.node_ids() {
@@ -549,7 +599,33 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                 }),
                 Op::Constant(_) => true,
                 Op::Reshape(_) => linear_safe[n.inputs[0].index()],
-                _ => false,
+                Op::Parameter { .. }
+                | Op::Iota { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Clamp
+                | Op::Convert(_)
+                | Op::BroadcastInDim { .. }
+                | Op::Transpose(_)
+                | Op::Slice { .. }
+                | Op::Concatenate { .. }
+                | Op::Pad { .. }
+                | Op::Reverse(_)
+                | Op::Reduce { .. }
+                | Op::ArgMax { .. }
+                | Op::ArgMin { .. }
+                | Op::DotGeneral(_)
+                | Op::Take { .. }
+                | Op::DynamicSlice { .. }
+                | Op::DynamicUpdateSlice
+                | Op::Scatter { .. }
+                | Op::BitcastConvert(_)
+                | Op::Callback(_)
+                | Op::Dynamic(_)
+                | Op::While { .. }
+                | Op::Case { .. } => false,
             };
         }
     }
@@ -577,7 +653,33 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                 Op::Parameter { index } => SlotKind::Input(*index),
                 Op::Constant(l) => SlotKind::Const(l.clone()),
                 _ if is_output[v.index()] => SlotKind::Output,
-                _ => SlotKind::Temp { offset: 0 },
+                Op::Iota { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Clamp
+                | Op::Convert(_)
+                | Op::BroadcastInDim { .. }
+                | Op::Reshape(_)
+                | Op::Transpose(_)
+                | Op::Slice { .. }
+                | Op::Concatenate { .. }
+                | Op::Pad { .. }
+                | Op::Reverse(_)
+                | Op::Reduce { .. }
+                | Op::ArgMax { .. }
+                | Op::ArgMin { .. }
+                | Op::DotGeneral(_)
+                | Op::Take { .. }
+                | Op::DynamicSlice { .. }
+                | Op::DynamicUpdateSlice
+                | Op::Scatter { .. }
+                | Op::BitcastConvert(_)
+                | Op::Callback(_)
+                | Op::Dynamic(_)
+                | Op::While { .. }
+                | Op::Case { .. } => SlotKind::Temp { offset: 0 },
             };
             let s = new_slot(&mut slots, v, k, &n.name);
             slot_of.insert(v, s);
@@ -650,7 +752,7 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                     n.name
                 ));
             }
-            op if (fusible(g, n) || is_scalar_const(op)) && kind[v.index()] == Kind::Buffer => {
+            _ if (fusible(g, n) || is_scalar_const(&n.op)) && kind[v.index()] == Kind::Buffer => {
                 let dims = g.ty(v).shape.as_known().unwrap_or_default();
                 let mut b = KernelBuilder::new(g, &kind, &slot_of, dims.len());
                 b.root = Some(v);
@@ -666,8 +768,36 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                 );
                 steps.push(Step::Kernel(k));
             }
-            op if fusible(g, n) || is_scalar_const(op) => {}
-            op => {
+            _ if fusible(g, n) || is_scalar_const(&n.op) => {}
+            op @ (Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Iota { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Clamp
+            | Op::Convert(_)
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape(_)
+            | Op::Transpose(_)
+            | Op::Slice { .. }
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reverse(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::BitcastConvert(_)
+            | Op::Callback(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. }) => {
                 decisions.push(if op.regions().is_empty() {
                     format!(
                         "{}: runtime kernel ({} is not emitted inline)",
@@ -1207,11 +1337,27 @@ pub(crate) fn node_cost(n: &ENode) -> usize {
             | UnaryOp::IsFinite
             | UnaryOp::Square => 1,
             UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4,
-            _ => TRANSCENDENTAL_COST,
+            UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Tanh
+            | UnaryOp::Logistic
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf => TRANSCENDENTAL_COST,
         },
         ENode::Binary(BinaryOp::Div | BinaryOp::Rem, ..) => 4,
         ENode::Binary(BinaryOp::Pow, ..) => 100,
-        _ => 1,
+        ENode::Load { .. }
+        | ENode::Const(_)
+        | ENode::Iota { .. }
+        | ENode::Binary(..)
+        | ENode::Compare(..)
+        | ENode::Select(..)
+        | ENode::Clamp(..)
+        | ENode::Convert(..)
+        | ENode::Bitcast(..) => 1,
     }
 }
 
@@ -1294,7 +1440,7 @@ fn compact(nodes: &[ENode], root: usize) -> (Vec<ENode>, usize) {
             ENode::Compare(o, a, b, d) => ENode::Compare(*o, map(a), map(b), *d),
             ENode::Select(a, b, c, d) => ENode::Select(map(a), map(b), map(c), *d),
             ENode::Clamp(a, b, c, d) => ENode::Clamp(map(a), map(b), map(c), *d),
-            other => other.clone(),
+            other @ (ENode::Load { .. } | ENode::Const(_) | ENode::Iota { .. }) => other.clone(),
         };
         index[i] = out.len();
         out.push(n);
@@ -1762,7 +1908,24 @@ impl<'a> KernelBuilder<'a> {
                 }
                 self.resolve(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
-            op => return Err(Error::internal(format!("{} is not fusible", op.name()))),
+            op @ (Op::Parameter { .. }
+            | Op::Constant(_)
+            | Op::Concatenate { .. }
+            | Op::Pad { .. }
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::ArgMin { .. }
+            | Op::DotGeneral(_)
+            | Op::Take { .. }
+            | Op::DynamicSlice { .. }
+            | Op::DynamicUpdateSlice
+            | Op::Scatter { .. }
+            | Op::Callback(_)
+            | Op::Dynamic(_)
+            | Op::While { .. }
+            | Op::Case { .. }) => {
+                return Err(Error::internal(format!("{} is not fusible", op.name())));
+            }
         })
     }
 
@@ -1791,7 +1954,14 @@ impl<'a> KernelBuilder<'a> {
                 && mergeable(&out_strides)
                 && nodes.iter().all(|n| match n {
                     ENode::Load { strides, .. } | ENode::Iota { strides, .. } => mergeable(strides),
-                    _ => true,
+                    ENode::Const(_)
+                    | ENode::Unary(..)
+                    | ENode::Binary(..)
+                    | ENode::Compare(..)
+                    | ENode::Select(..)
+                    | ENode::Clamp(..)
+                    | ENode::Convert(..)
+                    | ENode::Bitcast(..) => true,
                 });
             if ok {
                 let merge = |s: &mut Vec<i64>| {
@@ -1881,7 +2051,15 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
                 .iter()
                 .filter_map(|n| match n {
                     ENode::Load { slot, .. } => Some(*slot),
-                    _ => None,
+                    ENode::Const(_)
+                    | ENode::Iota { .. }
+                    | ENode::Unary(..)
+                    | ENode::Binary(..)
+                    | ENode::Compare(..)
+                    | ENode::Select(..)
+                    | ENode::Clamp(..)
+                    | ENode::Convert(..)
+                    | ENode::Bitcast(..) => None,
                 })
                 .collect();
             let mut writes = vec![k.out];

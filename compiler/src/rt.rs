@@ -1,6 +1,8 @@
-//! Runtime symbols called from compiled code, registered with the JIT by
-//! name. Every entry catches panics (a panic must never cross `extern "C"`)
-//! and reports failure through a status code and the per-call context.
+//! Runtime symbols called from compiled code, each named once by an
+//! [`RtFn`] (symbol, signature, address) and registered with the JIT from
+//! [`RtFn::ALL`]. Every entry catches panics (a panic must never cross
+//! `extern "C"`) and reports failure through a status code and the
+//! per-call context.
 //!
 //! Per-element helpers reuse the interpreter's scalar semantics
 //! (`tensorlift_runtime::kernels::scalar`), so what they compute is
@@ -8,9 +10,12 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use cranelift_codegen::ir::{AbiParam, Signature, Type, types};
+use cranelift_codegen::isa::CallConv;
+
 use half::{bf16, f16};
 use num_complex::{Complex32, Complex64};
-use tensorlift_ir::{BinaryOp, Error, UnaryOp};
+use tensorlift_ir::{BinaryOp, DType, Error, UnaryOp};
 use tensorlift_runtime::Tensor;
 use tensorlift_runtime::interp;
 use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar};
@@ -68,7 +73,34 @@ impl StepTable {
                     let g = plan.step_graph(*graph);
                     match &g.node(*node).op {
                         Op::Callback(c) => callback::bound(g, &c.target).ok(),
-                        _ => None,
+                        Op::Parameter { .. }
+                        | Op::Constant(_)
+                        | Op::Iota { .. }
+                        | Op::Unary(_)
+                        | Op::Binary(_)
+                        | Op::Compare(_)
+                        | Op::Select
+                        | Op::Clamp
+                        | Op::Convert(_)
+                        | Op::BroadcastInDim { .. }
+                        | Op::Reshape(_)
+                        | Op::Transpose(_)
+                        | Op::Slice { .. }
+                        | Op::Concatenate { .. }
+                        | Op::Pad { .. }
+                        | Op::Reverse(_)
+                        | Op::Reduce { .. }
+                        | Op::ArgMax { .. }
+                        | Op::ArgMin { .. }
+                        | Op::DotGeneral(_)
+                        | Op::Take { .. }
+                        | Op::DynamicSlice { .. }
+                        | Op::DynamicUpdateSlice
+                        | Op::Scatter { .. }
+                        | Op::BitcastConvert(_)
+                        | Op::Dynamic(_)
+                        | Op::While { .. }
+                        | Op::Case { .. } => None,
                     }
                 }
                 Step::Kernel(_)
@@ -215,7 +247,7 @@ unsafe fn slot_tensor(
     {
         return Ok(t.clone());
     }
-    if slot.dtype == tensorlift_ir::DType::String {
+    if slot.dtype == DType::String {
         return ctx
             .strings
             .get(s)
@@ -290,7 +322,7 @@ fn run_step(
             let outs =
                 interp::eval_node(g, *node, &refs).map_err(|e| e.at_node(g.node_ref(*node)))?;
             for (t, &s) in outs.iter().zip(outputs) {
-                if t.dtype() == tensorlift_ir::DType::String {
+                if t.dtype() == DType::String {
                     if ctx.strings.len() <= s {
                         ctx.strings.resize(s + 1, None);
                     }
@@ -328,7 +360,7 @@ fn run_step(
                 for bi in 0..g.b as isize {
                     let out_off = bi * (g.m * g.n) as isize;
                     match g.dtype {
-                        tensorlift_ir::DType::F32 => matrixmultiply::sgemm(
+                        DType::F32 => matrixmultiply::sgemm(
                             g.m,
                             g.k,
                             g.n,
@@ -344,7 +376,7 @@ fn run_step(
                             g.n as isize,
                             1,
                         ),
-                        _ => matrixmultiply::dgemm(
+                        DType::F64 => matrixmultiply::dgemm(
                             g.m,
                             g.k,
                             g.n,
@@ -360,12 +392,39 @@ fn run_step(
                             g.n as isize,
                             1,
                         ),
+                        DType::Bool
+                        | DType::I8
+                        | DType::I16
+                        | DType::I32
+                        | DType::I64
+                        | DType::U8
+                        | DType::U16
+                        | DType::U32
+                        | DType::U64
+                        | DType::F16
+                        | DType::BF16
+                        | DType::C64
+                        | DType::C128
+                        | DType::String => {
+                            return Err(Error::internal(format!(
+                                "a GEMM step of {} elements",
+                                g.dtype
+                            )));
+                        }
                     }
                 }
             }
             Ok(())
         }
-        _ => Err(Error::internal(format!(
+        Some(
+            Step::Kernel(_)
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. },
+        )
+        | None => Err(Error::internal(format!(
             "step {step} is not a runtime step"
         ))),
     }
@@ -400,7 +459,7 @@ fn run_callback_step(
     ctx: &mut CallCtx,
 ) -> Result<(), Error> {
     let (step, node, inputs, outputs) = call;
-    let string = |s: SlotId| plan.slots[s].dtype == tensorlift_ir::DType::String;
+    let string = |s: SlotId| plan.slots[s].dtype == DType::String;
     if cb.writes_buffers() && !inputs.iter().chain(outputs).any(|&s| string(s)) {
         // Built in place (no collect through Result, which moves the
         // inline arrays around): this path is the per-call overhead.
@@ -657,40 +716,309 @@ unsafe extern "C" fn tl_row_group(
     split_rows(bufs, ctx, rows, threads, run)
 }
 
-/// Every runtime symbol with its address.
-pub fn symbols() -> Vec<(&'static str, *const u8)> {
-    vec![
-        ("tl_f32_un", tl_f32_un as *const u8),
-        ("tl_f64_un", tl_f64_un as *const u8),
-        ("tl_f32_bin", tl_f32_bin as *const u8),
-        ("tl_f64_bin", tl_f64_bin as *const u8),
-        ("tl_pow_i8", tl_pow_i8 as *const u8),
-        ("tl_pow_i16", tl_pow_i16 as *const u8),
-        ("tl_pow_i32", tl_pow_i32 as *const u8),
-        ("tl_pow_i64", tl_pow_i64 as *const u8),
-        ("tl_pow_u8", tl_pow_u8 as *const u8),
-        ("tl_pow_u16", tl_pow_u16 as *const u8),
-        ("tl_pow_u32", tl_pow_u32 as *const u8),
-        ("tl_pow_u64", tl_pow_u64 as *const u8),
-        ("tl_f16_to_f32", tl_f16_to_f32 as *const u8),
-        ("tl_f32_to_f16", tl_f32_to_f16 as *const u8),
-        ("tl_f32_to_bf16", tl_f32_to_bf16 as *const u8),
-        ("tl_f64_to_f16", tl_f64_to_f16 as *const u8),
-        ("tl_f64_to_bf16", tl_f64_to_bf16 as *const u8),
-        ("tl_c64_un", tl_c64_un as *const u8),
-        ("tl_c128_un", tl_c128_un as *const u8),
-        ("tl_c64_bin", tl_c64_bin as *const u8),
-        ("tl_c128_bin", tl_c128_bin as *const u8),
-        ("tl_c64_abs", tl_c64_abs as *const u8),
-        ("tl_c128_abs", tl_c128_abs as *const u8),
-        ("tl_runtime_step", tl_runtime_step as *const u8),
-        ("tl_row_group", tl_row_group as *const u8),
-        ("tl_gemm", tl_gemm as *const u8),
-        ("tl_parallel", tl_parallel as *const u8),
-        ("tl_wide_f32", crate::wide::tl_wide_f32 as *const u8),
-        ("tl_wide_f64", crate::wide::tl_wide_f64 as *const u8),
-        ("tl_wide_pow_f64", crate::wide::tl_wide_pow_f64 as *const u8),
-        ("tl_wide_row_f32", crate::wide::tl_wide_row_f32 as *const u8),
-        ("tl_wide_row_f64", crate::wide::tl_wide_row_f64 as *const u8),
-    ]
+/// Declares [`RtFn`] and [`RtFn::ALL`] from one list, so that no
+/// function can be called without being registered with the JIT (which
+/// would panic when it finalizes the module).
+macro_rules! runtime_functions {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// A runtime function called by compiled code, named once: its
+        /// symbol, its signature and its address come from
+        /// [`RtFn::symbol`] (as Cranelift's `LibCall`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub(crate) enum RtFn {
+            $($(#[doc = $doc])* $name,)*
+        }
+
+        impl RtFn {
+            /// Every runtime function, as registered with the JIT.
+            pub(crate) const ALL: &'static [RtFn] = &[$(RtFn::$name),*];
+        }
+    };
+}
+
+runtime_functions! {
+    /// `tl_f32_un(op, x)`: the f32 function of `UnaryOp` code `op`.
+    F32Un,
+    /// `tl_f64_un(op, x)`: the f64 function of `UnaryOp` code `op`.
+    F64Un,
+    /// `tl_f32_bin(op, a, b)`: the f32 function of `BinaryOp` code `op`.
+    F32Bin,
+    /// `tl_f64_bin(op, a, b)`: the f64 function of `BinaryOp` code `op`.
+    F64Bin,
+    /// `tl_pow_i8(a, b)`: integer `pow`.
+    PowI8,
+    /// `tl_pow_i16(a, b)`.
+    PowI16,
+    /// `tl_pow_i32(a, b)`.
+    PowI32,
+    /// `tl_pow_i64(a, b)`.
+    PowI64,
+    /// `tl_pow_u8(a, b)`.
+    PowU8,
+    /// `tl_pow_u16(a, b)`.
+    PowU16,
+    /// `tl_pow_u32(a, b)`.
+    PowU32,
+    /// `tl_pow_u64(a, b)`.
+    PowU64,
+    /// `tl_f16_to_f32(bits)`.
+    F16ToF32,
+    /// `tl_f32_to_f16(x)`: the f16's bits.
+    F32ToF16,
+    /// `tl_f32_to_bf16(x)`: the bf16's bits.
+    F32ToBf16,
+    /// `tl_f64_to_f16(x)`: the f16's bits.
+    F64ToF16,
+    /// `tl_f64_to_bf16(x)`: the bf16's bits.
+    F64ToBf16,
+    /// `tl_c64_un(op, re, im, out)`: a complex64 unary function.
+    C64Un,
+    /// `tl_c128_un(op, re, im, out)`: a complex128 unary function.
+    C128Un,
+    /// `tl_c64_bin(op, a_re, a_im, b_re, b_im, out)`: a complex64 binary function.
+    C64Bin,
+    /// `tl_c128_bin(op, a_re, a_im, b_re, b_im, out)`: a complex128 binary function.
+    C128Bin,
+    /// `tl_c64_abs(re, im)`.
+    C64Abs,
+    /// `tl_c128_abs(re, im)`.
+    C128Abs,
+    /// `tl_runtime_step(table, step, bufs, ctx)`: a runtime kernel.
+    RuntimeStep,
+    /// `tl_gemm(table, step, bufs, ctx)`: a GEMM step.
+    Gemm,
+    /// `tl_parallel(kernel, bufs, ctx, n, work)`: a kernel split across threads.
+    Parallel,
+    /// `tl_row_group(fns, count, bufs, ctx, rows, block, parallel)`.
+    RowGroup,
+    /// `tl_wide_f32(op, buf, n)`: wide math over an f32 chunk buffer.
+    WideF32,
+    /// `tl_wide_f64(op, buf, n)`: wide math over an f64 chunk buffer.
+    WideF64,
+    /// `tl_wide_pow_f64(buf, n)`: wide f64 `pow` over a chunk buffer.
+    WidePowF64,
+    /// `tl_wide_row_f32(op, src, n, a, b, dst, ahead)`: a fused f32 row.
+    WideRowF32,
+    /// `tl_wide_row_f64(op, src, n, a, b, dst, ahead)`: a fused f64 row.
+    WideRowF64,
+}
+
+/// What the JIT and compiled code know of a runtime function.
+pub(crate) struct Symbol {
+    /// The name it is imported and registered under.
+    pub name: &'static str,
+    /// Its address.
+    pub addr: *const u8,
+    /// Its parameter types, in Cranelift terms.
+    pub params: &'static [Type],
+    /// Its result types (none or one).
+    pub returns: &'static [Type],
+}
+
+impl Symbol {
+    /// The symbol `name` of `f`, its signature taken from `F`, the Rust
+    /// type `f` is coerced to (so that it is the function's own).
+    fn of<F: FnSig>(name: &'static str, f: F) -> Symbol {
+        Symbol {
+            name,
+            addr: f.addr(),
+            params: F::PARAMS,
+            returns: F::RETURNS,
+        }
+    }
+}
+
+/// The shapes of the runtime functions' signatures.
+type Un<T> = unsafe extern "C" fn(i32, T) -> T;
+type Bin<T> = unsafe extern "C" fn(i32, T, T) -> T;
+type Pow<T> = unsafe extern "C" fn(T, T) -> T;
+type ComplexUn<T> = unsafe extern "C" fn(i32, T, T, *mut T);
+type ComplexBin<T> = unsafe extern "C" fn(i32, T, T, T, T, *mut T);
+type StepFn = unsafe extern "C" fn(*const StepTable, u64, *const *mut u8, *mut CallCtx) -> i32;
+type Wide<T> = unsafe extern "C" fn(i32, *mut T, i64);
+type WideRow<T> = unsafe extern "C" fn(i32, *const T, i64, T, T, *mut T, *const T) -> T;
+
+impl RtFn {
+    /// The function's symbol, address and signature.
+    pub(crate) fn symbol(self) -> Symbol {
+        use crate::wide;
+        match self {
+            RtFn::F32Un => Symbol::of::<Un<f32>>("tl_f32_un", tl_f32_un),
+            RtFn::F64Un => Symbol::of::<Un<f64>>("tl_f64_un", tl_f64_un),
+            RtFn::F32Bin => Symbol::of::<Bin<f32>>("tl_f32_bin", tl_f32_bin),
+            RtFn::F64Bin => Symbol::of::<Bin<f64>>("tl_f64_bin", tl_f64_bin),
+            RtFn::PowI8 => Symbol::of::<Pow<i8>>("tl_pow_i8", tl_pow_i8),
+            RtFn::PowI16 => Symbol::of::<Pow<i16>>("tl_pow_i16", tl_pow_i16),
+            RtFn::PowI32 => Symbol::of::<Pow<i32>>("tl_pow_i32", tl_pow_i32),
+            RtFn::PowI64 => Symbol::of::<Pow<i64>>("tl_pow_i64", tl_pow_i64),
+            RtFn::PowU8 => Symbol::of::<Pow<u8>>("tl_pow_u8", tl_pow_u8),
+            RtFn::PowU16 => Symbol::of::<Pow<u16>>("tl_pow_u16", tl_pow_u16),
+            RtFn::PowU32 => Symbol::of::<Pow<u32>>("tl_pow_u32", tl_pow_u32),
+            RtFn::PowU64 => Symbol::of::<Pow<u64>>("tl_pow_u64", tl_pow_u64),
+            RtFn::F16ToF32 => {
+                Symbol::of::<unsafe extern "C" fn(i32) -> f32>("tl_f16_to_f32", tl_f16_to_f32)
+            }
+            RtFn::F32ToF16 => {
+                Symbol::of::<unsafe extern "C" fn(f32) -> i32>("tl_f32_to_f16", tl_f32_to_f16)
+            }
+            RtFn::F32ToBf16 => {
+                Symbol::of::<unsafe extern "C" fn(f32) -> i32>("tl_f32_to_bf16", tl_f32_to_bf16)
+            }
+            RtFn::F64ToF16 => {
+                Symbol::of::<unsafe extern "C" fn(f64) -> i32>("tl_f64_to_f16", tl_f64_to_f16)
+            }
+            RtFn::F64ToBf16 => {
+                Symbol::of::<unsafe extern "C" fn(f64) -> i32>("tl_f64_to_bf16", tl_f64_to_bf16)
+            }
+            RtFn::C64Un => Symbol::of::<ComplexUn<f32>>("tl_c64_un", tl_c64_un),
+            RtFn::C128Un => Symbol::of::<ComplexUn<f64>>("tl_c128_un", tl_c128_un),
+            RtFn::C64Bin => Symbol::of::<ComplexBin<f32>>("tl_c64_bin", tl_c64_bin),
+            RtFn::C128Bin => Symbol::of::<ComplexBin<f64>>("tl_c128_bin", tl_c128_bin),
+            RtFn::C64Abs => {
+                Symbol::of::<unsafe extern "C" fn(f32, f32) -> f32>("tl_c64_abs", tl_c64_abs)
+            }
+            RtFn::C128Abs => {
+                Symbol::of::<unsafe extern "C" fn(f64, f64) -> f64>("tl_c128_abs", tl_c128_abs)
+            }
+            RtFn::RuntimeStep => Symbol::of::<StepFn>("tl_runtime_step", tl_runtime_step),
+            RtFn::Gemm => Symbol::of::<StepFn>("tl_gemm", tl_gemm),
+            RtFn::Parallel => Symbol::of::<
+                unsafe extern "C" fn(KernelFn, *const *mut u8, *mut CallCtx, i64, i64) -> i32,
+            >("tl_parallel", tl_parallel),
+            RtFn::RowGroup => Symbol::of::<
+                unsafe extern "C" fn(
+                    *const KernelFn,
+                    i64,
+                    *const *mut u8,
+                    *mut CallCtx,
+                    i64,
+                    i64,
+                    i64,
+                ) -> i32,
+            >("tl_row_group", tl_row_group),
+            RtFn::WideF32 => Symbol::of::<Wide<f32>>("tl_wide_f32", wide::tl_wide_f32),
+            RtFn::WideF64 => Symbol::of::<Wide<f64>>("tl_wide_f64", wide::tl_wide_f64),
+            RtFn::WidePowF64 => Symbol::of::<unsafe extern "C" fn(*mut f64, i64)>(
+                "tl_wide_pow_f64",
+                wide::tl_wide_pow_f64,
+            ),
+            RtFn::WideRowF32 => {
+                Symbol::of::<WideRow<f32>>("tl_wide_row_f32", wide::tl_wide_row_f32)
+            }
+            RtFn::WideRowF64 => {
+                Symbol::of::<WideRow<f64>>("tl_wide_row_f64", wide::tl_wide_row_f64)
+            }
+        }
+    }
+
+    /// The name the function is imported and registered under.
+    pub(crate) fn name(self) -> &'static str {
+        self.symbol().name
+    }
+
+    /// The function's Cranelift signature under `call_conv`.
+    pub(crate) fn signature(self, call_conv: CallConv) -> Signature {
+        let sym = self.symbol();
+        let mut sig = Signature::new(call_conv);
+        sig.params
+            .extend(sym.params.iter().map(|t| AbiParam::new(*t)));
+        sig.returns
+            .extend(sym.returns.iter().map(|t| AbiParam::new(*t)));
+        sig
+    }
+}
+
+/// The host's pointer type: runtime functions are host functions, called
+/// by code compiled for the host.
+const PTR: Type = if size_of::<usize>() == 8 {
+    types::I64
+} else {
+    types::I32
+};
+
+/// A Rust type as compiled code passes it.
+trait AbiType {
+    /// Its Cranelift type.
+    const TYPE: Type;
+}
+
+macro_rules! abi_types {
+    ($($t:ty => $c:expr),*) => {$(
+        impl AbiType for $t {
+            const TYPE: Type = $c;
+        }
+    )*};
+}
+abi_types!(
+    i8 => types::I8, i16 => types::I16, i32 => types::I32, i64 => types::I64,
+    u8 => types::I8, u16 => types::I16, u32 => types::I32, u64 => types::I64,
+    f32 => types::F32, f64 => types::F64, KernelFn => PTR
+);
+
+impl<T> AbiType for *const T {
+    const TYPE: Type = PTR;
+}
+
+impl<T> AbiType for *mut T {
+    const TYPE: Type = PTR;
+}
+
+/// A result type as compiled code receives it: none or one value.
+trait AbiReturn {
+    /// Its Cranelift types.
+    const TYPES: &'static [Type];
+}
+
+impl AbiReturn for () {
+    const TYPES: &'static [Type] = &[];
+}
+
+impl<T: AbiType> AbiReturn for T {
+    const TYPES: &'static [Type] = &[T::TYPE];
+}
+
+/// The Rust type of a runtime function: its Cranelift signature, and its
+/// address.
+trait FnSig: Copy {
+    /// The parameters' Cranelift types.
+    const PARAMS: &'static [Type];
+    /// The result's Cranelift types.
+    const RETURNS: &'static [Type];
+    /// The function's address.
+    fn addr(self) -> *const u8;
+}
+
+macro_rules! fn_sigs {
+    ($(($($p:ident),*)),*) => {$(
+        impl<R: AbiReturn, $($p: AbiType),*> FnSig for unsafe extern "C" fn($($p),*) -> R {
+            const PARAMS: &'static [Type] = &[$($p::TYPE),*];
+            const RETURNS: &'static [Type] = R::TYPES;
+            fn addr(self) -> *const u8 {
+                self as *const u8
+            }
+        }
+    )*};
+}
+fn_sigs!(
+    (A),
+    (A, B),
+    (A, B, C),
+    (A, B, C, D),
+    (A, B, C, D, E),
+    (A, B, C, D, E, F),
+    (A, B, C, D, E, F, G)
+);
+
+#[cfg(test)]
+mod tests {
+    use super::RtFn;
+
+    #[test]
+    fn runtime_functions_have_one_name_each() {
+        let mut names: Vec<&str> = RtFn::ALL.iter().map(|f| f.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), RtFn::ALL.len());
+        assert!(names.iter().all(|n| n.starts_with("tl_")));
+    }
 }

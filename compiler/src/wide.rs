@@ -46,21 +46,29 @@ pub(crate) const MAX_BUFFER_BYTES: usize = 32 * 1024;
 /// The functions with a wide routine, for f32 and f64 (used only where the
 /// inline approximations are, i.e. not in `exact` mode).
 pub(crate) fn has_routine(u: UnaryOp) -> bool {
-    matches!(
-        u,
+    match u {
         UnaryOp::Exp
-            | UnaryOp::Expm1
-            | UnaryOp::Log
-            | UnaryOp::Log1p
-            | UnaryOp::Tanh
-            | UnaryOp::Logistic
-            | UnaryOp::Erf
-            | UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Sqrt
-            | UnaryOp::Rsqrt
-            | UnaryOp::Reciprocal
-    )
+        | UnaryOp::Expm1
+        | UnaryOp::Log
+        | UnaryOp::Log1p
+        | UnaryOp::Tanh
+        | UnaryOp::Logistic
+        | UnaryOp::Erf
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Sqrt
+        | UnaryOp::Rsqrt
+        | UnaryOp::Reciprocal => true,
+        UnaryOp::Neg
+        | UnaryOp::Abs
+        | UnaryOp::Sign
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Not
+        | UnaryOp::IsFinite
+        | UnaryOp::Square => false,
+    }
 }
 
 /// The vector width (f32 lanes) the routines run at on this host, or `None`
@@ -241,7 +249,15 @@ pub(crate) trait Lane:
             UnaryOp::Sqrt => buf.iter_mut().for_each(|x| *x = x.sqrt()),
             UnaryOp::Rsqrt => buf.iter_mut().for_each(|x| *x = one / x.sqrt()),
             UnaryOp::Reciprocal => buf.iter_mut().for_each(|x| *x = one / *x),
-            _ => {}
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Not
+            | UnaryOp::IsFinite
+            | UnaryOp::Square => {}
         }
     }
 }

@@ -7,7 +7,9 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Type, Value, types};
 use tensorlift_ir::{Result, UnaryOp};
 
-use super::{KernelGen, has_fma};
+use super::KernelGen;
+use super::target::has_fma;
+use crate::rt::RtFn;
 
 /// f32 `exp`: Cephes' polynomial for `(e^r - 1 - r)/r²` (Horner order).
 pub(crate) const EXP_F32_P: [f64; 6] = [
@@ -416,21 +418,17 @@ impl KernelGen<'_, '_> {
         self.b.set_cold_block(cold);
         let op = if cos { UnaryOp::Cos } else { UnaryOp::Sin };
         let code = self.b.ins().iconst(types::I32, op as i64);
-        let (name, lane) = if f64_lanes {
-            ("tl_f64_un", types::F64)
-        } else {
-            ("tl_f32_un", types::F32)
-        };
+        let libm = if f64_lanes { RtFn::F64Un } else { RtFn::F32Un };
         let slow = if ty.is_vector() {
             let mut v = x;
             for i in 0..ty.lane_count() as u8 {
                 let e = self.b.ins().extractlane(x, i);
-                let y = self.call(name, &[types::I32, lane], &[lane], &[code, e])?[0];
+                let y = self.call(libm, &[code, e])?[0];
                 v = self.b.ins().insertlane(v, y, i);
             }
             v
         } else {
-            self.call(name, &[types::I32, lane], &[lane], &[code, x])?[0]
+            self.call(libm, &[code, x])?[0]
         };
         self.b.ins().jump(done, &[slow.into()]);
         self.b.switch_to_block(done);

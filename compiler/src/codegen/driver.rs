@@ -1,0 +1,476 @@
+//! The module and its `main`: a Cranelift function per kernel, then
+//! `main`, which runs the plan's steps in order (kernels, runtime steps,
+//! GEMMs, copies, and control flow as blocks and branches) and returns the
+//! first failing status.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{
+    AbiParam, Function, InstBuilder, StackSlotData, StackSlotKind, UserFuncName, types,
+};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module};
+use tensorlift_ir::{DType, Error, Result};
+
+use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId, SlotKind, Step};
+use crate::rt::{RtFn, StepTable};
+
+use super::cost::kernel_work;
+use super::{JitOptions, KernelGen, OptLevel, comp_ty, trusted, unaligned};
+
+fn cg_err(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("code generation failed: {e}"))
+}
+
+/// The finalized module, its entry point and the Cranelift IR text.
+pub(crate) struct Generated {
+    pub module: JITModule,
+    pub entry: *const u8,
+    pub clif: String,
+}
+
+fn make_module(opts: &JitOptions) -> Result<JITModule> {
+    let mut flags = settings::builder();
+    let level = match opts.opt_level {
+        OptLevel::None => "none",
+        OptLevel::Speed => "speed",
+    };
+    flags.set("opt_level", level).map_err(cg_err)?;
+    flags
+        .set("use_colocated_libcalls", "false")
+        .map_err(cg_err)?;
+    flags.set("is_pic", "false").map_err(cg_err)?;
+    // Cranelift's IR verifier runs in debug builds (and so in tests), as
+    // our own verifier does; release builds skip it.
+    flags
+        .set(
+            "enable_verifier",
+            if cfg!(debug_assertions) {
+                "true"
+            } else {
+                "false"
+            },
+        )
+        .map_err(cg_err)?;
+    let isa = cranelift_native::builder()
+        .map_err(|m| Error::unimplemented(format!("this host is not supported by Cranelift: {m}")))?
+        .finish(settings::Flags::new(flags))
+        .map_err(cg_err)?;
+    let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+    for f in RtFn::ALL {
+        let sym = f.symbol();
+        jb.symbol(sym.name, sym.addr);
+    }
+    Ok(JITModule::new(jb))
+}
+
+/// True for kernels `main` emits in place instead of calling: scalar loop
+/// kernels (a loop counter's compare and increment, a scalar carry's
+/// update), where a call costs more than the work.
+fn inline_in_main(k: &Kernel) -> bool {
+    k.dims.is_empty() && k.kind == KernelKind::Loop && k.stash.is_none()
+}
+
+/// The slots `main` keeps in Cranelift variables instead of memory: scalar
+/// temporaries that only inline kernels, copies and branches touch (a
+/// loop's counter, its predicate, a scalar carry), so a loop over them runs
+/// in registers with no store and reload per iteration.
+fn register_slots(plan: &Plan) -> Vec<SlotId> {
+    let mut ok: Vec<bool> = (plan.slots.iter())
+        .map(|sl| {
+            let scalar_ty = match sl.dtype {
+                DType::Bool
+                | DType::I8
+                | DType::U8
+                | DType::I16
+                | DType::U16
+                | DType::I32
+                | DType::U32
+                | DType::I64
+                | DType::U64
+                | DType::F32
+                | DType::F64 => true,
+                DType::F16 | DType::BF16 | DType::C64 | DType::C128 | DType::String => false,
+            };
+            // An output is stored once, when `main` returns.
+            let owned = match sl.kind {
+                SlotKind::Temp { .. } | SlotKind::Output => true,
+                SlotKind::Input(_) | SlotKind::Const(_) | SlotKind::HandOff { .. } => false,
+            };
+            scalar_ty && owned && sl.dims.is_empty()
+        })
+        .collect();
+    for (i, step) in plan.steps.iter().enumerate() {
+        let in_group = plan.groups.iter().any(|g| (g.start..g.end).contains(&i));
+        match step {
+            Step::Kernel(k) if !in_group && inline_in_main(k) => {
+                // A load of another type reads the slot's bytes.
+                for n in &k.nodes {
+                    if let ENode::Load { slot, dtype, .. } = n
+                        && *dtype != plan.slots[*slot].dtype
+                    {
+                        ok[*slot] = false;
+                    }
+                }
+            }
+            Step::Copy { from, to } => {
+                for (&f, &t) in from.iter().zip(to) {
+                    if plan.slots[f].dtype != plan.slots[t].dtype {
+                        (ok[f], ok[t]) = (false, false);
+                    }
+                }
+            }
+            Step::Label(_) | Step::Jump(_) | Step::BranchUnless { .. } | Step::Switch { .. } => {}
+            Step::Kernel(_) | Step::Gemm(_) | Step::Runtime { .. } => {
+                let (reads, writes) = crate::fusion::step_slots(step);
+                for s in reads.into_iter().chain(writes) {
+                    ok[s] = false;
+                }
+            }
+        }
+    }
+    (0..plan.slots.len()).filter(|&s| ok[s]).collect()
+}
+
+/// Copies between slots up to this many bytes are inline loads and stores
+/// (a loop's scalar carries), larger ones `memmove` calls.
+const SMALL_COPY: usize = 64;
+
+/// Compiles `plan` into a module. `table` must outlive the module's code.
+pub(crate) fn generate(
+    plan: &Plan,
+    table: *const StepTable,
+    opts: &JitOptions,
+) -> Result<Generated> {
+    let mut module = make_module(opts)?;
+    let ptr = module.target_config().pointer_type();
+    let mut sig = module.make_signature();
+    sig.params.push(AbiParam::new(ptr));
+    sig.params.push(AbiParam::new(ptr));
+    sig.returns.push(AbiParam::new(types::I32));
+    // Kernels take the range [begin, end) of their outermost loop dim, so
+    // the runtime can split them across threads.
+    let mut ksig = sig.clone();
+    ksig.params.push(AbiParam::new(types::I64));
+    ksig.params.push(AbiParam::new(types::I64));
+    let mut clif = String::new();
+    let mut helpers = Helpers {
+        ids: HashMap::new(),
+    };
+    let mut fctx = FunctionBuilderContext::new();
+    let mut kernel_ids = HashMap::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Step::Kernel(k) = step
+            && (!inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i)))
+        {
+            let mut func =
+                Function::with_name_signature(UserFuncName::user(0, i as u32), ksig.clone());
+            {
+                let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+                let mut kg = KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
+                kg.emit()?;
+                b.finalize(module.target_config());
+            }
+            clif.push_str(&format!(
+                "; kernel '{}' (step {i})\n{}\n",
+                k.name,
+                func.display()
+            ));
+            let id = module
+                .declare_function(&format!("kernel{i}"), Linkage::Local, &ksig)
+                .map_err(cg_err)?;
+            let mut ctx = module.make_context();
+            ctx.func = func;
+            if std::env::var_os("TENSORLIFT_DISASM").is_some() {
+                // A second compilation, only for the disassembly dump.
+                let mut probe = module.make_context();
+                probe.func = ctx.func.clone();
+                probe.set_disasm(true);
+                match probe.compile(module.isa(), &mut Default::default()) {
+                    Ok(code) => {
+                        let v = code.vcode.clone().unwrap_or_default();
+                        clif.push_str(&format!("; machine code of kernel '{}'\n{v}\n", k.name));
+                    }
+                    Err(e) => clif.push_str(&format!(
+                        "; no machine code for kernel '{}': {:?}\n",
+                        k.name, e.inner
+                    )),
+                }
+            }
+            module
+                .define_function(id, &mut ctx)
+                .map_err(|e| cg_err(format!("kernel '{}': {e:?}", k.name)))?;
+            kernel_ids.insert(i, id);
+        }
+    }
+    // main: run the steps in order, stopping at the first failing status.
+    let mut func = Function::with_name_signature(UserFuncName::user(0, u32::MAX), sig.clone());
+    {
+        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        b.seal_block(entry);
+        let (bufs, ctx) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+        let step_fn = helpers.get(&mut module, RtFn::RuntimeStep)?;
+        let step_ref = module.declare_func_in_func(step_fn, b.func);
+        let gemm_fn = helpers.get(&mut module, RtFn::Gemm)?;
+        let gemm_ref = module.declare_func_in_func(gemm_fn, b.func);
+        let par_fn = helpers.get(&mut module, RtFn::Parallel)?;
+        let par_ref = module.declare_func_in_func(par_fn, b.func);
+        let group_fn = helpers.get(&mut module, RtFn::RowGroup)?;
+        let group_ref = module.declare_func_in_func(group_fn, b.func);
+        // Control flow: one block per label, sealed once every jump to it
+        // has been emitted.
+        let labels: Vec<_> = (0..plan.labels).map(|_| b.create_block()).collect();
+        let slot_ptr = |b: &mut FunctionBuilder<'_>, s: usize| {
+            b.ins().load(ptr, trusted(), bufs, (s * 8) as i32)
+        };
+        let mut regs: HashMap<SlotId, Variable> = HashMap::new();
+        for s in register_slots(plan) {
+            let ty = comp_ty(plan.slots[s].dtype);
+            let var = b.declare_var(ty);
+            let zero = match ty {
+                types::F32 => b.ins().f32const(0.0),
+                types::F64 => b.ins().f64const(0.0),
+                _ => b.ins().iconst(ty, 0),
+            };
+            b.def_var(var, zero);
+            regs.insert(s, var);
+        }
+        for (i, step) in plan.steps.iter().enumerate() {
+            if plan.groups.iter().any(|g| g.start < i && i < g.end) {
+                continue;
+            }
+            let group = plan.groups.iter().find(|g| g.start == i);
+            let status = match step {
+                Step::Kernel(k) if group.is_none() && inline_in_main(k) => {
+                    let mut kg =
+                        KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
+                    kg.emit_scalar(bufs, &regs)?;
+                    continue;
+                }
+                Step::Copy { from, to } => {
+                    for (&f, &t) in from.iter().zip(to) {
+                        let n = plan.slots[t].bytes();
+                        if f == t || n == 0 {
+                            continue;
+                        }
+                        match (regs.get(&f), regs.get(&t)) {
+                            (Some(&vf), Some(&vt)) => {
+                                let v = b.use_var(vf);
+                                b.def_var(vt, v);
+                                continue;
+                            }
+                            (Some(&vf), None) => {
+                                let v = b.use_var(vf);
+                                let dst = slot_ptr(&mut b, t);
+                                b.ins().store(trusted(), v, dst, 0);
+                                continue;
+                            }
+                            (None, Some(&vt)) => {
+                                let src = slot_ptr(&mut b, f);
+                                let ty = comp_ty(plan.slots[f].dtype);
+                                let v = b.ins().load(ty, trusted(), src, 0);
+                                b.def_var(vt, v);
+                                continue;
+                            }
+                            (None, None) => {}
+                        }
+                        let (src, dst) = (slot_ptr(&mut b, f), slot_ptr(&mut b, t));
+                        if n <= SMALL_COPY {
+                            // A scalar or small carry: loads and stores.
+                            let mut off = 0usize;
+                            for (size, ty) in [
+                                (8, types::I64),
+                                (4, types::I32),
+                                (2, types::I16),
+                                (1, types::I8),
+                            ] {
+                                while n - off >= size {
+                                    let v = b.ins().load(ty, unaligned(), src, off as i32);
+                                    b.ins().store(unaligned(), v, dst, off as i32);
+                                    off += size;
+                                }
+                            }
+                        } else {
+                            let len = b.ins().iconst(ptr, n as i64);
+                            b.call_memmove(module.target_config(), dst, src, len);
+                        }
+                    }
+                    continue;
+                }
+                Step::Label(l) => {
+                    b.ins().jump(labels[*l], &[]);
+                    b.switch_to_block(labels[*l]);
+                    continue;
+                }
+                Step::Jump(l) => {
+                    b.ins().jump(labels[*l], &[]);
+                    let dead = b.create_block();
+                    b.switch_to_block(dead);
+                    continue;
+                }
+                Step::BranchUnless { pred, label } => {
+                    let v = match regs.get(pred) {
+                        Some(&var) => b.use_var(var),
+                        None => {
+                            let p = slot_ptr(&mut b, *pred);
+                            b.ins().uload8(types::I32, trusted(), p, 0)
+                        }
+                    };
+                    let go_on = b.create_block();
+                    b.ins().brif(v, go_on, &[], labels[*label], &[]);
+                    b.switch_to_block(go_on);
+                    continue;
+                }
+                Step::Switch { index, labels: ls } => {
+                    let k = match regs.get(index) {
+                        Some(&var) => b.use_var(var),
+                        None => {
+                            let p = slot_ptr(&mut b, *index);
+                            b.ins().load(types::I32, trusted(), p, 0)
+                        }
+                    };
+                    // Every label but the last is tested; anything else
+                    // (out of range included) goes to the last.
+                    for (j, l) in ls.iter().enumerate().take(ls.len().saturating_sub(1)) {
+                        let hit = b.ins().icmp_imm_s(IntCC::Equal, k, j as i64);
+                        let next = b.create_block();
+                        b.ins().brif(hit, labels[*l], &[], next, &[]);
+                        b.switch_to_block(next);
+                    }
+                    if let Some(last) = ls.last() {
+                        b.ins().jump(labels[*last], &[]);
+                        let dead = b.create_block();
+                        b.switch_to_block(dead);
+                    }
+                    continue;
+                }
+                Step::Kernel(_) if let Some(g) = group => {
+                    // The group's kernels as an array of function addresses
+                    // on the stack, run block by block by the runtime.
+                    let n = g.end - g.start;
+                    let slot = b.create_sized_stack_slot(StackSlotData::new(
+                        StackSlotKind::ExplicitSlot,
+                        (n * 8) as u32,
+                        3,
+                    ));
+                    for (j, step) in plan.steps[g.start..g.end].iter().enumerate() {
+                        let Step::Kernel(_) = step else {
+                            return Err(Error::internal("a row group holds a non-kernel step"));
+                        };
+                        let f = module.declare_func_in_func(kernel_ids[&(g.start + j)], b.func);
+                        let addr = b.ins().func_addr(ptr, f);
+                        b.ins().stack_store(ptr, addr, slot, (j * 8) as i32);
+                    }
+                    let fns = b.ins().stack_addr(ptr, slot, 0);
+                    let count = b.ins().iconst(types::I64, n as i64);
+                    let rows = b.ins().iconst(types::I64, g.rows as i64);
+                    let block = b.ins().iconst(types::I64, g.block as i64);
+                    let par = matches!(
+                        crate::parallel::group_split(plan, g, opts),
+                        crate::parallel::Split::Ranges(_)
+                    );
+                    let par = b.ins().iconst(types::I64, i64::from(par));
+                    let call = b
+                        .ins()
+                        .call(group_ref, &[fns, count, bufs, ctx, rows, block, par]);
+                    b.inst_results(call)[0]
+                }
+                Step::Kernel(k) => {
+                    let f = module.declare_func_in_func(kernel_ids[&i], b.func);
+                    let n0 = k.dims.first().copied().unwrap_or(1) as i64;
+                    let n = b.ins().iconst(types::I64, n0);
+                    if let crate::parallel::Split::Ranges(_) =
+                        crate::parallel::kernel_split(k, opts)
+                    {
+                        let addr = b.ins().func_addr(ptr, f);
+                        let work = b.ins().iconst(types::I64, kernel_work(k, opts) as i64);
+                        let call = b.ins().call(par_ref, &[addr, bufs, ctx, n, work]);
+                        b.inst_results(call)[0]
+                    } else {
+                        let zero = b.ins().iconst(types::I64, 0);
+                        let call = b.ins().call(f, &[bufs, ctx, zero, n]);
+                        b.inst_results(call)[0]
+                    }
+                }
+                Step::Gemm(_) | Step::Runtime { .. } => {
+                    let t = b.ins().iconst(ptr, table as i64);
+                    let s = b.ins().iconst(types::I64, i as i64);
+                    let f = if matches!(step, Step::Gemm(_)) {
+                        gemm_ref
+                    } else {
+                        step_ref
+                    };
+                    let call = b.ins().call(f, &[t, s, bufs, ctx]);
+                    b.inst_results(call)[0]
+                }
+            };
+            let fail = b.create_block();
+            let next = b.create_block();
+            b.ins().brif(status, fail, &[], next, &[]);
+            b.switch_to_block(fail);
+            b.ins().return_(&[status]);
+            b.switch_to_block(next);
+        }
+        for (&s, &var) in &regs {
+            if let SlotKind::Output = plan.slots[s].kind {
+                let v = b.use_var(var);
+                let p = slot_ptr(&mut b, s);
+                b.ins().store(trusted(), v, p, 0);
+            }
+        }
+        let zero = b.ins().iconst(types::I32, 0);
+        b.ins().return_(&[zero]);
+        b.seal_all_blocks();
+        b.finalize(module.target_config());
+    }
+    clif.push_str(&format!("; main\n{}\n", func.display()));
+    // The functions the code imports, by the names the dump shows them as.
+    let mut imports: Vec<(u32, &str)> = (helpers.ids.iter())
+        .map(|(f, id)| (id.as_u32(), f.name()))
+        .collect();
+    imports.sort_unstable();
+    for (id, name) in imports {
+        clif.push_str(&format!("; u0:{id} = {name}\n"));
+    }
+    let main_id = module
+        .declare_function("main", Linkage::Local, &sig)
+        .map_err(cg_err)?;
+    let mut ctx = module.make_context();
+    ctx.func = func;
+    module
+        .define_function(main_id, &mut ctx)
+        .map_err(|e| cg_err(format!("main: {e:?}")))?;
+    module.finalize_definitions().map_err(cg_err)?;
+    let entry = module.get_finalized_function(main_id);
+    Ok(Generated {
+        module,
+        entry,
+        clif,
+    })
+}
+
+/// The runtime functions a module imports.
+pub(super) struct Helpers {
+    ids: HashMap<RtFn, FuncId>,
+}
+
+impl Helpers {
+    /// `f`, declared as an import of `m` on first use.
+    pub(super) fn get(&mut self, m: &mut JITModule, f: RtFn) -> Result<FuncId> {
+        if let Some(id) = self.ids.get(&f) {
+            return Ok(*id);
+        }
+        let sig = f.signature(m.isa().default_call_conv());
+        let id = m
+            .declare_function(f.name(), Linkage::Import, &sig)
+            .map_err(cg_err)?;
+        self.ids.insert(f, id);
+        Ok(id)
+    }
+}

@@ -1,0 +1,761 @@
+//! A kernel's loop nest: the outer dims as loops, the innermost one
+//! vectorized where every node has a vector form (`vector_type`), then a
+//! scalar tail; every accessor advanced by its stride.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
+use cranelift_frontend::Variable;
+use tensorlift_ir::{BinaryOp, DType, Error, ReduceOp, Result, UnaryOp};
+
+use crate::fusion::{ENode, KernelKind, SlotId};
+use crate::wide;
+
+use super::cost::element_cost;
+use super::target::{has_fma, has_sse41, has_sse42, math_int_ty, vec_ty};
+use super::{Accessor, KernelGen, Mode, OUT, STASH, V, comp_ty, trusted, unaligned};
+
+/// Conversions emitted on vectors: between f32 and 32-bit integers
+/// (`cvtdq2ps`, `cvttps2dq` with Cranelift's saturation: NaN → 0, out of
+/// range → the nearest bound, as the scalar code's saturating conversion
+/// and clamp), between i32 and u32 (the same bits), and between f32 and
+/// f64 (`cvtps2pd`, `cvtpd2ps`: the load is converted as it is read, two
+/// f32 per f64 vector or two f64 vectors per f32 one, see `eval`).
+fn vector_convert(from: DType, to: DType) -> bool {
+    use DType::{F32, F64, I32, U32};
+    matches!(
+        (from, to),
+        (I32 | U32, F32) | (F32, I32 | U32) | (I32, U32) | (U32, I32) | (F32, F64) | (F64, F32)
+    )
+}
+
+/// Whether a load of `from` in a kernel of `to` is converted as it is read
+/// (the float widths, whose vectors have different lane counts).
+fn converted_on_load(from: DType, to: DType) -> bool {
+    matches!(
+        (from, to),
+        (DType::F32, DType::F64) | (DType::F64, DType::F32)
+    )
+}
+
+impl<'a, 'b> KernelGen<'a, 'b> {
+    /// Accessors: (key, offset, strides, element size) for every load/iota and the output.
+    fn accessors(&self) -> Vec<Accessor> {
+        let mut v: Vec<Accessor> = self
+            .k
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n {
+                ENode::Load {
+                    dtype,
+                    offset,
+                    strides,
+                    ..
+                } => Some((i, *offset, strides.clone(), dtype.size() as i64)),
+                ENode::Iota {
+                    offset, strides, ..
+                } => Some((i, *offset, strides.clone(), 0)),
+                ENode::Const(_)
+                | ENode::Unary(..)
+                | ENode::Binary(..)
+                | ENode::Compare(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Convert(..)
+                | ENode::Bitcast(..) => None,
+            })
+            .collect();
+        v.push((
+            OUT,
+            0,
+            self.k.out_strides.clone(),
+            self.out_dtype().size() as i64,
+        ));
+        if let Some(st) = &self.k.stash {
+            let esize = self.plan.slots[st.slot].dtype.size() as i64;
+            v.push((STASH, 0, st.strides.clone(), esize));
+        }
+        v
+    }
+
+    /// Stores the stashed node's value (if the kernel has a stash) at the
+    /// stash position plus `off` bytes.
+    fn store_stash(&mut self, vals: &[V], off: i32) {
+        if let Some(st) = &self.k.stash {
+            let v = vals[st.node].s();
+            let p = self.b.use_var(self.pos[&STASH]);
+            self.b.ins().store(unaligned(), v, p, off);
+        }
+    }
+
+    pub(super) fn emit(&mut self) -> Result<()> {
+        let entry = self.b.create_block();
+        self.b.append_block_params_for_function_params(entry);
+        self.b.switch_to_block(entry);
+        self.b.seal_block(entry);
+        let bufs = self.b.block_params(entry)[0];
+        let (begin, end) = (self.b.block_params(entry)[2], self.b.block_params(entry)[3]);
+        if crate::fusion::range_capable(self.k) {
+            self.range = Some((begin, end));
+        }
+        self.emit_body(bufs)?;
+        let zero = self.b.ins().iconst(types::I32, 0);
+        self.b.ins().return_(&[zero]);
+        Ok(())
+    }
+
+    /// The kernel's code at the builder's current position, reading slot
+    /// pointers from `bufs` (no function of its own: `main` inlines scalar
+    /// kernels, see `driver::inline_in_main`).
+    pub(super) fn emit_body(&mut self, bufs: Value) -> Result<()> {
+        let mut slots: Vec<usize> = self
+            .k
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                ENode::Load { slot, .. } => Some(*slot),
+                ENode::Const(_)
+                | ENode::Iota { .. }
+                | ENode::Unary(..)
+                | ENode::Binary(..)
+                | ENode::Compare(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Convert(..)
+                | ENode::Bitcast(..) => None,
+            })
+            .collect();
+        slots.push(self.k.out);
+        slots.extend(self.k.stash.as_ref().map(|st| st.slot));
+        slots.sort_unstable();
+        slots.dedup();
+        for s in slots {
+            let p = self.b.ins().load(self.ptr, trusted(), bufs, (s * 8) as i32);
+            self.bases.insert(s, p);
+        }
+        let rank = self.k.dims.len();
+        if let KernelKind::Reduce { op, .. } = &self.k.kind {
+            self.emit_reduce_init(*op)?;
+        }
+        let mut idx = Vec::new();
+        if rank == 0 {
+            let one = self.b.ins().iconst(types::I64, 1);
+            self.inner(&[], 1, None, one)?;
+        } else {
+            self.nest(0, &mut idx)?;
+        }
+        Ok(())
+    }
+
+    /// A rank-0 loop kernel at the builder's current position in `main`:
+    /// one evaluation, no loop, reading and writing the slots in `regs` as
+    /// Cranelift variables (see `driver::register_slots`) and the others through
+    /// their pointers in `bufs`.
+    pub(super) fn emit_scalar(
+        &mut self,
+        bufs: Value,
+        regs: &HashMap<SlotId, Variable>,
+    ) -> Result<()> {
+        self.regs.clone_from(regs);
+        let mut bases: HashMap<SlotId, Value> = HashMap::new();
+        for (key, offset, _, esize) in self.accessors() {
+            let slot = match key {
+                OUT => self.k.out,
+                STASH => return Err(Error::internal("an inline kernel with a stash")),
+                i => match &self.k.nodes[i] {
+                    ENode::Load { slot, .. } => *slot,
+                    ENode::Const(_)
+                    | ENode::Unary(..)
+                    | ENode::Binary(..)
+                    | ENode::Compare(..)
+                    | ENode::Select(..)
+                    | ENode::Clamp(..)
+                    | ENode::Convert(..)
+                    | ENode::Bitcast(..) => {
+                        return Err(Error::internal("an accessor that is not a load or iota"));
+                    }
+                    ENode::Iota { .. } => {
+                        // An iota's position is its value.
+                        let var = self.b.declare_var(types::I64);
+                        let v = self.b.ins().iconst(types::I64, offset);
+                        self.b.def_var(var, v);
+                        self.pos.insert(key, var);
+                        continue;
+                    }
+                },
+            };
+            if esize == 0 || regs.contains_key(&slot) {
+                continue;
+            }
+            let base = *bases.entry(slot).or_insert_with(|| {
+                self.b
+                    .ins()
+                    .load(self.ptr, trusted(), bufs, (slot * 8) as i32)
+            });
+            let p = self.b.ins().iadd_imm_s(base, offset * esize);
+            let var = self.b.declare_var(self.ptr);
+            self.b.def_var(var, p);
+            self.pos.insert(key, var);
+        }
+        let vals = self.eval(Mode::Scalar)?;
+        let root = vals[self.k.root];
+        match regs.get(&self.k.out) {
+            Some(&var) => self.b.def_var(var, root.s()),
+            None => self.store_out(root)?,
+        }
+        Ok(())
+    }
+
+    /// `for i in 0..n { body(i) }` with `i` as a block parameter.
+    fn for_loop(
+        &mut self,
+        n: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<()>,
+    ) -> Result<Value> {
+        self.for_loop_from(None, n, step, body)
+    }
+
+    /// `for (i = from; i + step <= n; i += step) body(i)` (`from` defaults
+    /// to 0); returns the index the loop stopped at.
+    pub(super) fn for_loop_from(
+        &mut self,
+        from: Option<Value>,
+        n: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<()>,
+    ) -> Result<Value> {
+        let header = self.b.create_block();
+        let body_blk = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        let zero = match from {
+            Some(v) => v,
+            None => self.b.ins().iconst(types::I64, 0),
+        };
+        self.b.ins().jump(header, &[zero.into()]);
+        self.b.switch_to_block(header);
+        let i = self.b.block_params(header)[0];
+        let cond = if step == 1 {
+            self.b.ins().icmp(IntCC::SignedLessThan, i, n)
+        } else {
+            // Vector loop: while i + step <= n.
+            let end = self.b.ins().iadd_imm_s(i, step);
+            self.b.ins().icmp(IntCC::SignedLessThanOrEqual, end, n)
+        };
+        self.b.ins().brif(cond, body_blk, &[], exit, &[]);
+        self.b.switch_to_block(body_blk);
+        self.b.seal_block(body_blk);
+        body(self, i)?;
+        let next = self.b.ins().iadd_imm_s(i, step);
+        self.b.ins().jump(header, &[next.into()]);
+        self.b.seal_block(header);
+        self.b.switch_to_block(exit);
+        self.b.seal_block(exit);
+        Ok(i)
+    }
+
+    fn nest(&mut self, d: usize, idx: &mut Vec<Value>) -> Result<()> {
+        let rank = self.k.dims.len();
+        // The outermost dim runs over [begin, end) when the kernel is split.
+        let range = if d == 0 { self.range } else { None };
+        if d + 1 == rank {
+            let n = self.k.dims[d];
+            return match range {
+                Some((b, e)) => {
+                    let count = self.b.ins().isub(e, b);
+                    self.inner(idx, n, Some(b), count)
+                }
+                None => {
+                    let count = self.b.ins().iconst(types::I64, n as i64);
+                    self.inner(idx, n, None, count)
+                }
+            };
+        }
+        let (from, n) = match range {
+            Some((b, e)) => (Some(b), e),
+            None => (None, self.b.ins().iconst(types::I64, self.k.dims[d] as i64)),
+        };
+        self.for_loop_from(from, n, 1, &mut |s, i| {
+            idx.push(i);
+            s.nest(d + 1, idx)?;
+            idx.pop();
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Sets up accessor positions for the innermost loop given the outer
+    /// indices, then runs it (vector part, then scalar tail).
+    fn inner(
+        &mut self,
+        outer: &[Value],
+        n: usize,
+        start: Option<Value>,
+        count: Value,
+    ) -> Result<()> {
+        let rank = self.k.dims.len();
+        let accs = self.accessors();
+        for (key, offset, strides, esize) in &accs {
+            let mut pos = self.b.ins().iconst(types::I64, *offset);
+            if let Some(st) = start
+                && strides[rank - 1] != 0
+            {
+                let t = self.b.ins().imul_imm_s(st, strides[rank - 1]);
+                pos = self.b.ins().iadd(pos, t);
+            }
+            for (d, i) in outer.iter().enumerate() {
+                if strides[d] != 0 {
+                    let t = self.b.ins().imul_imm_s(*i, strides[d]);
+                    pos = self.b.ins().iadd(pos, t);
+                }
+            }
+            let val = if *esize == 0 {
+                pos
+            } else {
+                let slot = if *key == OUT {
+                    self.k.out
+                } else if *key == STASH {
+                    self.k.stash.as_ref().map_or(self.k.out, |st| st.slot)
+                } else {
+                    self.load_slot(*key)
+                };
+                let bytes = self.b.ins().imul_imm_s(pos, *esize);
+                let base = self.bases[&slot];
+                self.b.ins().iadd(base, bytes)
+            };
+            let var = self.b.declare_var(types::I64);
+            self.b.def_var(var, val);
+            self.pos.insert(*key, var);
+        }
+        let inner_stride = |s: &Vec<i64>| if rank == 0 { 0 } else { s[rank - 1] };
+        let reduce_inner = matches!(&self.k.kind, KernelKind::Reduce { reduced, .. } if rank > 0 && reduced[rank - 1]);
+        // Register accumulator for a reduction over the innermost dim.
+        let acc = if reduce_inner {
+            let ty = comp_ty(self.out_dtype());
+            let var = self.b.declare_var(ty);
+            let p = self.b.use_var(self.pos[&OUT]);
+            let v = self.b.ins().load(ty, trusted(), p, 0);
+            self.b.def_var(var, v);
+            Some(var)
+        } else {
+            None
+        };
+        let nv = count;
+        let mut start = None;
+        let vector = self.vector_type(n);
+        if let Some(fr) = vector.and_then(|vt| self.fused_row(vt, n)) {
+            self.emit_fused_row(&fr, nv, acc)?;
+            start = Some(nv);
+        } else if let Some(vt) = vector {
+            let lanes = vt.lane_count() as i64;
+            // Hoist stride-0 loads and constants out of the vector loop.
+            self.hoisted.clear();
+            for (i, node) in self.k.nodes.iter().enumerate() {
+                if let ENode::Load { strides, dtype, .. } = node
+                    && inner_stride(strides) == 0
+                {
+                    let p = self.b.use_var(self.pos[&i]);
+                    let v = self.b.ins().load(comp_ty(*dtype), trusted(), p, 0);
+                    let dt = self.out_dtype();
+                    let v = if converted_on_load(*dtype, dt) {
+                        // Converted here, as `vector_load` does.
+                        self.convert(V::S(v), *dtype, dt)?.s()
+                    } else {
+                        v
+                    };
+                    let lt = if converted_on_load(*dtype, dt) {
+                        vt
+                    } else {
+                        vec_ty(*dtype).unwrap_or(vt)
+                    };
+                    let v = self.b.ins().splat(lt, v);
+                    self.hoisted.insert(i, v);
+                }
+            }
+            // Reductions over the innermost dim keep several independent
+            // vector accumulators so the loop is not bound by the latency
+            // of one dependency chain.
+            // A body with a transcendental function is long enough to hide
+            // the accumulator's latency by itself, and unrolled copies of
+            // it would only spill its constants.
+            let costly = element_cost(self.k) >= crate::fusion::TRANSCENDENTAL_COST;
+            let wide = self.wide_nodes(vt, n);
+            // Wide rows take the transcendental work out of the loop, so a
+            // reduction of them keeps one accumulator per vector of a
+            // chunk pass's iteration (two).
+            let unroll: i64 = match (acc, &wide) {
+                (Some(_), Some(_)) => 2,
+                (Some(_), None) if !costly => 4,
+                _ => 1,
+            };
+            let mut vaccs = Vec::new();
+            if let (Some(_), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
+                let init = self.reduce_init(*op)?;
+                let v = self.b.ins().splat(vt, init);
+                let mut inits = vec![v; unroll as usize];
+                // Float max/min: two companions shared by the accumulators
+                // (see `float_extreme_step`): the lanes that saw a NaN (none
+                // yet) and the AND (max) / OR (min) of every element's bits.
+                if let Some(is_max) = self.float_extreme() {
+                    let ity = math_int_ty(vt);
+                    let none = self.splat_i(ity, 0);
+                    let bits = self.splat_i(ity, if is_max { -1 } else { 0 });
+                    for m in [none, bits] {
+                        inits.push(self.b.ins().bitcast(vt, MemFlagsData::new(), m));
+                    }
+                }
+                for v in inits {
+                    let var = self.b.declare_var(vt);
+                    self.b.def_var(var, v);
+                    vaccs.push(var);
+                }
+            }
+            let mut from = None;
+            let passes: &[(i64, i64)] = match wide {
+                Some(wide) => {
+                    from = Some(self.wide_chunks(&wide, nv, vt, &vaccs, &accs)?);
+                    &[]
+                }
+                None if unroll > 1 => &[(lanes * unroll, unroll), (lanes, 1)],
+                None => &[(lanes, 1)],
+            };
+            for &(step, copies) in passes {
+                let last = self.for_loop_from(from, nv, step, &mut |s, _i| {
+                    s.vector_step(vt, step, copies, &vaccs, &accs)
+                })?;
+                from = Some(last);
+            }
+            let last = from.ok_or_else(|| Error::internal("vector loop missing"))?;
+            // Fold the vector partials into the scalar accumulator, lane by lane.
+            if let (Some(sa), KernelKind::Reduce { op, .. }) = (acc, &self.k.kind) {
+                let partials = self.vector_partials(vt, &vaccs);
+                let mut v = partials[0];
+                for w in &partials[1..] {
+                    v = self.reduce_op(*op, v, *w);
+                }
+                let mut a = self.b.use_var(sa);
+                for l in 0..lanes {
+                    let e = self.b.ins().extractlane(v, l as u8);
+                    a = self.reduce_op(*op, a, e);
+                }
+                self.b.def_var(sa, a);
+            }
+            start = Some(last);
+        }
+        // Scalar loop (the tail after a vector loop, or the whole row).
+        let first = match start {
+            Some(s) => s,
+            None => self.b.ins().iconst(types::I64, 0),
+        };
+        let remaining = self.b.ins().isub(nv, first);
+        let accs2 = accs.clone();
+        self.for_loop(remaining, 1, &mut |s, _i| {
+            let vals = s.eval(Mode::Scalar)?;
+            s.store_stash(&vals, 0);
+            let root_v = vals[s.k.root];
+            match (&s.k.kind, acc) {
+                (KernelKind::Loop, _) => s.store_out(root_v)?,
+                (KernelKind::Reduce { op, .. }, Some(a)) => {
+                    let cur = s.b.use_var(a);
+                    let r = s.reduce_op(*op, cur, root_v.s());
+                    s.b.def_var(a, r);
+                }
+                (KernelKind::Reduce { op, .. }, None) => {
+                    let p = s.b.use_var(s.pos[&OUT]);
+                    let ty = comp_ty(s.out_dtype());
+                    let cur = s.b.ins().load(ty, trusted(), p, 0);
+                    let r = s.reduce_op(*op, cur, root_v.s());
+                    s.b.ins().store(trusted(), r, p, 0);
+                }
+            }
+            for (key, _, strides, esize) in &accs2 {
+                let st = inner_stride(strides);
+                if st != 0 {
+                    let var = s.pos[key];
+                    let p = s.b.use_var(var);
+                    let p =
+                        s.b.ins()
+                            .iadd_imm_s(p, if *esize == 0 { st } else { st * esize });
+                    s.b.def_var(var, p);
+                }
+            }
+            Ok(())
+        })?;
+        if let Some(a) = acc {
+            let p = self.b.use_var(self.pos[&OUT]);
+            let v = self.b.use_var(a);
+            self.b.ins().store(trusted(), v, p, 0);
+        }
+        Ok(())
+    }
+
+    /// One step of a vector loop: `copies` vectors evaluated (at element
+    /// offsets `u·lanes`), stored or folded into the accumulators, then the
+    /// accessors advanced by `step` elements.
+    pub(super) fn vector_step(
+        &mut self,
+        vt: Type,
+        step: i64,
+        copies: i64,
+        vaccs: &[Variable],
+        accs: &[Accessor],
+    ) -> Result<()> {
+        let lanes = vt.lane_count() as i64;
+        for u in 0..copies {
+            self.load_off = u * lanes;
+            let vals = self.eval(Mode::Vector(vt))?;
+            self.load_off = 0;
+            let root = vals[self.k.root].s();
+            let esize = self.out_dtype().size() as i32;
+            let off = (u * lanes) as i32 * esize;
+            let stash_esize = self
+                .k
+                .stash
+                .as_ref()
+                .map_or(0, |st| self.plan.slots[st.slot].dtype.size() as i32);
+            self.store_stash(&vals, (u * lanes) as i32 * stash_esize);
+            match (&self.k.kind, vaccs.get(u as usize)) {
+                (KernelKind::Loop, _) => {
+                    let p = self.b.use_var(self.pos[&OUT]);
+                    self.b.ins().store(unaligned(), root, p, off);
+                }
+                (KernelKind::Reduce { op, .. }, Some(va)) => match self.float_extreme() {
+                    Some(is_max) => self.float_extreme_step(is_max, vt, vaccs, u as usize, root),
+                    None => {
+                        let a = self.b.use_var(*va);
+                        let r = self.reduce_op(*op, a, root);
+                        self.b.def_var(*va, r);
+                    }
+                },
+                (KernelKind::Reduce { op, .. }, None) => {
+                    let p = self.b.use_var(self.pos[&OUT]);
+                    let a = self.b.ins().load(vt, unaligned(), p, off);
+                    let r = self.reduce_op(*op, a, root);
+                    self.b.ins().store(unaligned(), r, p, off);
+                }
+            }
+        }
+        self.advance(accs, step);
+        Ok(())
+    }
+
+    /// The accessors that move along the innermost dim (byte pointers with
+    /// a non-zero inner stride): their variables, current positions and
+    /// bytes per element.
+    pub(super) fn moving(&mut self, accs: &[Accessor]) -> Vec<(Variable, Value, i64)> {
+        let rank = self.k.dims.len();
+        accs.iter()
+            .filter(|(_, _, strides, esize)| rank > 0 && strides[rank - 1] != 0 && *esize != 0)
+            .map(|(key, _, strides, esize)| {
+                let var = self.pos[key];
+                (var, self.b.use_var(var), strides[rank - 1] * esize)
+            })
+            .collect()
+    }
+
+    /// Sets the moving accessors to element `j` past their positions
+    /// `start` (from [`Self::moving`]). A chunk pass places them from its
+    /// loop index instead of carrying them: values live across a call are
+    /// spilled, and a pointer carried through the loop in its spill slot
+    /// made every iteration wait on the previous one's store.
+    pub(super) fn place(&mut self, start: &[(Variable, Value, i64)], j: Value) {
+        for (var, base, bytes) in start {
+            // A shift for element sizes, so that the add folds into the
+            // loads' and stores' addressing.
+            let off = match bytes {
+                1 | 2 | 4 | 8 => self
+                    .b
+                    .ins()
+                    .ishl_imm_s(j, i64::from(bytes.trailing_zeros())),
+                _ => self.b.ins().imul_imm_s(j, *bytes),
+            };
+            let p = self.b.ins().iadd(*base, off);
+            self.b.def_var(*var, p);
+        }
+    }
+
+    /// Advances the moving accessors by `elems` elements of the innermost dim.
+    fn advance(&mut self, accs: &[Accessor], elems: i64) {
+        let rank = self.k.dims.len();
+        for (key, _, strides, esize) in accs {
+            let st = if rank == 0 { 0 } else { strides[rank - 1] };
+            if st != 0 && *esize != 0 {
+                let var = self.pos[key];
+                let p = self.b.use_var(var);
+                let p = self.b.ins().iadd_imm_s(p, st * esize * elems);
+                self.b.def_var(var, p);
+            }
+        }
+    }
+
+    fn load_slot(&self, node: usize) -> usize {
+        match &self.k.nodes[node] {
+            ENode::Load { slot, .. } => *slot,
+            ENode::Const(_)
+            | ENode::Iota { .. }
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => self.k.out,
+        }
+    }
+
+    /// The SIMD type for this kernel's innermost loop, if it can be vectorized.
+    fn vector_type(&self, n: usize) -> Option<Type> {
+        if !self.opts.vectorize || !has_sse41() {
+            return None;
+        }
+        let dt = self.out_dtype();
+        let vt = vec_ty(dt)?;
+        let rank = self.k.dims.len();
+        if rank == 0 || n < vt.lane_count() as usize {
+            return None;
+        }
+        let float = dt.is_float();
+        let exact = self.opts.exact;
+        // What SSE4.1 has for integer lanes: multiplication of 16- and
+        // 32-bit lanes (pmullw/pmulld), min/max up to 32 bits; 64-bit lanes
+        // multiply (AVX-512DQ's vpmullq, else Cranelift's pmuludq sequence)
+        // and min/max with AVX-512VL (vpminsq/vpmaxuq...).
+        let wide64 = dt.size() == 8 && wide::has_avx512();
+        let int_mul =
+            matches!(dt, DType::I16 | DType::U16 | DType::I32 | DType::U32) || (wide64 && !float);
+        let min_max = float || dt.size() <= 4 || wide64;
+        if let KernelKind::Reduce { op, reduced } = &self.k.kind {
+            let ok = match op {
+                ReduceOp::Sum => !float || !exact || !reduced[rank - 1],
+                ReduceOp::Prod => (float && (!exact || !reduced[rank - 1])) || int_mul,
+                ReduceOp::Max | ReduceOp::Min => min_max,
+                ReduceOp::And | ReduceOp::Or => false,
+            };
+            if !ok {
+                return None;
+            }
+        }
+        // A comparison of `dt` operands vectorizes into a lane mask when
+        // it only feeds selects (as their predicate): bool lanes of another
+        // width never reach memory. Integer lanes up to 32 bits (SSE4.1 has
+        // no 64-bit lane compare).
+        let mask_only = |i: usize| {
+            i != self.k.root
+                && self.k.nodes.iter().all(|u| match u {
+                    ENode::Select(_, a, b, _) => *a != i && *b != i,
+                    u @ (ENode::Load { .. }
+                    | ENode::Const(_)
+                    | ENode::Iota { .. }
+                    | ENode::Unary(..)
+                    | ENode::Binary(..)
+                    | ENode::Compare(..)
+                    | ENode::Clamp(..)
+                    | ENode::Convert(..)
+                    | ENode::Bitcast(..)) => !crate::fusion::enode_operands(u).contains(&i),
+                })
+        };
+        // A load of another 32-bit type feeds conversions only (loaded as
+        // its own 4-lane vector; see `vector_convert`).
+        let converted_only = |i: usize| {
+            i != self.k.root
+                && self.k.stash.as_ref().is_none_or(|st| st.node != i)
+                && self.k.nodes.iter().all(|u| match u {
+                    ENode::Convert(..) => true,
+                    u @ (ENode::Load { .. }
+                    | ENode::Const(_)
+                    | ENode::Iota { .. }
+                    | ENode::Unary(..)
+                    | ENode::Binary(..)
+                    | ENode::Compare(..)
+                    | ENode::Select(..)
+                    | ENode::Clamp(..)
+                    | ENode::Bitcast(..)) => !crate::fusion::enode_operands(u).contains(&i),
+                })
+        };
+        for (i, n) in self.k.nodes.iter().enumerate() {
+            if let ENode::Compare(_, _, _, d) = n {
+                let lanes_cmp = float || dt.size() <= 4 || has_sse42();
+                if *d != dt || !lanes_cmp || !mask_only(i) {
+                    return None;
+                }
+                continue;
+            }
+            if let ENode::Convert(x, from, to) = n {
+                if *to != dt || self.dtype_of(*x) != *from || !vector_convert(*from, *to) {
+                    return None;
+                }
+                continue;
+            }
+            if let ENode::Load { dtype, strides, .. } = n
+                && *dtype != dt
+            {
+                if !vector_convert(*dtype, dt)
+                    || !matches!(strides[rank - 1], 0 | 1)
+                    || !converted_only(i)
+                {
+                    return None;
+                }
+                continue;
+            }
+            if let ENode::Select(p, _, _, _) = n
+                && !matches!(self.k.nodes[*p], ENode::Compare(..))
+            {
+                return None;
+            }
+            let ok = n.dtype() == dt
+                && match n {
+                    ENode::Load { strides, .. } => matches!(strides[rank - 1], 0 | 1),
+                    ENode::Const(_) => true,
+                    ENode::Unary(u, _, _) => match u {
+                        UnaryOp::Neg => true,
+                        UnaryOp::Sign => float,
+                        UnaryOp::Square => float || int_mul,
+                        // pabsb/w/d; unsigned abs is the identity.
+                        UnaryOp::Abs => float || dt.size() <= 4 || !dt.is_signed_int() || wide64,
+                        UnaryOp::Sqrt
+                        | UnaryOp::Floor
+                        | UnaryOp::Ceil
+                        | UnaryOp::Round
+                        | UnaryOp::Reciprocal
+                        | UnaryOp::Rsqrt => float,
+                        UnaryOp::Exp | UnaryOp::Logistic => float && !exact,
+                        UnaryOp::Tanh | UnaryOp::Log | UnaryOp::Expm1 | UnaryOp::Log1p => {
+                            float && !exact
+                        }
+                        UnaryOp::Sin | UnaryOp::Cos => float && !exact,
+                        UnaryOp::Erf => float && !exact,
+                        UnaryOp::Not | UnaryOp::IsFinite => false,
+                    },
+                    ENode::Binary(b, _, _, _) => match b {
+                        BinaryOp::Add | BinaryOp::Sub => true,
+                        BinaryOp::Mul => float || int_mul,
+                        BinaryOp::Div => float,
+                        BinaryOp::Pow => {
+                            (dt == DType::F32 || (dt == DType::F64 && has_fma())) && !exact
+                        }
+                        BinaryOp::Max | BinaryOp::Min => min_max,
+                        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => !float,
+                        // Cranelift's vector shifts take one amount for
+                        // every lane; per-lane amounts stay scalar.
+                        BinaryOp::ShiftLeft
+                        | BinaryOp::ShiftRightLogical
+                        | BinaryOp::ShiftRightArithmetic => false,
+                        BinaryOp::Rem => false,
+                    },
+                    ENode::Clamp(..) => float,
+                    ENode::Select(..) => true,
+                    // Its operand's lanes are of another type (the lane
+                    // count would differ for no gain); scalar code.
+                    ENode::Bitcast(..) => false,
+                    ENode::Iota { .. } | ENode::Compare(..) | ENode::Convert(..) => false,
+                };
+            if !ok {
+                return None;
+            }
+        }
+        Some(vt)
+    }
+}

@@ -1,0 +1,912 @@
+//! Each node of a kernel as Cranelift instructions: loads and stores,
+//! constants, unary and binary ops, comparisons, conversions and bitcasts,
+//! complex values, and calls of runtime functions for the rest.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value, types,
+};
+use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, Result, Scalar, UnaryOp};
+
+use crate::fusion::ENode;
+use crate::rt::RtFn;
+
+use super::target::{has_fma, vec_ty};
+use super::{KernelGen, Mode, OUT, V, comp_ty, trusted, unaligned};
+
+impl<'a, 'b> KernelGen<'a, 'b> {
+    /// An integer constant of `ty`, given as the two's-complement value
+    /// (narrow types take the low bits, as Cranelift requires).
+    pub(super) fn ic(&mut self, ty: Type, v: i64) -> Value {
+        let bits = ty.lane_type().bits();
+        let v = if bits < 64 {
+            v & ((1i64 << bits) - 1)
+        } else {
+            v
+        };
+        self.b.ins().iconst(ty.lane_type(), v)
+    }
+
+    pub(super) fn fconst(&mut self, ty: Type, v: f64) -> Value {
+        if ty == types::F32 {
+            self.b.ins().f32const(tensorlift_ir::narrow_f32(v))
+        } else {
+            self.b.ins().f64const(v)
+        }
+    }
+
+    pub(super) fn store_out(&mut self, v: V) -> Result<()> {
+        let p = self.b.use_var(self.pos[&OUT]);
+        let d = self.out_dtype();
+        self.store(d, v, p)
+    }
+
+    fn store(&mut self, d: DType, v: V, p: Value) -> Result<()> {
+        match (d, v) {
+            (DType::C64 | DType::C128, V::C(re, im)) => {
+                let half = (d.size() / 2) as i32;
+                self.b.ins().store(trusted(), re, p, 0);
+                self.b.ins().store(trusted(), im, p, half);
+            }
+            (DType::F16, V::S(x)) => {
+                let bits = self.call(RtFn::F32ToF16, &[x])?[0];
+                let h = self.b.ins().ireduce(types::I16, bits);
+                self.b.ins().store(trusted(), h, p, 0);
+            }
+            (DType::BF16, V::S(x)) => {
+                // The value is exactly representable: its top 16 bits are the bf16.
+                let bits = self.b.ins().bitcast(types::I32, MemFlagsData::new(), x);
+                let hi = self.b.ins().ushr_imm_u(bits, 16);
+                let h = self.b.ins().ireduce(types::I16, hi);
+                self.b.ins().store(trusted(), h, p, 0);
+            }
+            (_, V::S(x)) => {
+                self.b.ins().store(trusted(), x, p, 0);
+            }
+            (_, V::C(..)) => return Err(Error::internal("complex value stored into a real slot")),
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, d: DType, p: Value) -> Result<V> {
+        Ok(match d {
+            DType::C64 | DType::C128 => {
+                let t = comp_ty(d);
+                let half = (d.size() / 2) as i32;
+                V::C(
+                    self.b.ins().load(t, trusted(), p, 0),
+                    self.b.ins().load(t, trusted(), p, half),
+                )
+            }
+            DType::F16 => {
+                let h = self.b.ins().load(types::I16, trusted(), p, 0);
+                let w = self.b.ins().uextend(types::I32, h);
+                V::S(self.call(RtFn::F16ToF32, &[w])?[0])
+            }
+            DType::BF16 => {
+                let h = self.b.ins().load(types::I16, trusted(), p, 0);
+                V::S(self.bf16_to_f32(h))
+            }
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F32
+            | DType::F64
+            | DType::String => V::S(self.b.ins().load(comp_ty(d), trusted(), p, 0)),
+        })
+    }
+
+    fn bf16_to_f32(&mut self, h: Value) -> Value {
+        let w = self.b.ins().uextend(types::I32, h);
+        let w = self.b.ins().ishl_imm_s(w, 16);
+        self.b.ins().bitcast(types::F32, MemFlagsData::new(), w)
+    }
+
+    /// Rounds an f32 to the half type `d` and back (halves compute in f32
+    /// and round after every op, as the interpreter does).
+    fn round_half(&mut self, d: DType, x: Value) -> Result<Value> {
+        Ok(match d {
+            DType::F16 => {
+                let bits = self.call(RtFn::F32ToF16, &[x])?[0];
+                self.call(RtFn::F16ToF32, &[bits])?[0]
+            }
+            DType::BF16 => {
+                let bits = self.call(RtFn::F32ToBf16, &[x])?[0];
+                let h = self.b.ins().ireduce(types::I16, bits);
+                self.bf16_to_f32(h)
+            }
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F32
+            | DType::F64
+            | DType::C64
+            | DType::C128
+            | DType::String => x,
+        })
+    }
+
+    pub(super) fn const_value(&mut self, l: &tensorlift_ir::Literal, mode: Mode) -> V {
+        let d = l.dtype;
+        let v = match l.element(0) {
+            Scalar::Bool(b) => V::S(self.ic(types::I8, i64::from(b))),
+            Scalar::Int(i) => V::S(self.ic(comp_ty(d), i as i64)),
+            Scalar::Float(f, bits) => {
+                let t = comp_ty(d);
+                match (d, bits) {
+                    (DType::F64, Some(b)) => V::S(self.b.ins().f64const(f64::from_bits(b))),
+                    (DType::F32, Some(b)) => V::S(self.b.ins().f32const(f32::from_bits(b as u32))),
+                    _ => V::S(self.fconst(t, f)),
+                }
+            }
+            Scalar::Complex(re, im) => {
+                let t = comp_ty(d);
+                V::C(self.fconst(t, re), self.fconst(t, im))
+            }
+        };
+        match (mode, v) {
+            (Mode::Vector(vt), V::S(x)) => V::S(self.b.ins().splat(vt, x)),
+            _ => v,
+        }
+    }
+
+    /// A vector of `vt`'s lane count loaded from `p + off` as `dtype`
+    /// elements: that type's vector, or for the float widths the elements
+    /// converted as they are read (f32 → f64: two f32 and `cvtps2pd`;
+    /// f64 → f32: two f64 vectors, `cvtpd2ps` each, halves joined).
+    fn vector_load(&mut self, dtype: DType, vt: Type, p: Value, off: i32) -> Value {
+        // (Bitcasts between lane counts name the byte order.)
+        let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        match (dtype, vt) {
+            (DType::F32, types::F64X2) => {
+                let w = self.b.ins().load(types::I64, unaligned(), p, off);
+                let v = self.b.ins().scalar_to_vector(types::I64X2, w);
+                let v = self.b.ins().bitcast(types::F32X4, flags, v);
+                self.b.ins().fvpromote_low(v)
+            }
+            (DType::F64, types::F32X4) => {
+                let a = self.b.ins().load(types::F64X2, unaligned(), p, off);
+                let b = self.b.ins().load(types::F64X2, unaligned(), p, off + 16);
+                let a = self.b.ins().fvdemote(a);
+                let b = self.b.ins().fvdemote(b);
+                let a = self.b.ins().bitcast(types::I64X2, flags, a);
+                let b = self.b.ins().bitcast(types::I64X2, flags, b);
+                let hi = self.b.ins().extractlane(b, 0);
+                let v = self.b.ins().insertlane(a, hi, 1);
+                self.b.ins().bitcast(types::F32X4, flags, v)
+            }
+            _ => {
+                let lt = vec_ty(dtype).unwrap_or(vt);
+                self.b.ins().load(lt, unaligned(), p, off)
+            }
+        }
+    }
+
+    /// Evaluates every node of the kernel at the current position.
+    pub(super) fn eval(&mut self, mode: Mode) -> Result<Vec<V>> {
+        let nodes = self.k.nodes.clone();
+        let mut vals: Vec<V> = Vec::with_capacity(nodes.len());
+        let mut unused = None;
+        for (i, n) in nodes.iter().enumerate() {
+            // In a chunk pass of a wide row: nodes the pass does not need
+            // get a placeholder, wide nodes already mapped are read back.
+            if let (Some(w), Mode::Vector(vt)) = (&self.wide, mode) {
+                if !w.need[i] {
+                    let u = *unused.get_or_insert_with(|| self.b.ins().iconst(types::I8, 0));
+                    vals.push(V::S(u));
+                    continue;
+                }
+                if let Some(off) = w.bufs.get(&i) {
+                    let (addr, off) = (w.addr, *off);
+                    vals.push(V::S(self.b.ins().load(vt, trusted(), addr, off)));
+                    continue;
+                }
+            }
+            let v = match n {
+                ENode::Load { dtype, slot, .. } => match mode {
+                    Mode::Vector(vt) => match self.hoisted.get(&i) {
+                        Some(v) => V::S(*v),
+                        None => {
+                            let p = self.b.use_var(self.pos[&i]);
+                            let off = (self.load_off * dtype.size() as i64) as i32;
+                            // Another type's load only feeds conversions.
+                            V::S(self.vector_load(*dtype, vt, p, off))
+                        }
+                    },
+                    Mode::Scalar => match self.regs.get(slot) {
+                        Some(&var) => V::S(self.b.use_var(var)),
+                        None => {
+                            let p = self.b.use_var(self.pos[&i]);
+                            self.load(*dtype, p)?
+                        }
+                    },
+                },
+                ENode::Const(l) => self.const_value(l, mode),
+                ENode::Iota { dtype, .. } => {
+                    let p = self.b.use_var(self.pos[&i]);
+                    self.convert(V::S(p), DType::I64, *dtype)?
+                }
+                ENode::Unary(u, x, d) => {
+                    let r = self.unary(*u, vals[*x], self.dtype_of(*x), mode)?;
+                    self.round_if_half(*d, r)?
+                }
+                ENode::Binary(op, x, y, d) => {
+                    let r = self.binary(*op, vals[*x], vals[*y], *d, mode)?;
+                    self.round_if_half(*d, r)?
+                }
+                ENode::Compare(c, x, y, d) => self.compare(*c, vals[*x], vals[*y], *d),
+                ENode::Select(p, x, y, _) => match (vals[*x], vals[*y]) {
+                    (V::C(a, b), V::C(c, e)) => {
+                        let pv = vals[*p].s();
+                        V::C(self.b.ins().select(pv, a, c), self.b.ins().select(pv, b, e))
+                    }
+                    (a, c) => {
+                        let pv = vals[*p].s();
+                        V::S(match mode {
+                            // A lane mask from a vector comparison.
+                            Mode::Vector(vt) => self.sel(pv, a.s(), c.s(), vt),
+                            Mode::Scalar => self.b.ins().select(pv, a.s(), c.s()),
+                        })
+                    }
+                },
+                ENode::Clamp(x, lo, hi, d) => {
+                    let (x, lo, hi) = (vals[*x].s(), vals[*lo].s(), vals[*hi].s());
+                    V::S(if d.is_float() {
+                        let m = self.b.ins().fmax(x, lo);
+                        let r = self.b.ins().fmin(m, hi);
+                        let ty = self.b.func.dfg.value_type(r);
+                        self.canonical_nan(r, ty)
+                    } else if d.is_signed_int() {
+                        let m = self.b.ins().smax(x, lo);
+                        self.b.ins().smin(m, hi)
+                    } else {
+                        let m = self.b.ins().umax(x, lo);
+                        self.b.ins().umin(m, hi)
+                    })
+                }
+                ENode::Convert(x, from, to) => self.convert(vals[*x], *from, *to)?,
+                ENode::Bitcast(x, from, to) => self.bitcast(vals[*x], *from, *to)?,
+            };
+            vals.push(v);
+        }
+        Ok(vals)
+    }
+
+    fn round_if_half(&mut self, d: DType, v: V) -> Result<V> {
+        Ok(match v {
+            V::S(x) if d.is_half() => V::S(self.round_half(d, x)?),
+            V::S(_) | V::C(..) => v,
+        })
+    }
+
+    fn unary(&mut self, u: UnaryOp, x: V, xd: DType, mode: Mode) -> Result<V> {
+        if let V::C(re, im) = x {
+            return self.complex_unary(u, re, im, xd);
+        }
+        let x = x.s();
+        let ty = self.b.func.dfg.value_type(x);
+        let is_float = xd.is_float();
+        Ok(V::S(match u {
+            UnaryOp::Neg if is_float => self.b.ins().fneg(x),
+            UnaryOp::Neg => self.b.ins().ineg(x),
+            UnaryOp::Abs if is_float => self.b.ins().fabs(x),
+            UnaryOp::Abs if xd.is_signed_int() => self.b.ins().iabs(x),
+            UnaryOp::Abs => x,
+            UnaryOp::Sign if is_float && ty.is_vector() => {
+                // copysign(1, x) by bits (1.0's sign bit is clear), NaN and
+                // ±0 kept, in lanes.
+                let one = self.splat_f(ty, 1.0);
+                let s = self.with_sign_of(one, x, ty);
+                let zero = self.splat_f(ty, 0.0);
+                // (x86 vectors have no unordered-or-equal compare.)
+                let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
+                let is_nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                let keep = self.b.ins().bor(is_zero, is_nan);
+                self.sel(keep, x, s, ty)
+            }
+            UnaryOp::Sign if is_float => {
+                let one = self.splat_f(ty, 1.0);
+                let s = self.b.ins().fcopysign(one, x);
+                let zero = self.splat_f(ty, 0.0);
+                let keep = self.b.ins().fcmp(FloatCC::UnorderedOrEqual, x, zero);
+                self.b.ins().select(keep, x, s)
+            }
+            UnaryOp::Sign => {
+                let zero = self.ic(ty, 0);
+                let one = self.ic(ty, 1);
+                if xd.is_signed_int() {
+                    let neg = self.ic(ty, -1);
+                    let gt = self.b.ins().icmp(IntCC::SignedGreaterThan, x, zero);
+                    let lt = self.b.ins().icmp(IntCC::SignedLessThan, x, zero);
+                    let t = self.b.ins().select(lt, neg, zero);
+                    self.b.ins().select(gt, one, t)
+                } else {
+                    let nz = self.b.ins().icmp(IntCC::NotEqual, x, zero);
+                    self.b.ins().select(nz, one, zero)
+                }
+            }
+            UnaryOp::Floor => self.b.ins().floor(x),
+            UnaryOp::Ceil => self.b.ins().ceil(x),
+            UnaryOp::Round => self.b.ins().nearest(x),
+            UnaryOp::Sqrt => self.b.ins().sqrt(x),
+            UnaryOp::Rsqrt => {
+                let s = self.b.ins().sqrt(x);
+                let one = self.splat_f(ty, 1.0);
+                self.b.ins().fdiv(one, s)
+            }
+            UnaryOp::Reciprocal => {
+                let one = self.splat_f(ty, 1.0);
+                self.b.ins().fdiv(one, x)
+            }
+            UnaryOp::Square if is_float => self.b.ins().fmul(x, x),
+            UnaryOp::Square => self.b.ins().imul(x, x),
+            UnaryOp::IsFinite => {
+                let a = self.b.ins().fabs(x);
+                let inf = self.splat_f(ty, f64::INFINITY);
+                self.b.ins().fcmp(FloatCC::LessThan, a, inf)
+            }
+            UnaryOp::Not if xd == DType::Bool => self.b.ins().bxor_imm_u(x, 1),
+            UnaryOp::Not => self.b.ins().bnot(x),
+            UnaryOp::Exp if ty.lane_type() == types::F32 && !self.opts.exact => self.exp_f32(x, ty),
+            UnaryOp::Exp if ty.lane_type() == types::F64 && !self.opts.exact => self.exp_f64(x, ty),
+            UnaryOp::Tanh if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.tanh_f32(x, ty)
+            }
+            UnaryOp::Log if ty.lane_type() == types::F32 && !self.opts.exact => self.log_f32(x, ty),
+            UnaryOp::Expm1 if !self.opts.exact => self.expm1(x, ty),
+            UnaryOp::Log1p if !self.opts.exact => self.log1p(x, ty),
+            UnaryOp::Sin if !self.opts.exact => self.sincos(x, ty, false)?,
+            UnaryOp::Cos if !self.opts.exact => self.sincos(x, ty, true)?,
+            UnaryOp::Erf if ty.lane_type() == types::F32 && !self.opts.exact => self.erf_f32(x, ty),
+            UnaryOp::Erf if ty.lane_type() == types::F64 && !self.opts.exact => self.erf_f64(x, ty),
+            UnaryOp::Logistic if !self.opts.exact => self.logistic(x, ty),
+            UnaryOp::Tanh if ty.lane_type() == types::F64 && !self.opts.exact => {
+                self.tanh_f64(x, ty)
+            }
+            UnaryOp::Log if ty.lane_type() == types::F64 && !self.opts.exact => self.log_f64(x, ty),
+            UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Tanh
+            | UnaryOp::Logistic
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf => {
+                if matches!(mode, Mode::Vector(_)) {
+                    return Err(Error::internal(format!(
+                        "{} cannot be vectorized",
+                        u.name()
+                    )));
+                }
+                let code = self.b.ins().iconst(types::I32, u as i64);
+                let libm = if ty == types::F32 {
+                    RtFn::F32Un
+                } else {
+                    RtFn::F64Un
+                };
+                self.call(libm, &[code, x])?[0]
+            }
+        }))
+    }
+
+    pub(super) fn splat_f(&mut self, ty: Type, v: f64) -> Value {
+        let lane = ty.lane_type();
+        let c = self.fconst(lane, v);
+        if ty.is_vector() {
+            self.b.ins().splat(ty, c)
+        } else {
+            c
+        }
+    }
+
+    pub(super) fn splat_i(&mut self, ty: Type, v: i64) -> Value {
+        let c = self.ic(ty, v);
+        if ty.is_vector() {
+            self.b.ins().splat(ty, c)
+        } else {
+            c
+        }
+    }
+
+    /// `r`, or the canonical quiet NaN where `r` is a NaN: what `min`/`max`
+    /// give for a NaN operand (the NaN policy; the interpreter's and the
+    /// vector reductions').
+    pub(super) fn canonical_nan(&mut self, r: Value, ty: Type) -> Value {
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, r, r);
+        let canon = self.splat_f(ty, f64::NAN);
+        self.sel(nan, canon, r, ty)
+    }
+
+    /// `cond ? a : b` for scalars (`select`) and vectors (lane masks, `bitselect`).
+    /// The mask is reinterpreted as `a`'s type, so float and integer lanes
+    /// both work.
+    pub(super) fn sel(&mut self, cond: Value, a: Value, b: Value, ty: Type) -> Value {
+        if ty.is_vector() {
+            let vt = self.b.func.dfg.value_type(a);
+            let m = self.b.ins().bitcast(vt, MemFlagsData::new(), cond);
+            self.b.ins().bitselect(m, a, b)
+        } else {
+            self.b.ins().select(cond, a, b)
+        }
+    }
+
+    fn complex_unary(&mut self, u: UnaryOp, re: Value, im: Value, xd: DType) -> Result<V> {
+        let t = comp_ty(xd);
+        Ok(match u {
+            UnaryOp::Neg => V::C(self.b.ins().fneg(re), self.b.ins().fneg(im)),
+            UnaryOp::Square => self.cmul(re, im, re, im),
+            UnaryOp::Abs => {
+                let abs = if t == types::F32 {
+                    RtFn::C64Abs
+                } else {
+                    RtFn::C128Abs
+                };
+                V::S(self.call(abs, &[re, im])?[0])
+            }
+            UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Tanh
+            | UnaryOp::Logistic
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf
+            | UnaryOp::Not
+            | UnaryOp::IsFinite
+            | UnaryOp::Reciprocal => {
+                let un = if t == types::F32 {
+                    RtFn::C64Un
+                } else {
+                    RtFn::C128Un
+                };
+                self.call_complex(un, u as i64, t, &[re, im])?
+            }
+        })
+    }
+
+    /// Calls a complex runtime function `f(op, parts..., out)` that writes
+    /// its (re, im) result to a stack slot, and loads the result.
+    fn call_complex(&mut self, f: RtFn, op: i64, t: Type, parts: &[Value]) -> Result<V> {
+        let slot =
+            self.b
+                .create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 3));
+        let p = self.b.ins().stack_addr(self.ptr, slot, 0);
+        let code = self.b.ins().iconst(types::I32, op);
+        let mut args = vec![code];
+        args.extend_from_slice(parts);
+        args.push(p);
+        self.call(f, &args)?;
+        let half = t.bytes() as i32;
+        Ok(V::C(
+            self.b.ins().load(t, trusted(), p, 0),
+            self.b.ins().load(t, trusted(), p, half),
+        ))
+    }
+
+    fn cmul(&mut self, a: Value, b: Value, c: Value, d: Value) -> V {
+        let ac = self.b.ins().fmul(a, c);
+        let bd = self.b.ins().fmul(b, d);
+        let ad = self.b.ins().fmul(a, d);
+        let bc = self.b.ins().fmul(b, c);
+        V::C(self.b.ins().fsub(ac, bd), self.b.ins().fadd(ad, bc))
+    }
+
+    fn binary(&mut self, op: BinaryOp, x: V, y: V, d: DType, mode: Mode) -> Result<V> {
+        if let (V::C(a, b), V::C(c, e)) = (x, y) {
+            return self.complex_binary(op, a, b, c, e, d);
+        }
+        let (x, y) = (x.s(), y.s());
+        let ty = self.b.func.dfg.value_type(x);
+        let f = d.is_float();
+        let s = d.is_signed_int();
+        Ok(V::S(match op {
+            BinaryOp::Add if f => self.b.ins().fadd(x, y),
+            BinaryOp::Sub if f => self.b.ins().fsub(x, y),
+            BinaryOp::Mul if f => self.b.ins().fmul(x, y),
+            BinaryOp::Div if f => self.b.ins().fdiv(x, y),
+            BinaryOp::Max if f => {
+                let r = self.b.ins().fmax(x, y);
+                self.canonical_nan(r, ty)
+            }
+            BinaryOp::Min if f => {
+                let r = self.b.ins().fmin(x, y);
+                self.canonical_nan(r, ty)
+            }
+            BinaryOp::Add => self.b.ins().iadd(x, y),
+            BinaryOp::Sub => self.b.ins().isub(x, y),
+            BinaryOp::Mul => self.b.ins().imul(x, y),
+            BinaryOp::Max if s => self.b.ins().smax(x, y),
+            BinaryOp::Max => self.b.ins().umax(x, y),
+            BinaryOp::Min if s => self.b.ins().smin(x, y),
+            BinaryOp::Min => self.b.ins().umin(x, y),
+            BinaryOp::And => self.b.ins().band(x, y),
+            BinaryOp::Or => self.b.ins().bor(x, y),
+            BinaryOp::Xor => self.b.ins().bxor(x, y),
+            BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical | BinaryOp::ShiftRightArithmetic
+                if !f && !ty.is_vector() =>
+            {
+                self.shift(op, x, y, ty)
+            }
+            BinaryOp::Div | BinaryOp::Rem if !f => {
+                self.int_divrem(op == BinaryOp::Div, s, x, y, ty)
+            }
+            BinaryOp::Pow if ty.lane_type() == types::F32 && !self.opts.exact => {
+                self.pow_f32(x, y, ty)
+            }
+            BinaryOp::Pow if ty.lane_type() == types::F64 && !self.opts.exact && has_fma() => {
+                self.pow_f64(x, y, ty)
+            }
+            BinaryOp::Rem | BinaryOp::Pow if f => {
+                if matches!(mode, Mode::Vector(_)) {
+                    return Err(Error::internal("rem/pow cannot be vectorized"));
+                }
+                let code = self.b.ins().iconst(types::I32, op as i64);
+                let libm = if ty == types::F32 {
+                    RtFn::F32Bin
+                } else {
+                    RtFn::F64Bin
+                };
+                self.call(libm, &[code, x, y])?[0]
+            }
+            BinaryOp::Pow => {
+                let pow = match d {
+                    DType::I8 => RtFn::PowI8,
+                    DType::I16 => RtFn::PowI16,
+                    DType::I32 => RtFn::PowI32,
+                    DType::I64 => RtFn::PowI64,
+                    DType::U8 => RtFn::PowU8,
+                    DType::U16 => RtFn::PowU16,
+                    DType::U32 => RtFn::PowU32,
+                    DType::U64 => RtFn::PowU64,
+                    DType::Bool
+                    | DType::F16
+                    | DType::BF16
+                    | DType::F32
+                    | DType::F64
+                    | DType::C64
+                    | DType::C128
+                    | DType::String => {
+                        return Err(Error::internal(format!(
+                            "integer pow on {d} reached code generation"
+                        )));
+                    }
+                };
+                self.call(pow, &[x, y])?[0]
+            }
+            BinaryOp::Div
+            | BinaryOp::Rem
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRightLogical
+            | BinaryOp::ShiftRightArithmetic => {
+                return Err(Error::internal(format!(
+                    "{} on {d} reached code generation",
+                    op.name()
+                )));
+            }
+        }))
+    }
+
+    /// An integer shift with XLA's out-of-range rule (the interpreter's, in
+    /// `kernels::scalar`): Cranelift masks the amount to the lane width, so
+    /// an amount of `bits` or more (read as unsigned) is caught first and
+    /// gives 0, or for an arithmetic shift the sign bit in every bit.
+    fn shift(&mut self, op: BinaryOp, x: Value, y: Value, ty: Type) -> Value {
+        let bits = self.ic(ty, i64::from(ty.lane_bits()));
+        let in_range = self.b.ins().icmp(IntCC::UnsignedLessThan, y, bits);
+        if op == BinaryOp::ShiftRightArithmetic {
+            let top = self.ic(ty, i64::from(ty.lane_bits()) - 1);
+            let amount = self.b.ins().select(in_range, y, top);
+            return self.b.ins().sshr(x, amount);
+        }
+        let r = if op == BinaryOp::ShiftLeft {
+            self.b.ins().ishl(x, y)
+        } else {
+            self.b.ins().ushr(x, y)
+        };
+        let z = self.ic(ty, 0);
+        self.b.ins().select(in_range, r, z)
+    }
+
+    /// Integer division/remainder that never traps: `x / 0 = -1`,
+    /// `x % 0 = x`, `MIN / -1 = MIN` (wrapping), `MIN % -1 = 0`.
+    fn int_divrem(&mut self, div: bool, signed: bool, x: Value, y: Value, ty: Type) -> Value {
+        let z = self.ic(ty, 0);
+        let zero = self.b.ins().icmp(IntCC::Equal, y, z);
+        let one = self.ic(ty, 1);
+        if signed {
+            let minus1 = self.ic(ty, -1);
+            let m1 = self.b.ins().icmp(IntCC::Equal, y, minus1);
+            let special = self.b.ins().bor(zero, m1);
+            let safe = self.b.ins().select(special, one, y);
+            if div {
+                let q = self.b.ins().sdiv(x, safe);
+                let nx = self.b.ins().ineg(x);
+                let q = self.b.ins().select(m1, nx, q);
+                self.b.ins().select(zero, minus1, q)
+            } else {
+                let r = self.b.ins().srem(x, safe);
+                let r = self.b.ins().select(m1, z, r);
+                self.b.ins().select(zero, x, r)
+            }
+        } else {
+            let safe = self.b.ins().select(zero, one, y);
+            if div {
+                let q = self.b.ins().udiv(x, safe);
+                let all = self.ic(ty, -1);
+                self.b.ins().select(zero, all, q)
+            } else {
+                let r = self.b.ins().urem(x, safe);
+                self.b.ins().select(zero, x, r)
+            }
+        }
+    }
+
+    fn complex_binary(
+        &mut self,
+        op: BinaryOp,
+        a: Value,
+        b: Value,
+        c: Value,
+        e: Value,
+        d: DType,
+    ) -> Result<V> {
+        Ok(match op {
+            BinaryOp::Add => V::C(self.b.ins().fadd(a, c), self.b.ins().fadd(b, e)),
+            BinaryOp::Sub => V::C(self.b.ins().fsub(a, c), self.b.ins().fsub(b, e)),
+            BinaryOp::Mul => self.cmul(a, b, c, e),
+            BinaryOp::Div => {
+                // num-complex: ((a c + b e) / |y|², (b c - a e) / |y|²)
+                let cc = self.b.ins().fmul(c, c);
+                let ee = self.b.ins().fmul(e, e);
+                let n = self.b.ins().fadd(cc, ee);
+                let ac = self.b.ins().fmul(a, c);
+                let be = self.b.ins().fmul(b, e);
+                let re = self.b.ins().fadd(ac, be);
+                let bc = self.b.ins().fmul(b, c);
+                let ae = self.b.ins().fmul(a, e);
+                let im = self.b.ins().fsub(bc, ae);
+                V::C(self.b.ins().fdiv(re, n), self.b.ins().fdiv(im, n))
+            }
+            BinaryOp::Rem
+            | BinaryOp::Pow
+            | BinaryOp::Max
+            | BinaryOp::Min
+            | BinaryOp::And
+            | BinaryOp::Or
+            | BinaryOp::Xor
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRightLogical
+            | BinaryOp::ShiftRightArithmetic => {
+                let t = comp_ty(d);
+                let bin = if t == types::F32 {
+                    RtFn::C64Bin
+                } else {
+                    RtFn::C128Bin
+                };
+                self.call_complex(bin, op as i64, t, &[a, b, c, e])?
+            }
+        })
+    }
+
+    fn compare(&mut self, c: CmpOp, x: V, y: V, d: DType) -> V {
+        if let (V::C(a, b), V::C(p, q)) = (x, y) {
+            let r = self.b.ins().fcmp(FloatCC::Equal, a, p);
+            let i = self.b.ins().fcmp(FloatCC::Equal, b, q);
+            let eq = self.b.ins().band(r, i);
+            return V::S(if c == CmpOp::Eq {
+                eq
+            } else {
+                self.b.ins().bxor_imm_u(eq, 1)
+            });
+        }
+        let (x, y) = (x.s(), y.s());
+        if d.is_float() {
+            let cc = match c {
+                CmpOp::Eq => FloatCC::Equal,
+                CmpOp::Ne => FloatCC::NotEqual,
+                CmpOp::Lt => FloatCC::LessThan,
+                CmpOp::Le => FloatCC::LessThanOrEqual,
+                CmpOp::Gt => FloatCC::GreaterThan,
+                CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+            };
+            V::S(self.b.ins().fcmp(cc, x, y))
+        } else {
+            let s = d.is_signed_int();
+            let cc = match c {
+                CmpOp::Eq => IntCC::Equal,
+                CmpOp::Ne => IntCC::NotEqual,
+                CmpOp::Lt if s => IntCC::SignedLessThan,
+                CmpOp::Le if s => IntCC::SignedLessThanOrEqual,
+                CmpOp::Gt if s => IntCC::SignedGreaterThan,
+                CmpOp::Ge if s => IntCC::SignedGreaterThanOrEqual,
+                CmpOp::Lt => IntCC::UnsignedLessThan,
+                CmpOp::Le => IntCC::UnsignedLessThanOrEqual,
+                CmpOp::Gt => IntCC::UnsignedGreaterThan,
+                CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
+            };
+            V::S(self.b.ins().icmp(cc, x, y))
+        }
+    }
+
+    /// Reads `x`'s bits as `to` (same size; halves never reach here, see
+    /// `fusion::fusible`). Integers of one width share a Cranelift type, so
+    /// between them (and from a complex type to itself) nothing is emitted.
+    fn bitcast(&mut self, x: V, from: DType, to: DType) -> Result<V> {
+        let tt = comp_ty(to);
+        match x {
+            _ if from == to => Ok(x),
+            V::S(v) if !from.is_half() && !to.is_half() => {
+                if self.b.func.dfg.value_type(v) == tt {
+                    Ok(x)
+                } else {
+                    Ok(V::S(self.b.ins().bitcast(tt, MemFlagsData::new(), v)))
+                }
+            }
+            V::S(_) | V::C(..) => Err(Error::internal(format!(
+                "a bitcast_convert from {from} to {to} reached code generation"
+            ))),
+        }
+    }
+
+    /// Casts with the interpreter's rules (see `docs/ir.md`).
+    pub(super) fn convert(&mut self, x: V, from: DType, to: DType) -> Result<V> {
+        if from == to {
+            return Ok(x);
+        }
+        // Complex sources: drop the imaginary part unless the target is
+        // complex or bool.
+        if let V::C(re, im) = x {
+            if to.is_complex() {
+                let t = comp_ty(to);
+                let cv = |g: &mut Self, v: Value| {
+                    if t == types::F64 {
+                        g.b.ins().fpromote(t, v)
+                    } else {
+                        g.b.ins().fdemote(t, v)
+                    }
+                };
+                return Ok(V::C(cv(self, re), cv(self, im)));
+            }
+            if to == DType::Bool {
+                let z = self.splat_f(comp_ty(from), 0.0);
+                let a = self.b.ins().fcmp(FloatCC::NotEqual, re, z);
+                let b = self.b.ins().fcmp(FloatCC::NotEqual, im, z);
+                return Ok(V::S(self.b.ins().bor(a, b)));
+            }
+            return self.convert(V::S(re), from.real_part(), to);
+        }
+        let x = x.s();
+        if to.is_complex() {
+            let part = to.real_part();
+            let re = self.convert(V::S(x), from, part)?.s();
+            let z = self.splat_f(comp_ty(part), 0.0);
+            return Ok(V::C(re, z));
+        }
+        let xt = self.b.func.dfg.value_type(x);
+        if xt.is_vector() {
+            // Only what `vector_convert` allows reaches here in vector mode.
+            return Ok(V::S(match (from, to) {
+                (DType::I32, DType::F32) => self.b.ins().fcvt_from_sint(types::F32X4, x),
+                (DType::U32, DType::F32) => self.b.ins().fcvt_from_uint(types::F32X4, x),
+                (DType::F32, DType::I32) => self.b.ins().fcvt_to_sint_sat(types::I32X4, x),
+                (DType::F32, DType::U32) => self.b.ins().fcvt_to_uint_sat(types::I32X4, x),
+                (DType::I32 | DType::U32, DType::I32 | DType::U32) => x,
+                // Converted by the load (`vector_load`).
+                (DType::F32, DType::F64) | (DType::F64, DType::F32) => x,
+                _ => {
+                    return Err(Error::internal(format!(
+                        "a vector conversion from {from} to {to}"
+                    )));
+                }
+            }));
+        }
+        let tt = comp_ty(to);
+        let from_int = from == DType::Bool || from.is_int();
+        let from_signed = from.is_signed_int();
+        Ok(V::S(if to == DType::Bool {
+            if from_int {
+                let z = self.ic(xt, 0);
+                self.b.ins().icmp(IntCC::NotEqual, x, z)
+            } else {
+                let z = self.splat_f(xt, 0.0);
+                self.b.ins().fcmp(FloatCC::NotEqual, x, z)
+            }
+        } else if to.is_int() {
+            if from_int {
+                if xt.bits() < tt.bits() {
+                    if from_signed {
+                        self.b.ins().sextend(tt, x)
+                    } else {
+                        self.b.ins().uextend(tt, x)
+                    }
+                } else if xt.bits() > tt.bits() {
+                    self.b.ins().ireduce(tt, x)
+                } else {
+                    x
+                }
+            } else if to == DType::U64 {
+                self.b.ins().fcvt_to_uint_sat(types::I64, x)
+            } else {
+                let w = self.b.ins().fcvt_to_sint_sat(types::I64, x);
+                if to == DType::I64 {
+                    w
+                } else {
+                    let bits = to.size() as u32 * 8;
+                    let (lo, hi) = if to.is_signed_int() {
+                        (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+                    } else {
+                        (0, ((1u64 << bits) - 1) as i64)
+                    };
+                    let lo = self.b.ins().iconst(types::I64, lo);
+                    let hi = self.b.ins().iconst(types::I64, hi);
+                    let w = self.b.ins().smax(w, lo);
+                    let w = self.b.ins().smin(w, hi);
+                    self.b.ins().ireduce(tt, w)
+                }
+            }
+        } else {
+            // Float targets (halves computed in f32).
+            let v = if from_int {
+                let wide = if xt.bits() < 64 {
+                    if from_signed {
+                        self.b.ins().sextend(types::I64, x)
+                    } else {
+                        self.b.ins().uextend(types::I64, x)
+                    }
+                } else {
+                    x
+                };
+                if from_signed {
+                    self.b.ins().fcvt_from_sint(tt, wide)
+                } else {
+                    self.b.ins().fcvt_from_uint(tt, wide)
+                }
+            } else if to.is_half() {
+                let round = match (xt == types::F64, to == DType::F16) {
+                    (true, true) => RtFn::F64ToF16,
+                    (true, false) => RtFn::F64ToBf16,
+                    (false, true) => RtFn::F32ToF16,
+                    (false, false) => RtFn::F32ToBf16,
+                };
+                let bits = self.call(round, &[x])?[0];
+                return Ok(V::S(if to == DType::F16 {
+                    self.call(RtFn::F16ToF32, &[bits])?[0]
+                } else {
+                    let h = self.b.ins().ireduce(types::I16, bits);
+                    self.bf16_to_f32(h)
+                }));
+            } else if xt == tt {
+                x
+            } else if tt == types::F64 {
+                self.b.ins().fpromote(tt, x)
+            } else {
+                self.b.ins().fdemote(tt, x)
+            };
+            if to.is_half() {
+                self.round_half(to, v)?
+            } else {
+                v
+            }
+        }))
+    }
+}

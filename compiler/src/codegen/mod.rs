@@ -1,0 +1,224 @@
+//! Cranelift code generation: one function per fused kernel plus a `main`
+//! that runs the steps in order, calling kernels directly and runtime
+//! symbols (GEMM, runtime kernels) through imports.
+//!
+//! Kernel ABI: `extern "C" fn(bufs: *const *mut u8, ctx: *mut CallCtx,
+//! begin: i64, end: i64) -> i32` where `bufs[s]` is the address of slot
+//! `s` and `[begin, end)` the range of the outermost loop dim; the result
+//! is a status (0 = ok). `main` has the same signature without the range.
+//!
+//! `driver` builds the module and `main`; a kernel is its loop nest
+//! (`loops`), its reduction (`reduce`), its wide rows (`wide_rows`) and
+//! its nodes lowered one by one (`lower`, with the approximations of
+//! `math`); `target` says what the host has, `cost` what a kernel costs.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
+use cranelift_frontend::{FunctionBuilder, Variable};
+use cranelift_jit::JITModule;
+use cranelift_module::Module;
+use tensorlift_ir::{DType, Result};
+
+use crate::fusion::{ENode, Kernel, Plan, SlotId};
+use crate::rt::RtFn;
+
+mod cost;
+mod driver;
+mod loops;
+mod lower;
+pub(crate) mod math;
+mod reduce;
+mod target;
+mod wide_rows;
+
+pub(crate) use cost::{kernel_work, splittable};
+use driver::Helpers;
+pub(crate) use driver::generate;
+
+/// Cranelift's optimization level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum OptLevel {
+    /// No optimization (fastest compile).
+    None,
+    /// Optimize for speed.
+    #[default]
+    Speed,
+}
+
+/// Options of the JIT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct JitOptions {
+    /// Cranelift optimization level.
+    pub opt_level: OptLevel,
+    /// Bit-exact with the interpreter: no approximated functions, no
+    /// reordered floating-point reductions.
+    pub exact: bool,
+    /// Emit 128-bit SIMD loops where the kernel allows.
+    pub vectorize: bool,
+    /// Split large kernels across the machine's cores (results are the
+    /// same as single-threaded: each element is computed by one thread with
+    /// the same code).
+    pub threads: bool,
+    /// Evaluate f32 transcendental functions of long vectorized rows in
+    /// chunks, through routines compiled for the host's widest vectors
+    /// (AVX-512 or AVX2; see `docs/compiler.md`, "Wide math"). Same results
+    /// as the inline 128-bit code; off, every row uses the inline code.
+    pub wide_math: bool,
+}
+
+impl Default for JitOptions {
+    fn default() -> Self {
+        JitOptions {
+            opt_level: OptLevel::Speed,
+            exact: false,
+            vectorize: true,
+            threads: true,
+            wide_math: true,
+        }
+    }
+}
+
+/// A computed element: a real/int/bool value (or vector), or a complex pair.
+#[derive(Clone, Copy, Debug)]
+enum V {
+    S(Value),
+    C(Value, Value),
+}
+
+impl V {
+    fn s(self) -> Value {
+        match self {
+            V::S(v) | V::C(v, _) => v,
+        }
+    }
+}
+
+/// Type of a computed scalar of `d` (halves compute in f32; complex parts).
+fn comp_ty(d: DType) -> Type {
+    match d {
+        DType::Bool | DType::I8 | DType::U8 => types::I8,
+        DType::I16 | DType::U16 => types::I16,
+        DType::I32 | DType::U32 => types::I32,
+        DType::I64 | DType::U64 | DType::String => types::I64,
+        DType::F16 | DType::BF16 | DType::F32 | DType::C64 => types::F32,
+        DType::F64 | DType::C128 => types::F64,
+    }
+}
+
+fn trusted() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+fn unaligned() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Scalar,
+    Vector(Type),
+}
+
+struct KernelGen<'a, 'b> {
+    b: &'a mut FunctionBuilder<'b>,
+    m: &'a mut JITModule,
+    helpers: &'a mut Helpers,
+    plan: &'a Plan,
+    k: &'a Kernel,
+    opts: &'a JitOptions,
+    ptr: Type,
+    bases: HashMap<usize, Value>,
+    /// Current byte pointer (loads, store) or element position (iota) per
+    /// accessor node; `usize::MAX` keys the output.
+    pos: HashMap<usize, Variable>,
+    frefs: HashMap<RtFn, cranelift_codegen::ir::FuncRef>,
+    hoisted: HashMap<usize, Value>,
+    /// Element offset applied to vector loads (unrolled copies).
+    load_off: i64,
+    /// `[begin, end)` of the outermost dim, for split kernels.
+    range: Option<(Value, Value)>,
+    /// Set during the passes of a chunk of a wide row (`wide_chunks`).
+    wide: Option<WideCtx>,
+    /// Slots held in `main`'s variables (inline kernels only, see
+    /// `driver::register_slots`).
+    regs: HashMap<SlotId, Variable>,
+}
+
+/// What `eval` needs in a pass over a chunk of a wide row.
+struct WideCtx {
+    /// The chunk buffers' address at the current element.
+    addr: Value,
+    /// Byte offset of the buffer of each wide node already mapped.
+    bufs: HashMap<usize, i32>,
+    /// The nodes this pass evaluates.
+    need: Vec<bool>,
+}
+
+/// An accessor: (key, element offset, strides, element size; 0 for iota).
+type Accessor = (usize, i64, Vec<i64>, i64);
+
+const OUT: usize = usize::MAX;
+
+/// The accessor key of the kernel's stash (`Kernel::stash`).
+const STASH: usize = usize::MAX - 1;
+
+impl<'a, 'b> KernelGen<'a, 'b> {
+    fn new(
+        b: &'a mut FunctionBuilder<'b>,
+        m: &'a mut JITModule,
+        helpers: &'a mut Helpers,
+        plan: &'a Plan,
+        k: &'a Kernel,
+        opts: &'a JitOptions,
+        ptr: Type,
+    ) -> Self {
+        KernelGen {
+            b,
+            m,
+            helpers,
+            plan,
+            k,
+            opts,
+            ptr,
+            bases: HashMap::new(),
+            pos: HashMap::new(),
+            frefs: HashMap::new(),
+            hoisted: HashMap::new(),
+            load_off: 0,
+            range: None,
+            wide: None,
+            regs: HashMap::new(),
+        }
+    }
+
+    /// Calls the runtime function `f` with `args`; its results.
+    fn call(&mut self, f: RtFn, args: &[Value]) -> Result<Vec<Value>> {
+        let fref = match self.frefs.get(&f) {
+            Some(r) => *r,
+            None => {
+                let id = self.helpers.get(self.m, f)?;
+                let r = self.m.declare_func_in_func(id, self.b.func);
+                self.frefs.insert(f, r);
+                r
+            }
+        };
+        let inst = self.b.ins().call(fref, args);
+        Ok(self.b.inst_results(inst).to_vec())
+    }
+
+    /// The stored dtype: the output slot's, or `u16` for a kernel that
+    /// copies f16/bf16 bits (see `fusion::copy_halves_as_bits`).
+    fn out_dtype(&self) -> DType {
+        match self.k.nodes.get(self.k.root) {
+            Some(ENode::Load {
+                dtype: DType::U16, ..
+            }) if self.k.nodes.len() == 1 => DType::U16,
+            _ => self.plan.slots[self.k.out].dtype,
+        }
+    }
+
+    fn dtype_of(&self, node: usize) -> DType {
+        self.k.nodes[node].dtype()
+    }
+}
