@@ -522,3 +522,229 @@ pub fn case(
     };
     add_control(g, op, inputs, site)
 }
+
+/// A scalar constant of `dtype`.
+pub fn constant(g: &mut Graph, dtype: DType, value: f64, site: &Site) -> Result<ValueId> {
+    let lit = crate::Literal::scalar(dtype, value)?;
+    g.add(Op::Constant(lit), &[], site.clone())
+}
+
+/// `x` summed back to `shape`, the inverse of NumPy broadcasting (what a
+/// gradient of a broadcast operand needs): leading dims `x` has beyond
+/// `shape`'s rank are summed away, and so are dims where `shape` has 1 and
+/// `x` more. `x`'s shape must broadcast from `shape`.
+pub fn sum_to_shape(g: &mut Graph, x: ValueId, shape: &[usize], site: &Site) -> Result<ValueId> {
+    let xt = g.ty(x).clone();
+    let Some(dims) = xt.shape.as_known() else {
+        return Err(fail(
+            g,
+            "sum_to_shape",
+            site,
+            format!("the operand is {xt}: summing back to a shape needs its shape known"),
+        ));
+    };
+    let lead = dims.len().checked_sub(shape.len());
+    let fits =
+        lead.is_some_and(|lead| (dims[lead..].iter().zip(shape)).all(|(&d, &s)| d == s || s == 1));
+    let (true, Some(lead)) = (fits, lead) else {
+        return Err(fail(
+            g,
+            "sum_to_shape",
+            site,
+            format!("{xt} does not broadcast from {}", Shape::known(shape)),
+        ));
+    };
+    let axes: Vec<usize> = (0..dims.len())
+        .filter(|&d| d < lead || (shape[d - lead] == 1 && dims[d] != 1))
+        .collect();
+    let summed = if axes.is_empty() {
+        x
+    } else {
+        let op = Op::Reduce {
+            op: ReduceOp::Sum,
+            axes,
+            keepdims: false,
+        };
+        g.add(op, &[x], site.clone())?
+    };
+    if g.ty(summed).shape == Shape::known(shape) {
+        Ok(summed)
+    } else {
+        g.add(Op::Reshape(Shape::known(shape)), &[summed], site.clone())
+    }
+}
+
+/// `for i in lower..upper: carries = body(i, carries)` (`lower` and
+/// `upper` `int32[]` values of `g`), as a `while` whose condition compares
+/// the counter with `upper` carried through: its results, the final
+/// carries. `body` builds into the loop body's own graph; it gets the
+/// counter and the carries there and returns the next carries.
+pub fn fori_loop(
+    g: &mut Graph,
+    lower: ValueId,
+    upper: ValueId,
+    init: &[ValueId],
+    site: &Site,
+    body: impl FnOnce(&mut Graph, ValueId, &[ValueId]) -> Result<Vec<ValueId>>,
+) -> Result<Vec<ValueId>> {
+    for (what, v) in [("lower", lower), ("upper", upper)] {
+        let t = g.ty(v).clone();
+        if t != crate::TensorType::known(DType::I32, &[]) {
+            return Err(fail(
+                g,
+                "fori_loop",
+                site,
+                format!("the {what} bound must be int32[], not {t}"),
+            ));
+        }
+    }
+    let name = g.fresh_name("fori_loop");
+    let mut carries = vec![lower];
+    carries.extend(init);
+    carries.push(upper);
+    let types: Vec<_> = carries.iter().map(|v| g.ty(*v).clone()).collect();
+    let n = carries.len();
+    let cond = region(&format!("{name}_cond"), &types, site, |r, p| {
+        let lt = r.add(Op::Compare(CmpOp::Lt), &[p[0], p[n - 1]], site.clone())?;
+        Ok(vec![lt])
+    })?;
+    let body = region(&format!("{name}_body"), &types, site, |r, p| {
+        let next = body(r, p[0], &p[1..n - 1])?;
+        let one = constant(r, DType::I32, 1.0, site)?;
+        let mut out = vec![r.add(Op::Binary(BinaryOp::Add), &[p[0], one], site.clone())?];
+        out.extend(next);
+        out.push(p[n - 1]);
+        Ok(out)
+    })?;
+    let results = while_loop(g, &carries, cond, body, site)?;
+    Ok(results[1..n - 1].to_vec())
+}
+
+/// JAX's `lax.scan`: for `t` in `0..steps` (from the end when `reverse`),
+/// `(carries, ys_t) = body(carries, xs_t)` where `xs_t` are the slices of
+/// `xs` at `t` along their leading dim; its results, the final carries and
+/// then the `ys` stacked along a new leading dim. `steps` is the leading
+/// dim of `xs` (all equal), or `length` when there are none. `body` builds
+/// into the loop body's own graph and returns `(carries, ys)`.
+pub fn scan(
+    g: &mut Graph,
+    init: &[ValueId],
+    xs: &[ValueId],
+    length: Option<usize>,
+    reverse: bool,
+    site: &Site,
+    body: impl FnOnce(&mut Graph, &[ValueId], &[ValueId]) -> Result<(Vec<ValueId>, Vec<ValueId>)>,
+) -> Result<Vec<ValueId>> {
+    let mut steps = length;
+    let mut x_dims = Vec::with_capacity(xs.len());
+    for (k, x) in xs.iter().enumerate() {
+        let t = g.ty(*x).clone();
+        let dims = t.shape.as_known().filter(|d| !d.is_empty());
+        let Some(dims) = dims.filter(|d| steps.is_none_or(|s| s == d[0])) else {
+            return Err(fail(
+                g,
+                "scan",
+                site,
+                format!(
+                    "xs[{k}] is {t}: scan slices a known leading dim of {} steps",
+                    steps.map_or("any".into(), |s| s.to_string())
+                ),
+            ));
+        };
+        steps = Some(dims[0]);
+        x_dims.push(dims);
+    }
+    let Some(steps) = steps else {
+        return Err(fail(g, "scan", site, "scan needs xs or a length".into()));
+    };
+    let i32_steps = i32::try_from(steps)
+        .map_err(|_| fail(g, "scan", site, format!("{steps} steps do not fit int32")))?;
+    let n = init.len();
+    let name = g.fresh_name("scan");
+    let lower = constant(g, DType::I32, 0.0, site)?;
+    let upper = constant(g, DType::I32, f64::from(i32_steps), site)?;
+    // Carries: the counter, init, xs (passed through), upper; the stacked
+    // ys are added once the body has shown their types.
+    let mut carries = vec![lower];
+    carries.extend(init);
+    carries.extend(xs);
+    carries.push(upper);
+    let types: Vec<_> = carries.iter().map(|v| g.ty(*v).clone()).collect();
+    let mut y_types = Vec::new();
+    let body_g = region(&format!("{name}_body"), &types, site, |r, p| {
+        let i = p[0];
+        let t = if reverse {
+            let last = constant(r, DType::I32, f64::from(i32_steps - 1), site)?;
+            r.add(Op::Binary(BinaryOp::Sub), &[last, i], site.clone())?
+        } else {
+            i
+        };
+        let zero = constant(r, DType::I32, 0.0, site)?;
+        let mut x_t = Vec::with_capacity(xs.len());
+        for (k, dims) in x_dims.iter().enumerate() {
+            let mut ins = vec![p[1 + n + k], t];
+            ins.extend(std::iter::repeat_n(zero, dims.len() - 1));
+            let mut sizes = dims.clone();
+            sizes[0] = 1;
+            let s = r.add(Op::DynamicSlice { sizes }, &ins, site.clone())?;
+            x_t.push(r.add(Op::Reshape(Shape::known(&dims[1..])), &[s], site.clone())?);
+        }
+        let (next, ys) = body(r, &p[1..1 + n], &x_t)?;
+        let one = constant(r, DType::I32, 1.0, site)?;
+        let mut out = vec![r.add(Op::Binary(BinaryOp::Add), &[i, one], site.clone())?];
+        out.extend(next);
+        out.extend(&p[1 + n..]);
+        // The stacked ys: parameters after the others, updated at `t`.
+        let first = p.len();
+        for (k, y) in ys.into_iter().enumerate() {
+            let yt = r.ty(y).clone();
+            let Some(dims) = yt.shape.as_known() else {
+                return Err(fail(
+                    r,
+                    "scan",
+                    site,
+                    format!("ys[{k}] is {yt}: scan stacks ys of known shapes"),
+                ));
+            };
+            let mut stacked = vec![steps];
+            stacked.extend(&dims);
+            let st = crate::TensorType::known(yt.dtype, &stacked);
+            let buf =
+                r.add_parameter(first + k, st.clone(), Some(format!("ys{k}")), site.clone())?;
+            let mut one_step = vec![1];
+            one_step.extend(&dims);
+            let y1 = r.add(Op::Reshape(Shape::known(&one_step)), &[y], site.clone())?;
+            let mut ins = vec![buf, y1, t];
+            ins.extend(std::iter::repeat_n(zero, dims.len()));
+            out.push(r.add(Op::DynamicUpdateSlice, &ins, site.clone())?);
+            y_types.push(st);
+        }
+        Ok(out)
+    })?;
+    let mut all = types;
+    all.extend(y_types.iter().cloned());
+    let last = carries.len() - 1;
+    let cond = region(&format!("{name}_cond"), &all, site, |r, p| {
+        Ok(vec![r.add(
+            Op::Compare(CmpOp::Lt),
+            &[p[0], p[last]],
+            site.clone(),
+        )?])
+    })?;
+    for t in &y_types {
+        let z = constant(g, t.dtype, 0.0, site)?;
+        let dims = t.shape.as_known().unwrap_or_default();
+        carries.push(g.add(
+            Op::BroadcastInDim {
+                shape: Shape::known(&dims),
+                dims: vec![],
+            },
+            &[z],
+            site.clone(),
+        )?);
+    }
+    let results = while_loop(g, &carries, cond, body_g, site)?;
+    let mut out = results[1..1 + n].to_vec();
+    out.extend(&results[last + 1..]);
+    Ok(out)
+}
