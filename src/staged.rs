@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tensorlift_compiler::{Executable, JitOptions};
-use tensorlift_ir::{Effect, Error, Graph, NewNode, NodeId, Op, Result, TensorType, ValueId};
+use tensorlift_ir::{Error, Graph, NodeId, Op, Result, TensorType, ValueId};
 use tensorlift_runtime::{Tensor, callback};
 
 /// A compiled program: whole, or split at a callback.
@@ -134,12 +134,6 @@ fn first_dynamic_callback(g: &Graph) -> Option<NodeId> {
     })
 }
 
-fn declared(g: &Graph, id: NodeId) -> Option<Vec<TensorType>> {
-    let n = g.node(id);
-    matches!(n.op, Op::Parameter { .. } | Op::Callback(_))
-        .then(|| n.results.iter().map(|r| g.ty(*r).clone()).collect())
-}
-
 /// The nodes before `cid` (and every parameter), returning as outputs every
 /// value the rest of the program reads.
 fn prefix(g: &Graph, cid: NodeId) -> Result<(Graph, Vec<ValueId>)> {
@@ -152,88 +146,36 @@ fn prefix(g: &Graph, cid: NodeId) -> Result<(Graph, Vec<ValueId>)> {
     for o in g.outputs() {
         used_later[o.value.index()] = true;
     }
-    let mut p = Graph::new(format!("{}.before_{}", g.name, g.node(cid).name));
-    for (k, c) in g.bindings() {
-        p.bind(k.clone(), c.clone());
-    }
-    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
-    let mut boundary = Vec::new();
-    for id in g.node_ids() {
-        let n = g.node(id);
-        if id >= cid && !matches!(n.op, Op::Parameter { .. }) {
-            continue;
-        }
-        let inputs = n.inputs.iter().map(|v| map[v]).collect();
-        let nid = p.add_node(NewNode {
-            op: n.op.clone(),
-            inputs,
-            name: Some(n.name.clone()),
-            site: n.site.clone(),
-            effect: n.effect,
-            result_types: declared(g, id),
-        })?;
-        for (old, new) in n.results.iter().zip(p.node(nid).results.clone()) {
-            map.insert(*old, new);
-            if used_later[old.index()] {
-                boundary.push(*old);
-            }
-        }
-    }
-    for (i, b) in boundary.iter().enumerate() {
-        p.add_output(map[b], format!("b{i}"))?;
-    }
-    Ok((p, boundary))
+    let kept =
+        |id: NodeId, n: &tensorlift_ir::Node| id < cid || matches!(n.op, Op::Parameter { .. });
+    let boundary: Vec<ValueId> = (g.node_ids())
+        .filter(|id| kept(*id, g.node(*id)))
+        .flat_map(|id| g.node(id).results.clone())
+        .filter(|v| used_later[v.index()])
+        .collect();
+    let outputs: Vec<(ValueId, String)> = (boundary.iter().enumerate())
+        .map(|(i, v)| (*v, format!("b{i}")))
+        .collect();
+    let name = format!("{}.before_{}", g.name, g.node(cid).name);
+    Ok((g.extract(name, &[], kept, &outputs)?, boundary))
 }
 
 /// The callback's results and the boundary values become parameters; the
 /// nodes after `cid` follow.
 fn suffix(g: &Graph, cid: NodeId, boundary: &[ValueId]) -> Result<Graph> {
     let c = g.node(cid);
-    let mut s = Graph::new(format!("{}.after_{}", g.name, c.name));
-    for (k, cb) in g.bindings() {
-        s.bind(k.clone(), cb.clone());
-    }
-    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
-    let params = boundary.iter().copied().chain(c.results.iter().copied());
-    for (i, v) in params.enumerate() {
-        let name = format!("{}.in{i}", c.name);
-        let p = s.add_parameter(i, g.ty(v).clone(), Some(name), g.producer(v).site.clone())?;
-        map.insert(v, p);
-    }
-    for id in g.node_ids().filter(|id| *id > cid) {
-        let n = g.node(id);
-        if matches!(n.op, Op::Parameter { .. }) {
-            continue;
-        }
-        let inputs = n
-            .inputs
-            .iter()
-            .map(|v| {
-                map.get(v)
-                    .copied()
-                    .ok_or_else(|| Error::internal("operand missing in the suffix"))
-            })
-            .collect::<Result<_>>()?;
-        let nid = s.add_node(NewNode {
-            op: n.op.clone(),
-            inputs,
-            name: Some(n.name.clone()),
-            site: n.site.clone(),
-            effect: if matches!(n.op, Op::Callback(_)) {
-                n.effect
-            } else {
-                Effect::Pure
-            },
-            result_types: declared(g, id),
-        })?;
-        for (old, new) in n.results.iter().zip(s.node(nid).results.clone()) {
-            map.insert(*old, new);
-        }
-    }
-    for o in g.outputs() {
-        s.add_output(map[&o.value], o.name.clone())?;
-    }
-    Ok(s)
+    let mut params = boundary.to_vec();
+    params.extend(&c.results);
+    let outputs: Vec<(ValueId, String)> = (g.outputs().iter())
+        .map(|o| (o.value, o.name.clone()))
+        .collect();
+    let name = format!("{}.after_{}", g.name, c.name);
+    g.extract(
+        name,
+        &params,
+        |id, n| id > cid && !matches!(n.op, Op::Parameter { .. }),
+        &outputs,
+    )
 }
 
 /// A graph built or parsed outside [`crate::function`] (e.g. a `.tlir`

@@ -742,6 +742,73 @@ impl Graph {
         Ok(g)
     }
 
+    /// A new graph named `name` holding a part of this one: `params[i]`
+    /// becomes its parameter `i` (same type, named and sited after the
+    /// value's producer), then every node `keep` selects is copied in
+    /// program order, reading the copies of its operands, and `outputs`
+    /// (values of this graph) become its results. Bindings are kept. A
+    /// selected node reading a value that is neither a parameter nor
+    /// selected is an internal error. How a program is cut in two at a
+    /// callback (the Rust API's staged functions).
+    pub fn extract(
+        &self,
+        name: impl Into<String>,
+        params: &[ValueId],
+        keep: impl Fn(NodeId, &Node) -> bool,
+        outputs: &[(ValueId, String)],
+    ) -> Result<Graph> {
+        let mut g = Graph::new(name);
+        g.bindings = self.bindings.clone();
+        let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
+        for (i, v) in params.iter().enumerate() {
+            let producer = &self.nodes[self.values[v.index()].node.index()];
+            let p = g.add_parameter(
+                i,
+                self.values[v.index()].ty.clone(),
+                Some(format!("{}.in{i}", producer.name)),
+                producer.site.clone(),
+            )?;
+            map[v.index()] = Some(p);
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !keep(NodeId(i as u32), node) {
+                continue;
+            }
+            let inputs = (node.inputs.iter())
+                .map(|v| {
+                    map[v.index()].ok_or_else(|| {
+                        Error::internal(format!(
+                            "extracting '{}': an operand of '{}' is not in the part",
+                            self.name, node.name
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let declared = node.op.has_declared_types().then(|| {
+                (node.results.iter())
+                    .map(|r| self.values[r.index()].ty.clone())
+                    .collect()
+            });
+            let id = g.add_node(NewNode {
+                op: node.op.clone(),
+                inputs,
+                name: Some(node.name.clone()),
+                site: node.site.clone(),
+                effect: node.effect,
+                result_types: declared,
+            })?;
+            for (old, new) in node.results.iter().zip(g.nodes[id.index()].results.clone()) {
+                map[old.index()] = Some(new);
+            }
+        }
+        for (v, name) in outputs {
+            let nv = map[v.index()]
+                .ok_or_else(|| Error::internal(format!("output '{name}' is not in the part")))?;
+            g.add_output(nv, name.clone())?;
+        }
+        Ok(g)
+    }
+
     /// The same program with parameters of `types` (which must fit the
     /// declared parameter types), every other type re-inferred: how a graph
     /// traced with unknown dims is specialized to concrete input shapes.
