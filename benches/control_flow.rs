@@ -27,6 +27,13 @@ fn scalar_loop(x: Sym) -> Vec<Sym> {
     fori_loop(0, SCALAR_STEPS, |_, c| vec![&c[0] * 0.999 + 1.0], &[x])
 }
 
+/// `c = c + i` on an i32 scalar, `SCALAR_STEPS` times: a body of one
+/// integer add (1 cycle of latency), so the time is the loop's own cost
+/// per iteration.
+fn counter_loop(x: Sym) -> Vec<Sym> {
+    fori_loop(0, SCALAR_STEPS, |i, c| vec![&c[0] + i], &[x])
+}
+
 /// `h = tanh(h @ w + u)`, 256 times, h (64, 512).
 fn rnn(h: Sym, w: Sym, u: Sym) -> Vec<Sym> {
     fori_loop(0, 256, |_, c| vec![(c[0].matmul(&w) + &u).tanh()], &[h])
@@ -98,6 +105,12 @@ fn loops(c: &mut Criterion) {
         "fori_scalar_100k",
         |j| function(scalar_loop).jit_compile(j),
         &[scalar(0.0)],
+    );
+    run(
+        c,
+        "fori_counter_100k",
+        |j| function(counter_loop).jit_compile(j),
+        &[Tensor::from(ndarray::arr0(0i32).into_dyn())],
     );
     run(
         c,

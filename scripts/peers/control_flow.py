@@ -1,5 +1,6 @@
 """Control flow on the peers (JAX/XLA and TensorFlow+XLA), the workloads of
-benches/control_flow.rs: a scalar-body fori_loop of 100,000 steps, a 256-step
+benches/control_flow.rs: scalar-body fori_loops of 100,000 steps (an affine
+f32 update, and an int32 counter sum whose body is one add), a 256-step
 RNN cell over a (64, 512) state, a power iteration on a 512x512 matrix to
 convergence, and the compile time of each (first call minus a warm call).
 
@@ -54,6 +55,10 @@ def jax_scalar():
     return jax.jit(lambda x: lax.fori_loop(0, STEPS, lambda i, c: c * 0.999 + 1.0, x))
 
 
+def jax_counter():
+    return jax.jit(lambda x: lax.fori_loop(0, STEPS, lambda i, c: c + i, x))
+
+
 def jax_rnn():
     return jax.jit(lambda h, w, u: lax.fori_loop(0, 256, lambda i, c: jnp.tanh(c @ w + u), h))
 
@@ -79,6 +84,7 @@ jargs_rnn = (jnp.asarray(h0), jnp.asarray(w), jnp.asarray(u))
 jargs_pow = (jnp.asarray(a), jnp.asarray(v0))
 cases = [
     ("fori_scalar_100k", jax_scalar, lambda f: f(jx).block_until_ready()),
+    ("fori_counter_100k", jax_counter, lambda f: f(jnp.int32(0)).block_until_ready()),
     ("rnn_256x64x512", jax_rnn, lambda f: f(*jargs_rnn).block_until_ready()),
     ("power_512", jax_power, lambda f: f(*jargs_pow)[0].block_until_ready()),
 ]
@@ -87,7 +93,7 @@ for name, make, call in cases:
     f = make(); call(f)
     best, med = timed(lambda: call(f))
     extra = ""
-    if name == "fori_scalar_100k":
+    if name.startswith("fori_"):
         extra = f"  ({best * 1e6 / STEPS:.1f} ns/iteration)"
     if name == "power_512":
         extra = f"  ({int(f(*jargs_pow)[1])} iterations)"
@@ -103,6 +109,13 @@ def tf_scalar():
     return f
 
 
+def tf_counter():
+    @tf.function(jit_compile=True)
+    def f(x):
+        return tf.while_loop(lambda i, c: i < STEPS, lambda i, c: (i + 1, c + i), (0, x))[1]
+    return f
+
+
 def tf_rnn():
     @tf.function(jit_compile=True)
     def f(h, w, u):
@@ -114,6 +127,7 @@ tx = tf.constant(0.0)
 targs = (tf.constant(h0), tf.constant(w), tf.constant(u))
 for name, make, call in [
     ("fori_scalar_100k", tf_scalar, lambda f: f(tx).numpy()),
+    ("fori_counter_100k", tf_counter, lambda f: f(tf.constant(0)).numpy()),
     ("rnn_256x64x512", tf_rnn, lambda f: f(*targs).numpy()),
 ]:
     compile_ms = first_call(make, call)
