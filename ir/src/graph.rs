@@ -192,36 +192,12 @@ impl Graph {
         let mut ps: Vec<(usize, ValueId)> = self
             .nodes
             .iter()
-            .filter_map(|n| match n.op {
-                Op::Parameter { index } => Some((index, n.results[0])),
-                Op::Constant(_)
-                | Op::Iota { .. }
-                | Op::Unary(_)
-                | Op::Binary(_)
-                | Op::Compare(_)
-                | Op::Select
-                | Op::Clamp
-                | Op::Convert(_)
-                | Op::BroadcastInDim { .. }
-                | Op::Reshape(_)
-                | Op::Transpose(_)
-                | Op::Slice { .. }
-                | Op::Concatenate { .. }
-                | Op::Pad { .. }
-                | Op::Reverse(_)
-                | Op::Reduce { .. }
-                | Op::ArgMax { .. }
-                | Op::ArgMin { .. }
-                | Op::DotGeneral(_)
-                | Op::Take { .. }
-                | Op::DynamicSlice { .. }
-                | Op::DynamicUpdateSlice
-                | Op::Scatter { .. }
-                | Op::BitcastConvert(_)
-                | Op::Callback(_)
-                | Op::Dynamic(_)
-                | Op::While { .. }
-                | Op::Case { .. } => None,
+            .filter_map(|n| {
+                if let Op::Parameter { index } = n.op {
+                    Some((index, n.results[0]))
+                } else {
+                    None
+                }
             })
             .collect();
         ps.sort();
@@ -613,36 +589,12 @@ impl Graph {
         let targets: HashSet<&str> = self
             .nodes
             .iter()
-            .filter_map(|n| match &n.op {
-                Op::Callback(c) => Some(c.target.as_str()),
-                Op::Parameter { .. }
-                | Op::Constant(_)
-                | Op::Iota { .. }
-                | Op::Unary(_)
-                | Op::Binary(_)
-                | Op::Compare(_)
-                | Op::Select
-                | Op::Clamp
-                | Op::Convert(_)
-                | Op::BroadcastInDim { .. }
-                | Op::Reshape(_)
-                | Op::Transpose(_)
-                | Op::Slice { .. }
-                | Op::Concatenate { .. }
-                | Op::Pad { .. }
-                | Op::Reverse(_)
-                | Op::Reduce { .. }
-                | Op::ArgMax { .. }
-                | Op::ArgMin { .. }
-                | Op::DotGeneral(_)
-                | Op::Take { .. }
-                | Op::DynamicSlice { .. }
-                | Op::DynamicUpdateSlice
-                | Op::Scatter { .. }
-                | Op::BitcastConvert(_)
-                | Op::Dynamic(_)
-                | Op::While { .. }
-                | Op::Case { .. } => None,
+            .filter_map(|n| {
+                if let Op::Callback(c) = &n.op {
+                    Some(c.target.as_str())
+                } else {
+                    None
+                }
             })
             .collect();
         self.bindings.retain(|k, _| targets.contains(k.as_str()));

@@ -118,36 +118,12 @@ pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
         let Some(inputs) = n
             .inputs
             .iter()
-            .map(|v| match &g.producer(*v).op {
-                Op::Constant(l) => Some(l),
-                Op::Parameter { .. }
-                | Op::Iota { .. }
-                | Op::Unary(_)
-                | Op::Binary(_)
-                | Op::Compare(_)
-                | Op::Select
-                | Op::Clamp
-                | Op::Convert(_)
-                | Op::BroadcastInDim { .. }
-                | Op::Reshape(_)
-                | Op::Transpose(_)
-                | Op::Slice { .. }
-                | Op::Concatenate { .. }
-                | Op::Pad { .. }
-                | Op::Reverse(_)
-                | Op::Reduce { .. }
-                | Op::ArgMax { .. }
-                | Op::ArgMin { .. }
-                | Op::DotGeneral(_)
-                | Op::Take { .. }
-                | Op::DynamicSlice { .. }
-                | Op::DynamicUpdateSlice
-                | Op::Scatter { .. }
-                | Op::BitcastConvert(_)
-                | Op::Callback(_)
-                | Op::Dynamic(_)
-                | Op::While { .. }
-                | Op::Case { .. } => None,
+            .map(|v| {
+                if let Op::Constant(l) = &g.producer(*v).op {
+                    Some(l)
+                } else {
+                    None
+                }
             })
             .collect::<Option<Vec<&Literal>>>()
         else {

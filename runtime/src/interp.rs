@@ -397,35 +397,9 @@ pub fn optimize(graph: &mut Graph) -> Result<()> {
 }
 
 fn callback_target(node: &Node) -> Option<&str> {
-    match &node.op {
-        Op::Callback(c) => Some(&c.target),
-        Op::Parameter { .. }
-        | Op::Constant(_)
-        | Op::Iota { .. }
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Compare(_)
-        | Op::Select
-        | Op::Clamp
-        | Op::Convert(_)
-        | Op::BroadcastInDim { .. }
-        | Op::Reshape(_)
-        | Op::Transpose(_)
-        | Op::Slice { .. }
-        | Op::Concatenate { .. }
-        | Op::Pad { .. }
-        | Op::Reverse(_)
-        | Op::Reduce { .. }
-        | Op::ArgMax { .. }
-        | Op::ArgMin { .. }
-        | Op::DotGeneral(_)
-        | Op::Take { .. }
-        | Op::DynamicSlice { .. }
-        | Op::DynamicUpdateSlice
-        | Op::Scatter { .. }
-        | Op::BitcastConvert(_)
-        | Op::Dynamic(_)
-        | Op::While { .. }
-        | Op::Case { .. } => None,
+    if let Op::Callback(c) = &node.op {
+        Some(&c.target)
+    } else {
+        None
     }
 }
