@@ -24,9 +24,9 @@
 //! time of summing the matrix alone). Otherwise (two streams per row,
 //! bound by memory) rows run one at a time with AVX2's 256-bit vectors
 //! even where AVX-512 is there: rows of two 16 MiB operands streamed from
-//! memory took ~10% longer with 512-bit loads than with 256-bit ones (or
-//! the inline code's 128-bit ones) on the benchmark machine. Every path
-//! gives the same bits.
+//! memory took 10% and more longer with 512-bit loads than with 256-bit
+//! ones (or the inline code's 128-bit ones) on the benchmark machine
+//! (docs/benchmarks.md). Every path gives the same bits.
 
 use std::panic::AssertUnwindSafe;
 
