@@ -694,3 +694,344 @@ fn short_and_exact_rows_stay_inline() {
         .unwrap();
     assert!(!exact.contains("tl_wide_"));
 }
+
+type DotBody = fn(&[Sym]) -> Sym;
+
+/// The kinds of row dot product the tests build: the rows of `x` (`rows ×
+/// n`) times those of `y`, `y` one row shared by every row or one per row.
+#[derive(Clone, Copy, Debug)]
+enum DotShape {
+    /// `A @ v`: A (rows, n), v (n, 1) → (rows, 1).
+    MatVec,
+    /// `(A @ v)` batched: A (2, rows/2, n), v (2, n, 1).
+    Batched,
+    /// `sum(x * y, axis=1)`: x, y (rows, n) → (rows).
+    RowWise,
+    /// `sum(x * x, axis=1)`: one load for both operands.
+    Squares,
+    /// `sum(x * y)` of two vectors (n): one row, rank 1.
+    Vector,
+}
+
+impl DotShape {
+    /// The graph, and the input shapes for `rows` rows of `n`.
+    fn build(self, rows: usize, n: usize) -> (DotBody, Vec<Vec<usize>>) {
+        match self {
+            DotShape::MatVec => (|x| x[0].matmul(&x[1]), vec![vec![rows, n], vec![n, 1]]),
+            DotShape::Batched => (
+                |x| x[0].matmul(&x[1]),
+                vec![vec![2, rows / 2, n], vec![2, n, 1]],
+            ),
+            DotShape::RowWise => (
+                |x| (&x[0] * &x[1]).reduce_sum(Some(&[1]), false),
+                vec![vec![rows, n], vec![rows, n]],
+            ),
+            DotShape::Squares => (
+                |x| (&x[0] * &x[0]).reduce_sum(Some(&[1]), false),
+                vec![vec![rows, n]],
+            ),
+            DotShape::Vector => (
+                |x| (&x[0] * &x[1]).reduce_sum(None, false),
+                vec![vec![n], vec![n]],
+            ),
+        }
+    }
+
+    /// The row of the second operand's data that row `r` multiplies.
+    fn y_row(self, r: usize, rows: usize) -> usize {
+        match self {
+            DotShape::MatVec | DotShape::Vector => 0,
+            DotShape::Batched => r / (rows / 2),
+            DotShape::RowWise | DotShape::Squares => r,
+        }
+    }
+}
+
+/// Checks a row dot product's results: against an f64 reference (NaN where
+/// it is NaN, the same infinity where it is infinite) and against the
+/// interpreter and the inline 128-bit code within the reordering bound of
+/// docs/compiler.md: each sum is within `γ_n·Σ|x·y|` of the exact one
+/// (`γ_n = n·ε/(1 - n·ε)`), so two of them within twice that.
+#[allow(clippy::too_many_arguments, reason = "a test helper")]
+fn check_dot(
+    name: &str,
+    shape: DotShape,
+    rows: usize,
+    n: usize,
+    xs: &[f64],
+    ys: &[f64],
+    f64_data: bool,
+) {
+    let (body, dims) = shape.build(rows, n);
+    let tensor = |v: &[f64], d: &[usize]| {
+        let v = &v[..d.iter().product::<usize>()];
+        if f64_data {
+            Tensor::from(ndarray::ArrayD::from_shape_vec(d.to_vec(), v.to_vec()).unwrap())
+        } else {
+            let v: Vec<f32> = v.iter().map(|x| *x as f32).collect();
+            common::f32s(&v, d)
+        }
+    };
+    let mut inputs = vec![tensor(xs, &dims[0])];
+    if dims.len() > 1 {
+        inputs.push(tensor(ys, &dims[1]));
+    }
+    let ys = if dims.len() > 1 { ys } else { xs };
+    let specs: Vec<TensorSpec> = inputs
+        .iter()
+        .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+        .collect();
+    let wide = function(move |x: &[Sym]| body(x)).jit_compile(true);
+    let clif = wide.compiler_ir(&specs, IrStage::Cranelift).unwrap();
+    let symbol = if f64_data {
+        "tl_wide_dot_f64"
+    } else {
+        "tl_wide_dot_f32"
+    };
+    assert_eq!(
+        clif.contains(symbol),
+        n >= 64 && host_has_wide(),
+        "{name}: the wide dot where the row is long enough and the host has it"
+    );
+    let inline = function(move |x: &[Sym]| body(x))
+        .jit_compile(true)
+        .jit_options(narrow());
+    let interp = function(move |x: &[Sym]| body(x)).jit_compile(false);
+    let as_f64 = |t: &Tensor| -> Vec<f64> {
+        if f64_data {
+            common::to_vec::<f64>(t)
+        } else {
+            common::to_vec::<f32>(t)
+                .into_iter()
+                .map(f64::from)
+                .collect()
+        }
+    };
+    let got = as_f64(&wide.call(&inputs).unwrap()[0]);
+    let others = [
+        ("inline", as_f64(&inline.call(&inputs).unwrap()[0])),
+        ("interpreter", as_f64(&interp.call(&inputs).unwrap()[0])),
+    ];
+    let eps = if f64_data {
+        f64::EPSILON / 2.0
+    } else {
+        f64::from(f32::EPSILON) / 2.0
+    };
+    let gamma = n as f64 * eps / (1.0 - n as f64 * eps);
+    assert_eq!(got.len(), rows, "{name}");
+    for r in 0..rows {
+        let x = &xs[r * n..(r + 1) * n];
+        let yr = shape.y_row(r, rows);
+        let y = &ys[yr * n..(yr + 1) * n];
+        let (mut want, mut mag) = (0.0f64, 0.0f64);
+        for (a, b) in x.iter().zip(y) {
+            let (a, b) = if f64_data {
+                (*a, *b)
+            } else {
+                (f64::from(*a as f32), f64::from(*b as f32))
+            };
+            want += a * b;
+            mag += (a * b).abs();
+        }
+        let g = got[r];
+        if want.is_nan() || want.is_infinite() {
+            assert!(
+                g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                "{name}: row {r}: got {g:e}, reference {want:e}"
+            );
+        } else {
+            let bound = 2.0 * gamma * mag;
+            assert!(
+                (g - want).abs() <= bound,
+                "{name}: row {r}: got {g:e}, reference {want:e}, bound {bound:e}"
+            );
+        }
+        for (who, v) in &others {
+            let o = v[r];
+            let ok = if g.is_nan() || o.is_nan() || g.is_infinite() || o.is_infinite() {
+                o.to_bits() == g.to_bits() || (g.is_nan() && o.is_nan())
+            } else {
+                (g - o).abs() <= 2.0 * gamma * mag
+            };
+            assert!(ok, "{name}: row {r}: wide {g:e}, {who} {o:e}");
+        }
+    }
+}
+
+/// Values over about [-2, 2) (deterministic per `seed`).
+fn dot_data(n: usize, seed: u32) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed);
+            f64::from(h >> 8) / f64::from(1u32 << 24) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// A row dot product (a Reduce Sum over the row of `x · y`, both rows
+/// contiguous: a matrix-vector product, batched or not, a row-wise dot, a
+/// row's sum of squares, a dot of two vectors) runs as `tl_wide_dot_*`
+/// calls from 64 elements on, f32 and f64, and agrees with the interpreter
+/// and the inline code within the reordering bound: row lengths around the
+/// lane counts (32 f32, 16 f64) and the threshold, row counts around the
+/// block of 4 rows, the benchmark's 512×512.
+#[test]
+fn dot_rows_agree_with_the_interpreter() {
+    let shapes = [
+        DotShape::MatVec,
+        DotShape::Batched,
+        DotShape::RowWise,
+        DotShape::Squares,
+        DotShape::Vector,
+    ];
+    for n in [
+        16usize, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 1000, 4099,
+    ] {
+        for rows in [2usize, 4, 6, 10] {
+            let xs = dot_data(rows * n, 1);
+            let ys = dot_data(rows * n, 2);
+            for shape in shapes {
+                let rows = if matches!(shape, DotShape::Vector) {
+                    1
+                } else {
+                    rows
+                };
+                for f64_data in [false, true] {
+                    let name = format!("{shape:?} {rows}x{n} f64={f64_data}");
+                    check_dot(&name, shape, rows, n, &xs, &ys, f64_data);
+                }
+            }
+        }
+    }
+    let xs = dot_data(512 * 512, 3);
+    let ys = dot_data(512, 4);
+    check_dot("512x512", DotShape::MatVec, 512, 512, &xs, &ys, false);
+    check_dot("512x512 f64", DotShape::MatVec, 512, 512, &xs, &ys, true);
+}
+
+/// NaN and infinities in a row dot product: a NaN anywhere in a row (in its
+/// blocks or its tail), `inf · 0`, `inf - inf` give NaN, a lone infinity
+/// its signed infinity, as in the interpreter; a NaN in a matrix-vector
+/// product's vector reaches every row.
+#[test]
+fn dot_rows_propagate_nan_and_inf() {
+    for n in [64usize, 65, 100, 1000] {
+        let rows = 7;
+        for f64_data in [false, true] {
+            let mut xs = dot_data(rows * n, 5);
+            let mut ys = dot_data(rows * n, 6);
+            // Row 0: NaN at the start; row 1: NaN in the tail; row 2: +inf
+            // times a positive value; row 3: inf times 0; row 4: +inf and
+            // -inf products; row 5: -0 times inf; row 6: plain.
+            xs[0] = f64::NAN;
+            xs[n + n - 1] = f64::NAN;
+            xs[2 * n + 40] = f64::INFINITY;
+            ys[2 * n + 40] = 0.5;
+            xs[3 * n + 17] = f64::INFINITY;
+            ys[3 * n + 17] = 0.0;
+            xs[4 * n + 3] = f64::INFINITY;
+            ys[4 * n + 3] = 1.0;
+            xs[4 * n + n - 2] = f64::INFINITY;
+            ys[4 * n + n - 2] = -1.0;
+            xs[5 * n + 9] = -0.0;
+            ys[5 * n + 9] = f64::NEG_INFINITY;
+            let name = format!("{n} f64={f64_data}");
+            check_dot(
+                &format!("row-wise {name}"),
+                DotShape::RowWise,
+                rows,
+                n,
+                &xs,
+                &ys,
+                f64_data,
+            );
+            // The matrix's specials, then a NaN in the vector.
+            check_dot(
+                &format!("matvec {name}"),
+                DotShape::MatVec,
+                rows,
+                n,
+                &xs,
+                &ys[..n],
+                f64_data,
+            );
+            let mut v = ys[..n].to_vec();
+            v[n / 2] = f64::NAN;
+            let plain = dot_data(rows * n, 7);
+            check_dot(
+                &format!("matvec NaN in v {name}"),
+                DotShape::MatVec,
+                rows,
+                n,
+                &plain,
+                &v,
+                f64_data,
+            );
+        }
+    }
+}
+
+/// A row dot product in a row group (`x / sum(x·y)`, the division reading
+/// the row sums back) is called once per block of rows with the group's
+/// range of rows; exact mode keeps the GEMM and the inline reductions.
+#[test]
+fn dot_rows_in_row_groups_and_exact_mode() {
+    let (rows, n) = (300usize, 256usize);
+    let x = common::f32s(
+        &dot_data(rows * n, 8)
+            .iter()
+            .map(|v| *v as f32)
+            .collect::<Vec<_>>(),
+        &[rows, n],
+    );
+    let y = common::f32s(
+        &dot_data(rows * n, 9)
+            .iter()
+            .map(|v| 1.5 + *v as f32)
+            .collect::<Vec<_>>(),
+        &[rows, n],
+    );
+    // The sums are an output too: a block that added every row's sum
+    // would still divide its own rows right.
+    let body = |x: &[Sym]| {
+        let s = (&x[0] * &x[1]).reduce_sum(Some(&[1]), true);
+        vec![&x[0] / &s, s]
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[rows, n]),
+        TensorSpec::known(DType::F32, &[rows, n]),
+    ];
+    let f = function(body).jit_compile(true);
+    let fused = f.compiler_ir(&specs, IrStage::Fused).unwrap();
+    assert!(fused.contains("row group"), "{fused}");
+    let clif = f.compiler_ir(&specs, IrStage::Cranelift).unwrap();
+    assert_eq!(clif.contains("tl_wide_dot_f32"), host_has_wide());
+    let inputs = [x, y];
+    let want = function(body).jit_compile(false).call(&inputs).unwrap();
+    let got = f.call(&inputs).unwrap();
+    // The sums positive and away from 0 (y > 0.5): a relative bound.
+    common::assert_close(&got[0], &want[0], 1e-5, 1e-6, "x / sum(x*y)");
+    common::assert_close(&got[1], &want[1], 1e-5, 0.0, "sum(x*y)");
+    let exact = JitOptions {
+        exact: true,
+        ..JitOptions::default()
+    };
+    let matvec = |x: &[Sym]| vec![x[0].matmul(&x[1])];
+    let vector = TensorSpec::known(DType::F32, &[n, 1]);
+    for (g, specs) in [
+        (body as fn(&[Sym]) -> Vec<Sym>, specs.to_vec()),
+        (matvec, vec![specs[0].clone(), vector]),
+    ] {
+        let clif = function(g)
+            .jit_compile(true)
+            .jit_options(exact)
+            .compiler_ir(&specs, IrStage::Cranelift)
+            .unwrap();
+        assert!(!clif.contains("tl_wide_"), "exact mode");
+        let clif = function(g)
+            .jit_compile(true)
+            .compiler_ir(&specs, IrStage::Cranelift)
+            .unwrap();
+        assert_eq!(clif.contains("tl_wide_dot_f32"), host_has_wide());
+    }
+}

@@ -801,6 +801,10 @@ runtime_functions! {
     WideRowF32,
     /// `tl_wide_row_f64(op, src, n, a, b, dst, ahead)`: a fused f64 row.
     WideRowF64,
+    /// `tl_wide_dot_f32(x, y, n, rows, xs, ys, out, os)`: f32 row dot products.
+    WideDotF32,
+    /// `tl_wide_dot_f64(x, y, n, rows, xs, ys, out, os)`: f64 row dot products.
+    WideDotF64,
 }
 
 /// What the JIT and compiled code know of a runtime function.
@@ -837,6 +841,7 @@ type ComplexBin<T> = unsafe extern "C" fn(i32, T, T, T, T, *mut T);
 type StepFn = unsafe extern "C" fn(*const StepTable, u64, *const *mut u8, *mut CallCtx) -> i32;
 type Wide<T> = unsafe extern "C" fn(i32, *mut T, i64);
 type WideRow<T> = unsafe extern "C" fn(i32, *const T, i64, T, T, *mut T, *const T) -> T;
+type WideDot<T> = unsafe extern "C" fn(*const T, *const T, i64, i64, i64, i64, *mut T, i64);
 
 impl RtFn {
     /// The function's symbol, address and signature.
@@ -907,6 +912,12 @@ impl RtFn {
             }
             RtFn::WideRowF64 => {
                 Symbol::of::<WideRow<f64>>("tl_wide_row_f64", wide::tl_wide_row_f64)
+            }
+            RtFn::WideDotF32 => {
+                Symbol::of::<WideDot<f32>>("tl_wide_dot_f32", wide::tl_wide_dot_f32)
+            }
+            RtFn::WideDotF64 => {
+                Symbol::of::<WideDot<f64>>("tl_wide_dot_f64", wide::tl_wide_dot_f64)
             }
         }
     }
@@ -1006,7 +1017,8 @@ fn_sigs!(
     (A, B, C, D),
     (A, B, C, D, E),
     (A, B, C, D, E, F),
-    (A, B, C, D, E, F, G)
+    (A, B, C, D, E, F, G),
+    (A, B, C, D, E, F, G, H)
 );
 
 #[cfg(test)]

@@ -21,6 +21,10 @@
 //! `tl_wide_row_f32`/`_f64` run it in one loop per row, stored, summed or
 //! maxed (codegen's `fused_row`), prefetching the next block of a row
 //! group as they go.
+//!
+//! A row dot product (a row sum of `x · y`, both contiguous along the row:
+//! a matrix-vector product) runs as one call per block of rows
+//! (`tl_wide_dot_f32`/`_f64`, module [`dot`]).
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -33,6 +37,10 @@ use crate::codegen::math::{
     POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P, SINCOS_F32_LIMIT, SINCOS_F32_PI_2, SINCOS_F64_LIMIT,
     SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P, TANH_F64_Q,
 };
+
+mod dot;
+
+pub(crate) use dot::{tl_wide_dot_f32, tl_wide_dot_f64};
 
 /// Elements per chunk: a buffer is 2 KiB, a few of them stay in L1, and the
 /// call per chunk costs ~1% of evaluating it.

@@ -41,7 +41,7 @@ fn converted_on_load(from: DType, to: DType) -> bool {
 
 impl<'a, 'b> KernelGen<'a, 'b> {
     /// Accessors: (key, offset, strides, element size) for every load/iota and the output.
-    fn accessors(&self) -> Vec<Accessor> {
+    pub(super) fn accessors(&self) -> Vec<Accessor> {
         let mut v: Vec<Accessor> = self
             .k
             .nodes
@@ -259,6 +259,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
 
     fn nest(&mut self, d: usize, idx: &mut Vec<Value>) -> Result<()> {
         let rank = self.k.dims.len();
+        // A row dot product runs its rows (the innermost two dims, or the
+        // one row of a rank-1 kernel) as calls (`emit_dot_rows`).
+        if (d + 2 == rank || rank == 1)
+            && let Some(fr) = self.dot_row()
+        {
+            return self.emit_dot_rows(&fr, idx, (rank > 1).then_some(d));
+        }
         // The outermost dim runs over [begin, end) when the kernel is split.
         let range = if d == 0 { self.range } else { None };
         if d + 1 == rank {
@@ -298,37 +305,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     ) -> Result<()> {
         let rank = self.k.dims.len();
         let accs = self.accessors();
-        for (key, offset, strides, esize) in &accs {
-            let mut pos = self.b.ins().iconst(types::I64, *offset);
-            if let Some(st) = start
-                && strides[rank - 1] != 0
-            {
-                let t = self.b.ins().imul_imm_s(st, strides[rank - 1]);
-                pos = self.b.ins().iadd(pos, t);
-            }
-            for (d, i) in outer.iter().enumerate() {
-                if strides[d] != 0 {
-                    let t = self.b.ins().imul_imm_s(*i, strides[d]);
-                    pos = self.b.ins().iadd(pos, t);
-                }
-            }
-            let val = if *esize == 0 {
-                pos
-            } else {
-                let slot = if *key == OUT {
-                    self.k.out
-                } else if *key == STASH {
-                    self.k.stash.as_ref().map_or(self.k.out, |st| st.slot)
-                } else {
-                    self.load_slot(*key)
-                };
-                let bytes = self.b.ins().imul_imm_s(pos, *esize);
-                let base = self.bases[&slot];
-                self.b.ins().iadd(base, bytes)
-            };
+        for acc in &accs {
+            let val = self.position(acc, outer, start);
             let var = self.b.declare_var(types::I64);
             self.b.def_var(var, val);
-            self.pos.insert(*key, var);
+            self.pos.insert(acc.0, var);
         }
         let inner_stride = |s: &Vec<i64>| if rank == 0 { 0 } else { s[rank - 1] };
         let reduce_inner = matches!(&self.k.kind, KernelKind::Reduce { reduced, .. } if rank > 0 && reduced[rank - 1]);
@@ -492,6 +473,45 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         Ok(())
     }
 
+    /// Where accessor `acc` is at the outer indices `outer` (dims `0..`)
+    /// and the innermost index `start` (0 when None): a byte pointer, or
+    /// an iota's element position.
+    pub(super) fn position(
+        &mut self,
+        acc: &Accessor,
+        outer: &[Value],
+        start: Option<Value>,
+    ) -> Value {
+        let (key, offset, strides, esize) = acc;
+        let rank = self.k.dims.len();
+        let mut pos = self.b.ins().iconst(types::I64, *offset);
+        if let Some(st) = start
+            && strides[rank - 1] != 0
+        {
+            let t = self.b.ins().imul_imm_s(st, strides[rank - 1]);
+            pos = self.b.ins().iadd(pos, t);
+        }
+        for (d, i) in outer.iter().enumerate() {
+            if strides[d] != 0 {
+                let t = self.b.ins().imul_imm_s(*i, strides[d]);
+                pos = self.b.ins().iadd(pos, t);
+            }
+        }
+        if *esize == 0 {
+            return pos;
+        }
+        let slot = if *key == OUT {
+            self.k.out
+        } else if *key == STASH {
+            self.k.stash.as_ref().map_or(self.k.out, |st| st.slot)
+        } else {
+            self.load_slot(*key)
+        };
+        let bytes = self.b.ins().imul_imm_s(pos, *esize);
+        let base = self.bases[&slot];
+        self.b.ins().iadd(base, bytes)
+    }
+
     /// One step of a vector loop: `copies` vectors evaluated (at element
     /// offsets `u·lanes`), stored or folded into the accumulators, then the
     /// accessors advanced by `step` elements.
@@ -607,7 +627,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     }
 
     /// The SIMD type for this kernel's innermost loop, if it can be vectorized.
-    fn vector_type(&self, n: usize) -> Option<Type> {
+    pub(super) fn vector_type(&self, n: usize) -> Option<Type> {
         if !self.opts.vectorize || !has_sse41() {
             return None;
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Type, Value, types};
 use cranelift_frontend::Variable;
-use tensorlift_ir::{BinaryOp, DType, ReduceOp, Result, Scalar, UnaryOp};
+use tensorlift_ir::{BinaryOp, DType, Error, ReduceOp, Result, Scalar, UnaryOp};
 
 use crate::fusion::{ENode, KernelKind, Step};
 use crate::rt::RtFn;
@@ -40,6 +40,9 @@ enum RowOp {
     Div,
     /// The row's maximum (a row max: nothing stored).
     Max,
+    /// The row sum of the row times this node's row (a row dot product:
+    /// `emit_dot_rows`, a call per block of rows).
+    Dot(usize),
 }
 
 /// The operation before a fused row's function, with the node of its
@@ -159,6 +162,33 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             return (plain && is_row(k.root)).then_some(FusedRow {
                 op: RowOp::Max,
                 src: k.root,
+                pre: Pre::None,
+                dst: None,
+                ahead: None,
+            });
+        }
+        // A row dot product (a matrix-vector product): the row sum of `x ·
+        // y`, both rows read contiguously (`y` often the same row for every
+        // row), neither from the output.
+        if let KernelKind::Reduce {
+            op: ReduceOp::Sum,
+            reduced,
+        } = &k.kind
+            && let ENode::Binary(BinaryOp::Mul, x, y, _) = k.nodes[k.root]
+        {
+            let input =
+                |i: usize| matches!(&k.nodes[i], ENode::Load { slot, .. } if *slot != k.out);
+            let used = if x == y { 2 } else { 3 };
+            let dot = reduced[rank - 1]
+                && k.stash.is_none()
+                && k.nodes.len() == used
+                && is_row(x)
+                && is_row(y)
+                && input(x)
+                && input(y);
+            return dot.then_some(FusedRow {
+                op: RowOp::Dot(y),
+                src: x,
                 pre: Pre::None,
                 dst: None,
                 ahead: None,
@@ -372,6 +402,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             RowOp::Map(u) => u as i64,
             RowOp::Div => i64::from(wide::ROW_DIV),
             RowOp::Max => i64::from(wide::ROW_MAX),
+            RowOp::Dot(_) => return Err(Error::internal("a dot row outside emit_dot_rows")),
         };
         let code = self.b.ins().iconst(types::I32, code);
         let row = if t == types::F64 {
@@ -384,11 +415,70 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let cur = self.b.use_var(a);
             let fold = match fr.op {
                 RowOp::Max => ReduceOp::Max,
-                RowOp::Map(_) | RowOp::Div => ReduceOp::Sum,
+                RowOp::Map(_) | RowOp::Div | RowOp::Dot(_) => ReduceOp::Sum,
             };
             let v = self.reduce_op(fold, cur, r);
             self.b.def_var(a, v);
         }
+        Ok(())
+    }
+
+    /// The row dot product this kernel is (see `fused_row`), if any: its
+    /// rows then run as calls of `tl_wide_dot_*` (`emit_dot_rows`) instead
+    /// of the loop nest's innermost two loops.
+    pub(super) fn dot_row(&self) -> Option<FusedRow> {
+        let n = *self.k.dims.last()?;
+        let vt = self.vector_type(n)?;
+        self.fused_row(vt, n)
+            .filter(|fr| matches!(fr.op, RowOp::Dot(_)))
+    }
+
+    /// The rows of a row dot product at the outer indices `outer`: one
+    /// `tl_wide_dot_*` call for every row of dim `rows_dim` (those of the
+    /// kernel's range when it is dim 0 of a split kernel), or for the one
+    /// row of a rank-1 kernel (`rows_dim` None). The call adds each row's
+    /// sum to its output, set to 0 by `emit_reduce_init`.
+    pub(super) fn emit_dot_rows(
+        &mut self,
+        fr: &FusedRow,
+        outer: &[Value],
+        rows_dim: Option<usize>,
+    ) -> Result<()> {
+        let RowOp::Dot(y) = fr.op else {
+            return Err(Error::internal("emit_dot_rows of a row that is not a dot"));
+        };
+        let k = self.k;
+        let (first, rows) = match (rows_dim, self.range) {
+            (None, _) => (None, self.b.ins().iconst(types::I64, 1)),
+            (Some(0), Some((b, e))) => (Some(b), self.b.ins().isub(e, b)),
+            (Some(d), _) => (
+                Some(self.b.ins().iconst(types::I64, 0)),
+                self.b.ins().iconst(types::I64, k.dims[d] as i64),
+            ),
+        };
+        let mut idx = outer.to_vec();
+        idx.extend(first);
+        let accs = self.accessors();
+        let ptr = |s: &mut Self, key: usize| -> Result<(Value, i64)> {
+            let acc = (accs.iter().find(|a| a.0 == key))
+                .ok_or_else(|| Error::internal("a dot row's accessor"))?;
+            let stride = rows_dim.map_or(0, |d| acc.2[d]);
+            Ok((s.position(acc, &idx, None), stride))
+        };
+        let (xp, xs) = ptr(self, fr.src)?;
+        let (yp, ys) = ptr(self, y)?;
+        let (op, os) = ptr(self, OUT)?;
+        let n = self
+            .b
+            .ins()
+            .iconst(types::I64, *k.dims.last().unwrap_or(&0) as i64);
+        let [xs, ys, os] = [xs, ys, os].map(|s| self.b.ins().iconst(types::I64, s));
+        let f = if comp_ty(self.out_dtype()) == types::F64 {
+            RtFn::WideDotF64
+        } else {
+            RtFn::WideDotF32
+        };
+        self.call(f, &[xp, yp, n, rows, xs, ys, op, os])?;
         Ok(())
     }
 
