@@ -16,6 +16,7 @@ use tensorlift_ir::{
     BinaryOp, CmpOp, DType, Error, Graph, Literal, Node, NodeId, Op, ReduceOp, Result, UnaryOp,
     ValueId,
 };
+use tensorlift_runtime::kernels::gemm::GemmDims;
 
 /// Index of a buffer slot.
 pub type SlotId = usize;
@@ -198,6 +199,23 @@ pub struct Gemm {
     pub lhs_strides: [isize; 3],
     /// rhs strides (batch, k, n) in elements.
     pub rhs_strides: [isize; 3],
+    /// May split over the thread pool (`JitOptions::threads`; set by
+    /// `parallel::record`). The bits are the same either way.
+    pub threads: bool,
+}
+
+impl Gemm {
+    /// The call's layout, as the runtime's GEMM takes it.
+    pub fn dims(&self) -> GemmDims {
+        GemmDims {
+            b: self.b,
+            m: self.m,
+            k: self.k,
+            n: self.n,
+            lhs_strides: self.lhs_strides,
+            rhs_strides: self.rhs_strides,
+        }
+    }
 }
 
 /// One step of the program.
@@ -746,9 +764,10 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                     n: nn,
                     lhs_strides: ls,
                     rhs_strides: rs,
+                    threads: true,
                 }));
                 decisions.push(format!(
-                    "{}: GEMM call (tl_gemm: matrixmultiply), b={b} m={m} k={k} n={nn}",
+                    "{}: GEMM call (tl_gemm: the gemm crate), b={b} m={m} k={k} n={nn}",
                     n.name
                 ));
             }
@@ -1113,8 +1132,8 @@ fn for_each_slot(step: &mut Step, f: &mut dyn FnMut(&mut SlotId)) {
 /// GEMM steps with one output column (a matrix-vector product, `n = 1`)
 /// become reduction kernels: `out[b, i] = Σ_k lhs[b, i, k] · rhs[b, k]`,
 /// vectorized along `k` and split over rows like any row reduction.
-/// matrixmultiply packs the whole matrix on every call, which for a
-/// vector is most of the work. Not in exact mode: the sums are ordered as
+/// The GEMM call (matrixmultiply when this was measured) packed the whole
+/// matrix on every call, which for a vector is most of the work. Not in exact mode: the sums are ordered as
 /// the reduction kernels order them, not as the GEMM (and the interpreter,
 /// which calls the same GEMM) does.
 pub fn matvec_as_reductions(plan: &mut Plan) {
@@ -1591,21 +1610,11 @@ fn row_major(dims: &[usize]) -> Vec<i64> {
 
 /// Collapses a group of dims of a row-major buffer into one (size, stride),
 /// if they are adjacent-contiguous in the given order.
-fn collapse(dims: &[usize], strides: &[i64], group: &[usize]) -> Option<(usize, isize)> {
-    let size: usize = group.iter().map(|&d| dims[d]).product();
-    if group.is_empty() {
-        return Some((1, 0));
-    }
-    for w in group.windows(2) {
-        if strides[w[0]] != strides[w[1]] * dims[w[1]] as i64 {
-            return None;
-        }
-    }
-    Some((size, strides[*group.last()?] as isize))
-}
-
 type GemmShape = (usize, usize, usize, usize, [isize; 3], [isize; 3]);
 
+/// The GEMM layout of a `dot_general` over row-major operands: the
+/// interpreter computes the same ([`GemmDims::of`]), so both make the
+/// same `gemm` call.
 fn gemm_shape(
     g: &Graph,
     n: &tensorlift_ir::Node,
@@ -1613,20 +1622,8 @@ fn gemm_shape(
 ) -> Option<GemmShape> {
     let ld = g.ty(n.inputs[0]).shape.as_known()?;
     let rd = g.ty(n.inputs[1]).shape.as_known()?;
-    let (ls, rs) = (row_major(&ld), row_major(&rd));
-    let lfree: Vec<usize> = (0..ld.len())
-        .filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i))
-        .collect();
-    let rfree: Vec<usize> = (0..rd.len())
-        .filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i))
-        .collect();
-    let (b, lb) = collapse(&ld, &ls, &dd.lhs_batch)?;
-    let (_, rb) = collapse(&rd, &rs, &dd.rhs_batch)?;
-    let (m, lm) = collapse(&ld, &ls, &lfree)?;
-    let (k, lk) = collapse(&ld, &ls, &dd.lhs_contract)?;
-    let (_, rk) = collapse(&rd, &rs, &dd.rhs_contract)?;
-    let (nn, rn) = collapse(&rd, &rs, &rfree)?;
-    Some((b, m, k, nn, [lb, lm, lk], [rb, rk, rn]))
+    let d = GemmDims::of(&ld, &rd, dd)?;
+    Some((d.b, d.m, d.k, d.n, d.lhs_strides, d.rhs_strides))
 }
 
 /// How a value's multi-index depends on the kernel's loop indices.

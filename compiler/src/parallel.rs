@@ -7,8 +7,9 @@
 //! splits and into how many ranges.
 
 use crate::codegen::{self, JitOptions};
-use crate::fusion::{self, Kernel, Plan, RowGroup, Step};
+use crate::fusion::{self, Gemm, Kernel, Plan, RowGroup, Step};
 use crate::rt;
+use tensorlift_runtime::kernels::gemm::GemmSplit;
 
 /// How one kernel (or row group) runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,9 +101,40 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
             let what = format!("kernel '{}' (step {i})", k.name);
             let rows = k.dims.first().copied().unwrap_or(1);
             lines.push(line(&what, kernel_split(k, opts), rows));
+        } else if let Step::Gemm(g) = step {
+            lines.push(gemm_line(&format!("gemm '{}' (step {i})", g.name), g, opts));
+        }
+    }
+    for step in &mut plan.steps {
+        if let Step::Gemm(g) = step {
+            g.threads = opts.threads;
         }
     }
     plan.decisions.extend(lines);
+}
+
+/// A GEMM step's decision: the runtime's GEMM splits it at run time by the
+/// same rule (`GemmDims::split`) with the pool it finds then.
+fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
+    if !opts.threads {
+        return format!("threads: {what}: {THREADS_OFF}");
+    }
+    match g.dims().split(rayon::current_num_threads()) {
+        GemmSplit::One(reason) => format!("threads: {what}: {reason}"),
+        GemmSplit::Batch(n) => {
+            format!(
+                "threads: {what}: split into {n} ranges of its {} batch items",
+                g.b
+            )
+        }
+        GemmSplit::Columns(n) => {
+            format!(
+                "threads: {what}: split into {n} ranges of its {} columns",
+                g.n
+            )
+        }
+        GemmSplit::Rows(n) => format!("threads: {what}: split into {n} ranges of its {} rows", g.m),
+    }
 }
 
 fn line(what: &str, split: Split, rows: usize) -> String {

@@ -18,6 +18,7 @@ use num_complex::{Complex32, Complex64};
 use tensorlift_ir::{BinaryOp, DType, Error, UnaryOp};
 use tensorlift_runtime::Tensor;
 use tensorlift_runtime::interp;
+use tensorlift_runtime::kernels::gemm;
 use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar};
 
 use std::sync::Arc;
@@ -343,75 +344,38 @@ fn run_step(
             Ok(())
         }
         Some(Step::Gemm(g)) => {
-            // SAFETY: slot pointers are valid while main runs; the plan's
-            // strides stay inside each operand's bounds.
-            unsafe {
-                let (a, b, c) = (*bufs.add(g.lhs), *bufs.add(g.rhs), *bufs.add(g.out));
-                let c_bytes = plan.slots[g.out].bytes();
-                if g.k == 0 {
-                    std::ptr::write_bytes(c, 0, c_bytes);
-                    return Ok(());
-                }
-                if g.m == 0 || g.n == 0 {
-                    return Ok(());
-                }
-                let [lb, lm, lk] = g.lhs_strides;
-                let [rb, rk, rn] = g.rhs_strides;
-                for bi in 0..g.b as isize {
-                    let out_off = bi * (g.m * g.n) as isize;
-                    match g.dtype {
-                        DType::F32 => matrixmultiply::sgemm(
-                            g.m,
-                            g.k,
-                            g.n,
-                            1.0,
-                            (a as *const f32).offset(bi * lb),
-                            lm,
-                            lk,
-                            (b as *const f32).offset(bi * rb),
-                            rk,
-                            rn,
-                            0.0,
-                            (c as *mut f32).offset(out_off),
-                            g.n as isize,
-                            1,
-                        ),
-                        DType::F64 => matrixmultiply::dgemm(
-                            g.m,
-                            g.k,
-                            g.n,
-                            1.0,
-                            (a as *const f64).offset(bi * lb),
-                            lm,
-                            lk,
-                            (b as *const f64).offset(bi * rb),
-                            rk,
-                            rn,
-                            0.0,
-                            (c as *mut f64).offset(out_off),
-                            g.n as isize,
-                            1,
-                        ),
-                        DType::Bool
-                        | DType::I8
-                        | DType::I16
-                        | DType::I32
-                        | DType::I64
-                        | DType::U8
-                        | DType::U16
-                        | DType::U32
-                        | DType::U64
-                        | DType::F16
-                        | DType::BF16
-                        | DType::C64
-                        | DType::C128
-                        | DType::String => {
-                            return Err(Error::internal(format!(
-                                "a GEMM step of {} elements",
-                                g.dtype
-                            )));
-                        }
-                    }
+            // SAFETY: `bufs` holds a pointer for every slot.
+            let (a, b, c) = unsafe { (*bufs.add(g.lhs), *bufs.add(g.rhs), *bufs.add(g.out)) };
+            let d = g.dims();
+            match g.dtype {
+                // SAFETY: slot pointers are valid while main runs, the
+                // plan's strides stay inside each operand's slot, and the
+                // output slot (b·m·n elements) is distinct from the operands.
+                DType::F32 => unsafe {
+                    gemm::gemm::<f32>(&d, a.cast(), b.cast(), c.cast(), g.threads)
+                },
+                // SAFETY: as for f32.
+                DType::F64 => unsafe {
+                    gemm::gemm::<f64>(&d, a.cast(), b.cast(), c.cast(), g.threads)
+                },
+                DType::Bool
+                | DType::I8
+                | DType::I16
+                | DType::I32
+                | DType::I64
+                | DType::U8
+                | DType::U16
+                | DType::U32
+                | DType::U64
+                | DType::F16
+                | DType::BF16
+                | DType::C64
+                | DType::C128
+                | DType::String => {
+                    return Err(Error::internal(format!(
+                        "a GEMM step of {} elements",
+                        g.dtype
+                    )));
                 }
             }
             Ok(())
@@ -574,7 +538,7 @@ unsafe extern "C" fn tl_runtime_step(
     1
 }
 
-/// Runs GEMM step `step` (matrixmultiply's sgemm/dgemm over the batch).
+/// Runs GEMM step `step` (the runtime's f32/f64 GEMM, `kernels::gemm`).
 ///
 /// # Safety
 /// As [`tl_runtime_step`].

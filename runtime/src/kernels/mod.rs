@@ -2,6 +2,7 @@
 //! returning whole tensors.
 
 pub mod elementwise;
+pub mod gemm;
 pub mod layout;
 pub mod reduce;
 pub mod scalar;

@@ -4,6 +4,7 @@ use num_complex::{Complex32, Complex64};
 use tensorlift_ir::{BinaryOp, DType, DotDims, Error, ReduceOp, Result};
 
 use super::elementwise::{downcast_half, int_dtypes, upcast_half, with_int};
+use super::gemm::{self, GemmDims, GemmFloat};
 use super::layout::transpose;
 use super::scalar::{ComplexScalar, FloatScalar, IntScalar};
 use crate::tensor::{Pod, Tensor};
@@ -265,29 +266,44 @@ pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
         .chain(&rfree)
         .copied()
         .collect();
-    let lt = transpose(l, &lp)?;
-    let rt = transpose(r, &rp)?;
     let mut dims: Vec<usize> = dd.lhs_batch.iter().map(|&i| l.shape()[i]).collect();
     dims.extend(lfree.iter().map(|&i| l.shape()[i]));
     dims.extend(rfree.iter().map(|&i| r.shape()[i]));
+    // f32/f64 operands whose dim groups collapse are read in place, with
+    // the strides the JIT's GEMM steps use (same call, same bits).
+    if let Some(gd) = GemmDims::of(l.shape(), r.shape(), dd) {
+        match d {
+            DType::F32 => return real_gemm::<f32>(l, r, &gd, &dims),
+            DType::F64 => return real_gemm::<f64>(l, r, &gd, &dims),
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F16
+            | DType::BF16
+            | DType::C64
+            | DType::C128
+            | DType::String => {}
+        }
+    }
+    let lt = transpose(l, &lp)?;
+    let rt = transpose(r, &rp)?;
+    let contiguous = GemmDims {
+        b,
+        m,
+        k,
+        n,
+        lhs_strides: [(m * k) as isize, k as isize, 1],
+        rhs_strides: [(k * n) as isize, n as isize, 1],
+    };
     match d {
-        DType::F32 => gemm_batched::<f32>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
-            // SAFETY: a, bb, c point to m*k, k*n and m*n valid elements in
-            // row-major order, as the strides say; c does not alias a or bb.
-            unsafe {
-                matrixmultiply::sgemm(
-                    m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1,
-                )
-            }
-        }),
-        DType::F64 => gemm_batched::<f64>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
-            // SAFETY: as for f32.
-            unsafe {
-                matrixmultiply::dgemm(
-                    m, k, n, 1.0, a, k as isize, 1, bb, n as isize, 1, 0.0, c, n as isize, 1,
-                )
-            }
-        }),
+        DType::F32 => real_gemm::<f32>(&lt, &rt, &contiguous, &dims),
+        DType::F64 => real_gemm::<f64>(&lt, &rt, &contiguous, &dims),
         DType::C64 => {
             gemm_batched::<[f32; 2]>(&lt, &rt, &dims, (b, m, k, n), |m, k, n, a, bb, c| {
                 use matrixmultiply::CGemmOption::Standard;
@@ -361,6 +377,22 @@ pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
             }, else => Err(Error::internal(format!("dot_general reached the interpreter on {d}"))))
         }
     }
+}
+
+/// `l @ r` as `gd` lays them out, through [`gemm::gemm`] (threaded).
+fn real_gemm<T: GemmFloat + Pod + Default>(
+    l: &Tensor,
+    r: &Tensor,
+    gd: &GemmDims,
+    dims: &[usize],
+) -> Result<Tensor> {
+    let (a, bv) = (l.view::<T>()?, r.view::<T>()?);
+    let mut out = vec![T::default(); gd.b * gd.m * gd.n];
+    // SAFETY: `gd` describes row-major `l` and `r` (GemmDims::of, or the
+    // contiguous layout of the transposed operands), so every offset its
+    // strides reach is inside `a` and `bv`; `out` holds b·m·n elements.
+    unsafe { gemm::gemm(gd, a.as_ptr(), bv.as_ptr(), out.as_mut_ptr(), true) };
+    Ok(Tensor::from_vec_as(l.dtype(), dims, out))
 }
 
 type Gemm<T> = fn(usize, usize, usize, *const T, *const T, *mut T);

@@ -1,0 +1,445 @@
+//! f32/f64 GEMM through the `gemm` crate, shared by the interpreter's
+//! `dot_general` and the JIT's GEMM steps.
+//!
+//! Both sides describe a product by the same [`GemmDims`] (the operands'
+//! row-major strides, computed by [`GemmDims::of`]) and call [`gemm`], so a
+//! product gives the same bits on both (the JIT's exact mode relies on it).
+//! Splitting over threads never changes a bit either: a part is a range of
+//! whole batch items, or of more than 64 columns or rows of every item,
+//! and `gemm` computes each element of such a part exactly as in the whole
+//! product (it sums `k` in the same blocks, which depend on `k` and the
+//! cache sizes alone, with the same micro-kernel; small or thin products,
+//! which take other paths, are never split).
+
+use tensorlift_ir::DotDims;
+
+/// A batched product `out[b] = lhs[b] @ rhs[b]` over strided operands; the
+/// output is contiguous, shape (b, m, n).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmDims {
+    /// Batch.
+    pub b: usize,
+    /// Rows.
+    pub m: usize,
+    /// Contracted.
+    pub k: usize,
+    /// Columns.
+    pub n: usize,
+    /// lhs strides (batch, m, k) in elements.
+    pub lhs_strides: [isize; 3],
+    /// rhs strides (batch, k, n) in elements.
+    pub rhs_strides: [isize; 3],
+}
+
+/// Multiply-adds below which a product runs on the calling thread: the
+/// JIT's threshold for kernels (`PARALLEL_WORK`, 2^21 units of ~0.02 ns),
+/// an FMA costing about one unit with AVX-512 (a 64×512×512 product,
+/// 2^24 FMAs, runs ~330 µs on one core).
+pub const GEMM_PARALLEL_WORK: usize = 1 << 21;
+
+/// How one product runs over the thread pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmSplit {
+    /// On the calling thread, for this reason.
+    One(&'static str),
+    /// Contiguous ranges of batch items.
+    Batch(usize),
+    /// Column ranges of every item (each over 64 columns).
+    Columns(usize),
+    /// Row ranges of every item (each over 64 rows).
+    Rows(usize),
+}
+
+/// A part of a split must be wider than this (narrower ones take `gemm`'s
+/// small-matrix paths, which sum in another order).
+const MIN_PART: usize = 64;
+
+impl GemmDims {
+    /// The product `dot_general(lhs, rhs, dd)` over row-major operands of
+    /// shapes `ld` and `rd`, when the batch, free and contracted dims of
+    /// each operand collapse to one strided dim each (in their order);
+    /// `None` otherwise (the caller transposes first).
+    pub fn of(ld: &[usize], rd: &[usize], dd: &DotDims) -> Option<GemmDims> {
+        let (ls, rs) = (row_major(ld), row_major(rd));
+        let lfree: Vec<usize> = (0..ld.len())
+            .filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i))
+            .collect();
+        let rfree: Vec<usize> = (0..rd.len())
+            .filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i))
+            .collect();
+        let (b, lb) = collapse(ld, &ls, &dd.lhs_batch)?;
+        let (_, rb) = collapse(rd, &rs, &dd.rhs_batch)?;
+        let (m, lm) = collapse(ld, &ls, &lfree)?;
+        let (k, lk) = collapse(ld, &ls, &dd.lhs_contract)?;
+        let (_, rk) = collapse(rd, &rs, &dd.rhs_contract)?;
+        let (n, rn) = collapse(rd, &rs, &rfree)?;
+        Some(GemmDims {
+            b,
+            m,
+            k,
+            n,
+            lhs_strides: [lb, lm, lk],
+            rhs_strides: [rb, rk, rn],
+        })
+    }
+
+    /// Multiply-adds of the whole product.
+    pub fn work(&self) -> usize {
+        self.b
+            .saturating_mul(self.m)
+            .saturating_mul(self.n)
+            .saturating_mul(self.k)
+    }
+
+    /// How the product runs with a pool of `threads` threads (the decision
+    /// [`gemm`] makes when threads are allowed).
+    pub fn split(&self, threads: usize) -> GemmSplit {
+        if self.work() < GEMM_PARALLEL_WORK {
+            return GemmSplit::One("one thread: too little work to pay for waking the pool");
+        }
+        if threads < 2 {
+            return GemmSplit::One(
+                "one thread: the thread pool has one thread (RAYON_NUM_THREADS, or one core)",
+            );
+        }
+        if self.b >= threads {
+            return GemmSplit::Batch(threads);
+        }
+        // Other shapes take gemm's paths for thin or tiny products.
+        if self.k > 2 && self.m > 4 && self.n > 4 {
+            for parts in (2..=threads).rev() {
+                if column_cuts(self.n, parts)
+                    .windows(2)
+                    .all(|w| w[1] - w[0] > MIN_PART)
+                {
+                    return GemmSplit::Columns(parts);
+                }
+                if self.m / parts > MIN_PART {
+                    return GemmSplit::Rows(parts);
+                }
+            }
+        }
+        if self.b >= 2 {
+            GemmSplit::Batch(self.b)
+        } else {
+            GemmSplit::One("one thread: a part would have 64 rows and columns or fewer")
+        }
+    }
+}
+
+fn row_major(dims: &[usize]) -> Vec<isize> {
+    let mut s = vec![1isize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1] as isize;
+    }
+    s
+}
+
+fn collapse(dims: &[usize], strides: &[isize], group: &[usize]) -> Option<(usize, isize)> {
+    let size: usize = group.iter().map(|&d| dims[d]).product();
+    if group.is_empty() {
+        return Some((1, 0));
+    }
+    for w in group.windows(2) {
+        if strides[w[0]] != strides[w[1]] * dims[w[1]] as isize {
+            return None;
+        }
+    }
+    Some((size, strides[*group.last()?]))
+}
+
+/// Column boundaries of `parts` ranges of `n`, on multiples of 16.
+fn column_cuts(n: usize, parts: usize) -> Vec<usize> {
+    (0..=parts)
+        .map(|p| {
+            if p == parts {
+                n
+            } else {
+                n * p / parts / 16 * 16
+            }
+        })
+        .collect()
+}
+
+/// The element types [`gemm`] takes.
+pub trait GemmFloat: Copy + Send + Sync + 'static + private::Sealed {
+    /// 0.
+    const ZERO: Self;
+    /// 1.
+    const ONE: Self;
+}
+
+impl GemmFloat for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
+impl GemmFloat for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+#[derive(Clone, Copy)]
+struct Ptrs<T> {
+    lhs: *const T,
+    rhs: *const T,
+    out: *mut T,
+}
+
+// SAFETY: the parts of a split write disjoint ranges of `out` and only
+// read `lhs`/`rhs`; the caller of [`gemm`] blocks until every part is done.
+unsafe impl<T> Send for Ptrs<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Ptrs<T> {}
+
+/// `out = lhs @ rhs` for every batch item, overwriting `out` (contiguous,
+/// (b, m, n)); split over the rayon pool as [`GemmDims::split`] says when
+/// `threads`, else on the calling thread. The bits do not depend on
+/// `threads` or the pool's size.
+///
+/// # Safety
+/// `lhs` and `rhs` are valid for reads at every offset their strides
+/// reach over `d`'s sizes, `out` for writes of `b·m·n` elements, and `out`
+/// overlaps neither operand.
+pub unsafe fn gemm<T: GemmFloat>(
+    d: &GemmDims,
+    lhs: *const T,
+    rhs: *const T,
+    out: *mut T,
+    threads: bool,
+) {
+    let total = d.b * d.m * d.n;
+    if total == 0 {
+        return;
+    }
+    if d.k == 0 {
+        // SAFETY: `out` holds `total` elements.
+        unsafe { std::slice::from_raw_parts_mut(out, total).fill(T::ZERO) };
+        return;
+    }
+    let split = if threads {
+        d.split(rayon::current_num_threads())
+    } else {
+        GemmSplit::One("threads off")
+    };
+    // SAFETY: the caller's contract.
+    unsafe { run(d, Ptrs { lhs, rhs, out }, split, true) };
+}
+
+/// Runs the parts of `split`, on the pool when `parallel`, else one after
+/// the other on the calling thread.
+///
+/// # Safety
+/// As [`gemm`], with `d.k > 0`.
+unsafe fn run<T: GemmFloat>(d: &GemmDims, p: Ptrs<T>, split: GemmSplit, parallel: bool) {
+    let go = |parts: usize, f: &(dyn Fn(usize) + Sync)| {
+        if parallel {
+            run_parts(parts, f);
+        } else {
+            (0..parts).for_each(f);
+        }
+    };
+    type R = std::ops::Range<usize>;
+    let block = |items: R, rows: R, cols: R| {
+        // SAFETY: the caller's contract for the whole product; the blocks
+        // of one split write disjoint ranges of `out`.
+        unsafe { part(d, p, items, rows, cols) }
+    };
+    match split {
+        GemmSplit::One(_) => block(0..d.b, 0..d.m, 0..d.n),
+        GemmSplit::Batch(parts) => go(parts, &|i| {
+            block(d.b * i / parts..d.b * (i + 1) / parts, 0..d.m, 0..d.n)
+        }),
+        GemmSplit::Columns(parts) => {
+            let cuts = column_cuts(d.n, parts);
+            go(parts, &|i| block(0..d.b, 0..d.m, cuts[i]..cuts[i + 1]))
+        }
+        GemmSplit::Rows(parts) => go(parts, &|i| {
+            block(0..d.b, d.m * i / parts..d.m * (i + 1) / parts, 0..d.n)
+        }),
+    }
+}
+
+/// Runs `f(0..parts)`, part 0 on the calling thread and the others on the
+/// pool (`in_place_scope`: the caller works instead of sleeping, as the
+/// JIT's kernels split).
+fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
+    rayon::in_place_scope(|s| {
+        for i in 1..parts {
+            s.spawn(move |_| f(i));
+        }
+        f(0);
+    });
+}
+
+/// Rows `rows` × columns `cols` of items `items`.
+///
+/// # Safety
+/// As [`gemm`], with `d.k > 0`.
+unsafe fn part<T: GemmFloat>(
+    d: &GemmDims,
+    p: Ptrs<T>,
+    items: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+) {
+    let [lb, lm, lk] = d.lhs_strides;
+    let [rb, rk, rn] = d.rhs_strides;
+    let n = d.n as isize;
+    if rows.is_empty() || cols.is_empty() {
+        return;
+    }
+    for bi in items {
+        let bi = bi as isize;
+        let (r0, c0) = (rows.start as isize, cols.start as isize);
+        // SAFETY: the offsets stay inside the operands and the output, as
+        // the caller guarantees for the whole product.
+        unsafe {
+            ::gemm::gemm(
+                rows.len(),
+                cols.len(),
+                d.k,
+                p.out.offset(bi * d.m as isize * n + r0 * n + c0),
+                1,
+                n,
+                false,
+                p.lhs.offset(bi * lb + r0 * lm),
+                lk,
+                lm,
+                p.rhs.offset(bi * rb + c0 * rn),
+                rn,
+                rk,
+                T::ZERO,
+                T::ONE,
+                false,
+                false,
+                false,
+                ::gemm::Parallelism::None,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Every split [`GemmDims::split`] can choose (pools of 2 to 4
+    /// threads) gives the whole product's bits, over shapes on both sides
+    /// of gemm's path boundaries (64, 512-deep blocks), with row-major and
+    /// transposed operands.
+    #[test]
+    fn splits_do_not_change_bits() {
+        let sizes = [
+            1usize, 3, 5, 17, 63, 64, 65, 100, 129, 130, 144, 257, 513, 700,
+        ];
+        let mut seed = 7u32;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed as usize
+        };
+        let mut splits = 0;
+        for _ in 0..300 {
+            let (b, m, k, n) = (
+                1 + rnd() % 2,
+                sizes[rnd() % sizes.len()],
+                sizes[rnd() % sizes.len()],
+                sizes[rnd() % sizes.len()],
+            );
+            let (lt, rt) = (rnd() % 2 == 1, rnd() % 2 == 1);
+            let l = data(b * m * k, rnd() as u32);
+            let r = data(b * k * n, rnd() as u32);
+            let (bm, bk) = (b * m * k, b * k * n);
+            let d = GemmDims {
+                b,
+                m,
+                k,
+                n,
+                lhs_strides: [
+                    (m * k) as isize,
+                    if lt { 1 } else { k as isize },
+                    if lt { m as isize } else { 1 },
+                ],
+                rhs_strides: [
+                    (k * n) as isize,
+                    if rt { 1 } else { n as isize },
+                    if rt { k as isize } else { 1 },
+                ],
+            };
+            assert_eq!((l.len(), r.len()), (bm, bk));
+            let whole = |split| {
+                let mut out = vec![0f32; b * m * n];
+                let p = Ptrs {
+                    lhs: l.as_ptr(),
+                    rhs: r.as_ptr(),
+                    out: out.as_mut_ptr(),
+                };
+                // SAFETY: the strides describe `l` and `r`; `out` is b·m·n.
+                unsafe { run(&d, p, split, false) };
+                out
+            };
+            let want = whole(GemmSplit::One("whole"));
+            for threads in 2..=4 {
+                let split = d.split(threads);
+                if matches!(split, GemmSplit::One(_)) {
+                    continue;
+                }
+                splits += 1;
+                let got = whole(split);
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{split:?} of {d:?} changed bits"
+                );
+            }
+        }
+        assert!(splits > 50, "only {splits} splits exercised");
+    }
+
+    #[test]
+    fn layouts_collapse_as_the_jit_expects() {
+        let dd = DotDims {
+            lhs_batch: vec![0],
+            rhs_batch: vec![0],
+            lhs_contract: vec![2],
+            rhs_contract: vec![2],
+        };
+        let d = GemmDims::of(&[3, 4, 5], &[3, 6, 5], &dd).unwrap();
+        assert_eq!((d.b, d.m, d.k, d.n), (3, 4, 5, 6));
+        assert_eq!(d.lhs_strides, [20, 5, 1]);
+        assert_eq!(d.rhs_strides, [30, 1, 5]);
+        let split = GemmDims {
+            b: 1,
+            m: 64,
+            k: 512,
+            n: 512,
+            lhs_strides: [0, 512, 1],
+            rhs_strides: [0, 512, 1],
+        };
+        assert_eq!(split.split(2), GemmSplit::Columns(2));
+        assert!(matches!(split.split(1), GemmSplit::One(_)));
+    }
+}

@@ -1,0 +1,203 @@
+//! f32/f64 GEMMs (the `gemm` crate, `runtime::kernels::gemm`): the JIT's
+//! GEMM steps and the interpreter make the same call, so their results are
+//! bit-identical in every mode, split over threads or not; and they are
+//! close to an f64 reference.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use tensorlift::compiler::{self, JitOptions};
+use tensorlift::ir::text;
+use tensorlift::runtime::interp;
+use tensorlift::{DType, Tensor};
+
+fn data(dims: &[usize], dtype: DType, seed: usize) -> (Tensor, Vec<f64>) {
+    let n: usize = dims.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|i| (((i + seed) * 37 % 101) as f64 - 50.0) / 30.7)
+        .collect();
+    let lit = tensorlift::ir::Literal::from_scalars(
+        dtype,
+        dims,
+        &v.iter()
+            .map(|x| tensorlift::ir::Scalar::Float(*x, None))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    (Tensor::from_literal(&lit).unwrap(), v)
+}
+
+struct Case {
+    dt: &'static str,
+    lhs: Vec<usize>,
+    rhs: Vec<usize>,
+    out: Vec<usize>,
+    attrs: &'static str,
+    /// Expected in the fused plan's `threads:` line for this GEMM.
+    split: &'static str,
+}
+
+fn cases() -> Vec<Case> {
+    let dims = "lhs_batch=[], rhs_batch=[], lhs_contract=[1], rhs_contract=[0]";
+    vec![
+        // The RNN benchmark's product: split over columns.
+        Case {
+            dt: "f32",
+            lhs: vec![64, 512],
+            rhs: vec![512, 512],
+            out: vec![64, 512],
+            attrs: dims,
+            split: "columns",
+        },
+        // k over gemm's 512-deep blocks.
+        Case {
+            dt: "f32",
+            lhs: vec![96, 700],
+            rhs: vec![700, 160],
+            out: vec![96, 160],
+            attrs: dims,
+            split: "columns",
+        },
+        // x @ wᵀ (rhs contracted on its last dim), too few columns for
+        // two parts of more than 64: split over rows.
+        Case {
+            dt: "f64",
+            lhs: vec![300, 200],
+            rhs: vec![130, 200],
+            out: vec![300, 130],
+            attrs: "lhs_batch=[], rhs_batch=[], lhs_contract=[1], rhs_contract=[1]",
+            split: "rows",
+        },
+        // Batched: split over batch items.
+        Case {
+            dt: "f32",
+            lhs: vec![4, 100, 90],
+            rhs: vec![4, 90, 80],
+            out: vec![4, 100, 80],
+            attrs: "lhs_batch=[0], rhs_batch=[0], lhs_contract=[2], rhs_contract=[1]",
+            split: "batch items",
+        },
+        // Small and thin: one thread.
+        Case {
+            dt: "f32",
+            lhs: vec![8, 64],
+            rhs: vec![64, 64],
+            out: vec![8, 64],
+            attrs: dims,
+            split: "too little work",
+        },
+    ]
+}
+
+fn shape(d: &[usize]) -> String {
+    d.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `out[.., i, j] = Σ_k lhs · rhs` in f64 for the cases above.
+fn reference(c: &Case, l: &[f64], r: &[f64]) -> Vec<f64> {
+    let (b, m, k) = match c.lhs.as_slice() {
+        [m, k] => (1, *m, *k),
+        [b, m, k] => (*b, *m, *k),
+        _ => unreachable!(),
+    };
+    let n = *c.out.last().unwrap();
+    let rhs_t = c.attrs.contains("rhs_contract=[1]") && c.rhs.len() == 2;
+    let mut out = vec![0.0; b * m * n];
+    for bi in 0..b {
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0;
+                for kk in 0..k {
+                    let rv = if rhs_t {
+                        r[j * k + kk]
+                    } else {
+                        r[bi * k * n + kk * n + j]
+                    };
+                    s += l[bi * m * k + i * k + kk] * rv;
+                }
+                out[(bi * m + i) * n + j] = s;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn gemms_match_the_interpreter_bitwise_threaded_or_not() {
+    let many_threads = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2
+        && std::env::var_os("RAYON_NUM_THREADS").is_none();
+    for c in cases() {
+        let dtype = if c.dt == "f32" {
+            DType::F32
+        } else {
+            DType::F64
+        };
+        let src = format!(
+            "graph @mm {{\n  %a = parameter 0 : {dt}[{l}]\n  %b = parameter 1 : {dt}[{r}]\n  %y = dot_general(%a, %b) {{{attrs}}} : {dt}[{o}]\n  return %y as \"y\"\n}}\n",
+            dt = c.dt,
+            l = shape(&c.lhs),
+            r = shape(&c.rhs),
+            o = shape(&c.out),
+            attrs = c.attrs,
+        );
+        let g = text::parse(&src, "mm.tlir").unwrap();
+        let (a, av) = data(&c.lhs, dtype, 1);
+        let (b, bv) = data(&c.rhs, dtype, 7);
+        let inputs = [a, b];
+        let want = interp::run(&g, &inputs).unwrap();
+        let what = format!("{} {:?} @ {:?}", c.dt, c.lhs, c.rhs);
+
+        // Close to an f64 reference: within 1e-5 of the largest result (as
+        // `tensorlift bench` compares), far inside k·ε·Σ|a·b| here.
+        let expect = reference(&c, &av, &bv);
+        let expect_max = expect.iter().fold(0f64, |m, x| m.max(x.abs()));
+        let lit = tensorlift::ir::Literal::from_scalars(
+            dtype,
+            &c.out,
+            &expect
+                .iter()
+                .map(|x| tensorlift::ir::Scalar::Float(*x, None))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let expect = Tensor::from_literal(&lit).unwrap();
+        common::assert_close(&want[0], &expect, 0.0, 1e-5 * expect_max, &what);
+
+        let variants = [
+            JitOptions::default(),
+            JitOptions {
+                threads: false,
+                ..Default::default()
+            },
+            JitOptions {
+                exact: true,
+                ..Default::default()
+            },
+        ];
+        for opts in variants {
+            let exe = compiler::compile(&g, &opts).unwrap();
+            let fused = exe.fused_ir();
+            assert!(fused.contains("GEMM call"), "{what}: {fused}");
+            if opts.threads && many_threads {
+                let line = fused
+                    .lines()
+                    .find(|l| l.contains("threads: gemm"))
+                    .unwrap_or_else(|| panic!("{what}: no threads line:\n{fused}"));
+                assert!(line.contains(c.split), "{what}: {line}");
+            }
+            let got = exe.run(&inputs).unwrap();
+            assert!(
+                common::same_bits(&got[0], &want[0]),
+                "{what} {opts:?}: the JIT's GEMM differs from the interpreter's"
+            );
+        }
+    }
+}
