@@ -18,7 +18,7 @@ use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::Module;
-use tensorlift_ir::{DType, Result};
+use tensorlift_ir::{DType, Error, Result};
 
 use crate::fusion::{ENode, Kernel, Plan, SlotId};
 use crate::rt::RtFn;
@@ -118,6 +118,48 @@ fn unaligned() -> MemFlagsData {
 enum Mode {
     Scalar,
     Vector(Type),
+}
+
+/// Why a node was not lowered.
+#[derive(Debug)]
+enum LowerError {
+    /// In `Mode::Vector`: the lowering has no vector code for this form
+    /// (op, dtype, options, host features).
+    NoVectorForm,
+    /// Any other failure.
+    Failed(Error),
+}
+
+/// A lowering's result.
+type Lowered<T> = std::result::Result<T, LowerError>;
+
+impl From<Error> for LowerError {
+    fn from(e: Error) -> Self {
+        LowerError::Failed(e)
+    }
+}
+
+impl From<LowerError> for Error {
+    fn from(e: LowerError) -> Self {
+        match e {
+            // `vector_type` vectorizes only rows whose nodes have vector forms.
+            LowerError::NoVectorForm => {
+                Error::internal("a node without a vector form in a vectorized row")
+            }
+            LowerError::Failed(e) => e,
+        }
+    }
+}
+
+/// `Ok(())` where `has`, else `NoVectorForm`: for a lowering arm whose
+/// instruction exists for some lane types only (`target::has_imul` and the
+/// like, true for scalars).
+fn needs(has: bool) -> Lowered<()> {
+    if has {
+        Ok(())
+    } else {
+        Err(LowerError::NoVectorForm)
+    }
 }
 
 struct KernelGen<'a, 'b> {
