@@ -434,12 +434,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let partials = self.vector_partials(vt, &vaccs);
                 let mut v = partials[0];
                 for w in &partials[1..] {
-                    v = self.reduce_op(*op, v, *w);
+                    v = self.reduce_op(*op, v, *w, Mode::Vector(vt))?;
                 }
                 let mut a = self.b.use_var(sa);
                 for l in 0..lanes {
                     let e = self.b.ins().extractlane(v, l as u8);
-                    a = self.reduce_op(*op, a, e);
+                    a = self.reduce_op(*op, a, e, Mode::Scalar)?;
                 }
                 self.b.def_var(sa, a);
             }
@@ -460,14 +460,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 (KernelKind::Loop, _) => s.store_out(root_v)?,
                 (KernelKind::Reduce { op, .. }, Some(a)) => {
                     let cur = s.b.use_var(a);
-                    let r = s.reduce_op(*op, cur, root_v.s());
+                    let r = s.reduce_op(*op, cur, root_v.s(), Mode::Scalar)?;
                     s.b.def_var(a, r);
                 }
                 (KernelKind::Reduce { op, .. }, None) => {
                     let p = s.b.use_var(s.pos[&OUT]);
                     let ty = comp_ty(s.out_dtype());
                     let cur = s.b.ins().load(ty, trusted(), p, 0);
-                    let r = s.reduce_op(*op, cur, root_v.s());
+                    let r = s.reduce_op(*op, cur, root_v.s(), Mode::Scalar)?;
                     s.b.ins().store(trusted(), r, p, 0);
                 }
             }
@@ -526,14 +526,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     Some(is_max) => self.float_extreme_step(is_max, vt, vaccs, u as usize, root),
                     None => {
                         let a = self.b.use_var(*va);
-                        let r = self.reduce_op(*op, a, root);
+                        let r = self.reduce_op(*op, a, root, Mode::Vector(vt))?;
                         self.b.def_var(*va, r);
                     }
                 },
                 (KernelKind::Reduce { op, .. }, None) => {
                     let p = self.b.use_var(self.pos[&OUT]);
                     let a = self.b.ins().load(vt, unaligned(), p, off);
-                    let r = self.reduce_op(*op, a, root);
+                    let r = self.reduce_op(*op, a, root, Mode::Vector(vt))?;
                     self.b.ins().store(unaligned(), r, p, off);
                 }
             }

@@ -556,7 +556,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// shifts, integer division and `rem`, `rem`, `pow` but the inline
     /// approximations, and integer `*`, `max`, `min` on lanes without the
     /// instruction.
-    fn binary(&mut self, op: BinaryOp, x: V, y: V, d: DType, mode: Mode) -> Lowered<V> {
+    pub(super) fn binary(&mut self, op: BinaryOp, x: V, y: V, d: DType, mode: Mode) -> Lowered<V> {
         if let (V::C(a, b), V::C(c, e)) = (x, y) {
             return Ok(self.complex_binary(op, a, b, c, e, d)?);
         }

@@ -386,7 +386,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 RowOp::Max => ReduceOp::Max,
                 RowOp::Map(_) | RowOp::Div => ReduceOp::Sum,
             };
-            let v = self.reduce_op(fold, cur, r);
+            let v = self.reduce_op(fold, cur, r, Mode::Scalar)?;
             self.b.def_var(a, v);
         }
         Ok(())
