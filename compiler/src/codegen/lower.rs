@@ -200,7 +200,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
 
     /// Evaluates every node of the kernel at the current position. In
     /// `Mode::Vector`, a node whose lowering has no vector code for its
-    /// form is `LowerError::NoVectorForm`.
+    /// form is `LowerError::NoVectorForm` (what `vector_type` asks).
     pub(super) fn eval(&mut self, mode: Mode) -> Lowered<Vec<V>> {
         let nodes = self.k.nodes.clone();
         let mut vals: Vec<V> = Vec::with_capacity(nodes.len());

@@ -14,7 +14,10 @@
 
 use std::collections::HashMap;
 
-use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
+use cranelift_codegen::ir::{
+    ExtFuncData, ExternalName, InstBuilder, MemFlagsData, Type, Value, types,
+};
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::Module;
@@ -124,7 +127,8 @@ enum Mode {
 #[derive(Debug)]
 enum LowerError {
     /// In `Mode::Vector`: the lowering has no vector code for this form
-    /// (op, dtype, options, host features).
+    /// (op, dtype, options, host features). `vector_type` finds out by a
+    /// dry run of the lowering and leaves such a row scalar.
     NoVectorForm,
     /// Any other failure.
     Failed(Error),
@@ -142,7 +146,7 @@ impl From<Error> for LowerError {
 impl From<LowerError> for Error {
     fn from(e: LowerError) -> Self {
         match e {
-            // `vector_type` vectorizes only rows whose nodes have vector forms.
+            // `vector_type` ran the same lowering before choosing vectors.
             LowerError::NoVectorForm => {
                 Error::internal("a node without a vector form in a vectorized row")
             }
@@ -162,10 +166,18 @@ fn needs(has: bool) -> Lowered<()> {
     }
 }
 
+/// Where a kernel's calls of runtime functions go.
+enum Imports<'a> {
+    /// The module: each function declared as an import on first use.
+    Module(&'a mut JITModule, &'a mut Helpers),
+    /// Nowhere (`vector_type`'s dry run): a stand-in of the same signature,
+    /// so that the module declares nothing the kernel does not call.
+    DryRun(CallConv),
+}
+
 struct KernelGen<'a, 'b> {
     b: &'a mut FunctionBuilder<'b>,
-    m: &'a mut JITModule,
-    helpers: &'a mut Helpers,
+    imports: Imports<'a>,
     plan: &'a Plan,
     k: &'a Kernel,
     opts: &'a JitOptions,
@@ -215,10 +227,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         opts: &'a JitOptions,
         ptr: Type,
     ) -> Self {
+        KernelGen::with_imports(b, Imports::Module(m, helpers), plan, k, opts, ptr)
+    }
+
+    fn with_imports(
+        b: &'a mut FunctionBuilder<'b>,
+        imports: Imports<'a>,
+        plan: &'a Plan,
+        k: &'a Kernel,
+        opts: &'a JitOptions,
+        ptr: Type,
+    ) -> Self {
         KernelGen {
             b,
-            m,
-            helpers,
+            imports,
             plan,
             k,
             opts,
@@ -239,8 +261,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let fref = match self.frefs.get(&f) {
             Some(r) => *r,
             None => {
-                let id = self.helpers.get(self.m, f)?;
-                let r = self.m.declare_func_in_func(id, self.b.func);
+                let r = match &mut self.imports {
+                    Imports::Module(m, helpers) => {
+                        let id = helpers.get(m, f)?;
+                        m.declare_func_in_func(id, self.b.func)
+                    }
+                    Imports::DryRun(call_conv) => {
+                        let signature = self.b.import_signature(f.signature(*call_conv));
+                        self.b.import_function(ExtFuncData {
+                            name: ExternalName::testcase(f.name()),
+                            signature,
+                            colocated: false,
+                            patchable: false,
+                        })
+                    }
+                };
                 self.frefs.insert(f, r);
                 r
             }

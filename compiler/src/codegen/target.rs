@@ -22,7 +22,7 @@ pub(super) fn has_fma() -> bool {
 }
 
 /// Whether the host has SSE4.2 (`pcmpgtq`: 64-bit lane comparisons).
-pub(super) fn has_sse42() -> bool {
+fn has_sse42() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("sse4.2")
