@@ -1,6 +1,7 @@
 //! A kernel's loop nest: the outer dims as loops, the innermost one
-//! vectorized where every node has a vector form (`vector_type`), then a
-//! scalar tail; every accessor advanced by its stride.
+//! vectorized where the lowering has vector code for every node
+//! (`vector_type`, by a dry run), then a scalar tail; every accessor
+//! advanced by its stride.
 
 use std::collections::HashMap;
 

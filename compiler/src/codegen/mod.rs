@@ -10,7 +10,9 @@
 //! `driver` builds the module and `main`; a kernel is its loop nest
 //! (`loops`), its reduction (`reduce`), its wide rows (`wide_rows`) and
 //! its nodes lowered one by one (`lower`, with the approximations of
-//! `math`); `target` says what the host has, `cost` what a kernel costs.
+//! `math`; a lowering also says which forms have vector code, by refusing
+//! the others); `target` says what the host has, `cost` what a kernel
+//! costs.
 
 use std::collections::HashMap;
 
