@@ -417,7 +417,9 @@ pub(crate) fn generate(
             b.ins().return_(&[status]);
             b.switch_to_block(next);
         }
-        for (&s, &var) in &regs {
+        let mut held: Vec<(SlotId, Variable)> = regs.iter().map(|(&s, &v)| (s, v)).collect();
+        held.sort_unstable_by_key(|&(s, _)| s);
+        for (s, var) in held {
             if let SlotKind::Output = plan.slots[s].kind {
                 let v = b.use_var(var);
                 let p = slot_ptr(&mut b, s);

@@ -1,34 +1,24 @@
 //! A kernel's loop nest: the outer dims as loops, the innermost one
-//! vectorized where every node has a vector form (`vector_type`), then a
-//! scalar tail; every accessor advanced by its stride.
+//! vectorized where the lowering has vector code for every node
+//! (`vector_type`, by a dry run), then a scalar tail; every accessor
+//! advanced by its stride.
 
 use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
-use cranelift_frontend::Variable;
-use tensorlift_ir::{BinaryOp, DType, Error, ReduceOp, Result, UnaryOp};
+use cranelift_codegen::ir::{Function, InstBuilder, MemFlagsData, Type, Value, types};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_module::Module;
+use tensorlift_ir::{DType, Error, ReduceOp, Result};
 
 use crate::fusion::{ENode, KernelKind, SlotId};
-use crate::wide;
 
 use super::cost::element_cost;
-use super::target::{has_fma, has_sse41, has_sse42, math_int_ty, vec_ty};
-use super::{Accessor, KernelGen, Mode, OUT, STASH, V, comp_ty, trusted, unaligned};
-
-/// Conversions emitted on vectors: between f32 and 32-bit integers
-/// (`cvtdq2ps`, `cvttps2dq` with Cranelift's saturation: NaN → 0, out of
-/// range → the nearest bound, as the scalar code's saturating conversion
-/// and clamp), between i32 and u32 (the same bits), and between f32 and
-/// f64 (`cvtps2pd`, `cvtpd2ps`: the load is converted as it is read, two
-/// f32 per f64 vector or two f64 vectors per f32 one, see `eval`).
-fn vector_convert(from: DType, to: DType) -> bool {
-    use DType::{F32, F64, I32, U32};
-    matches!(
-        (from, to),
-        (I32 | U32, F32) | (F32, I32 | U32) | (I32, U32) | (U32, I32) | (F32, F64) | (F64, F32)
-    )
-}
+use super::target::{has_sse41, math_int_ty, vec_ty};
+use super::{
+    Accessor, Imports, KernelGen, LowerError, Lowered, Mode, OUT, STASH, V, comp_ty, trusted,
+    unaligned,
+};
 
 /// Whether a load of `from` in a kernel of `to` is converted as it is read
 /// (the float widths, whose vectors have different lane counts).
@@ -262,7 +252,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         // A row dot product runs its rows (the innermost two dims, or the
         // one row of a rank-1 kernel) as calls (`emit_dot_rows`).
         if (d + 2 == rank || rank == 1)
-            && let Some(fr) = self.dot_row()
+            && let Some(fr) = self.dot_row()?
         {
             return self.emit_dot_rows(&fr, idx, (rank > 1).then_some(d));
         }
@@ -326,7 +316,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         };
         let nv = count;
         let mut start = None;
-        let vector = self.vector_type(n);
+        let vector = self.vector_type(n)?;
         if let Some(fr) = vector.and_then(|vt| self.fused_row(vt, n)) {
             self.emit_fused_row(&fr, nv, acc)?;
             start = Some(nv);
@@ -415,12 +405,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let partials = self.vector_partials(vt, &vaccs);
                 let mut v = partials[0];
                 for w in &partials[1..] {
-                    v = self.reduce_op(*op, v, *w);
+                    v = self.reduce_op(*op, v, *w, Mode::Vector(vt))?;
                 }
                 let mut a = self.b.use_var(sa);
                 for l in 0..lanes {
                     let e = self.b.ins().extractlane(v, l as u8);
-                    a = self.reduce_op(*op, a, e);
+                    a = self.reduce_op(*op, a, e, Mode::Scalar)?;
                 }
                 self.b.def_var(sa, a);
             }
@@ -441,14 +431,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 (KernelKind::Loop, _) => s.store_out(root_v)?,
                 (KernelKind::Reduce { op, .. }, Some(a)) => {
                     let cur = s.b.use_var(a);
-                    let r = s.reduce_op(*op, cur, root_v.s());
+                    let r = s.reduce_op(*op, cur, root_v.s(), Mode::Scalar)?;
                     s.b.def_var(a, r);
                 }
                 (KernelKind::Reduce { op, .. }, None) => {
                     let p = s.b.use_var(s.pos[&OUT]);
                     let ty = comp_ty(s.out_dtype());
                     let cur = s.b.ins().load(ty, trusted(), p, 0);
-                    let r = s.reduce_op(*op, cur, root_v.s());
+                    let r = s.reduce_op(*op, cur, root_v.s(), Mode::Scalar)?;
                     s.b.ins().store(trusted(), r, p, 0);
                 }
             }
@@ -546,14 +536,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     Some(is_max) => self.float_extreme_step(is_max, vt, vaccs, u as usize, root),
                     None => {
                         let a = self.b.use_var(*va);
-                        let r = self.reduce_op(*op, a, root);
+                        let r = self.reduce_op(*op, a, root, Mode::Vector(vt))?;
                         self.b.def_var(*va, r);
                     }
                 },
                 (KernelKind::Reduce { op, .. }, None) => {
                     let p = self.b.use_var(self.pos[&OUT]);
                     let a = self.b.ins().load(vt, unaligned(), p, off);
-                    let r = self.reduce_op(*op, a, root);
+                    let r = self.reduce_op(*op, a, root, Mode::Vector(vt))?;
                     self.b.ins().store(unaligned(), r, p, off);
                 }
             }
@@ -626,42 +616,37 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
     }
 
-    /// The SIMD type for this kernel's innermost loop, if it can be vectorized.
-    pub(super) fn vector_type(&self, n: usize) -> Option<Type> {
+    /// The SIMD type for this kernel's innermost loop, if it can be
+    /// vectorized. Checked here: the row's shape — its length, one lane
+    /// type, contiguous or hoisted loads, masks feeding selects only.
+    /// Whether every node, and a reduction's fold, has vector code is the
+    /// lowering's to say: `dry_run` lowers them in `Mode::Vector`, and a
+    /// form without vector code refuses (`LowerError::NoVectorForm`).
+    pub(super) fn vector_type(&self, n: usize) -> Result<Option<Type>> {
         if !self.opts.vectorize || !has_sse41() {
-            return None;
+            return Ok(None);
         }
         let dt = self.out_dtype();
-        let vt = vec_ty(dt)?;
+        let Some(vt) = vec_ty(dt) else {
+            return Ok(None);
+        };
         let rank = self.k.dims.len();
         if rank == 0 || n < vt.lane_count() as usize {
-            return None;
+            return Ok(None);
         }
-        let float = dt.is_float();
-        let exact = self.opts.exact;
-        // What SSE4.1 has for integer lanes: multiplication of 16- and
-        // 32-bit lanes (pmullw/pmulld), min/max up to 32 bits; 64-bit lanes
-        // multiply (AVX-512DQ's vpmullq, else Cranelift's pmuludq sequence)
-        // and min/max with AVX-512VL (vpminsq/vpmaxuq...).
-        let wide64 = dt.size() == 8 && wide::has_avx512();
-        let int_mul =
-            matches!(dt, DType::I16 | DType::U16 | DType::I32 | DType::U32) || (wide64 && !float);
-        let min_max = float || dt.size() <= 4 || wide64;
-        if let KernelKind::Reduce { op, reduced } = &self.k.kind {
-            let ok = match op {
-                ReduceOp::Sum => !float || !exact || !reduced[rank - 1],
-                ReduceOp::Prod => (float && (!exact || !reduced[rank - 1])) || int_mul,
-                ReduceOp::Max | ReduceOp::Min => min_max,
-                ReduceOp::And | ReduceOp::Or => false,
-            };
-            if !ok {
-                return None;
-            }
+        // Exact mode keeps a float sum or product along the row in order:
+        // the vector accumulators would reassociate it.
+        if let KernelKind::Reduce { op, reduced } = &self.k.kind
+            && self.opts.exact
+            && dt.is_float()
+            && reduced[rank - 1]
+            && matches!(op, ReduceOp::Sum | ReduceOp::Prod)
+        {
+            return Ok(None);
         }
-        // A comparison of `dt` operands vectorizes into a lane mask when
-        // it only feeds selects (as their predicate): bool lanes of another
-        // width never reach memory. Integer lanes up to 32 bits (SSE4.1 has
-        // no 64-bit lane compare).
+        // A comparison's lane mask (of `dt` operands) only feeds selects,
+        // as their predicate: bool lanes of another width never reach
+        // memory.
         let mask_only = |i: usize| {
             i != self.k.root
                 && self.k.nodes.iter().all(|u| match u {
@@ -677,8 +662,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     | ENode::Bitcast(..)) => !crate::fusion::enode_operands(u).contains(&i),
                 })
         };
-        // A load of another 32-bit type feeds conversions only (loaded as
-        // its own 4-lane vector; see `vector_convert`).
+        // A load of another type feeds conversions only (loaded as its own
+        // vector of the row's lane count, or converted as it is read; see
+        // `vector_load`).
         let converted_only = |i: usize| {
             i != self.k.root
                 && self.k.stash.as_ref().is_none_or(|st| st.node != i)
@@ -695,87 +681,63 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     | ENode::Bitcast(..)) => !crate::fusion::enode_operands(u).contains(&i),
                 })
         };
-        for (i, n) in self.k.nodes.iter().enumerate() {
-            if let ENode::Compare(_, _, _, d) = n {
-                let lanes_cmp = float || dt.size() <= 4 || has_sse42();
-                if *d != dt || !lanes_cmp || !mask_only(i) {
-                    return None;
+        // Every value has the row's type but these, and loads walk the row
+        // contiguously or not at all (hoisted and splat).
+        for (i, node) in self.k.nodes.iter().enumerate() {
+            let ok = match node {
+                ENode::Load { dtype, strides, .. } => {
+                    matches!(strides[rank - 1], 0 | 1) && (*dtype == dt || converted_only(i))
                 }
-                continue;
-            }
-            if let ENode::Convert(x, from, to) = n {
-                if *to != dt || self.dtype_of(*x) != *from || !vector_convert(*from, *to) {
-                    return None;
-                }
-                continue;
-            }
-            if let ENode::Load { dtype, strides, .. } = n
-                && *dtype != dt
-            {
-                if !vector_convert(*dtype, dt)
-                    || !matches!(strides[rank - 1], 0 | 1)
-                    || !converted_only(i)
-                {
-                    return None;
-                }
-                continue;
-            }
-            if let ENode::Select(p, _, _, _) = n
-                && !matches!(self.k.nodes[*p], ENode::Compare(..))
-            {
-                return None;
-            }
-            let ok = n.dtype() == dt
-                && match n {
-                    ENode::Load { strides, .. } => matches!(strides[rank - 1], 0 | 1),
-                    ENode::Const(_) => true,
-                    ENode::Unary(u, _, _) => match u {
-                        UnaryOp::Neg => true,
-                        UnaryOp::Sign => float,
-                        UnaryOp::Square => float || int_mul,
-                        // pabsb/w/d; unsigned abs is the identity.
-                        UnaryOp::Abs => float || dt.size() <= 4 || !dt.is_signed_int() || wide64,
-                        UnaryOp::Sqrt
-                        | UnaryOp::Floor
-                        | UnaryOp::Ceil
-                        | UnaryOp::Round
-                        | UnaryOp::Reciprocal
-                        | UnaryOp::Rsqrt => float,
-                        UnaryOp::Exp | UnaryOp::Logistic => float && !exact,
-                        UnaryOp::Tanh | UnaryOp::Log | UnaryOp::Expm1 | UnaryOp::Log1p => {
-                            float && !exact
-                        }
-                        UnaryOp::Sin | UnaryOp::Cos => float && !exact,
-                        UnaryOp::Erf => float && !exact,
-                        UnaryOp::Not | UnaryOp::IsFinite => false,
-                    },
-                    ENode::Binary(b, _, _, _) => match b {
-                        BinaryOp::Add | BinaryOp::Sub => true,
-                        BinaryOp::Mul => float || int_mul,
-                        BinaryOp::Div => float,
-                        BinaryOp::Pow => {
-                            (dt == DType::F32 || (dt == DType::F64 && has_fma())) && !exact
-                        }
-                        BinaryOp::Max | BinaryOp::Min => min_max,
-                        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => !float,
-                        // Cranelift's vector shifts take one amount for
-                        // every lane; per-lane amounts stay scalar.
-                        BinaryOp::ShiftLeft
-                        | BinaryOp::ShiftRightLogical
-                        | BinaryOp::ShiftRightArithmetic => false,
-                        BinaryOp::Rem => false,
-                    },
-                    ENode::Clamp(..) => float,
-                    ENode::Select(..) => true,
-                    // Its operand's lanes are of another type (the lane
-                    // count would differ for no gain); scalar code.
-                    ENode::Bitcast(..) => false,
-                    ENode::Iota { .. } | ENode::Compare(..) | ENode::Convert(..) => false,
-                };
+                ENode::Compare(_, _, _, d) => *d == dt && mask_only(i),
+                ENode::Convert(x, from, to) => *to == dt && self.dtype_of(*x) == *from,
+                ENode::Const(_)
+                | ENode::Iota { .. }
+                | ENode::Unary(..)
+                | ENode::Binary(..)
+                | ENode::Select(..)
+                | ENode::Clamp(..)
+                | ENode::Bitcast(..) => node.dtype() == dt,
+            };
             if !ok {
-                return None;
+                return Ok(None);
             }
         }
-        Some(vt)
+        match self.dry_run(vt) {
+            Ok(()) => Ok(Some(vt)),
+            Err(LowerError::NoVectorForm) => Ok(None),
+            Err(LowerError::Failed(e)) => Err(e),
+        }
+    }
+
+    /// Lowers the kernel's nodes in `Mode::Vector(vt)`, and a reduction's
+    /// fold on them, into a scratch function (accessors at placeholder
+    /// positions, runtime calls to stand-ins): `NoVectorForm` where a
+    /// lowering has no vector code for a node. Nothing reaches the module
+    /// or the kernel's function.
+    fn dry_run(&self, vt: Type) -> Lowered<()> {
+        let call_conv = match &self.imports {
+            Imports::Module(m, _) => m.isa().default_call_conv(),
+            Imports::DryRun(call_conv) => *call_conv,
+        };
+        let mut func = Function::new();
+        let mut ctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut func, &mut ctx);
+        let block = b.create_block();
+        b.switch_to_block(block);
+        let imports = Imports::DryRun(call_conv);
+        let mut g =
+            KernelGen::with_imports(&mut b, imports, self.plan, self.k, self.opts, self.ptr);
+        for (key, ..) in self.accessors() {
+            let var = g.b.declare_var(g.ptr);
+            let placeholder = g.b.ins().iconst(g.ptr, 0);
+            g.b.def_var(var, placeholder);
+            g.pos.insert(key, var);
+        }
+        let vals = g.eval(Mode::Vector(vt))?;
+        if let KernelKind::Reduce { op, .. } = &self.k.kind {
+            let root = vals[self.k.root].s();
+            g.reduce_op(*op, root, root, Mode::Vector(vt))?;
+        }
+        Ok(())
     }
 }

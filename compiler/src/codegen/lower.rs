@@ -11,8 +11,8 @@ use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, Result, Scalar, UnaryOp};
 use crate::fusion::ENode;
 use crate::rt::RtFn;
 
-use super::target::{has_fma, vec_ty};
-use super::{KernelGen, Mode, OUT, V, comp_ty, trusted, unaligned};
+use super::target::{has_fma, has_iabs, has_icmp, has_iminmax, has_imul, vec_ty};
+use super::{KernelGen, LowerError, Lowered, Mode, OUT, V, comp_ty, needs, trusted, unaligned};
 
 impl<'a, 'b> KernelGen<'a, 'b> {
     /// An integer constant of `ty`, given as the two's-complement value
@@ -163,10 +163,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     }
 
     /// A vector of `vt`'s lane count loaded from `p + off` as `dtype`
-    /// elements: that type's vector, or for the float widths the elements
-    /// converted as they are read (f32 → f64: two f32 and `cvtps2pd`;
-    /// f64 → f32: two f64 vectors, `cvtpd2ps` each, halves joined).
-    fn vector_load(&mut self, dtype: DType, vt: Type, p: Value, off: i32) -> Value {
+    /// elements: that type's vector (another type's feeds conversions
+    /// only), or for the float widths the elements converted as they are
+    /// read (f32 → f64: two f32 and `cvtps2pd`; f64 → f32: two f64
+    /// vectors, `cvtpd2ps` each, halves joined). No vector form for other
+    /// lane counts.
+    fn vector_load(&mut self, dtype: DType, vt: Type, p: Value, off: i32) -> Lowered<Value> {
         // (Bitcasts between lane counts name the byte order.)
         let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
         match (dtype, vt) {
@@ -174,7 +176,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let w = self.b.ins().load(types::I64, unaligned(), p, off);
                 let v = self.b.ins().scalar_to_vector(types::I64X2, w);
                 let v = self.b.ins().bitcast(types::F32X4, flags, v);
-                self.b.ins().fvpromote_low(v)
+                Ok(self.b.ins().fvpromote_low(v))
             }
             (DType::F64, types::F32X4) => {
                 let a = self.b.ins().load(types::F64X2, unaligned(), p, off);
@@ -185,17 +187,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let b = self.b.ins().bitcast(types::I64X2, flags, b);
                 let hi = self.b.ins().extractlane(b, 0);
                 let v = self.b.ins().insertlane(a, hi, 1);
-                self.b.ins().bitcast(types::F32X4, flags, v)
+                Ok(self.b.ins().bitcast(types::F32X4, flags, v))
             }
-            _ => {
-                let lt = vec_ty(dtype).unwrap_or(vt);
-                self.b.ins().load(lt, unaligned(), p, off)
-            }
+            _ => match vec_ty(dtype) {
+                Some(lt) if lt.lane_count() == vt.lane_count() => {
+                    Ok(self.b.ins().load(lt, unaligned(), p, off))
+                }
+                Some(_) | None => Err(LowerError::NoVectorForm),
+            },
         }
     }
 
-    /// Evaluates every node of the kernel at the current position.
-    pub(super) fn eval(&mut self, mode: Mode) -> Result<Vec<V>> {
+    /// Evaluates every node of the kernel at the current position. In
+    /// `Mode::Vector`, a node whose lowering has no vector code for its
+    /// form is `LowerError::NoVectorForm` (what `vector_type` asks).
+    pub(super) fn eval(&mut self, mode: Mode) -> Lowered<Vec<V>> {
         let nodes = self.k.nodes.clone();
         let mut vals: Vec<V> = Vec::with_capacity(nodes.len());
         let mut unused = None;
@@ -222,7 +228,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                             let p = self.b.use_var(self.pos[&i]);
                             let off = (self.load_off * dtype.size() as i64) as i32;
                             // Another type's load only feeds conversions.
-                            V::S(self.vector_load(*dtype, vt, p, off))
+                            V::S(self.vector_load(*dtype, vt, p, off)?)
                         }
                     },
                     Mode::Scalar => match self.regs.get(slot) {
@@ -234,10 +240,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     },
                 },
                 ENode::Const(l) => self.const_value(l, mode),
-                ENode::Iota { dtype, .. } => {
-                    let p = self.b.use_var(self.pos[&i]);
-                    self.convert(V::S(p), DType::I64, *dtype)?
-                }
+                ENode::Iota { dtype, .. } => match mode {
+                    // Its value is the element's position: scalar code.
+                    Mode::Vector(_) => return Err(LowerError::NoVectorForm),
+                    Mode::Scalar => {
+                        let p = self.b.use_var(self.pos[&i]);
+                        self.convert(V::S(p), DType::I64, *dtype)?
+                    }
+                },
                 ENode::Unary(u, x, d) => {
                     let r = self.unary(*u, vals[*x], self.dtype_of(*x), mode)?;
                     self.round_if_half(*d, r)?
@@ -246,7 +256,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     let r = self.binary(*op, vals[*x], vals[*y], *d, mode)?;
                     self.round_if_half(*d, r)?
                 }
-                ENode::Compare(c, x, y, d) => self.compare(*c, vals[*x], vals[*y], *d),
+                ENode::Compare(c, x, y, d) => self.compare(*c, vals[*x], vals[*y], *d)?,
                 ENode::Select(p, x, y, _) => match (vals[*x], vals[*y]) {
                     (V::C(a, b), V::C(c, e)) => {
                         let pv = vals[*p].s();
@@ -255,8 +265,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     (a, c) => {
                         let pv = vals[*p].s();
                         V::S(match mode {
-                            // A lane mask from a vector comparison.
-                            Mode::Vector(vt) => self.sel(pv, a.s(), c.s(), vt),
+                            // A lane mask from a vector comparison; other
+                            // bool values have no lanes of the row's width.
+                            Mode::Vector(vt) => match nodes[*p] {
+                                ENode::Compare(..) => self.sel(pv, a.s(), c.s(), vt),
+                                ENode::Load { .. }
+                                | ENode::Const(_)
+                                | ENode::Iota { .. }
+                                | ENode::Unary(..)
+                                | ENode::Binary(..)
+                                | ENode::Select(..)
+                                | ENode::Clamp(..)
+                                | ENode::Convert(..)
+                                | ENode::Bitcast(..) => return Err(LowerError::NoVectorForm),
+                            },
                             Mode::Scalar => self.b.ins().select(pv, a.s(), c.s()),
                         })
                     }
@@ -268,6 +290,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         let r = self.b.ins().fmin(m, hi);
                         let ty = self.b.func.dfg.value_type(r);
                         self.canonical_nan(r, ty)
+                    } else if let Mode::Vector(_) = mode {
+                        // Integer clamps stay scalar (no vector form yet).
+                        return Err(LowerError::NoVectorForm);
                     } else if d.is_signed_int() {
                         let m = self.b.ins().smax(x, lo);
                         self.b.ins().smin(m, hi)
@@ -277,7 +302,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     })
                 }
                 ENode::Convert(x, from, to) => self.convert(vals[*x], *from, *to)?,
-                ENode::Bitcast(x, from, to) => self.bitcast(vals[*x], *from, *to)?,
+                ENode::Bitcast(x, from, to) => self.bitcast(vals[*x], *from, *to, mode)?,
             };
             vals.push(v);
         }
@@ -291,18 +316,26 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         })
     }
 
-    fn unary(&mut self, u: UnaryOp, x: V, xd: DType, mode: Mode) -> Result<V> {
+    /// `u(x)`; in `Mode::Vector`, no vector form for integer `sign` and
+    /// `not`, `is_finite`, the approximated functions in exact mode, and
+    /// integer `abs`/`square` on lanes without the instruction.
+    fn unary(&mut self, u: UnaryOp, x: V, xd: DType, mode: Mode) -> Lowered<V> {
         if let V::C(re, im) = x {
-            return self.complex_unary(u, re, im, xd);
+            return Ok(self.complex_unary(u, re, im, xd)?);
         }
         let x = x.s();
         let ty = self.b.func.dfg.value_type(x);
         let is_float = xd.is_float();
+        let vector = matches!(mode, Mode::Vector(_));
         Ok(V::S(match u {
             UnaryOp::Neg if is_float => self.b.ins().fneg(x),
             UnaryOp::Neg => self.b.ins().ineg(x),
             UnaryOp::Abs if is_float => self.b.ins().fabs(x),
-            UnaryOp::Abs if xd.is_signed_int() => self.b.ins().iabs(x),
+            UnaryOp::Abs if xd.is_signed_int() => {
+                needs(has_iabs(ty))?;
+                self.b.ins().iabs(x)
+            }
+            // Unsigned: the identity.
             UnaryOp::Abs => x,
             UnaryOp::Sign if is_float && ty.is_vector() => {
                 // copysign(1, x) by bits (1.0's sign bit is clear), NaN and
@@ -323,6 +356,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let keep = self.b.ins().fcmp(FloatCC::UnorderedOrEqual, x, zero);
                 self.b.ins().select(keep, x, s)
             }
+            // Selects on comparisons: scalar code.
+            UnaryOp::Sign if vector => return Err(LowerError::NoVectorForm),
             UnaryOp::Sign => {
                 let zero = self.ic(ty, 0);
                 let one = self.ic(ty, 1);
@@ -351,12 +386,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.b.ins().fdiv(one, x)
             }
             UnaryOp::Square if is_float => self.b.ins().fmul(x, x),
-            UnaryOp::Square => self.b.ins().imul(x, x),
+            UnaryOp::Square => {
+                needs(has_imul(ty))?;
+                self.b.ins().imul(x, x)
+            }
+            // A bool result: no lanes of the row's width.
+            UnaryOp::IsFinite if vector => return Err(LowerError::NoVectorForm),
             UnaryOp::IsFinite => {
                 let a = self.b.ins().fabs(x);
                 let inf = self.splat_f(ty, f64::INFINITY);
                 self.b.ins().fcmp(FloatCC::LessThan, a, inf)
             }
+            // Bool has no vector type; integer `not` stays scalar (no
+            // vector form yet, though `bnot` takes lanes).
+            UnaryOp::Not if vector => return Err(LowerError::NoVectorForm),
             UnaryOp::Not if xd == DType::Bool => self.b.ins().bxor_imm_u(x, 1),
             UnaryOp::Not => self.b.ins().bnot(x),
             UnaryOp::Exp if ty.lane_type() == types::F32 && !self.opts.exact => self.exp_f32(x, ty),
@@ -385,11 +428,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             | UnaryOp::Sin
             | UnaryOp::Cos
             | UnaryOp::Erf => {
-                if matches!(mode, Mode::Vector(_)) {
-                    return Err(Error::internal(format!(
-                        "{} cannot be vectorized",
-                        u.name()
-                    )));
+                // A libm call per element.
+                if vector {
+                    return Err(LowerError::NoVectorForm);
                 }
                 let code = self.b.ins().iconst(types::I32, u as i64);
                 let libm = if ty == types::F32 {
@@ -511,14 +552,19 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         V::C(self.b.ins().fsub(ac, bd), self.b.ins().fadd(ad, bc))
     }
 
-    fn binary(&mut self, op: BinaryOp, x: V, y: V, d: DType, mode: Mode) -> Result<V> {
+    /// `op(x, y)` of dtype `d`; in `Mode::Vector`, no vector form for
+    /// shifts, integer division and `rem`, `rem`, `pow` but the inline
+    /// approximations, and integer `*`, `max`, `min` on lanes without the
+    /// instruction.
+    pub(super) fn binary(&mut self, op: BinaryOp, x: V, y: V, d: DType, mode: Mode) -> Lowered<V> {
         if let (V::C(a, b), V::C(c, e)) = (x, y) {
-            return self.complex_binary(op, a, b, c, e, d);
+            return Ok(self.complex_binary(op, a, b, c, e, d)?);
         }
         let (x, y) = (x.s(), y.s());
         let ty = self.b.func.dfg.value_type(x);
         let f = d.is_float();
         let s = d.is_signed_int();
+        let vector = matches!(mode, Mode::Vector(_));
         Ok(V::S(match op {
             BinaryOp::Add if f => self.b.ins().fadd(x, y),
             BinaryOp::Sub if f => self.b.ins().fsub(x, y),
@@ -534,7 +580,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             }
             BinaryOp::Add => self.b.ins().iadd(x, y),
             BinaryOp::Sub => self.b.ins().isub(x, y),
-            BinaryOp::Mul => self.b.ins().imul(x, y),
+            BinaryOp::Mul => {
+                needs(has_imul(ty))?;
+                self.b.ins().imul(x, y)
+            }
+            BinaryOp::Max | BinaryOp::Min if !has_iminmax(ty) => {
+                return Err(LowerError::NoVectorForm);
+            }
             BinaryOp::Max if s => self.b.ins().smax(x, y),
             BinaryOp::Max => self.b.ins().umax(x, y),
             BinaryOp::Min if s => self.b.ins().smin(x, y),
@@ -542,11 +594,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             BinaryOp::And => self.b.ins().band(x, y),
             BinaryOp::Or => self.b.ins().bor(x, y),
             BinaryOp::Xor => self.b.ins().bxor(x, y),
+            // Cranelift's vector shifts take one amount for every lane; the
+            // amount here is per element.
             BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical | BinaryOp::ShiftRightArithmetic
-                if !f && !ty.is_vector() =>
+                if !f && vector =>
+            {
+                return Err(LowerError::NoVectorForm);
+            }
+            BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical | BinaryOp::ShiftRightArithmetic
+                if !f =>
             {
                 self.shift(op, x, y, ty)
             }
+            // Selects on the divisor and a divide per element: scalar code.
+            BinaryOp::Div | BinaryOp::Rem if !f && vector => return Err(LowerError::NoVectorForm),
             BinaryOp::Div | BinaryOp::Rem if !f => {
                 self.int_divrem(op == BinaryOp::Div, s, x, y, ty)
             }
@@ -557,8 +618,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.pow_f64(x, y, ty)
             }
             BinaryOp::Rem | BinaryOp::Pow if f => {
-                if matches!(mode, Mode::Vector(_)) {
-                    return Err(Error::internal("rem/pow cannot be vectorized"));
+                // A libm call per element.
+                if vector {
+                    return Err(LowerError::NoVectorForm);
                 }
                 let code = self.b.ins().iconst(types::I32, op as i64);
                 let libm = if ty == types::F32 {
@@ -568,6 +630,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 };
                 self.call(libm, &[code, x, y])?[0]
             }
+            // A runtime call per element.
+            BinaryOp::Pow if vector => return Err(LowerError::NoVectorForm),
             BinaryOp::Pow => {
                 let pow = match d {
                     DType::I8 => RtFn::PowI8,
@@ -588,7 +652,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     | DType::String => {
                         return Err(Error::internal(format!(
                             "integer pow on {d} reached code generation"
-                        )));
+                        ))
+                        .into());
                     }
                 };
                 self.call(pow, &[x, y])?[0]
@@ -601,7 +666,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 return Err(Error::internal(format!(
                     "{} on {d} reached code generation",
                     op.name()
-                )));
+                ))
+                .into());
             }
         }))
     }
@@ -708,19 +774,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         })
     }
 
-    fn compare(&mut self, c: CmpOp, x: V, y: V, d: DType) -> V {
+    /// `x c y` of `d` operands: a bool, or on vectors a lane mask; no
+    /// vector form for integer lanes without the compare.
+    fn compare(&mut self, c: CmpOp, x: V, y: V, d: DType) -> Lowered<V> {
         if let (V::C(a, b), V::C(p, q)) = (x, y) {
             let r = self.b.ins().fcmp(FloatCC::Equal, a, p);
             let i = self.b.ins().fcmp(FloatCC::Equal, b, q);
             let eq = self.b.ins().band(r, i);
-            return V::S(if c == CmpOp::Eq {
+            return Ok(V::S(if c == CmpOp::Eq {
                 eq
             } else {
                 self.b.ins().bxor_imm_u(eq, 1)
-            });
+            }));
         }
         let (x, y) = (x.s(), y.s());
-        if d.is_float() {
+        Ok(if d.is_float() {
             let cc = match c {
                 CmpOp::Eq => FloatCC::Equal,
                 CmpOp::Ne => FloatCC::NotEqual,
@@ -731,6 +799,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             };
             V::S(self.b.ins().fcmp(cc, x, y))
         } else {
+            needs(has_icmp(self.b.func.dfg.value_type(x)))?;
             let s = d.is_signed_int();
             let cc = match c {
                 CmpOp::Eq => IntCC::Equal,
@@ -745,13 +814,18 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
             };
             V::S(self.b.ins().icmp(cc, x, y))
-        }
+        })
     }
 
     /// Reads `x`'s bits as `to` (same size; halves never reach here, see
     /// `fusion::fusible`). Integers of one width share a Cranelift type, so
     /// between them (and from a complex type to itself) nothing is emitted.
-    fn bitcast(&mut self, x: V, from: DType, to: DType) -> Result<V> {
+    /// No vector form: the operand's lanes are of another type (the lane
+    /// count would differ for no gain).
+    fn bitcast(&mut self, x: V, from: DType, to: DType, mode: Mode) -> Lowered<V> {
+        if let Mode::Vector(_) = mode {
+            return Err(LowerError::NoVectorForm);
+        }
         let tt = comp_ty(to);
         match x {
             _ if from == to => Ok(x),
@@ -764,12 +838,18 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             }
             V::S(_) | V::C(..) => Err(Error::internal(format!(
                 "a bitcast_convert from {from} to {to} reached code generation"
-            ))),
+            ))
+            .into()),
         }
     }
 
-    /// Casts with the interpreter's rules (see `docs/ir.md`).
-    pub(super) fn convert(&mut self, x: V, from: DType, to: DType) -> Result<V> {
+    /// Casts with the interpreter's rules (see `docs/ir.md`). On vectors:
+    /// between f32 and 32-bit integers (`cvtdq2ps`, `cvttps2dq` with
+    /// Cranelift's saturation: NaN → 0, out of range → the nearest bound,
+    /// as the scalar code's saturating conversion and clamp), between i32
+    /// and u32 (the same bits), and between f32 and f64 (converted by the
+    /// load, `vector_load`); no vector form for the others.
+    pub(super) fn convert(&mut self, x: V, from: DType, to: DType) -> Lowered<V> {
         if from == to {
             return Ok(x);
         }
@@ -804,7 +884,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         let xt = self.b.func.dfg.value_type(x);
         if xt.is_vector() {
-            // Only what `vector_convert` allows reaches here in vector mode.
             return Ok(V::S(match (from, to) {
                 (DType::I32, DType::F32) => self.b.ins().fcvt_from_sint(types::F32X4, x),
                 (DType::U32, DType::F32) => self.b.ins().fcvt_from_uint(types::F32X4, x),
@@ -813,11 +892,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 (DType::I32 | DType::U32, DType::I32 | DType::U32) => x,
                 // Converted by the load (`vector_load`).
                 (DType::F32, DType::F64) | (DType::F64, DType::F32) => x,
-                _ => {
-                    return Err(Error::internal(format!(
-                        "a vector conversion from {from} to {to}"
-                    )));
-                }
+                _ => return Err(LowerError::NoVectorForm),
             }));
         }
         let tt = comp_ty(to);

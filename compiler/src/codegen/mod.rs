@@ -10,15 +10,20 @@
 //! `driver` builds the module and `main`; a kernel is its loop nest
 //! (`loops`), its reduction (`reduce`), its wide rows (`wide_rows`) and
 //! its nodes lowered one by one (`lower`, with the approximations of
-//! `math`); `target` says what the host has, `cost` what a kernel costs.
+//! `math`; a lowering also says which forms have vector code, by refusing
+//! the others); `target` says what the host has, `cost` what a kernel
+//! costs.
 
 use std::collections::HashMap;
 
-use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
+use cranelift_codegen::ir::{
+    ExtFuncData, ExternalName, InstBuilder, MemFlagsData, Type, Value, types,
+};
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::Module;
-use tensorlift_ir::{DType, Result};
+use tensorlift_ir::{DType, Error, Result};
 
 use crate::fusion::{ENode, Kernel, Plan, SlotId};
 use crate::rt::RtFn;
@@ -120,10 +125,61 @@ enum Mode {
     Vector(Type),
 }
 
+/// Why a node was not lowered.
+#[derive(Debug)]
+enum LowerError {
+    /// In `Mode::Vector`: the lowering has no vector code for this form
+    /// (op, dtype, options, host features). `vector_type` finds out by a
+    /// dry run of the lowering and leaves such a row scalar.
+    NoVectorForm,
+    /// Any other failure.
+    Failed(Error),
+}
+
+/// A lowering's result.
+type Lowered<T> = std::result::Result<T, LowerError>;
+
+impl From<Error> for LowerError {
+    fn from(e: Error) -> Self {
+        LowerError::Failed(e)
+    }
+}
+
+impl From<LowerError> for Error {
+    fn from(e: LowerError) -> Self {
+        match e {
+            // `vector_type` ran the same lowering before choosing vectors.
+            LowerError::NoVectorForm => {
+                Error::internal("a node without a vector form in a vectorized row")
+            }
+            LowerError::Failed(e) => e,
+        }
+    }
+}
+
+/// `Ok(())` where `has`, else `NoVectorForm`: for a lowering arm whose
+/// instruction exists for some lane types only (`target::has_imul` and the
+/// like, true for scalars).
+fn needs(has: bool) -> Lowered<()> {
+    if has {
+        Ok(())
+    } else {
+        Err(LowerError::NoVectorForm)
+    }
+}
+
+/// Where a kernel's calls of runtime functions go.
+enum Imports<'a> {
+    /// The module: each function declared as an import on first use.
+    Module(&'a mut JITModule, &'a mut Helpers),
+    /// Nowhere (`vector_type`'s dry run): a stand-in of the same signature,
+    /// so that the module declares nothing the kernel does not call.
+    DryRun(CallConv),
+}
+
 struct KernelGen<'a, 'b> {
     b: &'a mut FunctionBuilder<'b>,
-    m: &'a mut JITModule,
-    helpers: &'a mut Helpers,
+    imports: Imports<'a>,
     plan: &'a Plan,
     k: &'a Kernel,
     opts: &'a JitOptions,
@@ -173,10 +229,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         opts: &'a JitOptions,
         ptr: Type,
     ) -> Self {
+        KernelGen::with_imports(b, Imports::Module(m, helpers), plan, k, opts, ptr)
+    }
+
+    fn with_imports(
+        b: &'a mut FunctionBuilder<'b>,
+        imports: Imports<'a>,
+        plan: &'a Plan,
+        k: &'a Kernel,
+        opts: &'a JitOptions,
+        ptr: Type,
+    ) -> Self {
         KernelGen {
             b,
-            m,
-            helpers,
+            imports,
             plan,
             k,
             opts,
@@ -197,8 +263,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let fref = match self.frefs.get(&f) {
             Some(r) => *r,
             None => {
-                let id = self.helpers.get(self.m, f)?;
-                let r = self.m.declare_func_in_func(id, self.b.func);
+                let r = match &mut self.imports {
+                    Imports::Module(m, helpers) => {
+                        let id = helpers.get(m, f)?;
+                        m.declare_func_in_func(id, self.b.func)
+                    }
+                    Imports::DryRun(call_conv) => {
+                        let signature = self.b.import_signature(f.signature(*call_conv));
+                        self.b.import_function(ExtFuncData {
+                            name: ExternalName::testcase(f.name()),
+                            signature,
+                            colocated: false,
+                            patchable: false,
+                        })
+                    }
+                };
                 self.frefs.insert(f, r);
                 r
             }

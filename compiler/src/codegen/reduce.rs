@@ -5,12 +5,12 @@
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
 use cranelift_frontend::Variable;
-use tensorlift_ir::{ReduceOp, Result};
+use tensorlift_ir::{BinaryOp, ReduceOp, Result};
 
 use crate::fusion::KernelKind;
 
 use super::target::math_int_ty;
-use super::{KernelGen, comp_ty, trusted};
+use super::{KernelGen, Lowered, Mode, V, comp_ty, trusted};
 
 impl<'a, 'b> KernelGen<'a, 'b> {
     /// `Some(true)` for a float max reduction, `Some(false)` for a float
@@ -141,30 +141,25 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         })
     }
 
-    pub(super) fn reduce_op(&mut self, op: ReduceOp, a: Value, x: Value) -> Value {
+    /// One step of the reduction, `op(a, x)`: the binary op it folds with,
+    /// lowered as that op (so its vector forms are the binary op's).
+    pub(super) fn reduce_op(
+        &mut self,
+        op: ReduceOp,
+        a: Value,
+        x: Value,
+        mode: Mode,
+    ) -> Lowered<Value> {
+        let fold = match op {
+            ReduceOp::Sum => BinaryOp::Add,
+            ReduceOp::Prod => BinaryOp::Mul,
+            ReduceOp::Max => BinaryOp::Max,
+            ReduceOp::Min => BinaryOp::Min,
+            ReduceOp::And => BinaryOp::And,
+            ReduceOp::Or => BinaryOp::Or,
+        };
         let d = self.out_dtype();
-        if d.is_float() && matches!(op, ReduceOp::Max | ReduceOp::Min) {
-            let r = if op == ReduceOp::Max {
-                self.b.ins().fmax(a, x)
-            } else {
-                self.b.ins().fmin(a, x)
-            };
-            let ty = self.b.func.dfg.value_type(r);
-            return self.canonical_nan(r, ty);
-        }
-        let ins = self.b.ins();
-        match op {
-            ReduceOp::Sum if d.is_float() => ins.fadd(a, x),
-            ReduceOp::Prod if d.is_float() => ins.fmul(a, x),
-            ReduceOp::Sum => ins.iadd(a, x),
-            ReduceOp::Prod => ins.imul(a, x),
-            ReduceOp::Max if d.is_signed_int() => ins.smax(a, x),
-            ReduceOp::Max => ins.umax(a, x),
-            ReduceOp::Min if d.is_signed_int() => ins.smin(a, x),
-            ReduceOp::Min => ins.umin(a, x),
-            ReduceOp::And => ins.band(a, x),
-            ReduceOp::Or => ins.bor(a, x),
-        }
+        Ok(self.binary(fold, V::S(a), V::S(x), d, mode)?.s())
     }
 
     /// Writes the reduction's identity into every output element this call

@@ -4,6 +4,8 @@
 use cranelift_codegen::ir::{Type, types};
 use tensorlift_ir::DType;
 
+use crate::wide;
+
 /// Whether the host has FMA3: the inline approximations then evaluate their
 /// polynomials with fused multiply-adds (Cranelift lowers `fma` natively
 /// only then; without it, to a libm call per lane). Graph ops themselves
@@ -20,7 +22,7 @@ pub(super) fn has_fma() -> bool {
 }
 
 /// Whether the host has SSE4.2 (`pcmpgtq`: 64-bit lane comparisons).
-pub(super) fn has_sse42() -> bool {
+fn has_sse42() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("sse4.2")
@@ -41,6 +43,38 @@ pub(super) fn has_sse41() -> bool {
     {
         true
     }
+}
+
+/// Whether `imul` has an instruction for `ty`: scalars, 16- and 32-bit
+/// lanes (SSE4.1's `pmullw`/`pmulld`), 64-bit lanes with AVX-512DQ
+/// (`vpmullq`; Cranelift's `pmuludq` sequence otherwise, not used). 8-bit
+/// lanes have no multiply anywhere.
+pub(super) fn has_imul(ty: Type) -> bool {
+    !ty.is_vector()
+        || match ty.lane_bits() {
+            16 | 32 => true,
+            64 => wide::has_avx512(),
+            _ => false,
+        }
+}
+
+/// Whether integer `smax`/`umax`/`smin`/`umin` have an instruction for
+/// `ty`: scalars, lanes up to 32 bits (SSE4.1's `pmaxsb`…`pminud`),
+/// 64-bit lanes with AVX-512VL (`vpmaxsq`…`vpminuq`).
+pub(super) fn has_iminmax(ty: Type) -> bool {
+    !ty.is_vector() || ty.lane_bits() <= 32 || wide::has_avx512()
+}
+
+/// Whether `iabs` has an instruction for `ty`: scalars, lanes up to 32
+/// bits (`pabsb/w/d`), 64-bit lanes with AVX-512VL (`vpabsq`).
+pub(super) fn has_iabs(ty: Type) -> bool {
+    !ty.is_vector() || ty.lane_bits() <= 32 || wide::has_avx512()
+}
+
+/// Whether `icmp` has an instruction for `ty`: scalars, lanes up to 32
+/// bits, 64-bit lanes with SSE4.2 (`pcmpgtq`).
+pub(super) fn has_icmp(ty: Type) -> bool {
+    !ty.is_vector() || ty.lane_bits() <= 32 || has_sse42()
 }
 
 /// The 128-bit vector type for a dtype's lanes (bool and halves have

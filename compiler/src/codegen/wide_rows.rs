@@ -417,7 +417,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 RowOp::Max => ReduceOp::Max,
                 RowOp::Map(_) | RowOp::Div | RowOp::Dot(_) => ReduceOp::Sum,
             };
-            let v = self.reduce_op(fold, cur, r);
+            let v = self.reduce_op(fold, cur, r, Mode::Scalar)?;
             self.b.def_var(a, v);
         }
         Ok(())
@@ -426,11 +426,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// The row dot product this kernel is (see `fused_row`), if any: its
     /// rows then run as calls of `tl_wide_dot_*` (`emit_dot_rows`) instead
     /// of the loop nest's innermost two loops.
-    pub(super) fn dot_row(&self) -> Option<FusedRow> {
-        let n = *self.k.dims.last()?;
-        let vt = self.vector_type(n)?;
-        self.fused_row(vt, n)
-            .filter(|fr| matches!(fr.op, RowOp::Dot(_)))
+    pub(super) fn dot_row(&self) -> Result<Option<FusedRow>> {
+        let Some(&n) = self.k.dims.last() else {
+            return Ok(None);
+        };
+        let Some(vt) = self.vector_type(n)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .fused_row(vt, n)
+            .filter(|fr| matches!(fr.op, RowOp::Dot(_))))
     }
 
     /// The rows of a row dot product at the outer indices `outer`: one
