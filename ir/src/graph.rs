@@ -433,36 +433,13 @@ impl Graph {
 
     /// True when a callback node here or in a region calls target `name`.
     pub fn calls(&self, name: &str) -> bool {
-        self.nodes.iter().any(|n| match &n.op {
-            Op::Callback(c) => c.target == name,
-            op @ (Op::Parameter { .. }
-            | Op::Constant(_)
-            | Op::Iota { .. }
-            | Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Compare(_)
-            | Op::Select
-            | Op::Clamp
-            | Op::Convert(_)
-            | Op::BroadcastInDim { .. }
-            | Op::Reshape(_)
-            | Op::Transpose(_)
-            | Op::Slice { .. }
-            | Op::Concatenate { .. }
-            | Op::Pad { .. }
-            | Op::Reverse(_)
-            | Op::Reduce { .. }
-            | Op::ArgMax { .. }
-            | Op::ArgMin { .. }
-            | Op::DotGeneral(_)
-            | Op::Take { .. }
-            | Op::DynamicSlice { .. }
-            | Op::DynamicUpdateSlice
-            | Op::Scatter { .. }
-            | Op::BitcastConvert(_)
-            | Op::Dynamic(_)
-            | Op::While { .. }
-            | Op::Case { .. }) => op.regions().iter().any(|r| r.graph().calls(name)),
+        self.nodes.iter().any(|n| {
+            if let Op::Callback(c) = &n.op {
+                c.target == name
+            } else {
+                // Any other op calls `name` only through its regions.
+                n.op.regions().iter().any(|r| r.graph().calls(name))
+            }
         })
     }
 
