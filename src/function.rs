@@ -190,6 +190,26 @@ struct Config {
     jit: bool,
     jit_options: JitOptions,
     site: Site,
+    /// Set for a function made by a transformation of another
+    /// ([`Function::grad`] and its kin): traced by transforming the other's
+    /// graph instead of calling `body`.
+    derive: Option<Arc<Derive>>,
+}
+
+/// Which transformation a derived function applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DeriveKind {
+    Grad,
+    ValueAndGrad,
+    Vjp,
+    Jvp,
+}
+
+/// A function derived from `base` by `kind`, with respect to `wrt`.
+struct Derive {
+    base: Function,
+    kind: DeriveKind,
+    wrt: Vec<usize>,
 }
 
 /// A concrete signature's executable, filled by its first compilation.
@@ -253,6 +273,7 @@ pub fn function<M, F: TraceBody<M>>(body: F) -> Function {
         jit: false,
         jit_options: JitOptions::default(),
         site: Site::caller(),
+        derive: None,
     })
 }
 
@@ -364,6 +385,9 @@ impl Function {
 
     fn trace(&self, types: &[TensorType]) -> Result<Graph, Error> {
         let cfg = &self.inner.cfg;
+        if let Some(d) = &cfg.derive {
+            return self.trace_derived(d, types);
+        }
         if let Some(n) = cfg.arity
             && n != types.len()
         {
@@ -401,6 +425,121 @@ impl Function {
         })?;
         drop(args);
         tracer.finish(outputs)
+    }
+
+    /// The graph of a derived function: the base's traced graph for the
+    /// inputs that are its own, transformed.
+    fn trace_derived(&self, d: &Derive, types: &[TensorType]) -> Result<Graph, Error> {
+        let cfg = &self.inner.cfg;
+        let base_inputs = match d.kind {
+            DeriveKind::Grad | DeriveKind::ValueAndGrad => types.len(),
+            DeriveKind::Jvp => types.len().checked_sub(d.wrt.len()).ok_or_else(|| {
+                Error::invalid(format!(
+                    "function '{}' takes the inputs of '{}' and then {} tangent(s), but {} input(s) were given",
+                    cfg.name,
+                    d.base.inner.cfg.name,
+                    d.wrt.len(),
+                    types.len()
+                ))
+            })?,
+            DeriveKind::Vjp => {
+                let base = &d.base.inner.cfg;
+                let n = base
+                    .arity
+                    .or_else(|| base.input_signature.as_ref().map(Vec::len));
+                n.ok_or_else(|| {
+                    Error::invalid(format!(
+                        "vjp of function '{}' needs its number of inputs: give it fixed arguments or an input_signature",
+                        base.name
+                    ))
+                })?
+            }
+        };
+        let base_types = types.get(..base_inputs).ok_or_else(|| {
+            Error::invalid(format!(
+                "function '{}' takes at least {base_inputs} input(s), but {} were given",
+                cfg.name,
+                types.len()
+            ))
+        })?;
+        let traced = d.base.concrete_for(base_types)?.traced.clone();
+        let params: Vec<TensorType> = (traced.params().iter())
+            .map(|p| traced.ty(*p).clone())
+            .collect();
+        let mut g = if params.iter().all(|t| t.shape.is_static()) {
+            traced
+        } else {
+            traced.specialize(base_types)?
+        };
+        g.name = cfg.name.clone();
+        use tensorlift_ir::autodiff;
+        let out = match d.kind {
+            DeriveKind::Grad => autodiff::grad(&g, &d.wrt, false),
+            DeriveKind::ValueAndGrad => autodiff::grad(&g, &d.wrt, true),
+            DeriveKind::Vjp => autodiff::vjp(&g, &d.wrt),
+            DeriveKind::Jvp => autodiff::jvp(&g, &d.wrt),
+        };
+        let mut out = out.map_err(|e| {
+            e.context(format!(
+                "differentiating function '{}' (defined at {})",
+                d.base.inner.cfg.name, d.base.inner.cfg.site
+            ))
+        })?;
+        out.name = cfg.name.clone();
+        Ok(out)
+    }
+
+    fn derived(&self, kind: DeriveKind, wrt: &[usize], suffix: &str) -> Function {
+        let base = &self.inner.cfg;
+        Function::from_config(Config {
+            name: format!("{}_{suffix}", base.name),
+            body: base.body.clone(),
+            arity: match kind {
+                DeriveKind::Grad | DeriveKind::ValueAndGrad => base.arity,
+                DeriveKind::Vjp | DeriveKind::Jvp => None,
+            },
+            input_signature: None,
+            jit: base.jit,
+            jit_options: base.jit_options,
+            site: base.site.clone(),
+            derive: Some(Arc::new(Derive {
+                base: self.clone(),
+                kind,
+                wrt: wrt.to_vec(),
+            })),
+        })
+    }
+
+    /// The gradient (`jax.grad`): a function of the same inputs returning
+    /// the gradient of this function's single output (a real floating
+    /// scalar) with respect to each input in `wrt`, in order. It is traced,
+    /// optimized and (with `jit_compile(true)`, inherited and changeable)
+    /// compiled like any other function; differentiate it again for
+    /// higher orders. Integer, bool and complex inputs cannot be in `wrt`.
+    /// See docs/autodiff.md for the rules' conventions.
+    pub fn grad(&self, wrt: &[usize]) -> Function {
+        self.derived(DeriveKind::Grad, wrt, "grad")
+    }
+
+    /// `jax.value_and_grad`: the output first, then the gradients.
+    pub fn value_and_grad(&self, wrt: &[usize]) -> Function {
+        self.derived(DeriveKind::ValueAndGrad, wrt, "value_and_grad")
+    }
+
+    /// Reverse mode (`jax.vjp`): a function of this function's inputs and
+    /// then one cotangent per real floating output (in output order),
+    /// returning the outputs and then the cotangent of each input in `wrt`
+    /// (`Jᵀ·ct`). This function needs a fixed number of inputs (an arity
+    /// or an input_signature).
+    pub fn vjp(&self, wrt: &[usize]) -> Function {
+        self.derived(DeriveKind::Vjp, wrt, "vjp")
+    }
+
+    /// Forward mode (`jax.jvp`): a function of this function's inputs and
+    /// then one tangent per input in `wrt`, returning the outputs and then
+    /// the tangent of each real floating output (`J·t`).
+    pub fn jvp(&self, wrt: &[usize]) -> Function {
+        self.derived(DeriveKind::Jvp, wrt, "jvp")
     }
 
     /// Runs the function: traces (once per input signature) and optimizes;

@@ -14,6 +14,7 @@ mod control;
 mod function;
 #[doc(hidden)]
 pub mod fuzz;
+mod gradcheck;
 pub mod npy;
 #[cfg(feature = "python")]
 pub mod python;
@@ -29,6 +30,7 @@ pub use function::{
     CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,
     TraceBody, function,
 };
+pub use gradcheck::{GradCheck, check_grads};
 pub use tensorlift_compiler::{Executable, JitOptions, OptLevel};
 pub use tensorlift_ir::{
     Code, Combiner, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site,

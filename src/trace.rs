@@ -1026,6 +1026,19 @@ impl Sym {
     fn unary_at(&self, u: UnaryOp, site: Site) -> Sym {
         self.tracer().add(Op::Unary(u), &[self], site)
     }
+
+    /// The elementwise op `u` (what the named methods `exp`, `sin`... call).
+    #[track_caller]
+    pub fn unary(&self, u: UnaryOp) -> Sym {
+        self.unary_at(u, Site::caller())
+    }
+
+    /// The elementwise op `b` with broadcasting (what `+`, `pow`,
+    /// `maximum`... call).
+    #[track_caller]
+    pub fn binary(&self, b: BinaryOp, other: impl Into<Operand>) -> Sym {
+        self.binary_at(Elementwise::Binary(b), other.into(), Site::caller())
+    }
 }
 
 macro_rules! unary_methods {

@@ -431,6 +431,14 @@ impl Graph {
         self.bindings.insert(name, callable);
     }
 
+    /// Adds `other`'s callback bindings to this graph's (what copying
+    /// `other`'s nodes in needs).
+    pub(crate) fn bindings_from(&mut self, other: &Graph) {
+        for (k, v) in &other.bindings {
+            self.bindings.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+
     /// True when a callback node here or in a region calls target `name`.
     pub fn calls(&self, name: &str) -> bool {
         self.nodes.iter().any(|n| {

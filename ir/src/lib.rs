@@ -7,6 +7,7 @@
 //! parsed or rewritten graphs. [`text`] prints and parses the `.tlir`
 //! format; [`passes`] holds the optimization passes.
 
+pub mod autodiff;
 pub mod builder;
 mod dot;
 mod dtype;

@@ -1,0 +1,497 @@
+//! Reverse mode through `while` and `case`.
+//!
+//! A branch's gradient is a `case` on the same index whose branches are
+//! the branches' own gradients (each recomputes what it needs of its
+//! branch's forward values).
+//!
+//! A loop's gradient runs the body's gradient (a graph of the body's
+//! carries and the cotangents of its results, giving the cotangents of its
+//! carries) once per iteration, last iteration first. It needs the carries
+//! each iteration started from:
+//! - a counted loop (a counter from a constant to a constant bound, as
+//!   `fori_loop` and `scan` build) stacks them during the forward loop, in
+//!   buffers of one row per iteration, for the carries the body's gradient
+//!   reads and that change (captured values passed through unchanged are
+//!   not stacked; nor is the counter, which is recomputed);
+//! - any other loop counts its iterations and recomputes iteration `t`'s
+//!   carries by running the body `t` times from the initial ones: no
+//!   memory beyond one set of carries, quadratic time.
+
+use super::{Ad, inline, prune_for_recompute, reverse, static_dims, zeros};
+use crate::builder::{constant, fori_loop, region};
+use crate::{
+    BinaryOp, CmpOp, DType, Graph, Node, NodeId, Op, Region, Result, Scalar, Shape, TensorType,
+    ValueId,
+};
+
+/// What a loop's forward pass kept for its backward pass.
+#[derive(Clone, Debug)]
+pub(super) struct Tape {
+    /// Which carries carry gradients.
+    act: Vec<bool>,
+    /// The body's gradient: the body's carries, then the cotangents of the
+    /// active carries, to the cotangents of the active carries.
+    bv: Graph,
+    /// Which carries `bv` reads.
+    used: Vec<bool>,
+    kind: TapeKind,
+}
+
+#[derive(Clone, Debug)]
+enum TapeKind {
+    /// A counted loop of no iteration: results are the initial carries.
+    Empty,
+    /// A counted loop of `steps` iterations.
+    Counted {
+        steps: usize,
+        counter: usize,
+        lower: i64,
+        /// Stacked carries: (carry index, buffer of shape `[steps, ..]`).
+        stacks: Vec<(usize, ValueId)>,
+        /// Carries passed through unchanged, with their (initial) values.
+        invariant: Vec<Option<ValueId>>,
+    },
+    /// A loop with a data-dependent trip count.
+    Counting {
+        trips: ValueId,
+        init: Vec<ValueId>,
+        body: Graph,
+    },
+}
+
+/// Which carries of `node` (a `while`) carry gradients, given which values
+/// of `src` are active: those whose initial value is, or whose next value
+/// the body computes from an active carry (to a fixed point).
+pub(super) fn carry_activity(src: &Graph, node: &Node, active: &[bool]) -> Vec<bool> {
+    let Op::While { body, .. } = &node.op else {
+        return vec![];
+    };
+    let body = body.graph();
+    let float: Vec<bool> = (node.inputs.iter())
+        .map(|v| super::is_differentiable(src.ty(*v).dtype))
+        .collect();
+    let mut act: Vec<bool> = (node.inputs.iter().zip(&float))
+        .map(|(v, f)| *f && active[v.index()])
+        .collect();
+    loop {
+        let dep = depends(body, &act);
+        let mut changed = false;
+        for (k, o) in body.outputs().iter().enumerate() {
+            if !act[k] && float[k] && dep[o.value.index()] {
+                act[k] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            return act;
+        }
+    }
+}
+
+/// Per value of `g`: whether it depends on a parameter marked in `from`.
+fn depends(g: &Graph, from: &[bool]) -> Vec<bool> {
+    let mut dep = vec![false; g.num_values()];
+    for n in g.nodes() {
+        let d = if let Op::Parameter { index } = n.op {
+            from.get(index).copied().unwrap_or(false)
+        } else {
+            n.inputs.iter().any(|v| dep[v.index()])
+        };
+        for r in &n.results {
+            dep[r.index()] = d;
+        }
+    }
+    dep
+}
+
+fn param_index(g: &Graph, v: ValueId) -> Option<usize> {
+    if let Op::Parameter { index } = g.producer(v).op {
+        Some(index)
+    } else {
+        None
+    }
+}
+
+fn int_constant(g: &Graph, v: ValueId) -> Option<i64> {
+    let Op::Constant(lit) = &g.producer(v).op else {
+        return None;
+    };
+    if lit.len() != 1 || lit.ty().shape != Shape::scalar() {
+        return None;
+    }
+    match lit.element(0) {
+        Scalar::Int(i) => i64::try_from(i).ok(),
+        Scalar::Bool(_) | Scalar::Float(..) | Scalar::Complex(..) => None,
+    }
+}
+
+/// A loop counting carry `counter` from a constant by 1 while it is below
+/// a constant: its trip count.
+struct Counted {
+    counter: usize,
+    lower: i64,
+    steps: usize,
+}
+
+fn counted(src: &Graph, node: &Node, cond: &Graph, body: &Graph) -> Option<Counted> {
+    let [o] = cond.outputs() else { return None };
+    let cmp = cond.producer(o.value);
+    if cmp.op != Op::Compare(CmpOp::Lt) {
+        return None;
+    }
+    let a = param_index(cond, cmp.inputs[0])?;
+    let upper = match param_index(cond, cmp.inputs[1]) {
+        Some(b) => {
+            let passes = body.outputs().get(b)?.value;
+            if param_index(body, passes) != Some(b) {
+                return None;
+            }
+            int_constant(src, node.inputs[b])?
+        }
+        None => int_constant(cond, cmp.inputs[1])?,
+    };
+    let next = body.producer(body.outputs().get(a)?.value);
+    if next.op != Op::Binary(BinaryOp::Add) {
+        return None;
+    }
+    let is_counter = |v: ValueId| param_index(body, v) == Some(a);
+    let is_one = |v: ValueId| int_constant(body, v) == Some(1);
+    let (l, r) = (next.inputs[0], next.inputs[1]);
+    if !((is_counter(l) && is_one(r)) || (is_one(l) && is_counter(r))) {
+        return None;
+    }
+    let lower = int_constant(src, node.inputs[a])?;
+    let steps = usize::try_from(upper.saturating_sub(lower).max(0)).ok()?;
+    Some(Counted {
+        counter: a,
+        lower,
+        steps,
+    })
+}
+
+/// The body's gradient for the active carries `act`, pruned to what it
+/// needs, and which carries it reads.
+fn body_vjp(body: &Graph, act: &[bool], what: &str) -> Result<(Graph, Vec<bool>)> {
+    let wrt: Vec<usize> = (0..act.len()).filter(|k| act[*k]).collect();
+    let mut bv = reverse(body, &wrt, super::Seed::Params(&wrt), false)?;
+    prune_for_recompute(&mut bv, what)?;
+    let uses = bv.use_counts();
+    let params = bv.params();
+    let used = (0..act.len())
+        .map(|k| params.get(k).is_some_and(|p| uses[p.index()] > 0))
+        .collect();
+    Ok((bv, used))
+}
+
+fn types_of(g: &Graph, vs: &[ValueId]) -> Vec<TensorType> {
+    vs.iter().map(|v| g.ty(*v).clone()).collect()
+}
+
+/// The forward pass of a `while` whose results need cotangents: the loop,
+/// extended to keep what its gradient needs. Its results (the original
+/// ones) and the tape.
+pub(super) fn forward_while(
+    ad: &mut Ad<'_>,
+    id: NodeId,
+    cond: &Graph,
+    body: &Graph,
+    inputs: &[ValueId],
+) -> Result<(Vec<ValueId>, Tape)> {
+    let src = ad.src;
+    let node = src.node(id);
+    let site = node.site.clone();
+    let m = inputs.len();
+    let act = carry_activity(src, node, &ad.active);
+    let what = format!("loop '{}'", node.name);
+    let (bv, used) = body_vjp(body, &act, &what)?;
+    let types = types_of(&ad.g, inputs);
+    let plain = |ad: &mut Ad<'_>| -> Result<Vec<ValueId>> {
+        let op = Op::While {
+            cond: Region::new(cond.clone()),
+            body: Region::new(body.clone()),
+        };
+        ad.g.add_node(crate::NewNode {
+            op,
+            inputs: inputs.to_vec(),
+            name: Some(node.name.clone()),
+            site: site.clone(),
+            effect: node.effect,
+            result_types: None,
+        })
+        .map(|nid| ad.g.node(nid).results.clone())
+    };
+    let tape = |kind| Tape {
+        act: act.clone(),
+        bv: bv.clone(),
+        used: used.clone(),
+        kind,
+    };
+    if let Some(c) = counted(src, node, cond, body) {
+        if c.steps == 0 {
+            return Ok((plain(ad)?, tape(TapeKind::Empty)));
+        }
+        let invariant: Vec<bool> = (0..m)
+            .map(|k| param_index(body, body.outputs()[k].value) == Some(k))
+            .collect();
+        let saved: Vec<usize> = (0..m)
+            .filter(|&k| used[k] && !invariant[k] && k != c.counter)
+            .collect();
+        let mut stack_types = Vec::new();
+        let mut carries = inputs.to_vec();
+        for &k in &saved {
+            let mut dims = vec![c.steps];
+            dims.extend(static_dims(&types[k])?);
+            let t = TensorType::known(types[k].dtype, &dims);
+            carries.push(zeros(&mut ad.g, &t, &site)?);
+            stack_types.push(t);
+        }
+        let mut all = types.clone();
+        all.extend(stack_types);
+        let counter_dtype = types[c.counter].dtype;
+        let body2 = region(&format!("{}_tape", body.name), &all, &site, |r, p| {
+            let mut outs = inline(r, body, &p[..m])?;
+            let lower = constant(r, counter_dtype, c.lower as f64, &site)?;
+            let t = r.add(
+                Op::Binary(BinaryOp::Sub),
+                &[p[c.counter], lower],
+                site.clone(),
+            )?;
+            let zero = constant(r, counter_dtype, 0.0, &site)?;
+            for (j, &k) in saved.iter().enumerate() {
+                let dims = static_dims(&types[k])?;
+                let mut one = vec![1];
+                one.extend(&dims);
+                let row = r.add(Op::Reshape(Shape::known(&one)), &[p[k]], site.clone())?;
+                let mut ins = vec![p[m + j], row, t];
+                ins.extend(std::iter::repeat_n(zero, dims.len()));
+                outs.push(r.add(Op::DynamicUpdateSlice, &ins, site.clone())?);
+            }
+            Ok(outs)
+        })?;
+        let cond2 = region(&format!("{}_tape", cond.name), &all, &site, |r, p| {
+            inline(r, cond, &p[..m])
+        })?;
+        let results = crate::builder::while_loop(&mut ad.g, &carries, cond2, body2, &site)?;
+        let stacks = saved
+            .iter()
+            .copied()
+            .zip(results[m..].iter().copied())
+            .collect();
+        let invariant = (0..m)
+            .map(|k| (invariant[k] && used[k]).then_some(inputs[k]))
+            .collect();
+        let kind = TapeKind::Counted {
+            steps: c.steps,
+            counter: c.counter,
+            lower: c.lower,
+            stacks,
+            invariant,
+        };
+        return Ok((results[..m].to_vec(), tape(kind)));
+    }
+    // A data-dependent trip count: count the iterations; the gradient
+    // recomputes the body, so it must not have effects.
+    if let Some(bad) = body
+        .node_ids()
+        .find(|n| body.node(*n).effect == crate::Effect::Stateful)
+    {
+        return Err(super::fail(
+            body,
+            bad,
+            format!(
+                "the gradient of {what}, whose trip count depends on data, recomputes its body, which would repeat this stateful node's effects; make it stateless or give it a custom gradient"
+            ),
+        ));
+    }
+    let mut all = types.clone();
+    all.push(TensorType::scalar(DType::I32));
+    let body2 = region(&format!("{}_count", body.name), &all, &site, |r, p| {
+        let mut outs = inline(r, body, &p[..m])?;
+        let one = constant(r, DType::I32, 1.0, &site)?;
+        outs.push(r.add(Op::Binary(BinaryOp::Add), &[p[m], one], site.clone())?);
+        Ok(outs)
+    })?;
+    let cond2 = region(&format!("{}_count", cond.name), &all, &site, |r, p| {
+        inline(r, cond, &p[..m])
+    })?;
+    let mut carries = inputs.to_vec();
+    carries.push(constant(&mut ad.g, DType::I32, 0.0, &site)?);
+    let results = crate::builder::while_loop(&mut ad.g, &carries, cond2, body2, &site)?;
+    let kind = TapeKind::Counting {
+        trips: results[m],
+        init: inputs.to_vec(),
+        body: body.clone(),
+    };
+    Ok((results[..m].to_vec(), tape(kind)))
+}
+
+/// The cotangents of a `while`'s initial carries.
+pub(super) fn backward_while(
+    ad: &mut Ad<'_>,
+    id: NodeId,
+    node: &Node,
+    _x: &[ValueId],
+    _y: &[ValueId],
+    g: &[Option<ValueId>],
+) -> Result<Vec<Option<ValueId>>> {
+    let Some(tape) = ad.tapes[id.index()].take() else {
+        return Err(crate::Error::internal(format!(
+            "autodiff: loop '{}' has no tape",
+            node.name
+        )));
+    };
+    let site = node.site.clone();
+    let m = node.inputs.len();
+    let act_idx: Vec<usize> = (0..m).filter(|k| tape.act[*k]).collect();
+    let mut cts = Vec::with_capacity(act_idx.len());
+    for &k in &act_idx {
+        cts.push(match g[k] {
+            Some(c) => c,
+            None => {
+                let t = ad.src.ty(node.inputs[k]).clone();
+                zeros(&mut ad.g, &t, &site)?
+            }
+        });
+    }
+    let na = cts.len();
+    let types: Vec<TensorType> = (node.inputs.iter())
+        .map(|v| ad.src.ty(*v).clone())
+        .collect();
+    let bv = &tape.bv;
+    let used = &tape.used;
+    let finals: Vec<ValueId> = match &tape.kind {
+        TapeKind::Empty => cts,
+        TapeKind::Counted {
+            steps,
+            counter,
+            lower,
+            stacks,
+            invariant,
+        } => {
+            let mut carries = cts;
+            carries.extend(stacks.iter().map(|(_, s)| *s));
+            let inv: Vec<(usize, ValueId)> = (invariant.iter().enumerate())
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            carries.extend(inv.iter().map(|(_, v)| *v));
+            let zero = constant(&mut ad.g, DType::I32, 0.0, &site)?;
+            let upper = constant(&mut ad.g, DType::I32, *steps as f64, &site)?;
+            let res = fori_loop(&mut ad.g, zero, upper, &carries, &site, |r, j, c| {
+                let last = constant(r, DType::I32, *steps as f64 - 1.0, &site)?;
+                let t = r.add(Op::Binary(BinaryOp::Sub), &[last, j], site.clone())?;
+                let z = constant(r, DType::I32, 0.0, &site)?;
+                let mut args = Vec::with_capacity(m + na);
+                for (k, ty) in types.iter().enumerate() {
+                    let v = if let Some(s) = stacks.iter().position(|(i, _)| *i == k) {
+                        let dims = static_dims(ty)?;
+                        let mut sizes = vec![1];
+                        sizes.extend(&dims);
+                        let mut ins = vec![c[na + s], t];
+                        ins.extend(std::iter::repeat_n(z, dims.len()));
+                        let row = r.add(Op::DynamicSlice { sizes }, &ins, site.clone())?;
+                        r.add(Op::Reshape(Shape::known(&dims)), &[row], site.clone())?
+                    } else if k == *counter {
+                        let d = ty.dtype;
+                        let tk = if d == DType::I32 {
+                            t
+                        } else {
+                            r.add(Op::Convert(d), &[t], site.clone())?
+                        };
+                        let lo = constant(r, d, *lower as f64, &site)?;
+                        r.add(Op::Binary(BinaryOp::Add), &[lo, tk], site.clone())?
+                    } else if let Some(q) = inv.iter().position(|(i, _)| *i == k) {
+                        c[na + stacks.len() + q]
+                    } else {
+                        // Not read by the gradient.
+                        zeros(r, ty, &site)?
+                    };
+                    args.push(v);
+                }
+                args.extend(&c[..na]);
+                let mut out = inline(r, bv, &args)?;
+                out.extend(&c[na..]);
+                Ok(out)
+            })?;
+            res[..na].to_vec()
+        }
+        TapeKind::Counting { trips, init, body } => {
+            let mut carries = cts;
+            carries.extend(init);
+            carries.push(*trips);
+            let zero = constant(&mut ad.g, DType::I32, 0.0, &site)?;
+            let res = fori_loop(&mut ad.g, zero, *trips, &carries, &site, |r, j, c| {
+                let n = c[na + m];
+                let one = constant(r, DType::I32, 1.0, &site)?;
+                let last = r.add(Op::Binary(BinaryOp::Sub), &[n, one], site.clone())?;
+                let t = r.add(Op::Binary(BinaryOp::Sub), &[last, j], site.clone())?;
+                let z = constant(r, DType::I32, 0.0, &site)?;
+                let start = &c[na..na + m];
+                let carries_t =
+                    fori_loop(r, z, t, start, &site, |r2, _i, cs| inline(r2, body, cs))?;
+                let mut args: Vec<ValueId> = Vec::with_capacity(m + na);
+                for k in 0..m {
+                    args.push(if used[k] {
+                        carries_t[k]
+                    } else {
+                        zeros(r, &types[k], &site)?
+                    });
+                }
+                args.extend(&c[..na]);
+                let mut out = inline(r, bv, &args)?;
+                out.extend(&c[na..]);
+                Ok(out)
+            })?;
+            res[..na].to_vec()
+        }
+    };
+    let mut out = vec![None; m];
+    for (j, &k) in act_idx.iter().enumerate() {
+        out[k] = Some(finals[j]);
+    }
+    Ok(out)
+}
+
+/// The cotangents of a `case`'s operands: a `case` on the same index over
+/// the branches' gradients.
+pub(super) fn backward_case(
+    ad: &mut Ad<'_>,
+    id: NodeId,
+    branches: &[Region],
+    x: &[ValueId],
+    g: &[Option<ValueId>],
+    needs: &[bool],
+) -> Result<Vec<Option<ValueId>>> {
+    let src = ad.src;
+    let node = src.node(id);
+    let site = node.site.clone();
+    let wrt: Vec<usize> = (1..x.len()).filter(|i| needs[*i]).map(|i| i - 1).collect();
+    let seeded: Vec<usize> = (node.results.iter().enumerate())
+        .filter(|(_, r)| super::is_differentiable(src.ty(**r).dtype))
+        .map(|(k, _)| k)
+        .collect();
+    let mut cts = Vec::with_capacity(seeded.len());
+    for &k in &seeded {
+        cts.push(match g[k] {
+            Some(c) => c,
+            None => {
+                let t = src.ty(node.results[k]).clone();
+                zeros(&mut ad.g, &t, &site)?
+            }
+        });
+    }
+    let what = format!("branch of '{}'", node.name);
+    let mut grads = Vec::with_capacity(branches.len());
+    for b in branches {
+        let mut bv = reverse(b.graph(), &wrt, super::Seed::Params(&seeded), false)?;
+        prune_for_recompute(&mut bv, &what)?;
+        grads.push(bv);
+    }
+    let mut args = x[1..].to_vec();
+    args.extend(cts);
+    let res = crate::builder::case(&mut ad.g, x[0], &args, grads, &site)?;
+    let mut out = vec![None; x.len()];
+    for (j, &i) in wrt.iter().enumerate() {
+        out[i + 1] = Some(res[j]);
+    }
+    Ok(out)
+}
