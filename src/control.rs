@@ -511,3 +511,112 @@ fn scan_impl(
     let (c, ys) = out.split_at(n);
     Ok(Some((c.to_vec(), ys.to_vec())))
 }
+
+/// `f(inputs)` with the gradient `vjp` instead of `f`'s own
+/// (`jax.custom_vjp`, `tf.custom_gradient`). `vjp(inputs, outputs,
+/// cotangents)` gets the inputs, `f`'s results and one cotangent per real
+/// floating result, and returns one cotangent per real floating input.
+/// Both may use values traced outside them; those get no gradient (pass a
+/// value as an input to differentiate with respect to it). Calls `f` as
+/// traced code in every mode; differentiation inlines `vjp`, which may
+/// itself call host callbacks (`numpy_function`, `host_fn`), so a callback
+/// given a gradient this way is differentiable interpreted and compiled.
+#[track_caller]
+pub fn custom_vjp(
+    f: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    vjp: impl FnOnce(&[Sym], &[Sym], &[Sym]) -> Vec<Sym>,
+    inputs: &[Sym],
+) -> Vec<Sym> {
+    let site = Site::caller();
+    let Some(first) = inputs.first() else {
+        return Vec::new();
+    };
+    let tracer = first.graph();
+    let r = custom_vjp_impl(&tracer, f, vjp, inputs, &site);
+    settle(&tracer, r.map(|o| o.map(|b| b.tracer.syms(&b.results))), 0)
+}
+
+fn custom_vjp_impl(
+    tracer: &Tracer,
+    f: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    vjp: impl FnOnce(&[Sym], &[Sym], &[Sym]) -> Vec<Sym>,
+    inputs: &[Sym],
+    site: &Site,
+) -> Result<Option<Built>, Error> {
+    let refs: Vec<&Sym> = inputs.iter().collect();
+    let Some((here, vs)) = tracer.operands(&refs, "custom_vjp", site)? else {
+        return Ok(None);
+    };
+    let n = vs.len();
+    let types: Vec<TensorType> = here.graph_ref(|g| vs.iter().map(|v| g.ty(*v).clone()).collect());
+    let name = here.graph_mut(|g| g.fresh_name("custom_vjp"));
+    let Some(b) = here.trace_region(&format!("{name}_body"), &types, site, f)? else {
+        return Ok(None);
+    };
+    let outs: Vec<TensorType> = (b.graph.outputs().iter())
+        .map(|o| b.graph.ty(o.value).clone())
+        .collect();
+    let mut vtypes = types.clone();
+    vtypes.extend(outs.iter().cloned());
+    vtypes.extend(outs.iter().filter(|t| t.dtype.is_float()).cloned());
+    let k = vtypes.len();
+    let no = outs.len();
+    let Some(v) = here.trace_region(&format!("{name}_vjp"), &vtypes, site, |a| {
+        vjp(&a[..n], &a[n..n + no], &a[n + no..])
+    })?
+    else {
+        return Ok(None);
+    };
+    // Operands: the inputs, the body's captures, the gradient's captures.
+    let mut operands = vs.clone();
+    operands.extend(&b.captures);
+    operands.extend(&v.captures);
+    let all: Vec<TensorType> =
+        here.graph_ref(|g| operands.iter().map(|v| g.ty(*v).clone()).collect());
+    let body_g = align(&b, n, n, &all, false)?;
+    // The gradient's parameters: the operands (its own captures in their
+    // place, the body's as unused ones), then results and cotangents.
+    let ops = operands.len();
+    let nb = b.captures.len();
+    let renumber = |index: usize| {
+        if index < n {
+            index
+        } else if index < k {
+            index - n + ops
+        } else {
+            n + nb + (index - k)
+        }
+    };
+    let mut vjp_g = v.graph.rewrite(|g, node, _| {
+        let Op::Parameter { index } = node.op else {
+            return Ok(None);
+        };
+        let ty = v.graph.ty(node.results[0]).clone();
+        let p = g.add_parameter(renumber(index), ty, Some(node.name.clone()), site.clone())?;
+        Ok(Some(vec![p]))
+    })?;
+    for (j, ty) in all[n..n + nb].iter().enumerate() {
+        let pname = vjp_g.fresh_name(&format!("unused_{}", n + j));
+        vjp_g.add_parameter(n + j, ty.clone(), Some(pname), site.clone())?;
+    }
+    let op = Op::CustomVjp {
+        inputs: n,
+        body: tensorlift_ir::Region::new(body_g),
+        vjp: tensorlift_ir::Region::new(vjp_g),
+    };
+    let results = here.graph_mut(|g| {
+        let id = g.add_node(tensorlift_ir::NewNode {
+            op,
+            inputs: operands.clone(),
+            name: Some(name.clone()),
+            site: site.clone(),
+            effect: tensorlift_ir::Effect::Pure,
+            result_types: None,
+        })?;
+        Ok::<_, Error>(g.node(id).results.clone())
+    })?;
+    Ok(Some(Built {
+        tracer: here,
+        results,
+    }))
+}

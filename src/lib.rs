@@ -25,12 +25,12 @@ mod trace;
 pub use bind::{CallbackTarget, bind_host_fn, callback_target, callback_targets};
 #[cfg(feature = "python")]
 pub use contrib::PyArg;
-pub use control::{Branch, cond, fori_loop, scan, switch, while_loop};
+pub use control::{Branch, cond, custom_vjp, fori_loop, scan, switch, while_loop};
 pub use function::{
     CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,
     TraceBody, function,
 };
-pub use gradcheck::{GradCheck, check_grads};
+pub use gradcheck::{GradCheck, Mode, check_grads};
 pub use tensorlift_compiler::{Executable, JitOptions, OptLevel};
 pub use tensorlift_ir::{
     Code, Combiner, DType, Detail, DotDims, Error, Graph, NodeRef, Offender, Result, Shape, Site,

@@ -1027,6 +1027,13 @@ impl Sym {
         self.tracer().add(Op::Unary(u), &[self], site)
     }
 
+    /// The same value, through which differentiation passes no gradient
+    /// (`jax.lax.stop_gradient`, `tf.stop_gradient`).
+    #[track_caller]
+    pub fn stop_gradient(&self) -> Sym {
+        self.tracer().add(Op::StopGradient, &[self], Site::caller())
+    }
+
     /// The elementwise op `u` (what the named methods `exp`, `sin`... call).
     #[track_caller]
     pub fn unary(&self, u: UnaryOp) -> Sym {

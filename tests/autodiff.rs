@@ -14,8 +14,8 @@ mod common;
 
 use tensorlift::ir::{BinaryOp, UnaryOp};
 use tensorlift::{
-    Code, DType, DotDims, Function, GradCheck, Sym, Tensor, check_grads, cond, fori_loop, function,
-    scan, switch, while_loop,
+    Code, DType, DotDims, Function, GradCheck, Mode, Sym, Tensor, check_grads, cond, custom_vjp,
+    fori_loop, function, scan, switch, while_loop,
 };
 
 fn f64s(v: &[f64], shape: &[usize]) -> Tensor {
@@ -491,5 +491,121 @@ fn vjp_and_jvp_agree_with_each_other() {
         let lhs = dot(&r[2], &v);
         let rhs = dot(&u0, &t[2]) + dot(&u1, &t[3]);
         assert!((lhs - rhs).abs() < 1e-12, "{lhs} vs {rhs}");
+    }
+}
+
+#[test]
+fn stop_gradient_blocks_the_gradient() {
+    // d/dx sum(x * stop_gradient(x)) = x, not 2x.
+    let x = f64s(&[1.0, -2.0, 3.0], &[3]);
+    for f in both(function(|x: Sym| {
+        (&x * x.stop_gradient()).reduce_sum(None, false)
+    })) {
+        let g = f.grad(&[0]).call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(common::to_vec::<f64>(&g[0]), vec![1.0, -2.0, 3.0]);
+        // The value is the identity's.
+        let v = f.call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(common::to_vec::<f64>(&v[0]), vec![14.0]);
+    }
+}
+
+/// softplus(x) = log(1 + e^x) with the stable gradient sigmoid(x).
+fn softplus(x: &Sym) -> Sym {
+    custom_vjp(
+        |a| vec![a[0].exp().log1p()],
+        |a, _out, ct| vec![&ct[0] * a[0].sigmoid()],
+        std::slice::from_ref(x),
+    )
+    .remove(0)
+}
+
+#[test]
+fn custom_vjp_replaces_the_gradient() {
+    // Large x: the naive gradient e^x / (1 + e^x) overflows to NaN; the
+    // custom one is sigmoid(x) = 1.
+    let x = f64s(&[0.5, -1.0, 800.0], &[3]);
+    for f in both(function(|x: Sym| softplus(&x).reduce_sum(None, false))) {
+        let g = f.grad(&[0]).call(std::slice::from_ref(&x)).unwrap();
+        let got = common::to_vec::<f64>(&g[0]);
+        let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+        assert_eq!(got, vec![sig(0.5), sig(-1.0), 1.0]);
+    }
+    let x = f64s(&ramp(5, -2.0, 2.0, 24), &[5]);
+    let f = function(|x: Sym| (softplus(&x) * &x).reduce_sum(None, false));
+    check(f, &[x], &[0], "custom softplus");
+}
+
+#[test]
+fn a_callback_with_a_custom_gradient_is_differentiable() {
+    // y = x³ computed on the host; its gradient 3x²·ct on the host too.
+    let x = f64s(&ramp(4, -2.0, 2.0, 25), &[4]);
+    let cube = |x: &Sym| -> Sym {
+        custom_vjp(
+            |a| {
+                let y = a[0].graph().host_fn(
+                    |ts| {
+                        let v = ts[0].to_ndarray::<f64>()?;
+                        Ok(vec![Tensor::from(v.mapv(|e| e * e * e))])
+                    },
+                    &[&a[0]],
+                    &[DType::F64],
+                    false,
+                );
+                vec![y[0].set_shape(&[Some(4)])]
+            },
+            |a, _out, ct| {
+                let g = a[0].graph().host_fn(
+                    |ts| {
+                        let (x, c) = (ts[0].to_ndarray::<f64>()?, ts[1].to_ndarray::<f64>()?);
+                        Ok(vec![Tensor::from(&x * &x * 3.0 * &c)])
+                    },
+                    &[&a[0], &ct[0]],
+                    &[DType::F64],
+                    false,
+                );
+                vec![g[0].set_shape(&[Some(4)])]
+            },
+            std::slice::from_ref(x),
+        )
+        .remove(0)
+    };
+    for f in both(function(move |x: Sym| {
+        cube(&x).sin().reduce_sum(None, false)
+    })) {
+        let g = f.grad(&[0]).call(std::slice::from_ref(&x)).unwrap();
+        let want: Vec<f64> = common::to_vec::<f64>(&x)
+            .iter()
+            .map(|v| (v * v * v).cos() * 3.0 * v * v)
+            .collect();
+        let got = common::to_vec::<f64>(&g[0]);
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-12, "{got:?} vs {want:?}");
+        }
+        let opts = GradCheck {
+            only: Some(Mode::Reverse),
+            ..GradCheck::default()
+        };
+        check_grads(&f, std::slice::from_ref(&x), &[0], &opts).unwrap();
+    }
+}
+
+#[test]
+fn check_grads_catches_a_wrong_custom_gradient() {
+    // The gradient of sin given as +sin: check_grads must say so.
+    let x = f64s(&ramp(3, -1.0, 1.0, 26), &[3]);
+    let f = function(|x: Sym| {
+        custom_vjp(
+            |a| vec![a[0].sin()],
+            |a, _o, ct| vec![&ct[0] * a[0].sin()],
+            &[x],
+        )
+        .remove(0)
+        .reduce_sum(None, false)
+    });
+    for f in both(f) {
+        let e = check_grads(&f, std::slice::from_ref(&x), &[0], &GradCheck::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not match finite differences"), "{e}");
     }
 }

@@ -481,7 +481,9 @@ fn fusible_op(op: &Op) -> bool {
         | Op::Callback(_)
         | Op::Dynamic(_)
         | Op::While { .. }
-        | Op::Case { .. } => false,
+        | Op::Case { .. }
+        | Op::StopGradient
+        | Op::CustomVjp { .. } => false,
     }
 }
 
@@ -496,6 +498,19 @@ fn native_reduce(dtype: DType) -> bool {
 
 /// Builds the plan for `g` (static shapes, optimized).
 pub fn plan(g: &Graph) -> Result<Plan> {
+    // Differentiation markers are lowered by the optimizer
+    // (`passes::lower_autodiff`); none may reach code generation.
+    for sub in g.all_graphs() {
+        if let Some(n) =
+            (sub.nodes().iter()).find(|n| matches!(n.op, Op::StopGradient | Op::CustomVjp { .. }))
+        {
+            return Err(Error::internal(format!(
+                "{} '{}' reached the compiler: the optimizer lowers it",
+                n.op.name(),
+                n.name
+            )));
+        }
+    }
     plan_with(g, false)
 }
 
@@ -546,7 +561,9 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
             | Op::Callback(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. } => !fusible(g, consumer),
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. } => !fusible(g, consumer),
         }
     };
     for id in g.node_ids() {
@@ -643,7 +660,9 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                 | Op::Callback(_)
                 | Op::Dynamic(_)
                 | Op::While { .. }
-                | Op::Case { .. } => false,
+                | Op::Case { .. }
+                | Op::StopGradient
+                | Op::CustomVjp { .. } => false,
             };
         }
     }
@@ -697,7 +716,9 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                 | Op::Callback(_)
                 | Op::Dynamic(_)
                 | Op::While { .. }
-                | Op::Case { .. } => SlotKind::Temp { offset: 0 },
+                | Op::Case { .. }
+                | Op::StopGradient
+                | Op::CustomVjp { .. } => SlotKind::Temp { offset: 0 },
             };
             let s = new_slot(&mut slots, v, k, &n.name);
             slot_of.insert(v, s);
@@ -816,7 +837,9 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
             | Op::Callback(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. }) => {
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. }) => {
                 decisions.push(if op.regions().is_empty() {
                     format!(
                         "{}: runtime kernel ({} is not emitted inline)",
@@ -1920,7 +1943,9 @@ impl<'a> KernelBuilder<'a> {
             | Op::Callback(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. }) => {
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. }) => {
                 return Err(Error::internal(format!("{} is not fusible", op.name())));
             }
         })

@@ -57,7 +57,9 @@ fn body(g: &Graph, prefix: &str, indent: &str, out: &mut String) {
             | Op::BitcastConvert(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. }) => op.name(),
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. }) => op.name(),
         };
         let style = match (&n.op, n.effect) {
             (_, Effect::Stateful) => ", style=bold, color=red",

@@ -271,7 +271,9 @@ impl Graph {
                     | Op::BitcastConvert(_)
                     | Op::Dynamic(_)
                     | Op::While { .. }
-                    | Op::Case { .. } => op_name.clone(),
+                    | Op::Case { .. }
+                    | Op::StopGradient
+                    | Op::CustomVjp { .. } => op_name.clone(),
                 };
                 self.fresh_name(&base)
             }

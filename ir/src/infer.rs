@@ -207,6 +207,11 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
         Op::Dynamic(d) => dynamic(d, ins)?,
         Op::While { cond, body } => return while_types(cond, body, ins),
         Op::Case { branches } => return case_types(branches, ins),
+        Op::StopGradient => {
+            arity(ins, 1)?;
+            ins[0].clone()
+        }
+        Op::CustomVjp { inputs, body, vjp } => return custom_vjp_types(*inputs, body, vjp, ins),
     };
     Ok(vec![ty])
 }
@@ -285,6 +290,44 @@ fn case_types(branches: &[Region], ins: &[&TensorType]) -> InferResult<Vec<Tenso
                 types_str(&out)
             ));
         }
+    }
+    Ok(out)
+}
+
+fn custom_vjp_types(
+    inputs: usize,
+    body: &Region,
+    vjp: &Region,
+    ins: &[&TensorType],
+) -> InferResult<Vec<TensorType>> {
+    if inputs > ins.len() {
+        return Err(format!(
+            "custom_vjp has {inputs} inputs but only {} operands",
+            ins.len()
+        ));
+    }
+    check_params(body, "custom_vjp body", ins)?;
+    let out = body.output_types();
+    let mut args: Vec<TensorType> = ins.iter().map(|t| (*t).clone()).collect();
+    args.extend(out.iter().cloned());
+    args.extend(out.iter().filter(|t| t.dtype.is_float()).cloned());
+    let args: Vec<&TensorType> = args.iter().collect();
+    check_params(
+        vjp,
+        "custom_vjp gradient (operands, results, cotangents)",
+        &args,
+    )?;
+    let want: Vec<TensorType> = (ins[..inputs].iter())
+        .filter(|t| t.dtype.is_float())
+        .map(|t| (*t).clone())
+        .collect();
+    let got = vjp.output_types();
+    if got != want {
+        return Err(format!(
+            "the gradient returns {}, but the real floating inputs are {}: it must return one cotangent per real floating input",
+            types_str(&got),
+            types_str(&want)
+        ));
     }
     Ok(out)
 }
@@ -495,7 +538,9 @@ fn takes_strings(op: &Op) -> bool {
         | Op::BitcastConvert(_)
         | Op::Dynamic(_)
         | Op::While { .. }
-        | Op::Case { .. } => false,
+        | Op::Case { .. }
+        | Op::StopGradient
+        | Op::CustomVjp { .. } => false,
     }
 }
 

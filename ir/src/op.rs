@@ -383,6 +383,7 @@ macro_rules! leaf_ops {
             | Op::BitcastConvert(_)
             | Op::Callback(_)
             | Op::Dynamic(_)
+            | Op::StopGradient
     };
 }
 
@@ -533,6 +534,26 @@ pub enum Op {
         /// The branches, in index order.
         branches: Vec<Region>,
     },
+    /// The identity, through which differentiation passes no gradient
+    /// (`jax.lax.stop_gradient`, `tf.stop_gradient`). Removed by the
+    /// optimizer once differentiation is done.
+    StopGradient,
+    /// A function with a gradient of its own (`jax.custom_vjp`,
+    /// `tf.custom_gradient`): runs `body` on the operands (the first
+    /// `inputs` are its inputs, the rest values it captured) and gives its
+    /// results. Differentiation calls `vjp` instead of differentiating
+    /// `body`: it takes the operands, then `body`'s results, then one
+    /// cotangent per real floating result, and returns one cotangent per
+    /// real floating input (captured values get none). The optimizer
+    /// inlines `body` once differentiation is done.
+    CustomVjp {
+        /// How many leading operands are inputs (the rest are captures).
+        inputs: usize,
+        /// Operands → results.
+        body: Region,
+        /// (operands, results, cotangents) → input cotangents.
+        vjp: Region,
+    },
 }
 
 impl Op {
@@ -568,6 +589,8 @@ impl Op {
             Op::Dynamic(d) => d.name(),
             Op::While { .. } => "while".into(),
             Op::Case { .. } => "case".into(),
+            Op::StopGradient => "stop_gradient".into(),
+            Op::CustomVjp { .. } => "custom_vjp".into(),
         }
     }
 
@@ -576,6 +599,7 @@ impl Op {
         match self {
             Op::While { cond, body } => vec![cond, body],
             Op::Case { branches } => branches.iter().collect(),
+            Op::CustomVjp { body, vjp, .. } => vec![body, vjp],
             leaf_ops!() => vec![],
         }
     }
@@ -585,6 +609,7 @@ impl Op {
         match self {
             Op::While { cond, body } => vec![cond, body],
             Op::Case { branches } => branches.iter_mut().collect(),
+            Op::CustomVjp { body, vjp, .. } => vec![body, vjp],
             leaf_ops!() => vec![],
         }
     }
@@ -594,6 +619,28 @@ impl Op {
     /// specialized) gets its regions specialized to them; every other op is
     /// returned as is.
     pub fn with_operand_types(&self, ins: &[TensorType]) -> crate::Result<Op> {
+        if let Op::CustomVjp { inputs, body, vjp } = self {
+            // The gradient takes the body's results too.
+            let body = if body.param_types() == ins {
+                body.clone()
+            } else {
+                Region::new(body.graph().specialize(ins)?)
+            };
+            let mut args = ins.to_vec();
+            let outs = body.output_types();
+            args.extend(outs.iter().cloned());
+            args.extend(outs.into_iter().filter(|t| t.dtype.is_float()));
+            let vjp = if vjp.param_types() == args {
+                vjp.clone()
+            } else {
+                Region::new(vjp.graph().specialize(&args)?)
+            };
+            return Ok(Op::CustomVjp {
+                inputs: *inputs,
+                body,
+                vjp,
+            });
+        }
         let mut op = self.clone();
         // A case's index operand is not passed to its branches.
         let args = if matches!(self, Op::Case { .. }) {
@@ -655,7 +702,9 @@ impl Op {
             | Op::Callback(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. } => false,
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. } => false,
         }
     }
 
@@ -690,7 +739,9 @@ impl Op {
             | Op::BitcastConvert(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. } => false,
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. } => false,
         }
     }
 }

@@ -234,7 +234,9 @@ fn is_splat(g: &Graph, mut v: ValueId, value: f64) -> bool {
             | Op::Callback(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. } => return false,
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. } => return false,
         }
     }
 }
@@ -325,7 +327,9 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         | Op::Callback(_)
         | Op::Dynamic(_)
         | Op::While { .. }
-        | Op::Case { .. } => None,
+        | Op::Case { .. }
+        | Op::StopGradient
+        | Op::CustomVjp { .. } => None,
     }
 }
 
@@ -359,6 +363,32 @@ pub fn simplify(g: &mut Graph) -> bool {
     changed
 }
 
+/// Lowers the markers differentiation reads: `stop_gradient` becomes its
+/// operand and `custom_vjp` its body, inlined. Run once differentiation is
+/// done (the standard pipeline starts with it); regions are lowered by
+/// their own pipelines.
+pub fn lower_autodiff(g: &mut Graph) -> bool {
+    let marked = |op: &Op| matches!(op, Op::StopGradient | Op::CustomVjp { .. });
+    if !g.nodes().iter().any(|n| marked(&n.op)) {
+        return false;
+    }
+    let lowered = g.rewrite(|ng, node, inputs| {
+        if let Op::CustomVjp { body, .. } = &node.op {
+            // Prefixed: the nodes copied after it keep their names.
+            let prefix = format!("{}/", node.name);
+            return crate::autodiff::inline(ng, body.graph(), inputs, &prefix).map(Some);
+        }
+        Ok(matches!(node.op, Op::StopGradient).then(|| vec![inputs[0]]))
+    });
+    match lowered {
+        Ok(l) => {
+            *g = l;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Optimizes the regions of every control-flow node with the standard
 /// pipeline (which recurses into regions nested in them). A region that
 /// fails to optimize is left as it was; the verifier reports it.
@@ -388,8 +418,10 @@ fn hoistable(op: &Op) -> Option<bool> {
         | Op::Take { .. }
         | Op::Dynamic(_)
         | Op::While { .. }
-        | Op::Case { .. } => None,
-        Op::Constant(_)
+        | Op::Case { .. }
+        | Op::CustomVjp { .. } => None,
+        Op::StopGradient
+        | Op::Constant(_)
         | Op::Iota { .. }
         | Op::BroadcastInDim { .. }
         | Op::Reshape(_)
@@ -455,7 +487,9 @@ pub fn licm(g: &mut Graph) -> bool {
             | Op::BitcastConvert(_)
             | Op::Callback(_)
             | Op::Dynamic(_)
-            | Op::Case { .. } => None,
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. } => None,
         })
         .collect();
     if plans.is_empty() {
@@ -625,6 +659,10 @@ fn hoist(
 /// every region, and loop-invariant code motion.
 pub fn standard_passes(eval: &dyn ConstEval) -> Vec<Pass<'_>> {
     vec![
+        Pass {
+            name: "lower-autodiff",
+            run: Box::new(lower_autodiff),
+        },
         Pass {
             name: "regions",
             run: Box::new(move |g| optimize_regions(g, eval)),

@@ -106,7 +106,9 @@ fn print_node(graph: &Graph, node: &Node, indent: &str, out: &mut String) {
         | Op::BitcastConvert(_)
         | Op::Dynamic(_)
         | Op::While { .. }
-        | Op::Case { .. }) => {
+        | Op::Case { .. }
+        | Op::StopGradient
+        | Op::CustomVjp { .. }) => {
             operands(out);
             attrs::write(op, out);
         }
@@ -720,8 +722,13 @@ impl Parser {
                 result_types = Some(self.type_list()?);
                 Op::Callback(CallbackOp { kind, target })
             }
-            "while" | "case" => {
+            "while" | "case" | "custom_vjp" => {
                 inputs = self.operands(values)?;
+                let attrs = if *self.peek() == Tok::Punct('{') {
+                    self.attrs()?
+                } else {
+                    Vec::new()
+                };
                 self.punct(':')?;
                 result_types = Some(self.type_list()?);
                 let site = if *self.peek() == Tok::Ident("loc".into()) {
@@ -735,7 +742,25 @@ impl Parser {
                 while !self.eat_punct('}') {
                     regions.push(Region::new(self.graph(depth + 1)?));
                 }
-                if op_name == "case" {
+                if op_name == "custom_vjp" {
+                    let [body, vjp]: [Region; 2] = regions.try_into().map_err(|r: Vec<_>| {
+                        self.err_at(
+                            op_pos,
+                            format!(
+                                "custom_vjp takes two regions (body, gradient), not {}",
+                                r.len()
+                            ),
+                        )
+                    })?;
+                    let blank = Op::CustomVjp {
+                        inputs: 0,
+                        body,
+                        vjp,
+                    };
+                    attrs::read_into(blank, op_pos, &attrs)?
+                } else if !attrs.is_empty() {
+                    return Err(self.err_at(op_pos, format!("{op_name} takes no attributes")));
+                } else if op_name == "case" {
                     if regions.is_empty() {
                         return Err(self.err_at(op_pos, "case needs at least one branch"));
                     }

@@ -89,7 +89,9 @@ pub fn verify(g: &Graph) -> Result<()> {
             | Op::BitcastConvert(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. }) => {
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. }) => {
                 let ins: Vec<&TensorType> = n.inputs.iter().map(|v| g.ty(*v)).collect();
                 let inferred = infer(op, &ins).map_err(&fail)?;
                 let actual: Vec<TensorType> = n.results.iter().map(|r| g.ty(*r).clone()).collect();

@@ -200,7 +200,9 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             | Op::BitcastConvert(_)
             | Op::Dynamic(_)
             | Op::While { .. }
-            | Op::Case { .. } => {
+            | Op::Case { .. }
+            | Op::StopGradient
+            | Op::CustomVjp { .. } => {
                 let args: Vec<&Tensor> = node
                     .inputs
                     .iter()
@@ -303,6 +305,11 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
             let owned: Vec<Tensor> = args[1..].iter().map(|t| (*t).clone()).collect();
             return run(branches[k].graph(), &owned)
                 .map_err(|e| e.context(format!("in branch {k}")));
+        }
+        Op::StopGradient => a(0).clone(),
+        Op::CustomVjp { body, .. } => {
+            let owned: Vec<Tensor> = args.iter().map(|t| (*t).clone()).collect();
+            return run(body.graph(), &owned);
         }
     };
     Ok(vec![t])

@@ -249,7 +249,7 @@ pub(super) fn forward_while(
         all.extend(stack_types);
         let counter_dtype = types[c.counter].dtype;
         let body2 = region(&format!("{}_tape", body.name), &all, &site, |r, p| {
-            let mut outs = inline(r, body, &p[..m])?;
+            let mut outs = inline(r, body, &p[..m], "")?;
             let lower = constant(r, counter_dtype, c.lower as f64, &site)?;
             let t = r.add(
                 Op::Binary(BinaryOp::Sub),
@@ -269,7 +269,7 @@ pub(super) fn forward_while(
             Ok(outs)
         })?;
         let cond2 = region(&format!("{}_tape", cond.name), &all, &site, |r, p| {
-            inline(r, cond, &p[..m])
+            inline(r, cond, &p[..m], "")
         })?;
         let results = crate::builder::while_loop(&mut ad.g, &carries, cond2, body2, &site)?;
         let stacks = saved
@@ -306,13 +306,13 @@ pub(super) fn forward_while(
     let mut all = types.clone();
     all.push(TensorType::scalar(DType::I32));
     let body2 = region(&format!("{}_count", body.name), &all, &site, |r, p| {
-        let mut outs = inline(r, body, &p[..m])?;
+        let mut outs = inline(r, body, &p[..m], "")?;
         let one = constant(r, DType::I32, 1.0, &site)?;
         outs.push(r.add(Op::Binary(BinaryOp::Add), &[p[m], one], site.clone())?);
         Ok(outs)
     })?;
     let cond2 = region(&format!("{}_count", cond.name), &all, &site, |r, p| {
-        inline(r, cond, &p[..m])
+        inline(r, cond, &p[..m], "")
     })?;
     let mut carries = inputs.to_vec();
     carries.push(constant(&mut ad.g, DType::I32, 0.0, &site)?);
@@ -408,7 +408,7 @@ pub(super) fn backward_while(
                     args.push(v);
                 }
                 args.extend(&c[..na]);
-                let mut out = inline(r, bv, &args)?;
+                let mut out = inline(r, bv, &args, "")?;
                 out.extend(&c[na..]);
                 Ok(out)
             })?;
@@ -427,7 +427,7 @@ pub(super) fn backward_while(
                 let z = constant(r, DType::I32, 0.0, &site)?;
                 let start = &c[na..na + m];
                 let carries_t =
-                    fori_loop(r, z, t, start, &site, |r2, _i, cs| inline(r2, body, cs))?;
+                    fori_loop(r, z, t, start, &site, |r2, _i, cs| inline(r2, body, cs, ""))?;
                 let mut args: Vec<ValueId> = Vec::with_capacity(m + na);
                 for k in 0..m {
                     args.push(if used[k] {
@@ -437,7 +437,7 @@ pub(super) fn backward_while(
                     });
                 }
                 args.extend(&c[..na]);
-                let mut out = inline(r, bv, &args)?;
+                let mut out = inline(r, bv, &args, "")?;
                 out.extend(&c[na..]);
                 Ok(out)
             })?;

@@ -100,8 +100,8 @@ pub fn jvp(g: &Graph, wrt: &[usize]) -> Result<Graph> {
         let name = format!("tangent_{}", g.producer(params[w]).name);
         args.push(out.add_parameter(n + k, t, Some(name), site.clone())?);
     }
-    let tangents = inline(&mut out, &vv, &args)?;
-    let values = inline(&mut out, g, &args[..n])?;
+    let tangents = inline(&mut out, &vv, &args, "")?;
+    let values = inline(&mut out, g, &args[..n], "")?;
     for (o, v) in g.outputs().iter().zip(values) {
         out.add_output(v, o.name.clone())?;
     }
@@ -472,8 +472,13 @@ fn sum_to(g: &mut Graph, c: ValueId, t: &TensorType, site: &Site) -> Result<Valu
 
 /// Copies `src`'s nodes into `dst` with its parameters bound to `args`:
 /// the values of its outputs in `dst`. Nodes get fresh names derived from
-/// theirs; callback bindings are carried over.
-pub(crate) fn inline(dst: &mut Graph, src: &Graph, args: &[ValueId]) -> Result<Vec<ValueId>> {
+/// theirs behind `prefix`; callback bindings are carried over.
+pub(crate) fn inline(
+    dst: &mut Graph,
+    src: &Graph,
+    args: &[ValueId],
+    prefix: &str,
+) -> Result<Vec<ValueId>> {
     dst.bindings_from(src);
     let mut map: Vec<Option<ValueId>> = vec![None; src.num_values()];
     for node in src.nodes() {
@@ -493,7 +498,7 @@ pub(crate) fn inline(dst: &mut Graph, src: &Graph, args: &[ValueId]) -> Result<V
                 .op
                 .has_declared_types()
                 .then(|| (node.results.iter()).map(|r| src.ty(*r).clone()).collect());
-            let name = dst.fresh_name(&node.name);
+            let name = dst.fresh_name(&format!("{prefix}{}", node.name));
             let id = dst.add_node(NewNode {
                 op: node.op.clone(),
                 inputs,

@@ -215,6 +215,8 @@ pub(super) fn vjp(
         }
         Op::While { .. } => super::control::backward_while(b.ad, id, node, x, y, g)?,
         Op::Case { branches } => super::control::backward_case(b.ad, id, branches, x, g, needs)?,
+        Op::StopGradient => none,
+        Op::CustomVjp { inputs, vjp, .. } => b.custom_vjp(*inputs, vjp.graph(), x, y, g)?,
     };
     Ok(out)
 }
@@ -295,8 +297,11 @@ impl B<'_, '_> {
         let v = match u {
             UnaryOp::Neg => self.un(UnaryOp::Neg, g)?,
             UnaryOp::Abs => {
-                let s = self.un(UnaryOp::Sign, x)?;
-                self.mul(g, s)?
+                // JAX: +1 at 0 and -0.
+                let zero = self.c(x, 0.0)?;
+                let nonneg = self.cmp(CmpOp::Ge, x, zero)?;
+                let n = self.un(UnaryOp::Neg, g)?;
+                self.select(nonneg, g, n)?
             }
             UnaryOp::Sign
             | UnaryOp::Floor
@@ -805,6 +810,39 @@ impl B<'_, '_> {
         } else {
             self.add(Op::Transpose(perm), &[prod])
         }
+    }
+
+    /// The user's gradient, inlined: operands, results and cotangents in,
+    /// one cotangent per real floating input out.
+    fn custom_vjp(
+        &mut self,
+        inputs: usize,
+        vjp: &crate::Graph,
+        x: &[ValueId],
+        y: &[ValueId],
+        g: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let mut args = x.to_vec();
+        args.extend(y);
+        for (r, c) in y.iter().zip(g) {
+            let t = self.ty(*r);
+            if !super::is_differentiable(t.dtype) {
+                continue;
+            }
+            args.push(match c {
+                Some(c) => *c,
+                None => zeros(&mut self.ad.g, &t, self.site)?,
+            });
+        }
+        let cts = super::inline(&mut self.ad.g, vjp, &args, "")?;
+        let mut cts = cts.into_iter();
+        let mut out = vec![None; x.len()];
+        for (i, v) in x.iter().enumerate().take(inputs) {
+            if super::is_differentiable(self.dtype(*v)) {
+                out[i] = cts.next();
+            }
+        }
+        Ok(out)
     }
 
     fn scatter(

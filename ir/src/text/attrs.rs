@@ -124,7 +124,9 @@ fn attributes<A: Attrs>(op: &mut Op, a: &mut A) -> Result<(), A::Error> {
         | Op::DynamicUpdateSlice
         | Op::Callback(_)
         | Op::While { .. }
-        | Op::Case { .. } => Ok(()),
+        | Op::Case { .. }
+        | Op::StopGradient => Ok(()),
+        Op::CustomVjp { inputs, .. } => a.attr("inputs", inputs),
     }
 }
 
@@ -191,6 +193,7 @@ fn blank_op(name: &str, pos: TextPos, ty: &TensorType) -> Result<Op> {
         "bitcast_convert" => Op::BitcastConvert(ty.dtype),
         "dynamic_slice" => Op::DynamicSlice { sizes: vec![] },
         "dynamic_update_slice" => Op::DynamicUpdateSlice,
+        "stop_gradient" => Op::StopGradient,
         "scatter" => Op::Scatter {
             axis: 0,
             combiner: Combiner::Set,
@@ -278,6 +281,17 @@ pub(super) fn read(
     attrs: &[(String, AttrVal, TextPos)],
     ty: &TensorType,
 ) -> Result<Op> {
+    read_into(blank_op(name, pos, ty)?, pos, attrs)
+}
+
+/// `op` (a placeholder from the parser) with the attributes read into it.
+pub(super) fn read_into(
+    mut op: Op,
+    pos: TextPos,
+    attrs: &[(String, AttrVal, TextPos)],
+) -> Result<Op> {
+    let name = op.name();
+    let name = name.as_str();
     struct Reader<'a> {
         op: &'a str,
         pos: TextPos,
@@ -303,7 +317,6 @@ pub(super) fn read(
             Ok(())
         }
     }
-    let mut op = blank_op(name, pos, ty)?;
     let mut r = Reader {
         op: name,
         pos,
