@@ -92,6 +92,68 @@ proptest! {
     }
 }
 
+/// The reverse-mode graph of a random program (with respect to every real
+/// floating input, seeded with random cotangents for every real floating
+/// output), or `None` when the program holds an op without a gradient rule
+/// or no floating input.
+fn random_vjp(
+    g: &tensorlift::Graph,
+    inputs: &[tensorlift::Tensor],
+    seed: u64,
+) -> Option<(tensorlift::Graph, Vec<tensorlift::Tensor>)> {
+    use tensorlift::fuzz::random_graph::{Rng, random_tensor};
+    let wrt: Vec<usize> = (0..inputs.len())
+        .filter(|&i| inputs[i].dtype().is_float())
+        .collect();
+    if wrt.is_empty() {
+        return None;
+    }
+    let v = match tensorlift::ir::autodiff::vjp(g, &wrt) {
+        Ok(v) => v,
+        // Ops with no rule (complex values, bitcast_convert, scatter
+        // min/max, callbacks) are refused with a message naming them.
+        Err(e) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("not supported")
+                    || m.contains("not differentiable")
+                    || m.contains("no gradient"),
+                "unexpected autodiff error: {m}\n{}",
+                text::print(g)
+            );
+            return None;
+        }
+    };
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let mut args = inputs.to_vec();
+    for p in &v.params()[inputs.len()..] {
+        args.push(random_tensor(&mut rng, v.ty(*p)).unwrap());
+    }
+    Some((v, args))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 4, ..ProptestConfig::default() })]
+
+    /// Gradients of random programs (with loops and branches half the
+    /// time) are programs too: interpreter and JIT agree bitwise on them.
+    #[test]
+    fn random_gradients_agree_bitwise_in_exact_mode(seed in any::<u64>(), n in 1usize..20, cf in any::<bool>()) {
+        let options = tensorlift::fuzz::random_graph::GenOptions {
+            control_flow: cf,
+            ..Default::default()
+        };
+        let (g, inputs) = tensorlift::fuzz::random_graph::random_graph_with(seed, n, options).unwrap();
+        if let Some((v, args)) = random_vjp(&g, &inputs, seed) {
+            for opts in &EXACT {
+                if let Err(e) = check_graph(&v, &args, opts) {
+                    prop_assert!(false, "seed {} (gradient of):\n{}\n{}", seed, text::print(&g), e);
+                }
+            }
+        }
+    }
+}
+
 /// The generator with control flow draws loops, branches and nesting
 /// (so the test above covers them).
 #[test]

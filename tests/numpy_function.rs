@@ -556,3 +556,74 @@ fn a_blocked_python_callback_blocks_nothing_else() {
     let out = h.join().unwrap();
     assert_eq!(common::to_vec::<f32>(&out[0]), vec![1.0]);
 }
+
+#[test]
+fn numpy_function_with_a_numpy_gradient_is_differentiable() {
+    // The forward is NumPy's sinh, the gradient NumPy's cosh: neither is
+    // traced, yet grad works interpreted and compiled, and check_grads
+    // (reverse mode: a callback has no transpose) agrees.
+    use tensorlift::{GradCheck, Mode, check_grads, custom_vjp};
+    let fwd = pyfn(
+        "import numpy as np\ndef f(x):\n    return np.sinh(x)\n",
+        "f",
+    );
+    let bwd = pyfn(
+        "import numpy as np\ndef g(x, ct):\n    return np.cosh(x) * ct\n",
+        "g",
+    );
+    let x = Tensor::from(ndarray::arr1(&[0.5f64, -1.0, 2.0]).into_dyn());
+    for jit in [false, true] {
+        let (fwd, bwd) = Python::attach(|py| (fwd.clone_ref(py), bwd.clone_ref(py)));
+        let f = function(move |x: Sym| {
+            let (fwd, bwd) = Python::attach(|py| (fwd.clone_ref(py), bwd.clone_ref(py)));
+            custom_vjp(
+                move |a| {
+                    let y = a[0]
+                        .graph()
+                        .numpy_function(fwd, &[&a[0]], &[DType::F64], false);
+                    vec![y[0].set_shape(&[Some(3)])]
+                },
+                move |a, _out, ct| {
+                    let g =
+                        a[0].graph()
+                            .numpy_function(bwd, &[&a[0], &ct[0]], &[DType::F64], false);
+                    vec![g[0].set_shape(&[Some(3)])]
+                },
+                &[x],
+            )
+            .remove(0)
+            .reduce_sum(None, false)
+        })
+        .jit_compile(jit);
+        let g = f.grad(&[0]).call(std::slice::from_ref(&x)).unwrap();
+        let want: Vec<f64> = [0.5f64, -1.0, 2.0].iter().map(|v| v.cosh()).collect();
+        assert_eq!(common::to_vec::<f64>(&g[0]), want, "jit {jit}");
+        let opts = GradCheck {
+            only: Some(Mode::Reverse),
+            ..GradCheck::default()
+        };
+        check_grads(&f, std::slice::from_ref(&x), &[0], &opts).unwrap();
+        // Without the custom gradient, differentiating is an error naming
+        // the callback and where it was made.
+        let plain = function(|x: Sym| {
+            let f = pyfn(
+                "import numpy as np\ndef f(x):\n    return np.sinh(x)\n",
+                "f",
+            );
+            let y = x.graph().numpy_function(f, &[&x], &[DType::F64], false);
+            y[0].set_shape(&[Some(3)]).reduce_sum(None, false)
+        })
+        .jit_compile(jit);
+        let e = plain
+            .grad(&[0])
+            .call(std::slice::from_ref(&x))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("numpy_function")
+                && e.contains("not differentiable")
+                && e.contains("numpy_function.rs"),
+            "{e}"
+        );
+    }
+}
