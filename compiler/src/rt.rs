@@ -290,6 +290,40 @@ fn run_step(
                 )
                 .map_err(|e| e.at_node(g.node_ref(*node)));
             }
+            if let Op::DynamicSlice { sizes } = &g.node(*node).op
+                && let (Some(&x), [out]) = (inputs.first(), outputs.as_slice())
+                && plan.slots[x].dtype != DType::String
+                && !matches!(plan.slots[x].kind, SlotKind::Const(_) | SlotKind::Input(_))
+                && x != *out
+            {
+                // The block is copied from the operand's buffer where it
+                // lies: a loop reading one row of a stack per iteration
+                // does not copy the stack.
+                let starts: Vec<Tensor> = inputs[1..]
+                    .iter()
+                    // SAFETY: slot pointers are valid while main runs.
+                    .map(|&s| unsafe { slot_tensor(plan, ctx, bufs, s) })
+                    .collect::<Result<_, _>>()?;
+                let refs: Vec<&Tensor> = starts.iter().collect();
+                let (xs, os) = (&plan.slots[x], &plan.slots[*out]);
+                let (src, dst): (&[u8], &mut [u8]) = if os.bytes() == 0 || xs.bytes() == 0 {
+                    (&[], &mut [])
+                } else {
+                    // SAFETY: both slots are valid while main runs and
+                    // distinct (checked above); the output is this step's
+                    // to write.
+                    unsafe {
+                        (
+                            std::slice::from_raw_parts(*bufs.add(x), xs.bytes()),
+                            std::slice::from_raw_parts_mut(*bufs.add(*out), os.bytes()),
+                        )
+                    }
+                };
+                return tensorlift_runtime::kernels::layout::slice_into(
+                    dst, src, xs.dtype, &xs.dims, sizes, &refs,
+                )
+                .map_err(|e| e.at_node(g.node_ref(*node)));
+            }
             let args: Vec<Tensor> =
                 // SAFETY: slot pointers are valid while main runs.
                 inputs.iter().map(|&s| unsafe { slot_tensor(plan, ctx, bufs, s) }).collect::<Result<_, _>>()?;

@@ -41,13 +41,19 @@ pub(super) struct Tape {
 enum TapeKind {
     /// A counted loop of no iteration: results are the initial carries.
     Empty,
-    /// A counted loop of `steps` iterations.
+    /// A counted loop of `steps` iterations; `bv` is the backward part of
+    /// the body's gradient (body parameters, residuals, cotangents).
     Counted {
         steps: usize,
         counter: usize,
         lower: i64,
-        /// Stacked carries: (carry index, buffer of shape `[steps, ..]`).
-        stacks: Vec<(usize, ValueId)>,
+        /// The carries stacked (before the other residuals).
+        saved: Vec<usize>,
+        /// One buffer of shape `[steps, ..]` per stacked row: the saved
+        /// carries, then the residuals.
+        stacks: Vec<ValueId>,
+        /// The type of one row of each stack.
+        row_types: Vec<TensorType>,
         /// Carries passed through unchanged, with their (initial) values.
         invariant: Vec<Option<ValueId>>,
     },
@@ -183,6 +189,172 @@ fn body_vjp(body: &Graph, act: &[bool], what: &str) -> Result<(Graph, Vec<bool>)
     Ok((bv, used))
 }
 
+/// A counted loop's body gradient cut in two: what the forward loop
+/// computes and stacks (the residuals: values of the body's forward pass
+/// that change from one iteration to the next and that the gradient
+/// reads), and the rest, which the backward loop runs on the stacked rows.
+/// Values depending only on the counter, on captures and on constants
+/// are recomputed by the backward loop (the optimizer hoists what it can).
+struct Split {
+    /// Body parameters → the residuals that are not parameters.
+    residuals: Graph,
+    /// Body parameters, residuals, cotangents → cotangents.
+    backward: Graph,
+    /// Which body parameters `backward` reads.
+    used: Vec<bool>,
+}
+
+fn split(bv: &Graph, m: usize, carried: &[bool]) -> Result<Split> {
+    let params = bv.params();
+    let nv = bv.num_values();
+    let (mut dep_ct, mut dep_carry) = (vec![false; nv], vec![false; nv]);
+    for n in bv.nodes() {
+        let (c, k) = if let Op::Parameter { index } = n.op {
+            (index >= m, index < m && carried[index])
+        } else {
+            (
+                n.inputs.iter().any(|v| dep_ct[v.index()]),
+                n.inputs.iter().any(|v| dep_carry[v.index()]),
+            )
+        };
+        for r in &n.results {
+            dep_ct[r.index()] = c;
+            dep_carry[r.index()] = k;
+        }
+    }
+    let is_param = |v: ValueId| matches!(bv.producer(v).op, Op::Parameter { .. });
+    let mut residual = vec![false; nv];
+    for n in bv.nodes() {
+        if n.results.iter().any(|r| dep_ct[r.index()]) && !matches!(n.op, Op::Parameter { .. }) {
+            for v in &n.inputs {
+                residual[v.index()] |= !dep_ct[v.index()] && dep_carry[v.index()];
+            }
+        }
+    }
+    for o in bv.outputs() {
+        residual[o.value.index()] |= !dep_ct[o.value.index()] && dep_carry[o.value.index()];
+    }
+    // A residual made by a cheap op (one that fuses into the backward
+    // loop's kernels) from other residuals is recomputed there when that
+    // stacks no more bytes: `1 + y` and `1 - y` become one stack of `y`.
+    let bytes = |v: ValueId| {
+        let t = bv.ty(v);
+        t.shape.num_elements().unwrap_or(0) * t.dtype.size()
+    };
+    let mut recompute = vec![false; nv];
+    loop {
+        let mut changed = false;
+        for i in (0..nv).rev() {
+            let v = ValueId(i as u32);
+            let n = bv.producer(v);
+            if !residual[i] || is_param(v) || !cheap(&n.op) || n.results.len() != 1 {
+                continue;
+            }
+            let need: Vec<ValueId> = (n.inputs.iter().copied())
+                .filter(|u| dep_carry[u.index()])
+                .collect();
+            let added: usize = (need.iter())
+                .filter(|u| !residual[u.index()])
+                .map(|u| bytes(*u))
+                .sum();
+            if added <= bytes(v) {
+                residual[i] = false;
+                recompute[i] = true;
+                for u in need {
+                    residual[u.index()] = true;
+                }
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let res: Vec<ValueId> = (0..nv)
+        .map(|i| ValueId(i as u32))
+        .filter(|v| residual[v.index()] && !is_param(*v))
+        .collect();
+    let body_params = &params[..m];
+    let outs: Vec<(ValueId, String)> = (res.iter().enumerate())
+        .map(|(j, v)| (*v, format!("residual{j}")))
+        .collect();
+    let residuals = bv.extract(
+        format!("{}_residuals", bv.name),
+        body_params,
+        |_, n| {
+            !matches!(n.op, Op::Parameter { .. }) && !n.results.iter().any(|r| dep_ct[r.index()])
+        },
+        &outs,
+    )?;
+    let mut bparams = body_params.to_vec();
+    bparams.extend(&res);
+    bparams.extend(&params[m..]);
+    let bouts: Vec<(ValueId, String)> = (bv.outputs().iter())
+        .map(|o| (o.value, o.name.clone()))
+        .collect();
+    let keep = |_, n: &crate::Node| {
+        !matches!(n.op, Op::Parameter { .. })
+            && n.results
+                .first()
+                .is_some_and(|r| dep_ct[r.index()] || !dep_carry[r.index()] || recompute[r.index()])
+    };
+    let mut backward = bv.extract(format!("{}_backward", bv.name), &bparams, keep, &bouts)?;
+    crate::passes::dce(&mut backward);
+    let uses = backward.use_counts();
+    let bps = backward.params();
+    let used = (0..m).map(|k| uses[bps[k].index()] > 0).collect();
+    Ok(Split {
+        residuals,
+        backward,
+        used,
+    })
+}
+
+/// Ops worth recomputing in a backward loop rather than stacking: no
+/// transcendental, fused into the consumer's kernel.
+fn cheap(op: &Op) -> bool {
+    use crate::UnaryOp;
+    match op {
+        Op::Unary(u) => matches!(
+            u,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Not
+        ),
+        Op::Binary(b) => matches!(
+            b,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min
+        ),
+        Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BroadcastInDim { .. }
+        | Op::Reshape(_) => true,
+        Op::Parameter { .. }
+        | Op::Constant(_)
+        | Op::Iota { .. }
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reverse(_)
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::BitcastConvert(_)
+        | Op::Callback(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. }
+        | Op::StopGradient
+        | Op::CustomVjp { .. } => false,
+    }
+}
+
 fn types_of(g: &Graph, vs: &[ValueId]) -> Vec<TensorType> {
     vs.iter().map(|v| g.ty(*v).clone()).collect()
 }
@@ -233,23 +405,35 @@ pub(super) fn forward_while(
         let invariant: Vec<bool> = (0..m)
             .map(|k| param_index(body, body.outputs()[k].value) == Some(k))
             .collect();
-        let saved: Vec<usize> = (0..m)
-            .filter(|&k| used[k] && !invariant[k] && k != c.counter)
+        let carried: Vec<bool> = (0..m).map(|k| !invariant[k] && k != c.counter).collect();
+        let sp = split(&bv, m, &carried)?;
+        // Stacked: the carried parameters the gradient reads, then the
+        // other residuals.
+        let saved: Vec<usize> = (0..m).filter(|&k| carried[k] && sp.used[k]).collect();
+        let res_types = sp
+            .residuals
+            .outputs()
+            .iter()
+            .map(|o| sp.residuals.ty(o.value).clone());
+        let row_types: Vec<TensorType> = (saved.iter().map(|&k| types[k].clone()))
+            .chain(res_types)
             .collect();
         let mut stack_types = Vec::new();
         let mut carries = inputs.to_vec();
-        for &k in &saved {
+        for t in &row_types {
             let mut dims = vec![c.steps];
-            dims.extend(static_dims(&types[k])?);
-            let t = TensorType::known(types[k].dtype, &dims);
-            carries.push(zeros(&mut ad.g, &t, &site)?);
-            stack_types.push(t);
+            dims.extend(static_dims(t)?);
+            let st = TensorType::known(t.dtype, &dims);
+            carries.push(zeros(&mut ad.g, &st, &site)?);
+            stack_types.push(st);
         }
         let mut all = types.clone();
         all.extend(stack_types);
         let counter_dtype = types[c.counter].dtype;
         let body2 = region(&format!("{}_tape", body.name), &all, &site, |r, p| {
             let mut outs = inline(r, body, &p[..m], "")?;
+            let mut rows: Vec<ValueId> = saved.iter().map(|&k| p[k]).collect();
+            rows.extend(inline(r, &sp.residuals, &p[..m], "")?);
             let lower = constant(r, counter_dtype, c.lower as f64, &site)?;
             let t = r.add(
                 Op::Binary(BinaryOp::Sub),
@@ -257,11 +441,11 @@ pub(super) fn forward_while(
                 site.clone(),
             )?;
             let zero = constant(r, counter_dtype, 0.0, &site)?;
-            for (j, &k) in saved.iter().enumerate() {
-                let dims = static_dims(&types[k])?;
+            for (j, v) in rows.into_iter().enumerate() {
+                let dims = static_dims(&row_types[j])?;
                 let mut one = vec![1];
                 one.extend(&dims);
-                let row = r.add(Op::Reshape(Shape::known(&one)), &[p[k]], site.clone())?;
+                let row = r.add(Op::Reshape(Shape::known(&one)), &[v], site.clone())?;
                 let mut ins = vec![p[m + j], row, t];
                 ins.extend(std::iter::repeat_n(zero, dims.len()));
                 outs.push(r.add(Op::DynamicUpdateSlice, &ins, site.clone())?);
@@ -272,22 +456,25 @@ pub(super) fn forward_while(
             inline(r, cond, &p[..m], "")
         })?;
         let results = crate::builder::while_loop(&mut ad.g, &carries, cond2, body2, &site)?;
-        let stacks = saved
-            .iter()
-            .copied()
-            .zip(results[m..].iter().copied())
-            .collect();
         let invariant = (0..m)
-            .map(|k| (invariant[k] && used[k]).then_some(inputs[k]))
+            .map(|k| (invariant[k] && sp.used[k]).then_some(inputs[k]))
             .collect();
         let kind = TapeKind::Counted {
             steps: c.steps,
             counter: c.counter,
             lower: c.lower,
-            stacks,
+            saved,
+            stacks: results[m..].to_vec(),
+            row_types,
             invariant,
         };
-        return Ok((results[..m].to_vec(), tape(kind)));
+        let tape = Tape {
+            act: act.clone(),
+            bv: sp.backward,
+            used: sp.used,
+            kind,
+        };
+        return Ok((results[..m].to_vec(), tape));
     }
     // A data-dependent trip count: count the iterations; the gradient
     // recomputes the body, so it must not have effects.
@@ -365,11 +552,14 @@ pub(super) fn backward_while(
             steps,
             counter,
             lower,
+            saved,
             stacks,
+            row_types,
             invariant,
         } => {
+            let ns = stacks.len();
             let mut carries = cts;
-            carries.extend(stacks.iter().map(|(_, s)| *s));
+            carries.extend(stacks);
             let inv: Vec<(usize, ValueId)> = (invariant.iter().enumerate())
                 .filter_map(|(k, v)| v.map(|v| (k, v)))
                 .collect();
@@ -380,16 +570,20 @@ pub(super) fn backward_while(
                 let last = constant(r, DType::I32, *steps as f64 - 1.0, &site)?;
                 let t = r.add(Op::Binary(BinaryOp::Sub), &[last, j], site.clone())?;
                 let z = constant(r, DType::I32, 0.0, &site)?;
-                let mut args = Vec::with_capacity(m + na);
+                let mut rows = Vec::with_capacity(ns);
+                for (s, ty) in row_types.iter().enumerate() {
+                    let dims = static_dims(ty)?;
+                    let mut sizes = vec![1];
+                    sizes.extend(&dims);
+                    let mut ins = vec![c[na + s], t];
+                    ins.extend(std::iter::repeat_n(z, dims.len()));
+                    let row = r.add(Op::DynamicSlice { sizes }, &ins, site.clone())?;
+                    rows.push(r.add(Op::Reshape(Shape::known(&dims)), &[row], site.clone())?);
+                }
+                let mut args = Vec::with_capacity(m + ns + na);
                 for (k, ty) in types.iter().enumerate() {
-                    let v = if let Some(s) = stacks.iter().position(|(i, _)| *i == k) {
-                        let dims = static_dims(ty)?;
-                        let mut sizes = vec![1];
-                        sizes.extend(&dims);
-                        let mut ins = vec![c[na + s], t];
-                        ins.extend(std::iter::repeat_n(z, dims.len()));
-                        let row = r.add(Op::DynamicSlice { sizes }, &ins, site.clone())?;
-                        r.add(Op::Reshape(Shape::known(&dims)), &[row], site.clone())?
+                    let v = if let Some(s) = saved.iter().position(|i| *i == k) {
+                        rows[s]
                     } else if k == *counter {
                         let d = ty.dtype;
                         let tk = if d == DType::I32 {
@@ -400,13 +594,14 @@ pub(super) fn backward_while(
                         let lo = constant(r, d, *lower as f64, &site)?;
                         r.add(Op::Binary(BinaryOp::Add), &[lo, tk], site.clone())?
                     } else if let Some(q) = inv.iter().position(|(i, _)| *i == k) {
-                        c[na + stacks.len() + q]
+                        c[na + ns + q]
                     } else {
                         // Not read by the gradient.
                         zeros(r, ty, &site)?
                     };
                     args.push(v);
                 }
+                args.extend(&rows[saved.len()..]);
                 args.extend(&c[..na]);
                 let mut out = inline(r, bv, &args, "")?;
                 out.extend(&c[na..]);

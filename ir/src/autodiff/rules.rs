@@ -708,107 +708,82 @@ impl B<'_, '_> {
         }
     }
 
-    /// The cotangent of `dot_general`'s left operand: `g` contracted with
-    /// the right operand over its free dims, transposed to the left's
-    /// layout.
+    /// The cotangent of `dot_general`'s left operand: `g` (dims: batch,
+    /// left free, right free) contracted with the right operand over the
+    /// right's free dims, giving [batch, left free, right contract], then
+    /// put in the left's layout (no transpose for a plain matmul).
     fn dot_lhs(&mut self, g: ValueId, l: ValueId, r: ValueId, dd: &DotDims) -> Result<ValueId> {
         let (lr, rr) = (self.dims(l)?.len(), self.dims(r)?.len());
-        self.dot_side(
-            g,
-            r,
-            lr,
-            rr,
-            &dd.lhs_batch,
-            &dd.lhs_contract,
-            &dd.rhs_batch,
-            &dd.rhs_contract,
-            true,
-        )
-    }
-
-    fn dot_rhs(&mut self, g: ValueId, l: ValueId, r: ValueId, dd: &DotDims) -> Result<ValueId> {
-        let (lr, rr) = (self.dims(l)?.len(), self.dims(r)?.len());
-        self.dot_side(
-            g,
-            l,
-            rr,
-            lr,
-            &dd.rhs_batch,
-            &dd.rhs_contract,
-            &dd.lhs_batch,
-            &dd.lhs_contract,
-            false,
-        )
-    }
-
-    /// The cotangent of one side ("me", rank `mr`) of a dot given the
-    /// other ("it", rank `ir`): `g`'s dims are [batch, lhs free, rhs free].
-    #[allow(clippy::too_many_arguments)]
-    fn dot_side(
-        &mut self,
-        g: ValueId,
-        it: ValueId,
-        mr: usize,
-        ir: usize,
-        m_batch: &[usize],
-        m_contract: &[usize],
-        i_batch: &[usize],
-        i_contract: &[usize],
-        me_is_lhs: bool,
-    ) -> Result<ValueId> {
-        let nb = m_batch.len();
-        let m_free: Vec<usize> = (0..mr)
-            .filter(|d| !m_batch.contains(d) && !m_contract.contains(d))
-            .collect();
-        let i_free: Vec<usize> = (0..ir)
-            .filter(|d| !i_batch.contains(d) && !i_contract.contains(d))
-            .collect();
-        // Where "it"'s free dims sit in g.
-        let i_free_in_g: Vec<usize> = if me_is_lhs {
-            (nb + m_free.len()..nb + m_free.len() + i_free.len()).collect()
-        } else {
-            (nb..nb + i_free.len()).collect()
-        };
-        let m_free_in_g: Vec<usize> = if me_is_lhs {
-            (nb..nb + m_free.len()).collect()
-        } else {
-            (nb + i_free.len()..nb + i_free.len() + m_free.len()).collect()
-        };
-        // dot(g, it): [batch, g's remaining (my free dims, in order), it's
-        // remaining (its contract dims, in increasing order)].
+        let nb = dd.lhs_batch.len();
+        let lf = free_dims(lr, &dd.lhs_batch, &dd.lhs_contract);
+        let rf = free_dims(rr, &dd.rhs_batch, &dd.rhs_contract);
         let dims = DotDims {
             lhs_batch: (0..nb).collect(),
-            rhs_batch: i_batch.to_vec(),
-            lhs_contract: i_free_in_g,
-            rhs_contract: i_free,
+            rhs_batch: dd.rhs_batch.clone(),
+            lhs_contract: (nb + lf.len()..nb + lf.len() + rf.len()).collect(),
+            rhs_contract: rf,
         };
-        let prod = self.add(Op::DotGeneral(dims), &[g, it])?;
-        // The result's dims in g-remaining order are m_free_in_g's order,
-        // which is m_free's order either way.
-        let _ = m_free_in_g;
-        let mut i_contract_sorted = i_contract.to_vec();
-        i_contract_sorted.sort_unstable();
-        let perm: Vec<usize> = (0..mr)
+        let prod = self.add(Op::DotGeneral(dims), &[g, r])?;
+        let mut rc_sorted = dd.rhs_contract.clone();
+        rc_sorted.sort_unstable();
+        let perm: Vec<usize> = (0..lr)
             .map(|d| {
-                if let Some(k) = m_batch.iter().position(|b| *b == d) {
+                if let Some(k) = dd.lhs_batch.iter().position(|b| *b == d) {
                     k
-                } else if let Some(j) = m_free.iter().position(|f| *f == d) {
+                } else if let Some(j) = lf.iter().position(|f| *f == d) {
                     nb + j
                 } else {
-                    let m = m_contract.iter().position(|c| *c == d).unwrap_or(0);
-                    let partner = i_contract[m];
-                    let rank = i_contract_sorted
-                        .iter()
-                        .position(|c| *c == partner)
-                        .unwrap_or(0);
-                    nb + m_free.len() + rank
+                    let m = dd.lhs_contract.iter().position(|c| *c == d).unwrap_or(0);
+                    let rank = rc_sorted.iter().position(|c| *c == dd.rhs_contract[m]);
+                    nb + lf.len() + rank.unwrap_or(0)
                 }
             })
             .collect();
+        self.permuted(prod, perm)
+    }
+
+    /// The cotangent of the right operand: the left operand contracted
+    /// with `g` over the left's free dims, giving [batch, left contract,
+    /// right free] (a plain matmul's `xᵀ·g`, no transpose), then put in the
+    /// right's layout.
+    fn dot_rhs(&mut self, g: ValueId, l: ValueId, r: ValueId, dd: &DotDims) -> Result<ValueId> {
+        let (lr, rr) = (self.dims(l)?.len(), self.dims(r)?.len());
+        let nb = dd.lhs_batch.len();
+        let lf = free_dims(lr, &dd.lhs_batch, &dd.lhs_contract);
+        let rf = free_dims(rr, &dd.rhs_batch, &dd.rhs_contract);
+        let nl = lf.len();
+        let dims = DotDims {
+            lhs_batch: dd.lhs_batch.clone(),
+            rhs_batch: (0..nb).collect(),
+            lhs_contract: lf,
+            rhs_contract: (nb..nb + nl).collect(),
+        };
+        let prod = self.add(Op::DotGeneral(dims), &[l, g])?;
+        let mut lc_sorted = dd.lhs_contract.clone();
+        lc_sorted.sort_unstable();
+        let nc = lc_sorted.len();
+        let perm: Vec<usize> = (0..rr)
+            .map(|d| {
+                if let Some(k) = dd.rhs_batch.iter().position(|b| *b == d) {
+                    k
+                } else if let Some(j) = rf.iter().position(|f| *f == d) {
+                    nb + nc + j
+                } else {
+                    let m = dd.rhs_contract.iter().position(|c| *c == d).unwrap_or(0);
+                    let rank = lc_sorted.iter().position(|c| *c == dd.lhs_contract[m]);
+                    nb + rank.unwrap_or(0)
+                }
+            })
+            .collect();
+        self.permuted(prod, perm)
+    }
+
+    /// `v` transposed by `perm` (itself when `perm` is the identity).
+    fn permuted(&mut self, v: ValueId, perm: Vec<usize>) -> Result<ValueId> {
         if perm.iter().enumerate().all(|(i, p)| i == *p) {
-            Ok(prod)
+            Ok(v)
         } else {
-            self.add(Op::Transpose(perm), &[prod])
+            self.add(Op::Transpose(perm), &[v])
         }
     }
 
@@ -914,4 +889,12 @@ impl B<'_, '_> {
         let _ = op;
         Ok(vec![needs[0].then_some(gx), None, gu])
     }
+}
+
+/// The dims of a `dot_general` operand of rank `rank` that are neither
+/// batch nor contracting, in order.
+fn free_dims(rank: usize, batch: &[usize], contract: &[usize]) -> Vec<usize> {
+    (0..rank)
+        .filter(|d| !batch.contains(d) && !contract.contains(d))
+        .collect()
 }

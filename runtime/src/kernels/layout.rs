@@ -450,6 +450,41 @@ pub fn dynamic_update_slice(x: &Tensor, update: &Tensor, starts: &[&Tensor]) -> 
     })
 }
 
+/// [`dynamic_slice`] of the bytes of an operand of `dtype` and `dims`,
+/// written into `out` (the block's bytes): what the JIT runs, reading the
+/// operand where it lies instead of copying it into a tensor first.
+pub fn slice_into(
+    out: &mut [u8],
+    src: &[u8],
+    dtype: tensorlift_ir::DType,
+    dims: &[usize],
+    sizes: &[usize],
+    starts: &[&Tensor],
+) -> Result<()> {
+    if sizes.len() != dims.len() {
+        return Err(Error::invalid(format!(
+            "dynamic_slice: {} sizes for an operand of rank {}",
+            sizes.len(),
+            dims.len()
+        )));
+    }
+    let at = clamped_starts("dynamic_slice", starts, dims, sizes)?;
+    let size = dtype.size();
+    if sizes.contains(&0) {
+        return Ok(());
+    }
+    if src.len() != dims.iter().product::<usize>() * size
+        || out.len() != sizes.iter().product::<usize>() * size
+    {
+        return Err(Error::internal("dynamic_slice: buffer sizes"));
+    }
+    let inner = sizes.last().copied().unwrap_or(1) * size;
+    for_each_block_row(dims, sizes, &at, |o, u| {
+        out[u * size..u * size + inner].copy_from_slice(&src[o * size..o * size + inner]);
+    });
+    Ok(())
+}
+
 /// [`dynamic_update_slice`] in place: writes `update` into `out` (the
 /// bytes of an operand of `dtype` and `dims`) at the clamped `starts`; the
 /// rest of `out` is left as it is. What the JIT runs when the operand's
