@@ -609,3 +609,38 @@ fn check_grads_catches_a_wrong_custom_gradient() {
         assert!(e.contains("does not match finite differences"), "{e}");
     }
 }
+
+#[test]
+fn while_with_an_iteration_bound_stacks_instead_of_recomputing() {
+    // `while |x|² < 10 and i < 6`: exits early or at the bound. The bound
+    // gives the stacks their size, so the gradient runs in linear time: a
+    // forward and a backward loop, no recomputing loop inside.
+    for start in [4.0, 1.5, 0.3, 0.001] {
+        let x = f64s(&[start, start * 0.5], &[2]);
+        let c = f64s(&[0.25, -0.125], &[2]);
+        let f = function(|x: Sym, c: Sym| {
+            let i = x.graph().scalar(DType::I32, 0.0);
+            let out = while_loop(
+                |s| {
+                    let small = s[1].square().reduce_sum(None, false).less(10.0);
+                    small.logical_and(s[0].less(6))
+                },
+                |s| vec![&s[0] + 1, (&s[1] * 1.5 + &s[2]).sin() * 2.0, s[2].clone()],
+                &[i, x, c],
+            );
+            out[1].sin().reduce_sum(None, false)
+        });
+        check(
+            f.clone(),
+            &[x.clone(), c.clone()],
+            &[0, 1],
+            &format!("bounded while from {start}"),
+        );
+        let specs = [&x, &c].map(tensorlift::TensorSpec::of);
+        let ir = f
+            .grad(&[0, 1])
+            .compiler_ir(&specs, tensorlift::IrStage::Optimized)
+            .unwrap();
+        assert_eq!(ir.matches("= while(").count(), 2, "{ir}");
+    }
+}

@@ -45,6 +45,8 @@ enum TapeKind {
     /// the body's gradient (body parameters, residuals, cotangents).
     Counted {
         steps: usize,
+        /// The iterations run (`int32[]`), when fewer than `steps` may be.
+        trips: Option<ValueId>,
         counter: usize,
         lower: i64,
         /// The carries stacked (before the other residuals).
@@ -132,16 +134,44 @@ fn int_constant(g: &Graph, v: ValueId) -> Option<i64> {
 }
 
 /// A loop counting carry `counter` from a constant by 1 while it is below
-/// a constant: its trip count.
+/// a constant (and, when not `exact`, while some other condition holds
+/// too): at most `steps` iterations, exactly `steps` when `exact`.
 struct Counted {
     counter: usize,
     lower: i64,
     steps: usize,
+    exact: bool,
 }
 
 fn counted(src: &Graph, node: &Node, cond: &Graph, body: &Graph) -> Option<Counted> {
     let [o] = cond.outputs() else { return None };
-    let cmp = cond.producer(o.value);
+    // The comparisons the condition is a conjunction of.
+    let mut leaves = Vec::new();
+    let mut stack = vec![o.value];
+    while let Some(v) = stack.pop() {
+        let n = cond.producer(v);
+        if n.op == Op::Binary(BinaryOp::And) && cond.ty(v).dtype == DType::Bool {
+            stack.extend(&n.inputs);
+        } else {
+            leaves.push(v);
+        }
+    }
+    let exact = leaves.len() == 1;
+    leaves
+        .into_iter()
+        .find_map(|v| counted_by(src, node, cond, body, v, exact))
+}
+
+/// [`counted`] for the comparison `v` of the condition.
+fn counted_by(
+    src: &Graph,
+    node: &Node,
+    cond: &Graph,
+    body: &Graph,
+    v: ValueId,
+    exact: bool,
+) -> Option<Counted> {
+    let cmp = cond.producer(v);
     if cmp.op != Op::Compare(CmpOp::Lt) {
         return None;
     }
@@ -168,10 +198,16 @@ fn counted(src: &Graph, node: &Node, cond: &Graph, body: &Graph) -> Option<Count
     }
     let lower = int_constant(src, node.inputs[a])?;
     let steps = usize::try_from(upper.saturating_sub(lower).max(0)).ok()?;
+    // Stacks of `steps` rows: a bound too large to allocate is left to the
+    // recomputing path.
+    if !exact && steps > 1 << 20 {
+        return None;
+    }
     Some(Counted {
         counter: a,
         lower,
         steps,
+        exact,
     })
 }
 
@@ -459,8 +495,26 @@ pub(super) fn forward_while(
         let invariant = (0..m)
             .map(|k| (invariant[k] && sp.used[k]).then_some(inputs[k]))
             .collect();
+        // A loop that may exit early ran `final counter - lower` times.
+        let trips = if c.exact {
+            None
+        } else {
+            let d = counter_dtype;
+            let lo = constant(&mut ad.g, d, c.lower as f64, &site)?;
+            let n = ad.g.add(
+                Op::Binary(BinaryOp::Sub),
+                &[results[c.counter], lo],
+                site.clone(),
+            )?;
+            Some(if d == DType::I32 {
+                n
+            } else {
+                ad.g.add(Op::Convert(DType::I32), &[n], site.clone())?
+            })
+        };
         let kind = TapeKind::Counted {
             steps: c.steps,
+            trips,
             counter: c.counter,
             lower: c.lower,
             saved,
@@ -550,6 +604,7 @@ pub(super) fn backward_while(
         TapeKind::Empty => cts,
         TapeKind::Counted {
             steps,
+            trips,
             counter,
             lower,
             saved,
@@ -565,9 +620,16 @@ pub(super) fn backward_while(
                 .collect();
             carries.extend(inv.iter().map(|(_, v)| *v));
             let zero = constant(&mut ad.g, DType::I32, 0.0, &site)?;
-            let upper = constant(&mut ad.g, DType::I32, *steps as f64, &site)?;
+            let upper = match trips {
+                Some(n) => *n,
+                None => constant(&mut ad.g, DType::I32, *steps as f64, &site)?,
+            };
+            // The trip count rides along as the last carry.
+            carries.push(upper);
+            let nc = carries.len();
             let res = fori_loop(&mut ad.g, zero, upper, &carries, &site, |r, j, c| {
-                let last = constant(r, DType::I32, *steps as f64 - 1.0, &site)?;
+                let one = constant(r, DType::I32, 1.0, &site)?;
+                let last = r.add(Op::Binary(BinaryOp::Sub), &[c[nc - 1], one], site.clone())?;
                 let t = r.add(Op::Binary(BinaryOp::Sub), &[last, j], site.clone())?;
                 let z = constant(r, DType::I32, 0.0, &site)?;
                 let mut rows = Vec::with_capacity(ns);
