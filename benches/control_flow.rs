@@ -17,7 +17,7 @@ use tensorlift::{DType, Function, Sym, Tensor, TensorSpec, fori_loop, function, 
 #[allow(dead_code, reason = "the module also serves benches/jit.rs")]
 mod workloads;
 
-use workloads::tensor;
+use workloads::{rnn, rnn_inputs, tensor};
 
 /// Iterations of the scalar loop.
 const SCALAR_STEPS: i32 = 100_000;
@@ -32,11 +32,6 @@ fn scalar_loop(x: Sym) -> Vec<Sym> {
 /// per iteration.
 fn counter_loop(x: Sym) -> Vec<Sym> {
     fori_loop(0, SCALAR_STEPS, |i, c| vec![&c[0] + i], &[x])
-}
-
-/// `h = tanh(h @ w + u)`, 256 times, h (64, 512).
-fn rnn(h: Sym, w: Sym, u: Sym) -> Vec<Sym> {
-    fori_loop(0, 256, |_, c| vec![(c[0].matmul(&w) + &u).tanh()], &[h])
 }
 
 /// `v = A v / |A v|` until `|v' - v|² < 1e-10` or 1000 steps; A (512, 512)
@@ -71,18 +66,6 @@ fn power_inputs() -> [Tensor; 2] {
     [
         Tensor::from(a.into_dyn()),
         Tensor::from(ndarray::ArrayD::<f32>::ones(vec![n, 1])),
-    ]
-}
-
-fn rnn_inputs() -> [Tensor; 3] {
-    let w = tensor(&[512, 512], 5)
-        .array_view::<f32>()
-        .unwrap()
-        .mapv(|v| v * 0.02);
-    [
-        tensor(&[64, 512], 1),
-        Tensor::from(w),
-        tensor(&[64, 512], 7),
     ]
 }
 

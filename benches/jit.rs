@@ -12,6 +12,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tensorlift::{DType, Function, Sym, Tensor, TensorSpec, function};
 
+#[allow(dead_code, reason = "the module also serves the other benchmarks")]
 mod workloads;
 
 use workloads::{arith, mlp, mlp_inputs, softmax, tensor, transc};

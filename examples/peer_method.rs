@@ -10,6 +10,7 @@
 use tensorlift::{Function, Tensor, function};
 
 #[path = "../benches/workloads/mod.rs"]
+#[allow(dead_code, reason = "the module also serves the benchmarks")]
 mod workloads;
 
 use workloads::{arith, mlp, mlp_inputs, softmax, tensor, transc};

@@ -1,9 +1,12 @@
 //! The benchmark workloads of DESIGN.md ("Quality bars") and their inputs,
 //! shared by `benches/jit.rs` and the measurement examples
 //! (`examples/peer_method.rs`, `examples/wide_math.rs`,
-//! `examples/call_latency.rs`).
+//! `examples/call_latency.rs`); the RNN of `benches/control_flow.rs`; and
+//! the losses whose gradients `benches/autodiff.rs` and
+//! `examples/grad_workloads.rs` time (`scripts/peers/autodiff.py` mirrors
+//! them and their inputs).
 
-use tensorlift::{Sym, Tensor};
+use tensorlift::{Sym, Tensor, fori_loop};
 
 /// `n` values spread over about [-3, 3], deterministic per `seed`.
 pub fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -52,4 +55,77 @@ pub fn mlp_inputs() -> [Tensor; 5] {
 /// A two-layer perceptron.
 pub fn mlp(x: Sym, w1: Sym, b1: Sym, w2: Sym, b2: Sym) -> Sym {
     (x.matmul(&w1) + b1).maximum(0.0).matmul(&w2) + b2
+}
+
+/// The MLP's logits scaled to about unit size: [`mlp_inputs`] with both
+/// weight matrices times 0.02 (the inputs of [`mlp`] make logits of
+/// hundreds, a saturated softmax), then the one-hot labels (256×512, class
+/// `(7 i) mod 512` for row i).
+/// Order: x, labels, w1, b1, w2, b2 (the arguments of [`mlp_xent`]).
+pub fn mlp_xent_inputs() -> [Tensor; 6] {
+    let [x, w1, b1, w2, b2] = mlp_inputs();
+    let scaled = |t: Tensor| Tensor::from(t.array_view::<f32>().unwrap().mapv(|v| v * 0.02));
+    let mut labels = ndarray::ArrayD::<f32>::zeros(vec![256, 512]);
+    for i in 0..256 {
+        labels[[i, (7 * i) % 512]] = 1.0;
+    }
+    [x, Tensor::from(labels), scaled(w1), b1, scaled(w2), b2]
+}
+
+/// The mean over the batch of the softmax cross-entropy of [`mlp`]'s
+/// logits against one-hot `labels` (log-softmax with the row max
+/// subtracted; the max is differentiated through, as there is no
+/// stop_gradient, and contributes nothing).
+pub fn mlp_xent(x: Sym, labels: Sym, w1: Sym, b1: Sym, w2: Sym, b2: Sym) -> Sym {
+    let z = mlp(x, w1, b1, w2, b2);
+    let s = &z - z.reduce_max(Some(&[1]), true);
+    let logp = &s - s.exp().reduce_sum(Some(&[1]), true).log();
+    (logp * labels).reduce_sum(None, false) * (-1.0 / 256.0)
+}
+
+/// The inputs of [`layer_norm_loss`]: x 4096×1024, gamma 1024 (about 1),
+/// beta 1024 and the output cotangent dy 4096×1024.
+pub fn layer_norm_inputs() -> [Tensor; 4] {
+    let around =
+        |t: Tensor, c: f32| Tensor::from(t.array_view::<f32>().unwrap().mapv(|v| c + v * 0.1));
+    [
+        tensor(&[4096, 1024], 11),
+        around(tensor(&[1024], 12), 1.0),
+        around(tensor(&[1024], 13), 0.0),
+        tensor(&[4096, 1024], 14),
+    ]
+}
+
+/// `sum(y * dy)` for `y` the layer norm of x over its last axis:
+/// `(x - mean) * rsqrt(var + 1e-5) * gamma + beta`.
+pub fn layer_norm_loss(x: Sym, gamma: Sym, beta: Sym, dy: Sym) -> Sym {
+    let n = 1.0 / 1024.0;
+    let xc = &x - x.reduce_sum(Some(&[-1]), true) * n;
+    let var = xc.square().reduce_sum(Some(&[-1]), true) * n;
+    let y = xc * (var + 1e-5).rsqrt() * gamma + beta;
+    (y * dy).reduce_sum(None, false)
+}
+
+/// `h = tanh(h @ w + u)`, 256 times, h (64, 512): the RNN of
+/// `benches/control_flow.rs`.
+pub fn rnn(h: Sym, w: Sym, u: Sym) -> Vec<Sym> {
+    fori_loop(0, 256, |_, c| vec![(c[0].matmul(&w) + &u).tanh()], &[h])
+}
+
+/// The inputs of [`rnn`]: h0 (64, 512), w (512, 512) times 0.02, u (64, 512).
+pub fn rnn_inputs() -> [Tensor; 3] {
+    let w = tensor(&[512, 512], 5)
+        .array_view::<f32>()
+        .unwrap()
+        .mapv(|v| v * 0.02);
+    [
+        tensor(&[64, 512], 1),
+        Tensor::from(w),
+        tensor(&[64, 512], 7),
+    ]
+}
+
+/// `sum(h_final²)` for [`rnn`]'s final state.
+pub fn rnn_loss(h: Sym, w: Sym, u: Sym) -> Sym {
+    rnn(h, w, u)[0].square().reduce_sum(None, false)
 }
