@@ -73,6 +73,26 @@ fn cases() -> Vec<Case> {
             attrs: "lhs_batch=[], rhs_batch=[], lhs_contract=[1], rhs_contract=[1]",
             split: "rows",
         },
+        // g @ wᵀ with more columns than rows, as a gradient's products
+        // are: computed transposed (a row-major scratch block), split over
+        // columns.
+        Case {
+            dt: "f32",
+            lhs: vec![64, 512],
+            rhs: vec![512, 512],
+            out: vec![64, 512],
+            attrs: "lhs_batch=[], rhs_batch=[], lhs_contract=[1], rhs_contract=[1]",
+            split: "columns",
+        },
+        // The same, thin, one thread.
+        Case {
+            dt: "f64",
+            lhs: vec![3, 40],
+            rhs: vec![70, 40],
+            out: vec![3, 70],
+            attrs: "lhs_batch=[], rhs_batch=[], lhs_contract=[1], rhs_contract=[1]",
+            split: "too little work",
+        },
         // Batched: split over batch items.
         Case {
             dt: "f32",
