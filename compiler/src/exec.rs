@@ -36,7 +36,7 @@ pub struct Executable {
     entry: Entry,
     table: Box<StepTable>,
     consts: Vec<Option<Tensor>>,
-    clif: String,
+    clif: crate::codegen::Clif,
     options: JitOptions,
     /// `NotFound` naming every callback with no callable bound: returned by
     /// every run before anything runs.
@@ -177,7 +177,7 @@ impl Executable {
 
     /// The Cranelift IR of every kernel and of `main`.
     pub fn cranelift_ir(&self) -> String {
-        self.clif.clone()
+        self.clif.print()
     }
 
     /// The options it was compiled with.
@@ -204,7 +204,7 @@ impl Executable {
         )
         .map_err(io)?;
         std::fs::write(dir.join(format!("{stem}.fused.txt")), self.fused_ir()).map_err(io)?;
-        std::fs::write(dir.join(format!("{stem}.clif")), &self.clif).map_err(io)?;
+        std::fs::write(dir.join(format!("{stem}.clif")), self.clif.print()).map_err(io)?;
         Ok(())
     }
 

@@ -25,11 +25,44 @@ fn cg_err(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("code generation failed: {e}"))
 }
 
-/// The finalized module, its entry point and the Cranelift IR text.
+/// The finalized module, its entry point and its Cranelift IR.
 pub(crate) struct Generated {
     pub module: JITModule,
     pub entry: *const u8,
-    pub clif: String,
+    pub clif: Clif,
+}
+
+/// The Cranelift IR of a compiled program, kept as functions and printed
+/// only when asked for (printing is a sixth of a compilation's work).
+#[derive(Debug, Default)]
+pub(crate) struct Clif(Vec<ClifPart>);
+
+#[derive(Debug)]
+enum ClifPart {
+    Text(String),
+    Function(String, Box<Function>),
+}
+
+impl Clif {
+    fn text(&mut self, t: String) {
+        self.0.push(ClifPart::Text(t));
+    }
+
+    fn function(&mut self, header: String, f: &Function) {
+        self.0.push(ClifPart::Function(header, Box::new(f.clone())));
+    }
+
+    /// The text: each function after its header.
+    pub fn print(&self) -> String {
+        let mut out = String::new();
+        for p in &self.0 {
+            match p {
+                ClifPart::Text(t) => out.push_str(t),
+                ClifPart::Function(h, f) => out.push_str(&format!("{h}\n{}\n", f.display())),
+            }
+        }
+        out
+    }
 }
 
 fn make_module(opts: &JitOptions) -> Result<JITModule> {
@@ -156,7 +189,7 @@ pub(crate) fn generate(
     let mut ksig = sig.clone();
     ksig.params.push(AbiParam::new(types::I64));
     ksig.params.push(AbiParam::new(types::I64));
-    let mut clif = String::new();
+    let mut clif = Clif::default();
     let mut helpers = Helpers {
         ids: HashMap::new(),
     };
@@ -174,11 +207,7 @@ pub(crate) fn generate(
                 kg.emit()?;
                 b.finalize(module.target_config());
             }
-            clif.push_str(&format!(
-                "; kernel '{}' (step {i})\n{}\n",
-                k.name,
-                func.display()
-            ));
+            clif.function(format!("; kernel '{}' (step {i})", k.name), &func);
             let id = module
                 .declare_function(&format!("kernel{i}"), Linkage::Local, &ksig)
                 .map_err(cg_err)?;
@@ -192,9 +221,9 @@ pub(crate) fn generate(
                 match probe.compile(module.isa(), &mut Default::default()) {
                     Ok(code) => {
                         let v = code.vcode.clone().unwrap_or_default();
-                        clif.push_str(&format!("; machine code of kernel '{}'\n{v}\n", k.name));
+                        clif.text(format!("; machine code of kernel '{}'\n{v}\n", k.name));
                     }
-                    Err(e) => clif.push_str(&format!(
+                    Err(e) => clif.text(format!(
                         "; no machine code for kernel '{}': {:?}\n",
                         k.name, e.inner
                     )),
@@ -431,14 +460,14 @@ pub(crate) fn generate(
         b.seal_all_blocks();
         b.finalize(module.target_config());
     }
-    clif.push_str(&format!("; main\n{}\n", func.display()));
+    clif.function("; main".into(), &func);
     // The functions the code imports, by the names the dump shows them as.
     let mut imports: Vec<(u32, &str)> = (helpers.ids.iter())
         .map(|(f, id)| (id.as_u32(), f.name()))
         .collect();
     imports.sort_unstable();
     for (id, name) in imports {
-        clif.push_str(&format!("; u0:{id} = {name}\n"));
+        clif.text(format!("; u0:{id} = {name}\n"));
     }
     let main_id = module
         .declare_function("main", Linkage::Local, &sig)

@@ -39,7 +39,7 @@ mod wide_rows;
 
 pub(crate) use cost::{kernel_work, splittable};
 use driver::Helpers;
-pub(crate) use driver::generate;
+pub(crate) use driver::{Clif, generate};
 
 /// Cranelift's optimization level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
