@@ -237,6 +237,9 @@ fn run_text(input: &[u8]) -> Verdict {
         return Verdict::Accepted;
     };
     let want = interp::run(&g, &inputs);
+    if let Some(m) = check_gradient(&g, &inputs, &mut rng) {
+        return Verdict::Mismatch(m);
+    }
     // One verified program in four is also compiled: compiling costs ten
     // times what the rest does, and the graph target covers the JIT.
     let compilable = rng.below(4) == 0
@@ -250,6 +253,39 @@ fn run_text(input: &[u8]) -> Verdict {
         Some(m) => Verdict::Mismatch(m),
         None => Verdict::Compared,
     }
+}
+
+/// Differentiates a verified program with respect to its real floating
+/// inputs: an internal error, or a gradient graph the verifier rejects, is
+/// a finding; the gradient then runs in the interpreter on random
+/// cotangents (its errors are not findings, a panic is).
+fn check_gradient(g: &Graph, inputs: &[Tensor], rng: &mut Rng) -> Option<String> {
+    let wrt: Vec<usize> = (0..inputs.len())
+        .filter(|&i| inputs[i].dtype().is_float())
+        .collect();
+    let all_static = (0..g.num_values()).all(|i| g.ty(ValueId(i as u32)).shape.is_static());
+    if wrt.is_empty() || !all_static {
+        return None;
+    }
+    let v = match crate::ir::autodiff::vjp(g, &wrt) {
+        Ok(v) => v,
+        Err(e) if e.code() == crate::Code::Internal => {
+            return Some(format!("differentiation failed: {e}\n{}", text::print(g)));
+        }
+        Err(_) => return None,
+    };
+    if let Err(e) = verify(&v) {
+        return Some(format!(
+            "the gradient graph does not verify: {e}\n{}",
+            text::print(g)
+        ));
+    }
+    let mut args = inputs.to_vec();
+    for p in &v.params()[inputs.len()..] {
+        args.push(random_tensor(rng, v.ty(*p)).ok()?);
+    }
+    let _ = interp::run(&v, &args);
+    None
 }
 
 fn run_npy(input: &[u8]) -> Verdict {
