@@ -644,3 +644,63 @@ fn while_with_an_iteration_bound_stacks_instead_of_recomputing() {
         assert_eq!(ir.matches("= while(").count(), 2, "{ir}");
     }
 }
+
+#[test]
+fn hessian_vector_products_forward_over_reverse() {
+    // H·v of f(x) = sum(sin(x)·x²) through f.grad(..).jvp(..), against the
+    // analytic Hessian (diagonal: 2 sin x + 4x cos x - x² sin x).
+    let xs = [0.3, -1.2, 2.0];
+    let vs = [1.0, 0.5, -2.0];
+    let f = function(|x: Sym| (x.sin() * x.square()).reduce_sum(None, false));
+    for f in both(f) {
+        let hvp = f.grad(&[0]).jvp(&[0]);
+        let out = hvp.call(&[f64s(&xs, &[3]), f64s(&vs, &[3])]).unwrap();
+        let got = common::to_vec::<f64>(&out[1]);
+        for i in 0..3 {
+            let x: f64 = xs[i];
+            let h = 2.0 * x.sin() + 4.0 * x * x.cos() - x * x * x.sin();
+            assert!((got[i] - h * vs[i]).abs() < 1e-12, "{got:?}");
+        }
+        // Both modes of the gradient against finite differences: second
+        // derivatives through check_grads.
+        check_grads(
+            &f.grad(&[0]),
+            &[f64s(&xs, &[3])],
+            &[0],
+            &GradCheck::default(),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn nested_control_flow_branches_in_loops_and_loops_in_branches() {
+    let x = f64s(&ramp(3, -1.0, 1.0, 27), &[3]);
+    // A cond inside a fori_loop (switching on the counter's parity), and a
+    // fori_loop inside a branch.
+    let f = function(|x: Sym| {
+        let out = fori_loop(
+            0,
+            4,
+            |i, c| {
+                let odd = (i % 2).equal(1);
+                cond(
+                    &odd,
+                    |o| vec![o[0].sin() * 1.3],
+                    |o| {
+                        fori_loop(
+                            0,
+                            2,
+                            |_j, d| vec![d[0].tanh() + &d[0] * 0.5],
+                            &[o[0].clone()],
+                        )
+                    },
+                    &[c[0].clone()],
+                )
+            },
+            &[x],
+        );
+        out[0].square().reduce_sum(None, false)
+    });
+    check(f, &[x], &[0], "nested cond/fori");
+}
