@@ -331,23 +331,8 @@ impl<'a> Ad<'a> {
                 self.tapes[i] = Some(tape);
                 results
             } else {
-                {
-                    let declared = node
-                        .op
-                        .has_declared_types()
-                        .then(|| (node.results.iter()).map(|r| src.ty(*r).clone()).collect());
-                    // Loops copied before may have taken the name.
-                    let name = self.g.fresh_name(&node.name);
-                    let nid = self.g.add_node(NewNode {
-                        op: node.op.clone(),
-                        inputs,
-                        name: Some(name),
-                        site: node.site.clone(),
-                        effect: node.effect,
-                        result_types: declared,
-                    })?;
-                    self.g.node(nid).results.clone()
-                }
+                // Renamed if a loop copied before took the name.
+                copy_node(&mut self.g, src, node, inputs, "")?
             };
             for (r, v) in node.results.iter().zip(results) {
                 self.map[r.index()] = Some(v);
@@ -494,20 +479,7 @@ pub(crate) fn inline(
             let inputs = (node.inputs.iter())
                 .map(|v| map[v.index()].ok_or_else(|| Error::internal("inline: operand missing")))
                 .collect::<Result<Vec<_>>>()?;
-            let declared = node
-                .op
-                .has_declared_types()
-                .then(|| (node.results.iter()).map(|r| src.ty(*r).clone()).collect());
-            let name = dst.fresh_name(&format!("{prefix}{}", node.name));
-            let id = dst.add_node(NewNode {
-                op: node.op.clone(),
-                inputs,
-                name: Some(name),
-                site: node.site.clone(),
-                effect: node.effect,
-                result_types: declared,
-            })?;
-            dst.node(id).results.clone()
+            copy_node(dst, src, node, inputs, prefix)?
         };
         for (r, v) in node.results.iter().zip(results) {
             map[r.index()] = Some(v);
@@ -516,6 +488,29 @@ pub(crate) fn inline(
     (src.outputs().iter())
         .map(|o| map[o.value.index()].ok_or_else(|| Error::internal("inline: output missing")))
         .collect()
+}
+
+/// Adds a copy of `src`'s `node` reading `inputs` to `dst`, named after it
+/// (behind `prefix`, made unique): its results.
+fn copy_node(
+    dst: &mut Graph,
+    src: &Graph,
+    node: &crate::Node,
+    inputs: Vec<ValueId>,
+    prefix: &str,
+) -> Result<Vec<ValueId>> {
+    let declared = (node.op.has_declared_types())
+        .then(|| (node.results.iter()).map(|r| src.ty(*r).clone()).collect());
+    let name = dst.fresh_name(&format!("{prefix}{}", node.name));
+    let id = dst.add_node(NewNode {
+        op: node.op.clone(),
+        inputs,
+        name: Some(name),
+        site: node.site.clone(),
+        effect: node.effect,
+        result_types: declared,
+    })?;
+    Ok(dst.node(id).results.clone())
 }
 
 /// Removes every node (stateful ones too) whose results nothing needs:
