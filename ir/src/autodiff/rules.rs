@@ -886,7 +886,6 @@ impl B<'_, '_> {
         } else {
             None
         };
-        let _ = op;
         Ok(vec![needs[0].then_some(gx), None, gu])
     }
 }
