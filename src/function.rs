@@ -462,6 +462,12 @@ impl Function {
                 types.len()
             ))
         })?;
+        if let Some(t) = types.iter().find(|t| !t.shape.is_static()) {
+            return Err(Error::invalid(format!(
+                "function '{}' is differentiated for concrete shapes, but an input is {t}: call it with tensors, or compile it with TensorSpecs of known dims",
+                cfg.name
+            )));
+        }
         let traced = d.base.concrete_for(base_types)?.traced.clone();
         let params: Vec<TensorType> = (traced.params().iter())
             .map(|p| traced.ty(*p).clone())

@@ -465,6 +465,16 @@ fn errors_name_what_has_no_gradient() {
         msg.contains("not differentiable") && msg.contains("autodiff.rs"),
         "{msg}"
     );
+    // Compiling a gradient ahead of time needs known dims.
+    let f = function(|x: Sym| x.square().reduce_sum(None, false));
+    let spec = tensorlift::TensorSpec::new(DType::F64, &[None]);
+    let msg = f.grad(&[0]).compile(&[spec]).unwrap_err().to_string();
+    assert!(
+        msg.contains("concrete shapes") && msg.contains("f64[?]"),
+        "{msg}"
+    );
+    let spec = tensorlift::TensorSpec::new(DType::F64, &[Some(3)]);
+    assert!(f.grad(&[0]).jit_compile(true).compile(&[spec]).is_ok());
 }
 
 #[test]
