@@ -65,8 +65,8 @@ fn call(v: usize, (m, k, n): (usize, usize, usize), a: &[f32], b: &[f32], c: &mu
         },
         1 => g(gemm::Parallelism::None),
         2 => g(gemm::Parallelism::Rayon(2)),
-        3 => unsafe { runtime_gemm(&d, ap, bp, cp, false) },
-        _ => unsafe { runtime_gemm(&d, ap, bp, cp, true) },
+        3 => unsafe { runtime_gemm(&d, ap, bp, cp, false, false) },
+        _ => unsafe { runtime_gemm(&d, ap, bp, cp, true, false) },
     }
 }
 

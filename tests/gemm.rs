@@ -14,7 +14,7 @@ mod common;
 use tensorlift::compiler::{self, JitOptions};
 use tensorlift::ir::text;
 use tensorlift::runtime::interp;
-use tensorlift::{DType, Tensor};
+use tensorlift::{DType, Function, IrStage, Sym, Tensor, TensorSpec, fori_loop, function};
 
 fn data(dims: &[usize], dtype: DType, seed: usize) -> (Tensor, Vec<f64>) {
     let n: usize = dims.iter().product();
@@ -220,4 +220,186 @@ fn gemms_match_the_interpreter_bitwise_threaded_or_not() {
             );
         }
     }
+}
+
+fn randoms(dims: &[usize], seed: u32) -> Tensor {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    let n: usize = dims.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        })
+        .collect();
+    common::f32s(&v, dims)
+}
+
+const ACCUMULATED: &str = "which adds its product into the accumulator's buffer";
+
+/// Compiles `make()` by default and in exact mode on `inputs`: the fused
+/// plan accumulates a GEMM into its `add` by default exactly when `fuses`,
+/// never in exact mode; every result is within `1e-5 · (1 + k)` relative
+/// of the interpreter's by default, and bitwise equal in exact mode.
+fn check_accumulation(what: &str, make: &dyn Fn() -> Function, inputs: &[Tensor], fuses: bool) {
+    let specs: Vec<TensorSpec> = inputs
+        .iter()
+        .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+        .collect();
+    let want = make().call(inputs).unwrap();
+    let exact = JitOptions {
+        exact: true,
+        ..Default::default()
+    };
+    for (options, tol) in [(JitOptions::default(), 1e-4), (exact, 0.0)] {
+        let f = make().jit_compile(true).jit_options(options);
+        let fused = f.compiler_ir(&specs, IrStage::Fused).unwrap();
+        assert_eq!(
+            fused.contains(ACCUMULATED),
+            fuses && !options.exact,
+            "{what} (exact: {}):\n{fused}",
+            options.exact
+        );
+        let got = f.call(inputs).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let ctx = format!("{what} (exact: {}) output {i}", options.exact);
+            if tol == 0.0 {
+                assert!(common::same_bits(g, w), "{ctx}: not bitwise equal");
+            } else {
+                let max = common::to_vec::<f32>(w)
+                    .iter()
+                    .fold(0f32, |m, x| m.max(x.abs()));
+                common::assert_close(g, w, tol, tol * f64::from(max), &ctx);
+            }
+        }
+    }
+}
+
+/// `add(acc, dot_general(a, b))` at the top level: the GEMM adds its
+/// product into the accumulator (a temporary here; the sum, a graph
+/// output, takes over its buffer) outside exact mode, with k = 700 over
+/// several of gemm's k-blocks; not when the accumulator is also returned.
+#[test]
+fn gemm_accumulates_into_an_add_at_the_top_level() {
+    let inputs = [
+        randoms(&[96, 700], 1),
+        randoms(&[700, 80], 2),
+        randoms(&[96, 40], 3),
+        randoms(&[40, 80], 4),
+    ];
+    let fused = || {
+        function(|a: Sym, b: Sym, c: Sym, d: Sym| {
+            let acc = c.matmul(&d);
+            vec![&acc + &a.matmul(&b)]
+        })
+    };
+    check_accumulation("acc + dot", &fused, &inputs, true);
+    let swapped = || {
+        function(|a: Sym, b: Sym, c: Sym, d: Sym| {
+            let acc = c.matmul(&d);
+            vec![&a.matmul(&b) + &acc]
+        })
+    };
+    check_accumulation("dot + acc", &swapped, &inputs, true);
+    // The accumulator is read afterwards: its buffer must stay.
+    let read_after = || {
+        function(|a: Sym, b: Sym, c: Sym, d: Sym| {
+            let acc = c.matmul(&d);
+            vec![&acc + &a.matmul(&b), acc]
+        })
+    };
+    check_accumulation("acc read afterwards", &read_after, &inputs, false);
+    let read_after_in_kernel = || {
+        function(|a: Sym, b: Sym, c: Sym, d: Sym| {
+            let acc = c.matmul(&d);
+            let s = &acc + &a.matmul(&b);
+            vec![&s * &acc]
+        })
+    };
+    check_accumulation(
+        "acc read by a later kernel",
+        &read_after_in_kernel,
+        &inputs,
+        false,
+    );
+    // A caller's tensor is never overwritten.
+    let input_acc = || function(|a: Sym, b: Sym, acc: Sym| vec![&acc + &a.matmul(&b)]);
+    check_accumulation(
+        "input accumulator",
+        &input_acc,
+        &[inputs[0].clone(), inputs[1].clone(), randoms(&[96, 80], 5)],
+        false,
+    );
+}
+
+/// The RNN gradient's weight accumulator: a `fori_loop` carrying `acc`
+/// and computing `acc + hᵢᵀ·δᵢ` (512×512, k = 64) each step accumulates
+/// the GEMM into the carry's own buffer outside exact mode; not when the
+/// body also reads the old accumulator after the product.
+#[test]
+fn gemm_accumulates_into_a_loop_carried_accumulator() {
+    let inputs = [
+        randoms(&[64, 512], 11),
+        randoms(&[64, 512], 12),
+        randoms(&[512, 512], 13),
+    ];
+    let dims = tensorlift::ir::DotDims {
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+        lhs_contract: vec![0],
+        rhs_contract: vec![0],
+    };
+    let body = move |h: &Sym, d: &Sym, i: &Sym, acc: &Sym| {
+        let s = i.cast(DType::F32) * 0.25 + 1.0;
+        let hs = h * &s;
+        acc + &hs.dot_general(d, dims.clone())
+    };
+    let fused = {
+        let body = body.clone();
+        move || {
+            let body = body.clone();
+            function(move |h: Sym, d: Sym, acc0: Sym| {
+                fori_loop(0, 5, |i, c| vec![body(&h, &d, i, &c[0])], &[acc0])
+            })
+        }
+    };
+    check_accumulation("loop accumulator", &fused, &inputs, true);
+    let read_after = {
+        let body = body.clone();
+        move || {
+            let body = body.clone();
+            function(move |h: Sym, d: Sym, acc0: Sym| {
+                fori_loop(
+                    0,
+                    5,
+                    |i, c| {
+                        let next = body(&h, &d, i, &c[0]);
+                        vec![next, &c[1] + &c[0]]
+                    },
+                    &[acc0.clone(), acc0],
+                )
+            })
+        }
+    };
+    check_accumulation(
+        "loop accumulator read afterwards",
+        &read_after,
+        &inputs,
+        false,
+    );
+    // Returned as another carry (a swap): the carries are staged.
+    let swapped = move || {
+        let body = body.clone();
+        function(move |h: Sym, d: Sym, acc0: Sym| {
+            fori_loop(
+                0,
+                5,
+                |i, c| vec![&c[1] * 0.5, body(&h, &d, i, &c[0])],
+                &[acc0.clone(), &acc0 * 2.0],
+            )
+        })
+    };
+    check_accumulation("loop accumulator swapped", &swapped, &inputs, true);
 }

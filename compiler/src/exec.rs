@@ -121,7 +121,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     check(graph)?;
     let mut g = graph.clone();
     interp::optimize(&mut g)?;
-    let mut plan = fusion::plan(&g)?;
+    let mut plan = fusion::plan(&g, options.exact)?;
     if !options.exact {
         fusion::matvec_as_reductions(&mut plan);
     }

@@ -202,6 +202,9 @@ pub struct Gemm {
     /// May split over the thread pool (`JitOptions::threads`; set by
     /// `parallel::record`). The bits are the same either way.
     pub threads: bool,
+    /// `out += lhs @ rhs`: `out` holds an accumulator the product is added
+    /// to (an `add(acc, dot_general(..))` fused by [`accumulate_gemms`]).
+    pub accumulate: bool,
 }
 
 impl Gemm {
@@ -497,7 +500,11 @@ fn native_reduce(dtype: DType) -> bool {
 }
 
 /// Builds the plan for `g` (static shapes, optimized).
-pub fn plan(g: &Graph) -> Result<Plan> {
+///
+/// With `exact` (`JitOptions::exact`) it fuses nothing that reorders a
+/// floating-point sum: no GEMM accumulates into an `add`'s other operand
+/// ([`accumulate_gemms`]).
+pub fn plan(g: &Graph, exact: bool) -> Result<Plan> {
     // Differentiation markers are lowered by the optimizer
     // (`passes::lower_autodiff`); none may reach code generation.
     for sub in g.all_graphs() {
@@ -511,13 +518,14 @@ pub fn plan(g: &Graph) -> Result<Plan> {
             )));
         }
     }
-    plan_with(g, false)
+    plan_with(g, false, !exact)
 }
 
 /// [`plan`], for a program whose parameters' buffers it may overwrite
 /// once it has read them (a loop body: its parameters are the loop's
-/// carries, replaced by what it returns).
-fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
+/// carries, replaced by what it returns), fusing accumulating GEMMs when
+/// `accumulate` (see [`plan`]).
+fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan> {
     let mut uses: Vec<Vec<NodeId>> = vec![Vec::new(); g.num_values()];
     for id in g.node_ids() {
         for v in &g.node(id).inputs {
@@ -786,6 +794,7 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
                     lhs_strides: ls,
                     rhs_strides: rs,
                     threads: true,
+                    accumulate: false,
                 }));
                 decisions.push(format!(
                     "{}: GEMM call (tl_gemm: the gemm crate), b={b} m={m} k={k} n={nn}",
@@ -880,6 +889,9 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
         regions: Vec::new(),
         labels: 0,
     };
+    if accumulate {
+        accumulate_gemms(&mut plan, params_writable);
+    }
     share_reduced_values(&mut plan);
     copy_halves_as_bits(&mut plan);
     find_row_groups(&mut plan);
@@ -891,7 +903,7 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
         if let Step::Runtime { graph: 0, node, .. } = &plan.steps[i]
             && !plan.graph.node(*node).op.regions().is_empty()
         {
-            expand_control(&mut plan, i)?;
+            expand_control(&mut plan, i, accumulate)?;
         }
     }
     Ok(plan)
@@ -899,7 +911,7 @@ fn plan_with(g: &Graph, params_writable: bool) -> Result<Plan> {
 
 /// Replaces the placeholder step `at` of a `while` or `case` by the steps
 /// of its regions, between labels and jumps.
-fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
+fn expand_control(plan: &mut Plan, at: usize, accumulate: bool) -> Result<()> {
     let Step::Runtime {
         node,
         inputs,
@@ -941,13 +953,22 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
             at + new.len(),
             &mut groups,
             false,
+            accumulate,
         )?;
         new.extend(c.steps);
         new.push(Step::BranchUnless {
             pred: c.outputs[0],
             label: end,
         });
-        let b = merge_region(plan, bg, &carries, at + new.len(), &mut groups, true)?;
+        let b = merge_region(
+            plan,
+            bg,
+            &carries,
+            at + new.len(),
+            &mut groups,
+            true,
+            accumulate,
+        )?;
         new.extend(b.steps);
         // A body returning carry j as carry k (a swap) reads a carry the
         // copy below may already have overwritten: stage it first.
@@ -1006,6 +1027,7 @@ fn expand_control(plan: &mut Plan, at: usize) -> Result<()> {
                 at + new.len(),
                 &mut groups,
                 false,
+                accumulate,
             )?;
             new.extend(m.steps);
             new.push(Step::Copy {
@@ -1120,6 +1142,229 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
         plan.decisions.push(format!(
             "{name}: dynamic_update_slice in place (its operand's buffer is not read afterwards)"
         ));
+    }
+}
+
+/// The operand slots of a loop kernel that only computes `a + b` (f32 or
+/// f64) over two whole slots read in its own row-major order.
+fn add_of_two_slots(k: &Kernel) -> Option<(SlotId, SlotId, DType)> {
+    if k.kind != KernelKind::Loop || k.stash.is_some() || k.root != 2 || k.nodes.len() != 3 {
+        return None;
+    }
+    let ENode::Binary(BinaryOp::Add, 0, 1, dtype) = k.nodes[2] else {
+        return None;
+    };
+    if !matches!(dtype, DType::F32 | DType::F64) || k.out_strides != row_major(&k.dims) {
+        return None;
+    }
+    let whole = |n: &ENode| match n {
+        ENode::Load {
+            slot,
+            dtype: d,
+            offset: 0,
+            strides,
+        } if *d == dtype && *strides == k.out_strides => Some(*slot),
+        ENode::Load { .. }
+        | ENode::Const(_)
+        | ENode::Iota { .. }
+        | ENode::Unary(..)
+        | ENode::Binary(..)
+        | ENode::Compare(..)
+        | ENode::Select(..)
+        | ENode::Clamp(..)
+        | ENode::Convert(..)
+        | ENode::Bitcast(..) => None,
+    };
+    let (a, b) = (whole(&k.nodes[0])?, whole(&k.nodes[1])?);
+    (a != b).then_some((a, b, dtype))
+}
+
+/// Fuses `add(acc, dot_general(..))` (either order), where the product is
+/// a GEMM step whose result only the add reads: the GEMM adds its product
+/// into the accumulator's buffer (`gemm`'s `dst = dst + lhs·rhs`) and the
+/// add kernel and the product's temporary go — in a loop body computing
+/// a weight gradient, one 1 MiB temporary written and two read per step
+/// fewer. Not in exact mode ([`plan`]): `gemm` adds each k-block's partial
+/// sum to the accumulator in turn, which rounds differently from adding
+/// the finished product when `k` spans several blocks.
+///
+/// The accumulator's buffer is overwritten, so, as for
+/// [`update_in_place`]: it must be ours (a temporary no callback produced,
+/// or a loop body's parameter with `params_writable`), no step after the
+/// GEMM but the add may read it, it is no output, no step between the GEMM
+/// and the add writes it, and the GEMM does not read it. The add's result
+/// then lives in the accumulator's slot (later readers and the outputs
+/// renamed; a loop body's result becomes the next carry in the parameter's
+/// own slot, whose copy is then skipped), or for a graph output computed
+/// from a temporary accumulator, the accumulator lives in the output's
+/// slot (its earlier writers and readers renamed).
+fn accumulate_gemms(plan: &mut Plan, params_writable: bool) {
+    let mut j = 0;
+    while j < plan.steps.len() {
+        let Step::Kernel(k) = &plan.steps[j] else {
+            j += 1;
+            continue;
+        };
+        let Some((a, b, dtype)) = add_of_two_slots(k) else {
+            j += 1;
+            continue;
+        };
+        let (add, s_out) = (k.name.clone(), k.out);
+        let (mut fused, mut why_not) = (false, None);
+        for (s_dot, s_acc) in [(b, a), (a, b)] {
+            let Some(i) = plan.steps[..j].iter().position(
+                |st| matches!(st, Step::Gemm(g) if g.out == s_dot && !g.accumulate && g.dtype == dtype),
+            ) else {
+                continue;
+            };
+            let Step::Gemm(g) = &plan.steps[i] else {
+                continue;
+            };
+            let dot = g.name.clone();
+            match accumulate_safe(plan, i, j, s_dot, s_acc, params_writable) {
+                Ok(keep_output) => {
+                    let (from, to) = if keep_output {
+                        (s_acc, s_out)
+                    } else {
+                        (s_out, s_acc)
+                    };
+                    let mut rename = |s: &mut SlotId| {
+                        if *s == from {
+                            *s = to;
+                        }
+                    };
+                    let steps = if keep_output {
+                        &mut plan.steps[..i]
+                    } else {
+                        &mut plan.steps[j + 1..]
+                    };
+                    for st in steps {
+                        for_each_slot(st, &mut rename);
+                    }
+                    for o in &mut plan.outputs {
+                        rename(o);
+                    }
+                    if let Step::Gemm(g) = &mut plan.steps[i] {
+                        g.out = if keep_output { s_out } else { s_acc };
+                        g.accumulate = true;
+                    }
+                    plan.steps.remove(j);
+                    plan.decisions.push(format!(
+                        "{add}: fused into GEMM '{dot}', which adds its product into the accumulator's buffer (dst += lhs·rhs; no add kernel, no temporary for the product; not in exact mode)"
+                    ));
+                    fused = true;
+                }
+                Err(why) => {
+                    // Both operands may be GEMMs: try the other one.
+                    why_not.get_or_insert(format!(
+                        "{add}: not fused into GEMM '{dot}' as an accumulation: {why}"
+                    ));
+                    continue;
+                }
+            }
+            break;
+        }
+        if !fused {
+            plan.decisions.extend(why_not);
+            j += 1;
+        }
+    }
+}
+
+/// Whether GEMM step `i`, writing `s_dot`, may add its product into
+/// `s_acc` in place of the add kernel `j` reading both (see
+/// [`accumulate_gemms`]): `Ok(keep_output)` naming the slot that stays
+/// (`true`: the add's output slot, `false`: the accumulator's), or why not.
+fn accumulate_safe(
+    plan: &Plan,
+    i: usize,
+    j: usize,
+    s_dot: SlotId,
+    s_acc: SlotId,
+    params_writable: bool,
+) -> std::result::Result<bool, &'static str> {
+    let Step::Gemm(g) = &plan.steps[i] else {
+        return Err("not a GEMM");
+    };
+    let Step::Kernel(k) = &plan.steps[j] else {
+        return Err("not a kernel");
+    };
+    let s_out = k.out;
+    let (acc, out, prod) = (&plan.slots[s_acc], &plan.slots[s_out], &plan.slots[s_dot]);
+    let elements = g.b * g.m * g.n;
+    if acc.dims != out.dims
+        || acc.dtype != out.dtype
+        || prod.dtype != out.dtype
+        || acc.dims.iter().product::<usize>() != elements
+        || prod.dims.iter().product::<usize>() != elements
+    {
+        return Err("the accumulator's buffer has another shape or type");
+    }
+    if !matches!(prod.kind, SlotKind::Temp { .. })
+        || plan.outputs.contains(&s_dot)
+        || plan
+            .steps
+            .iter()
+            .enumerate()
+            .any(|(x, st)| x != j && step_slots(st).0.contains(&s_dot))
+    {
+        return Err("the product is read elsewhere too");
+    }
+    if g.lhs == s_acc || g.rhs == s_acc {
+        return Err("the GEMM reads the accumulator");
+    }
+    let acc_temp = matches!(acc.kind, SlotKind::Temp { .. });
+    let ours = match acc.kind {
+        SlotKind::Temp { .. } => plan.steps[..i].iter().all(|st| match st {
+            Step::Runtime {
+                node,
+                graph: 0,
+                outputs,
+                ..
+            } if outputs.contains(&s_acc) => !matches!(plan.graph.node(*node).op, Op::Callback(_)),
+            Step::Runtime { .. }
+            | Step::Kernel(_)
+            | Step::Gemm(_)
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => true,
+        }),
+        SlotKind::Input(_) => params_writable,
+        SlotKind::Const(_) | SlotKind::Output | SlotKind::HandOff { .. } => false,
+    };
+    if !ours {
+        return Err(
+            "the accumulator's buffer is not ours to overwrite (an input, constant or output)",
+        );
+    }
+    if plan.outputs.contains(&s_acc)
+        || plan.steps[i + 1..]
+            .iter()
+            .enumerate()
+            .any(|(x, st)| i + 1 + x != j && step_slots(st).0.contains(&s_acc))
+    {
+        return Err("the accumulator is read after the GEMM");
+    }
+    if plan.steps[i + 1..j]
+        .iter()
+        .any(|st| step_slots(st).1.contains(&s_acc))
+    {
+        return Err("the accumulator is computed after the GEMM");
+    }
+    if plan.outputs.iter().filter(|o| **o == s_out).count() > 1 {
+        return Err("the sum is returned more than once");
+    }
+    match out.kind {
+        SlotKind::Temp { .. } => Ok(false),
+        // A body's result slot: it becomes the next carry, which is the
+        // parameter's slot again.
+        SlotKind::Output if params_writable && !acc_temp => Ok(false),
+        SlotKind::Output if acc_temp => Ok(true),
+        SlotKind::Output | SlotKind::Input(_) | SlotKind::Const(_) | SlotKind::HandOff { .. } => {
+            Err("the sum's slot cannot take the accumulator's place")
+        }
     }
 }
 
@@ -1276,8 +1521,9 @@ fn merge_region(
     at: usize,
     groups: &mut Vec<RowGroup>,
     params_writable: bool,
+    accumulate: bool,
 ) -> Result<Merged> {
-    let sub = plan_with(region, params_writable)?;
+    let sub = plan_with(region, params_writable, accumulate)?;
     let base = plan.arena_bytes;
     let mut extra = sub.arena_bytes;
     let mut map = Vec::with_capacity(sub.slots.len());
@@ -2088,6 +2334,7 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
             writes.extend(k.stash.as_ref().map(|st| st.slot));
             (reads, writes)
         }
+        Step::Gemm(g) if g.accumulate => (vec![g.lhs, g.rhs, g.out], vec![g.out]),
         Step::Gemm(g) => (vec![g.lhs, g.rhs], vec![g.out]),
         Step::Runtime {
             inputs, outputs, ..
@@ -2152,7 +2399,7 @@ impl Plan {
                 Step::Gemm(g) => {
                     let _ = writeln!(
                         s,
-                        "  step {i}: gemm '{}' {} b={} m={} k={} n={} lhs=slot {} {:?} rhs=slot {} {:?} -> slot {}",
+                        "  step {i}: gemm '{}' {} b={} m={} k={} n={} lhs=slot {} {:?} rhs=slot {} {:?} {} slot {}",
                         g.name,
                         g.dtype.short_name(),
                         g.b,
@@ -2163,6 +2410,7 @@ impl Plan {
                         g.lhs_strides,
                         g.rhs,
                         g.rhs_strides,
+                        if g.accumulate { "+=" } else { "->" },
                         g.out
                     );
                 }

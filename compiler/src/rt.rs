@@ -358,13 +358,14 @@ fn run_step(
             match g.dtype {
                 // SAFETY: slot pointers are valid while main runs, the
                 // plan's strides stay inside each operand's slot, and the
-                // output slot (b·m·n elements) is distinct from the operands.
+                // output slot (b·m·n elements, holding the accumulator when
+                // `g.accumulate`) is distinct from the operands.
                 DType::F32 => unsafe {
-                    gemm::gemm::<f32>(&d, a.cast(), b.cast(), c.cast(), g.threads)
+                    gemm::gemm::<f32>(&d, a.cast(), b.cast(), c.cast(), g.threads, g.accumulate)
                 },
                 // SAFETY: as for f32.
                 DType::F64 => unsafe {
-                    gemm::gemm::<f64>(&d, a.cast(), b.cast(), c.cast(), g.threads)
+                    gemm::gemm::<f64>(&d, a.cast(), b.cast(), c.cast(), g.threads, g.accumulate)
                 },
                 DType::Bool
                 | DType::I8

@@ -162,7 +162,9 @@ fn column_cuts(n: usize, parts: usize) -> Vec<usize> {
 }
 
 /// The element types [`gemm`] takes.
-pub trait GemmFloat: Copy + Send + Sync + 'static + private::Sealed {
+pub trait GemmFloat:
+    Copy + Send + Sync + 'static + std::ops::Add<Output = Self> + private::Sealed
+{
     /// 0.
     const ZERO: Self;
     /// 1.
@@ -190,6 +192,8 @@ struct Ptrs<T> {
     lhs: *const T,
     rhs: *const T,
     out: *mut T,
+    /// `out += lhs @ rhs` instead of `out = lhs @ rhs`.
+    accumulate: bool,
 }
 
 // SAFETY: the parts of a split write disjoint ranges of `out` and only
@@ -199,28 +203,35 @@ unsafe impl<T> Send for Ptrs<T> {}
 unsafe impl<T> Sync for Ptrs<T> {}
 
 /// `out = lhs @ rhs` for every batch item, overwriting `out` (contiguous,
-/// (b, m, n)); split over the rayon pool as [`GemmDims::split`] says when
-/// `threads`, else on the calling thread. The bits do not depend on
-/// `threads` or the pool's size.
+/// (b, m, n)), or with `accumulate`, `out += lhs @ rhs` (the JIT's GEMM
+/// fused with the `add` of an accumulator, outside exact mode: `gemm`
+/// adds each k-block's partial sum to `out` in turn, so when `k` spans
+/// several blocks the rounding differs from adding the finished product);
+/// split over the rayon pool as [`GemmDims::split`] says when `threads`,
+/// else on the calling thread. The bits do not depend on `threads` or the
+/// pool's size.
 ///
 /// # Safety
 /// `lhs` and `rhs` are valid for reads at every offset their strides
-/// reach over `d`'s sizes, `out` for writes of `b·m·n` elements, and `out`
-/// overlaps neither operand.
+/// reach over `d`'s sizes, `out` for reads (with `accumulate`) and writes
+/// of `b·m·n` elements, and `out` overlaps neither operand.
 pub unsafe fn gemm<T: GemmFloat>(
     d: &GemmDims,
     lhs: *const T,
     rhs: *const T,
     out: *mut T,
     threads: bool,
+    accumulate: bool,
 ) {
     let total = d.b * d.m * d.n;
     if total == 0 {
         return;
     }
     if d.k == 0 {
-        // SAFETY: `out` holds `total` elements.
-        unsafe { std::slice::from_raw_parts_mut(out, total).fill(T::ZERO) };
+        if !accumulate {
+            // SAFETY: `out` holds `total` elements.
+            unsafe { std::slice::from_raw_parts_mut(out, total).fill(T::ZERO) };
+        }
         return;
     }
     let split = if threads {
@@ -228,8 +239,14 @@ pub unsafe fn gemm<T: GemmFloat>(
     } else {
         GemmSplit::One("threads off")
     };
+    let p = Ptrs {
+        lhs,
+        rhs,
+        out,
+        accumulate,
+    };
     // SAFETY: the caller's contract.
-    unsafe { run(d, Ptrs { lhs, rhs, out }, split, true) };
+    unsafe { run(d, p, split, true) };
 }
 
 /// Runs the parts of `split`, on the pool when `parallel`, else one after
@@ -319,14 +336,14 @@ unsafe fn part<T: GemmFloat>(
                 p.out.offset(bi * d.m as isize * n + r0 * n + c0),
                 1,
                 n,
-                false,
+                p.accumulate,
                 p.lhs.offset(bi * lb + r0 * lm),
                 lk,
                 lm,
                 p.rhs.offset(bi * rb + c0 * rn),
                 rn,
                 rk,
-                T::ZERO,
+                if p.accumulate { T::ONE } else { T::ZERO },
                 T::ONE,
                 false,
                 false,
@@ -389,7 +406,10 @@ unsafe fn part_transposed<T: GemmFloat>(
             for (r, v) in row.iter().enumerate() {
                 // SAFETY: (r0 + r, c0 + c) is inside this part's block of
                 // `out`.
-                unsafe { *p.out.offset(base + r as isize * n + c as isize) = *v };
+                unsafe {
+                    let o = p.out.offset(base + r as isize * n + c as isize);
+                    *o = if p.accumulate { *o + *v } else { *v };
+                }
             }
         }
     }
@@ -414,7 +434,8 @@ mod tests {
     }
 
     /// Every split [`GemmDims::split`] can choose (pools of 2 to 4
-    /// threads) gives the whole product's bits, over shapes on both sides
+    /// threads) gives the whole product's bits, accumulating into `out` or
+    /// not (accumulating adds the product up to rounding), over shapes on both sides
     /// of gemm's path boundaries (64, 512-deep blocks), with row-major and
     /// transposed operands.
     #[test]
@@ -458,18 +479,34 @@ mod tests {
                 ],
             };
             assert_eq!((l.len(), r.len()), (bm, bk));
-            let whole = |split| {
-                let mut out = vec![0f32; b * m * n];
+            let accumulate = rnd() % 2 == 1;
+            let start = data(b * m * n, rnd() as u32);
+            let product = |split, accumulate| {
+                let mut out = if accumulate {
+                    start.clone()
+                } else {
+                    vec![0f32; b * m * n]
+                };
                 let p = Ptrs {
                     lhs: l.as_ptr(),
                     rhs: r.as_ptr(),
                     out: out.as_mut_ptr(),
+                    accumulate,
                 };
                 // SAFETY: the strides describe `l` and `r`; `out` is b·m·n.
                 unsafe { run(&d, p, split, false) };
                 out
             };
+            let whole = |split| product(split, accumulate);
             let want = whole(GemmSplit::One("whole"));
+            if accumulate {
+                // `out + lhs @ rhs`, up to rounding.
+                let plain = product(GemmSplit::One("whole"), false);
+                for ((w, p), s) in want.iter().zip(&plain).zip(&start) {
+                    let tol = 1e-5 * (1.0 + k as f32) * (1.0 + s.abs() + p.abs());
+                    assert!((w - (p + s)).abs() <= tol, "{w} != {p} + {s} for {d:?}");
+                }
+            }
             for threads in 2..=4 {
                 let split = d.split(threads);
                 if matches!(split, GemmSplit::One(_)) {

@@ -391,7 +391,7 @@ fn real_gemm<T: GemmFloat + Pod + Default>(
     // SAFETY: `gd` describes row-major `l` and `r` (GemmDims::of, or the
     // contiguous layout of the transposed operands), so every offset its
     // strides reach is inside `a` and `bv`; `out` holds b·m·n elements.
-    unsafe { gemm::gemm(gd, a.as_ptr(), bv.as_ptr(), out.as_mut_ptr(), true) };
+    unsafe { gemm::gemm(gd, a.as_ptr(), bv.as_ptr(), out.as_mut_ptr(), true, false) };
     Ok(Tensor::from_vec_as(l.dtype(), dims, out))
 }
 
