@@ -1123,25 +1123,32 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
         } else {
             (s_out, s_in)
         };
-        let mut rename = |s: &mut SlotId| {
-            if *s == from {
-                *s = to;
-            }
-        };
         let steps = if keep_output {
-            &mut plan.steps[..=i]
+            0..i + 1
         } else {
-            &mut plan.steps[i..]
+            i..plan.steps.len()
         };
-        for st in steps {
-            for_each_slot(st, &mut rename);
-        }
-        for o in &mut plan.outputs {
-            rename(o);
-        }
+        rename_slot(plan, steps, from, to);
         plan.decisions.push(format!(
             "{name}: dynamic_update_slice in place (its operand's buffer is not read afterwards)"
         ));
+    }
+}
+
+/// Renames slot `from` to `to` in `steps` (a range of the plan's) and in
+/// the plan's outputs: how a result is made to live in its operand's
+/// buffer (or the operand in its result's).
+fn rename_slot(plan: &mut Plan, steps: std::ops::Range<usize>, from: SlotId, to: SlotId) {
+    let mut rename = |s: &mut SlotId| {
+        if *s == from {
+            *s = to;
+        }
+    };
+    for st in &mut plan.steps[steps] {
+        for_each_slot(st, &mut rename);
+    }
+    for o in &mut plan.outputs {
+        rename(o);
     }
 }
 
@@ -1157,23 +1164,20 @@ fn add_of_two_slots(k: &Kernel) -> Option<(SlotId, SlotId, DType)> {
     if !matches!(dtype, DType::F32 | DType::F64) || k.out_strides != row_major(&k.dims) {
         return None;
     }
-    let whole = |n: &ENode| match n {
-        ENode::Load {
+    let whole = |n: &ENode| {
+        if let ENode::Load {
             slot,
             dtype: d,
             offset: 0,
             strides,
-        } if *d == dtype && *strides == k.out_strides => Some(*slot),
-        ENode::Load { .. }
-        | ENode::Const(_)
-        | ENode::Iota { .. }
-        | ENode::Unary(..)
-        | ENode::Binary(..)
-        | ENode::Compare(..)
-        | ENode::Select(..)
-        | ENode::Clamp(..)
-        | ENode::Convert(..)
-        | ENode::Bitcast(..) => None,
+        } = n
+            && *d == dtype
+            && *strides == k.out_strides
+        {
+            Some(*slot)
+        } else {
+            None
+        }
     };
     let (a, b) = (whole(&k.nodes[0])?, whole(&k.nodes[1])?);
     (a != b).then_some((a, b, dtype))
@@ -1228,22 +1232,12 @@ fn accumulate_gemms(plan: &mut Plan, params_writable: bool) {
                     } else {
                         (s_out, s_acc)
                     };
-                    let mut rename = |s: &mut SlotId| {
-                        if *s == from {
-                            *s = to;
-                        }
-                    };
                     let steps = if keep_output {
-                        &mut plan.steps[..i]
+                        0..i
                     } else {
-                        &mut plan.steps[j + 1..]
+                        j + 1..plan.steps.len()
                     };
-                    for st in steps {
-                        for_each_slot(st, &mut rename);
-                    }
-                    for o in &mut plan.outputs {
-                        rename(o);
-                    }
+                    rename_slot(plan, steps, from, to);
                     if let Step::Gemm(g) = &mut plan.steps[i] {
                         g.out = if keep_output { s_out } else { s_acc };
                         g.accumulate = true;
