@@ -17,7 +17,7 @@
 //!   carries by running the body `t` times from the initial ones: no
 //!   memory beyond one set of carries, quadratic time.
 
-use super::{Ad, inline, prune_for_recompute, reverse, static_dims, zeros};
+use super::{Ad, inline, or_zeros, prune_for_recompute, reverse, static_dims, zeros};
 use crate::builder::{constant, fori_loop, region};
 use crate::{
     BinaryOp, CmpOp, DType, Graph, Node, NodeId, Op, Region, Result, Scalar, Shape, TensorType,
@@ -586,13 +586,7 @@ pub(super) fn backward_while(
     let act_idx: Vec<usize> = (0..m).filter(|k| tape.act[*k]).collect();
     let mut cts = Vec::with_capacity(act_idx.len());
     for &k in &act_idx {
-        cts.push(match g[k] {
-            Some(c) => c,
-            None => {
-                let t = ad.src.ty(node.inputs[k]).clone();
-                zeros(&mut ad.g, &t, &site)?
-            }
-        });
+        cts.push(or_zeros(&mut ad.g, g[k], ad.src.ty(node.inputs[k]), &site)?);
     }
     let na = cts.len();
     let types: Vec<TensorType> = (node.inputs.iter())
@@ -728,13 +722,7 @@ pub(super) fn backward_case(
         .collect();
     let mut cts = Vec::with_capacity(seeded.len());
     for &k in &seeded {
-        cts.push(match g[k] {
-            Some(c) => c,
-            None => {
-                let t = src.ty(node.results[k]).clone();
-                zeros(&mut ad.g, &t, &site)?
-            }
-        });
+        cts.push(or_zeros(&mut ad.g, g[k], src.ty(node.results[k]), &site)?);
     }
     let what = format!("branch of '{}'", node.name);
     let mut grads = Vec::with_capacity(branches.len());

@@ -210,13 +210,7 @@ fn reverse(g: &Graph, wrt: &[usize], seed: Seed<'_>, values: bool) -> Result<Gra
     for &w in wrt {
         let p = params[w];
         let name = format!("grad_{}", g.producer(p).name);
-        let v = match ad.ct[p.index()] {
-            Some(c) => c,
-            None => {
-                let t = g.ty(p).clone();
-                zeros(&mut ad.g, &t, &site)?
-            }
-        };
+        let v = or_zeros(&mut ad.g, ad.ct[p.index()], g.ty(p), &site)?;
         out_vals.push((v, name));
     }
     let mut out = ad.g;
@@ -435,6 +429,14 @@ fn zeros(g: &mut Graph, t: &TensorType, site: &Site) -> Result<ValueId> {
         &[z],
         site.clone(),
     )
+}
+
+/// The cotangent `c`, or zeros of type `t` where there is none.
+fn or_zeros(g: &mut Graph, c: Option<ValueId>, t: &TensorType, site: &Site) -> Result<ValueId> {
+    match c {
+        Some(c) => Ok(c),
+        None => zeros(g, t, site),
+    }
 }
 
 /// `c` summed to the shape of `t` (a rank-0 `t` sums everything).

@@ -804,10 +804,7 @@ impl B<'_, '_> {
             if !super::is_differentiable(t.dtype) {
                 continue;
             }
-            args.push(match c {
-                Some(c) => *c,
-                None => zeros(&mut self.ad.g, &t, self.site)?,
-            });
+            args.push(super::or_zeros(&mut self.ad.g, *c, &t, self.site)?);
         }
         let cts = super::inline(&mut self.ad.g, vjp, &args, "")?;
         let mut cts = cts.into_iter();
