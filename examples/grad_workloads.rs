@@ -81,7 +81,7 @@ fn status_mib(field: &str) -> f64 {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: grad_workloads rnn | save DIR | ir mlp|layer_norm|rnn [traced|optimized|fused|cranelift]"
+        "usage: grad_workloads interp | rnn | save DIR | ir mlp|layer_norm|rnn [traced|optimized|fused|cranelift]"
     );
     std::process::exit(2)
 }
@@ -90,6 +90,22 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
+        ["interp"] => {
+            // The same gradients interpreted: the median of 5 calls each.
+            for (name, f, inputs) in cases() {
+                let f = f.jit_compile(false);
+                f.call(&inputs).unwrap();
+                let mut ts: Vec<f64> = (0..5)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        std::hint::black_box(f.call(&inputs).unwrap());
+                        t.elapsed().as_secs_f64() * 1e3
+                    })
+                    .collect();
+                ts.sort_by(f64::total_cmp);
+                println!("interpreter {name}: median {:.2} ms", ts[2]);
+            }
+        }
         ["rnn"] => {
             let (_, f, inputs) = cases().pop().unwrap();
             let before = status_mib("VmRSS");
