@@ -620,3 +620,83 @@ fn custom_vjp_impl(
         results,
     }))
 }
+
+/// The cotangents `Jᵀ·ct` of `f`'s inputs at `primals`, as code in the
+/// trace under way: `f` is traced as a region, differentiated, and its
+/// gradient inlined here, so the result is ordinary traced code that can
+/// be differentiated again. This is what a gradient tape inside a traced
+/// function needs (and nested tapes: a gradient of a gradient). Values
+/// `f` uses from outside get no gradient (pass them in `primals` to
+/// differentiate with respect to them); `cotangents` holds one value per
+/// real floating output of `f`, of that output's type.
+#[track_caller]
+pub fn vjp_in_trace(
+    f: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    primals: &[Sym],
+    cotangents: &[Sym],
+) -> Vec<Sym> {
+    let site = Site::caller();
+    let Some(first) = primals.first() else {
+        return Vec::new();
+    };
+    let tracer = first.graph();
+    let r = vjp_in_trace_impl(&tracer, f, primals, cotangents, &site);
+    settle(
+        &tracer,
+        r.map(|o| o.map(|b| b.tracer.syms(&b.results))),
+        primals.len(),
+    )
+}
+
+fn vjp_in_trace_impl(
+    tracer: &Tracer,
+    f: impl FnOnce(&[Sym]) -> Vec<Sym>,
+    primals: &[Sym],
+    cotangents: &[Sym],
+    site: &Site,
+) -> Result<Option<Built>, Error> {
+    let refs: Vec<&Sym> = primals.iter().chain(cotangents).collect();
+    let Some((here, vs)) = tracer.operands(&refs, "vjp", site)? else {
+        return Ok(None);
+    };
+    let n = primals.len();
+    let (pv, cv) = vs.split_at(n);
+    let types: Vec<TensorType> = here.graph_ref(|g| pv.iter().map(|v| g.ty(*v).clone()).collect());
+    let name = here.graph_mut(|g| g.fresh_name("vjp"));
+    let Some(b) = here.trace_region(&name, &types, site, f)? else {
+        return Ok(None);
+    };
+    let seeded: Vec<TensorType> = (b.graph.outputs().iter())
+        .map(|o| b.graph.ty(o.value).clone())
+        .filter(|t| tensorlift_ir::autodiff::is_differentiable(t.dtype))
+        .collect();
+    let given: Vec<TensorType> = here.graph_ref(|g| cv.iter().map(|v| g.ty(*v).clone()).collect());
+    if seeded != given {
+        return Err(fail(
+            "vjp",
+            &name,
+            site,
+            format!(
+                "the function's real floating outputs are {}, but the cotangents given are {}",
+                list(&seeded),
+                list(&given)
+            ),
+        ));
+    }
+    let outputs = b.graph.outputs().len();
+    let g = tensorlift_ir::autodiff::vjp(&b.graph, &(0..n).collect::<Vec<_>>())?;
+    let mut args = pv.to_vec();
+    args.extend(&b.captures);
+    args.extend(cv);
+    let inlined =
+        here.graph_mut(|dst| tensorlift_ir::autodiff::inline(dst, &g, &args, &format!("{name}/")))?;
+    Ok(Some(Built {
+        tracer: here,
+        results: inlined[outputs..].to_vec(),
+    }))
+}
+
+fn list(types: &[TensorType]) -> String {
+    let t: Vec<String> = types.iter().map(ToString::to_string).collect();
+    format!("[{}]", t.join(", "))
+}

@@ -412,6 +412,7 @@ impl Function {
             })
             .collect();
         let body = cfg.body.clone();
+        let _active = tracer.activate();
         let outputs = catch_unwind(AssertUnwindSafe(|| body(&args))).map_err(|p| {
             let msg = p
                 .downcast_ref::<&str>()

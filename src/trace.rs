@@ -165,7 +165,34 @@ impl std::fmt::Debug for Sym {
     }
 }
 
+thread_local! {
+    /// The traces under way on this thread, innermost last.
+    static ACTIVE: RefCell<Vec<Tracer>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Ends a trace's time as the active one when dropped.
+pub(crate) struct Activation(());
+
+impl Drop for Activation {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| a.borrow_mut().pop());
+    }
+}
+
 impl Tracer {
+    /// The trace under way on this thread, if any: the innermost function
+    /// being traced (a front end makes constants in it, also in a function
+    /// without inputs).
+    pub fn active() -> Option<Tracer> {
+        ACTIVE.with(|a| a.borrow().last().cloned())
+    }
+
+    /// Makes this trace the active one until the result is dropped.
+    pub(crate) fn activate(&self) -> Activation {
+        ACTIVE.with(|a| a.borrow_mut().push(self.clone()));
+        Activation(())
+    }
+
     pub(crate) fn new(name: &str) -> Self {
         Tracer {
             ctx: Rc::new(Ctx::new(name, None, String::new())),
@@ -208,6 +235,13 @@ impl Tracer {
             g.add_output(v, format!("output_{i}"))?;
         }
         Ok(g)
+    }
+
+    /// Fails the trace with `e` (the first error recorded wins): the
+    /// function's tracing returns it. For front ends whose body failed in a
+    /// way the tracer cannot see (a Python exception).
+    pub fn fail(&self, e: Error) {
+        self.record(e);
     }
 
     pub(crate) fn record(&self, e: Error) {
@@ -301,6 +335,16 @@ impl Tracer {
     /// `n` poisoned values of the trace ops go to now.
     pub(crate) fn current_poisoned(&self, n: usize) -> Vec<Sym> {
         self.current().poisoned(n)
+    }
+
+    /// The first error recorded in this trace, if any (a front end raises
+    /// it at the line that caused it).
+    pub fn error(&self) -> Option<Error> {
+        let mut root = &self.ctx;
+        while let Some(p) = &root.parent {
+            root = p;
+        }
+        root.error.borrow().clone()
     }
 
     /// True when an error has been recorded.

@@ -714,3 +714,83 @@ fn nested_control_flow_branches_in_loops_and_loops_in_branches() {
     });
     check(f, &[x], &[0], "nested cond/fori");
 }
+
+/// `vjp_in_trace`: a gradient taken inside a trace is ordinary traced code
+/// (what a gradient tape inside a function needs): it matches the
+/// function's own gradient, captures get none, and it differentiates
+/// again (a second derivative through a nested vjp_in_trace).
+#[test]
+fn vjp_in_trace_is_differentiable_traced_code() {
+    let x = f64s(&[0.3, -1.2, 2.0], &[3]);
+    for f in both(function(|x: Sym| {
+        let w = x.cos(); // captured by the inner function: no gradient through it
+        let ct = x.graph().scalar(DType::F64, 1.0).broadcast_to(&[3]);
+        let dy = tensorlift::vjp_in_trace(
+            |p| vec![&p[0] * &p[0] * &p[0] * &w],
+            std::slice::from_ref(&x),
+            &[ct],
+        );
+        dy[0].clone()
+    })) {
+        let g = f.call(std::slice::from_ref(&x)).unwrap()[0]
+            .to_ndarray::<f64>()
+            .unwrap();
+        for (i, v) in [0.3f64, -1.2, 2.0].iter().enumerate() {
+            assert!((g[i] - 3.0 * v * v * v.cos()).abs() < 1e-12, "{g}");
+        }
+        // d/dx of sum(dy): 6x·cos(x) - 3x²·sin(x) through the capture now
+        // that the outer function differentiates its own cos.
+        let h = function(move |x: Sym| {
+            let w = x.cos();
+            let ct = x.graph().scalar(DType::F64, 1.0).broadcast_to(&[3]);
+            let dy = tensorlift::vjp_in_trace(
+                |p| vec![&p[0] * &p[0] * &p[0]],
+                std::slice::from_ref(&x),
+                &[ct],
+            );
+            (&dy[0] * &w).reduce_sum(None, false)
+        });
+        let d2 = h.grad(&[0]).call(std::slice::from_ref(&x)).unwrap()[0]
+            .to_ndarray::<f64>()
+            .unwrap();
+        for (i, v) in [0.3f64, -1.2, 2.0].iter().enumerate() {
+            let want = 6.0 * v * v.cos() - 3.0 * v * v * v.sin();
+            assert!((d2[i] - want).abs() < 1e-12, "{d2}");
+        }
+    }
+}
+
+#[test]
+fn vjp_in_trace_checks_the_cotangents() {
+    let f = function(|x: Sym| {
+        let wrong = x.graph().scalar(DType::F64, 1.0);
+        tensorlift::vjp_in_trace(|p| vec![p[0].sin()], std::slice::from_ref(&x), &[wrong])[0]
+            .clone()
+    });
+    let e = f.call(&[f64s(&[1.0, 2.0], &[2])]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let text = e.to_string();
+    assert!(
+        text.contains("cotangents") && text.contains("f64[2]"),
+        "{text}"
+    );
+}
+
+/// A front end names its own source positions, and finds the trace under
+/// way also in a function without inputs.
+#[test]
+fn front_end_sites_and_the_active_trace() {
+    use tensorlift::ir::Site;
+    assert!(tensorlift::Tracer::active().is_none());
+    let f = function(|_: &[Sym]| {
+        let t = tensorlift::Tracer::active().expect("a trace is under way");
+        Site::scoped(Site::at("model.py", 42, 1), || {
+            t.scalar(DType::F32, 2.0).exp()
+        })
+    });
+    let ir = f.compiler_ir(&[], tensorlift::IrStage::Traced).unwrap();
+    assert!(ir.contains("\"model.py\":42:1"), "{ir}");
+    let y = f.call(&[]).unwrap();
+    assert!((y[0].to_ndarray::<f32>().unwrap()[[]] - 2f32.exp()).abs() < 1e-6);
+    assert!(tensorlift::Tracer::active().is_none());
+}

@@ -8,6 +8,11 @@
 use std::fmt;
 use std::sync::Arc;
 
+thread_local! {
+    /// The site [`Site::scoped`] set on this thread, if any.
+    static FRONT_END_SITE: std::cell::RefCell<Option<Site>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Where a node was created: a `#[track_caller]` location in Rust, a source
 /// position in a `.tlir` file, or a Python frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -22,9 +27,38 @@ pub struct Site {
 
 impl Site {
     /// The site of the caller of a `#[track_caller]` function.
+    ///
+    /// Inside [`Site::scoped`] it is the front end's site instead: a front
+    /// end in another language (the Python package) names its own frames.
     #[track_caller]
     pub fn caller() -> Self {
+        if let Some(s) = FRONT_END_SITE.with(|c| c.borrow().clone()) {
+            return s;
+        }
         Self::from(std::panic::Location::caller())
+    }
+
+    /// Runs `f` with every [`Site::caller`] on this thread answering `site`
+    /// (restored afterwards, also when `f` unwinds).
+    pub fn scoped<R>(site: Site, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Site>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let previous = self.0.take();
+                FRONT_END_SITE.with(|c| *c.borrow_mut() = previous);
+            }
+        }
+        let _restore = Restore(FRONT_END_SITE.with(|c| c.borrow_mut().replace(site)));
+        f()
+    }
+
+    /// A site in a source file of another language (a Python frame).
+    pub fn at(file: &str, line: u32, col: u32) -> Self {
+        Site {
+            file: Arc::from(file),
+            line,
+            col,
+        }
     }
 
     /// A site that is not known (nodes made by passes inherit their

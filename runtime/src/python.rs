@@ -86,6 +86,7 @@ pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
         .map(|l| l.concat())
         .unwrap_or_else(|_| e.to_string());
     let message = format!("{what} raised {}", traceback.trim_end());
+    remember_raised(py, &message, &e);
     let detail = Detail::msg(message);
     if e.is_instance_of::<PyValueError>(py) || e.is_instance_of::<PyTypeError>(py) {
         Error::InvalidArgument(detail)
@@ -98,6 +99,33 @@ pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
     } else {
         Error::Unknown(detail)
     }
+}
+
+/// The exceptions callbacks raised most recently, each with the message
+/// of the error it became: the Python package raises its `tl.errors.*`
+/// with the original exception as `__cause__` ([`raised_exception`]).
+static RAISED: std::sync::Mutex<std::collections::VecDeque<(String, Py<PyAny>)>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// How many exceptions [`RAISED`] keeps.
+const RAISED_KEPT: usize = 8;
+
+fn remember_raised(py: Python<'_>, message: &str, e: &PyErr) {
+    let mut raised = RAISED.lock().unwrap_or_else(|p| p.into_inner());
+    if raised.len() == RAISED_KEPT {
+        raised.pop_front();
+    }
+    raised.push_back((message.to_string(), e.value(py).clone().into_any().unbind()));
+}
+
+/// The exception a callback raised that became the error whose text is
+/// `error_text` (one of the last few raised), taken out of the record.
+pub fn raised_exception(py: Python<'_>, error_text: &str) -> Option<Py<PyAny>> {
+    let mut raised = RAISED.lock().unwrap_or_else(|p| p.into_inner());
+    let i = raised
+        .iter()
+        .rposition(|(m, _)| error_text.contains(m.as_str()))?;
+    raised.remove(i).map(|(_, e)| e.clone_ref(py))
 }
 
 fn internal(py: Python<'_>, e: PyErr) -> Error {

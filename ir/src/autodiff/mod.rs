@@ -460,7 +460,7 @@ fn sum_to(g: &mut Graph, c: ValueId, t: &TensorType, site: &Site) -> Result<Valu
 /// Copies `src`'s nodes into `dst` with its parameters bound to `args`:
 /// the values of its outputs in `dst`. Nodes get fresh names derived from
 /// theirs behind `prefix`; callback bindings are carried over.
-pub(crate) fn inline(
+pub fn inline(
     dst: &mut Graph,
     src: &Graph,
     args: &[ValueId],
