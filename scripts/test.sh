@@ -9,7 +9,9 @@
 # (seconds), or with `--long` 1M text cases, 100k .npy files and 100k
 # random graphs (about 30 min on 2 cores; FUZZ_TLIR_CASES, FUZZ_NPY_CASES,
 # FUZZ_GRAPH_CASES and FUZZ_SEED change them).
-# The last line is a total over every test binary: "tests: N passed, M failed".
+# Then the Python package: built into target/python-venv by
+# scripts/python-package.sh, its pytest suite run.
+# The last line is a total over every test binary and pytest: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,8 +42,11 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+cargo fmt --manifest-path python/Cargo.toml -- --check
 echo "== cargo clippy (workspace lints, warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The Python package's extension crate is its own workspace (python/).
+cargo clippy --manifest-path python/Cargo.toml --quiet -- -D warnings
 
 echo "== cargo check without the python feature"
 cargo check --workspace --all-targets --no-default-features --quiet
@@ -70,8 +75,18 @@ for t in "tlir $fuzz_tlir" "npy $fuzz_npy" "graph $fuzz_graph" \
     --seed "${FUZZ_SEED:-1}" "$@" || status=1
 done
 
+echo "== the Python package (scripts/python-package.sh --test)"
+pylog=$(mktemp)
+trap 'rm -f "$log" "$pylog"' EXIT
+bash scripts/python-package.sh --test -q -rfE 2>&1 | tee "$pylog" || status=1
+
 passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; [0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
+# pytest's summary: "N passed, M failed in 1.2s".
+pypassed=$(grep -Eo '^[0-9]+ passed|, [0-9]+ passed| [0-9]+ passed' "$pylog" | grep -Eo '[0-9]+' | tail -1)
+pyfailed=$(grep -Eo '[0-9]+ failed' "$pylog" | grep -Eo '[0-9]+' | tail -1)
+passed=$((passed + ${pypassed:-0}))
+failed=$((failed + ${pyfailed:-0}))
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 echo "tests: $passed passed, $failed failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -1,0 +1,114 @@
+//! `tensorlift._native`: the extension module under the Python package
+//! `tensorlift` (python/tensorlift/). It holds what must be native: eager
+//! tensors (the runtime's), symbolic tensors of a trace, traced functions
+//! (Rust [`tensorlift::Function`]s whose body calls Python), the op table,
+//! control flow, callbacks, and the mapping of errors onto `tl.errors.*`.
+//! Everything with TensorFlow's names and signatures is Python, in the
+//! package.
+
+mod ops;
+mod trace;
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList};
+use tensorlift::runtime::eager::PyTensor;
+use tensorlift::runtime::python as bridge;
+use tensorlift::{DType, Error, Tensor};
+
+/// `e` as the matching `tensorlift.errors` exception, with the exception a
+/// callback raised (when this error came from one) as its `__cause__`.
+pub(crate) fn raise(py: Python<'_>, e: Error) -> PyErr {
+    static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let text = e.to_string();
+    let class = match &e {
+        Error::InvalidArgument(_) => "InvalidArgumentError",
+        Error::OutOfRange(_) => "OutOfRangeError",
+        Error::ResourceExhausted(_) => "ResourceExhaustedError",
+        Error::Unimplemented(_) => "UnimplementedError",
+        Error::Unknown(_) => "UnknownError",
+        Error::Internal(_) => "InternalError",
+        Error::NotFound(_) => "NotFoundError",
+        Error::FailedPrecondition(_) => "FailedPreconditionError",
+        Error::JitIncompatible { .. } => "JitCompileError",
+    };
+    let made = (|| -> PyResult<PyErr> {
+        let errors =
+            ERRORS.get_or_try_init(py, || py.import("tensorlift.errors").map(Bound::unbind))?;
+        let exc = errors.bind(py).getattr(class)?.call1((text.clone(),))?;
+        if let Some(cause) = bridge::raised_exception(py, &text) {
+            exc.setattr("__cause__", cause)?;
+        }
+        Ok(PyErr::from_value(exc))
+    })();
+    made.unwrap_or_else(|err| err)
+}
+
+/// A NumPy array (or anything `numpy.asarray` takes) as a tensor of
+/// `dtype` (`None`: the array's own).
+#[pyfunction]
+#[pyo3(signature = (value, dtype=None))]
+fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor> {
+    let py = value.py();
+    let np = py.import("numpy")?;
+    let arr = match dtype {
+        Some(d) => {
+            let d = DType::from_name(d).ok_or_else(|| {
+                pyo3::exceptions::PyTypeError::new_err(format!("unknown dtype '{d}'"))
+            })?;
+            np.call_method1("asarray", (value, bridge::numpy_dtype_name(d)))?
+        }
+        None => np.call_method1("asarray", (value,))?,
+    };
+    let name: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
+    let d = DType::from_name(&name).ok_or_else(|| {
+        pyo3::exceptions::PyTypeError::new_err(format!("unsupported dtype '{name}'"))
+    })?;
+    let t = bridge::from_numpy(py, &arr, d, 0, "constant").map_err(|e| raise(py, e))?;
+    Ok(PyTensor { t })
+}
+
+/// Runs op `name` eagerly on tensors.
+#[pyfunction]
+#[pyo3(signature = (name, inputs, attrs=None))]
+fn eager_apply(
+    py: Python<'_>,
+    name: &str,
+    inputs: Vec<PyRef<'_, PyTensor>>,
+    attrs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Vec<PyTensor>> {
+    let a = ops::Attrs::from_dict(name, attrs)?;
+    let ts: Vec<Tensor> = inputs.iter().map(|t| t.t.clone()).collect();
+    let out = py
+        .detach(|| ops::eager(name, &ts, &a))
+        .map_err(|e| raise(py, e))?;
+    Ok(out.into_iter().map(|t| PyTensor { t }).collect())
+}
+
+/// The op names the table knows.
+#[pyfunction]
+fn op_names(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    PyList::new(py, ops::NAMES)
+}
+
+/// The dtype names tensorlift knows.
+#[pyfunction]
+fn dtype_names() -> Vec<&'static str> {
+    tensorlift::ir::ALL_DTYPES
+        .iter()
+        .map(|d| d.name())
+        .collect()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyTensor>()?;
+    m.add_class::<trace::PySym>()?;
+    m.add_class::<trace::PyFunction>()?;
+    m.add_function(wrap_pyfunction!(to_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_apply, m)?)?;
+    m.add_function(wrap_pyfunction!(op_names, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
+    trace::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,412 @@
+//! The ops of the Python package, by TensorFlow's names: one table that
+//! builds each op on symbolic values. Eager execution runs the same table
+//! through a one-op interpreted function per signature, so an op means the
+//! same thing eagerly, traced and compiled.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tensorlift::ir::{BinaryOp, UnaryOp};
+use tensorlift::{DType, Error, Function, Sym, Tensor, TensorType, function};
+
+/// The attributes an op takes besides its tensors (TensorFlow's keyword
+/// arguments), parsed once: part of the eager cache key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Attrs {
+    /// Axes (`axis` of reductions, gather, concat, argmax, reverse).
+    pub axis: Option<Vec<i64>>,
+    /// `keepdims` of reductions.
+    pub keepdims: bool,
+    /// Target dtype (`cast`).
+    pub dtype: Option<DType>,
+    /// A shape (`reshape`, `broadcast_to`); -1 infers one dimension.
+    pub shape: Option<Vec<i64>>,
+    /// A permutation (`transpose`).
+    pub perm: Option<Vec<usize>>,
+    /// `slice`: first index, one past the last index, step per axis.
+    pub start: Option<Vec<usize>>,
+    /// See `start`.
+    pub limit: Option<Vec<usize>>,
+    /// See `start`.
+    pub stride: Option<Vec<usize>>,
+}
+
+impl Attrs {
+    /// Reads the attributes from a dict of keyword arguments; unknown keys
+    /// are an error naming them.
+    pub fn from_dict(op: &str, d: Option<&Bound<'_, PyDict>>) -> PyResult<Attrs> {
+        let mut a = Attrs::default();
+        let Some(d) = d else {
+            return Ok(a);
+        };
+        for (k, v) in d.iter() {
+            let key: String = k.extract()?;
+            if v.is_none() {
+                continue;
+            }
+            match key.as_str() {
+                "axis" => {
+                    a.axis = Some(match v.extract::<i64>() {
+                        Ok(i) => vec![i],
+                        Err(_) => v.extract::<Vec<i64>>()?,
+                    })
+                }
+                "keepdims" => a.keepdims = v.extract()?,
+                "dtype" => {
+                    let name: String = v.extract()?;
+                    a.dtype = Some(DType::from_name(&name).ok_or_else(|| {
+                        pyo3::exceptions::PyTypeError::new_err(format!(
+                            "{op}: unknown dtype '{name}'"
+                        ))
+                    })?)
+                }
+                "shape" => a.shape = Some(v.extract()?),
+                "perm" => a.perm = Some(v.extract()?),
+                "start" => a.start = Some(v.extract()?),
+                "limit" => a.limit = Some(v.extract()?),
+                "stride" => a.stride = Some(v.extract()?),
+                other => {
+                    return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                        "{op}: unexpected attribute '{other}'"
+                    )));
+                }
+            }
+        }
+        Ok(a)
+    }
+}
+
+/// The unary ops by TensorFlow's name.
+fn unary(name: &str) -> Option<UnaryOp> {
+    Some(match name {
+        "negative" => UnaryOp::Neg,
+        "abs" => UnaryOp::Abs,
+        "sign" => UnaryOp::Sign,
+        "floor" => UnaryOp::Floor,
+        "ceil" => UnaryOp::Ceil,
+        "round" => UnaryOp::Round,
+        "sqrt" => UnaryOp::Sqrt,
+        "rsqrt" => UnaryOp::Rsqrt,
+        "exp" => UnaryOp::Exp,
+        "expm1" => UnaryOp::Expm1,
+        "log" => UnaryOp::Log,
+        "log1p" => UnaryOp::Log1p,
+        "tanh" => UnaryOp::Tanh,
+        "sigmoid" => UnaryOp::Logistic,
+        "sin" => UnaryOp::Sin,
+        "cos" => UnaryOp::Cos,
+        "erf" => UnaryOp::Erf,
+        "logical_not" => UnaryOp::Not,
+        "is_finite" => UnaryOp::IsFinite,
+        "square" => UnaryOp::Square,
+        "reciprocal" => UnaryOp::Reciprocal,
+        _ => return None,
+    })
+}
+
+/// The binary ops by TensorFlow's name.
+fn binary(name: &str) -> Option<BinaryOp> {
+    Some(match name {
+        "add" => BinaryOp::Add,
+        "subtract" => BinaryOp::Sub,
+        "multiply" => BinaryOp::Mul,
+        "divide" => BinaryOp::Div,
+        "floormod" | "mod" => BinaryOp::Rem,
+        "pow" => BinaryOp::Pow,
+        "maximum" => BinaryOp::Max,
+        "minimum" => BinaryOp::Min,
+        "logical_and" => BinaryOp::And,
+        "logical_or" => BinaryOp::Or,
+        "logical_xor" => BinaryOp::Xor,
+        _ => return None,
+    })
+}
+
+/// Every op name [`apply`] knows (the Python layer checks its table
+/// against it).
+pub const NAMES: &[&str] = &[
+    "negative",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "sqrt",
+    "rsqrt",
+    "exp",
+    "expm1",
+    "log",
+    "log1p",
+    "tanh",
+    "sigmoid",
+    "sin",
+    "cos",
+    "erf",
+    "logical_not",
+    "is_finite",
+    "square",
+    "reciprocal",
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "floormod",
+    "pow",
+    "maximum",
+    "minimum",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "equal",
+    "not_equal",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "reduce_sum",
+    "reduce_prod",
+    "reduce_max",
+    "reduce_min",
+    "reduce_all",
+    "reduce_any",
+    "reduce_mean",
+    "argmax",
+    "argmin",
+    "matmul",
+    "transpose",
+    "reshape",
+    "broadcast_to",
+    "cast",
+    "concat",
+    "gather",
+    "where",
+    "clip_by_value",
+    "reverse",
+    "slice",
+    "stop_gradient",
+    "identity",
+];
+
+fn one_axis(name: &str, a: &Attrs) -> Result<i64, Error> {
+    match a.axis.as_deref() {
+        None => Ok(0),
+        Some([i]) => Ok(*i),
+        Some(more) => Err(Error::invalid(format!(
+            "{name} takes one axis, got {more:?}"
+        ))),
+    }
+}
+
+fn arity(name: &str, inputs: &[Sym], n: usize) -> Result<(), Error> {
+    if inputs.len() == n {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{name} takes {n} tensor(s), got {}",
+            inputs.len()
+        )))
+    }
+}
+
+/// Builds op `name` on `inputs`. Errors the builder finds (shapes, dtypes)
+/// are recorded in the trace, as for any traced op; errors in the call
+/// itself (unknown op, wrong count) are returned.
+pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
+    if let Some(u) = unary(name) {
+        arity(name, inputs, 1)?;
+        return Ok(vec![inputs[0].unary(u)]);
+    }
+    if let Some(b) = binary(name) {
+        arity(name, inputs, 2)?;
+        return Ok(vec![inputs[0].binary(b, &inputs[1])]);
+    }
+    let axes = a.axis.as_deref();
+    let out = match name {
+        "equal" | "not_equal" | "less" | "less_equal" | "greater" | "greater_equal" => {
+            arity(name, inputs, 2)?;
+            let (x, y) = (&inputs[0], &inputs[1]);
+            match name {
+                "equal" => x.equal(y),
+                "not_equal" => x.not_equal(y),
+                "less" => x.less(y),
+                "less_equal" => x.less_equal(y),
+                "greater" => x.greater(y),
+                _ => x.greater_equal(y),
+            }
+        }
+        "reduce_sum" => {
+            arity(name, inputs, 1)?;
+            inputs[0].reduce_sum(axes, a.keepdims)
+        }
+        "reduce_prod" => {
+            arity(name, inputs, 1)?;
+            inputs[0].reduce_prod(axes, a.keepdims)
+        }
+        "reduce_max" => {
+            arity(name, inputs, 1)?;
+            inputs[0].reduce_max(axes, a.keepdims)
+        }
+        "reduce_min" => {
+            arity(name, inputs, 1)?;
+            inputs[0].reduce_min(axes, a.keepdims)
+        }
+        "reduce_all" => {
+            arity(name, inputs, 1)?;
+            inputs[0].reduce_all(axes, a.keepdims)
+        }
+        "reduce_any" => {
+            arity(name, inputs, 1)?;
+            inputs[0].reduce_any(axes, a.keepdims)
+        }
+        "reduce_mean" => {
+            arity(name, inputs, 1)?;
+            let x = &inputs[0];
+            let dims = x
+                .shape()
+                .and_then(|s| s.dims().map(|d| d.to_vec()))
+                .unwrap_or_default();
+            let axes_all: Vec<i64> = (0..dims.len() as i64).collect();
+            let chosen = axes.unwrap_or(&axes_all);
+            let rank = dims.len() as i64;
+            let count: usize = chosen
+                .iter()
+                .filter_map(|&i| {
+                    let i = if i < 0 { i + rank } else { i };
+                    usize::try_from(i)
+                        .ok()
+                        .and_then(|i| dims.get(i).copied().flatten())
+                })
+                .product();
+            x.reduce_sum(axes, a.keepdims) / count as f64
+        }
+        "argmax" => {
+            arity(name, inputs, 1)?;
+            inputs[0].argmax(one_axis(name, a)?)
+        }
+        "argmin" => {
+            arity(name, inputs, 1)?;
+            inputs[0].argmin(one_axis(name, a)?)
+        }
+        "matmul" => {
+            arity(name, inputs, 2)?;
+            inputs[0].matmul(&inputs[1])
+        }
+        "transpose" => {
+            arity(name, inputs, 1)?;
+            let perm = match &a.perm {
+                Some(p) => p.clone(),
+                None => {
+                    let rank = inputs[0].shape().and_then(|s| s.rank()).unwrap_or(0);
+                    (0..rank).rev().collect()
+                }
+            };
+            inputs[0].transpose(&perm)
+        }
+        "reshape" | "broadcast_to" => {
+            arity(name, inputs, 1)?;
+            let shape = a
+                .shape
+                .as_deref()
+                .ok_or_else(|| Error::invalid(format!("{name} needs a shape")))?;
+            if name == "reshape" {
+                inputs[0].reshape(shape)
+            } else {
+                let dims = shape
+                    .iter()
+                    .map(|&d| usize::try_from(d))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| Error::invalid(format!("broadcast_to: bad shape {shape:?}")))?;
+                inputs[0].broadcast_to(&dims)
+            }
+        }
+        "cast" => {
+            arity(name, inputs, 1)?;
+            let d = a
+                .dtype
+                .ok_or_else(|| Error::invalid("cast needs a dtype"))?;
+            inputs[0].cast(d)
+        }
+        "concat" => {
+            let (first, rest) = inputs
+                .split_first()
+                .ok_or_else(|| Error::invalid("concat needs at least one tensor"))?;
+            first.concat(rest, one_axis(name, a)?)
+        }
+        "gather" => {
+            arity(name, inputs, 2)?;
+            inputs[0].take(&inputs[1], one_axis(name, a)?)
+        }
+        "where" => {
+            arity(name, inputs, 3)?;
+            inputs[0].select(&inputs[1], &inputs[2])
+        }
+        "clip_by_value" => {
+            arity(name, inputs, 3)?;
+            inputs[0].clamp(&inputs[1], &inputs[2])
+        }
+        "reverse" => {
+            arity(name, inputs, 1)?;
+            inputs[0].reverse(axes.unwrap_or(&[]))
+        }
+        "slice" => {
+            arity(name, inputs, 1)?;
+            let (Some(start), Some(limit)) = (&a.start, &a.limit) else {
+                return Err(Error::invalid("slice needs start and limit"));
+            };
+            let stride = a.stride.clone().unwrap_or_else(|| vec![1; start.len()]);
+            inputs[0].slice(start, limit, &stride)
+        }
+        "stop_gradient" => {
+            arity(name, inputs, 1)?;
+            inputs[0].stop_gradient()
+        }
+        "identity" => {
+            arity(name, inputs, 1)?;
+            inputs[0].clone()
+        }
+        other => return Err(Error::invalid(format!("unknown op '{other}'"))),
+    };
+    Ok(vec![out])
+}
+
+type EagerKey = (String, Attrs, Vec<TensorType>);
+
+/// One interpreted function per op, attributes and input types.
+fn eager_cache() -> &'static Mutex<HashMap<EagerKey, Function>> {
+    static CACHE: OnceLock<Mutex<HashMap<EagerKey, Function>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Runs op `name` on concrete tensors (interpreted).
+pub fn eager(name: &str, inputs: &[Tensor], a: &Attrs) -> Result<Vec<Tensor>, Error> {
+    if inputs.is_empty() {
+        return Err(Error::invalid(format!("{name} needs at least one tensor")));
+    }
+    let key: EagerKey = (
+        name.to_string(),
+        a.clone(),
+        inputs.iter().map(Tensor::ty).collect(),
+    );
+    let f = {
+        let mut cache = eager_cache().lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .entry(key)
+            .or_insert_with(|| {
+                let (op, attrs) = (name.to_string(), a.clone());
+                function(move |args: &[Sym]| match apply(&op, args, &attrs) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        if let Some(first) = args.first() {
+                            first.graph().fail(e);
+                        }
+                        Vec::new()
+                    }
+                })
+                .name(name.to_string())
+            })
+            .clone()
+    };
+    f.call(inputs)
+}

@@ -1,0 +1,126 @@
+"""tensorlift: an XLA-style JIT compiler for tensor programs, with
+TensorFlow's names.
+
+    import tensorlift as tl
+
+    @tl.function(jit_compile=True)
+    def f(x):
+        return tl.numpy_function(np.sinc, [x * 2.0], tl.float32) + 1.0
+
+Traced once per input signature, optimized, fused and compiled to native
+code; host callbacks (``numpy_function``, ``py_func``) run inside the
+compiled code. See docs/python.md.
+"""
+
+from . import _native  # noqa: F401  (the extension module)
+from . import dtypes, errors
+from ._callbacks import numpy_function, py_func, py_function
+from ._control import cond, switch_case, while_loop
+from ._core import Tensor, TensorShape, convert_to_tensor, is_tensor
+from ._function import Function, TensorSpec, function
+from ._ops import (
+    abs,
+    add,
+    argmax,
+    argmin,
+    broadcast_to,
+    cast,
+    clip_by_value,
+    concat,
+    cos,
+    divide,
+    equal,
+    exp,
+    expand_dims,
+    fill,
+    gather,
+    greater,
+    greater_equal,
+    identity,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_not,
+    logical_or,
+    matmul,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    ones,
+    ones_like,
+    pow,
+    rank,
+    reduce_all,
+    reduce_any,
+    reduce_logsumexp,
+    reduce_max,
+    reduce_mean,
+    reduce_min,
+    reduce_prod,
+    reduce_sum,
+    reshape,
+    reverse,
+    round,
+    shape,
+    sigmoid,
+    sign,
+    sin,
+    size,
+    sqrt,
+    square,
+    squeeze,
+    stack,
+    stop_gradient,
+    subtract,
+    tanh,
+    transpose,
+    where,
+    zeros,
+    zeros_like,
+)
+from ._tape import GradientTape, custom_gradient
+from .dtypes import (
+    DType,
+    as_dtype,
+    bfloat16,
+    complex64,
+    complex128,
+    double,
+    float16,
+    float32,
+    float64,
+    half,
+    int8,
+    int16,
+    int32,
+    int64,
+    string,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from .dtypes import bool as bool  # noqa: PLC0414
+
+from . import compat, contrib, linalg, math, nn  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def constant(value, dtype=None, shape=None, name=None):
+    """``tf.constant``: an eager tensor of ``value`` (Python values get
+    float32/int32, NumPy arrays keep their dtype), broadcast to ``shape``."""
+    t = convert_to_tensor(value, dtype=dtype)
+    if shape is not None and list(t.shape) != list(shape):
+        t = reshape(t, shape) if t.shape.num_elements() == _prod(shape) else broadcast_to(t, shape)
+    return t
+
+
+def _prod(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n

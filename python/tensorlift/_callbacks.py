@@ -1,0 +1,154 @@
+"""Host callbacks: ``tl.numpy_function``, ``tl.py_func`` (=
+``tl.compat.v1.py_func``) and ``tl.py_function``, with TensorFlow's
+contract (../docs/callbacks.md): NumPy arrays in and out for the first two,
+eager tensors for ``py_function``. The first two run inside compiled code
+(``jit_compile=True``); ``py_function`` is differentiable (a tape records
+its body) and is a ``JitCompileError`` under ``jit_compile=True``.
+"""
+
+from . import _core, _native
+from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site
+from .dtypes import as_dtype
+
+
+def _tout(Tout):
+    single = not isinstance(Tout, (list, tuple))
+    types = [] if Tout is None else [Tout] if single else list(Tout)
+    return single and Tout is not None, [as_dtype(t).name for t in types]
+
+
+def _shapes(output_shapes, n):
+    if output_shapes is None:
+        return None
+    if n == 1 and (not output_shapes or not isinstance(output_shapes[0], (list, tuple, type(None)))):
+        output_shapes = [output_shapes]
+    return [None if s is None else [None if d is None else int(d) for d in s] for s in output_shapes]
+
+
+def _result(out, single):
+    if single:
+        return out[0]
+    return out
+
+
+def _inputs(inp):
+    inp = [] if inp is None else list(inp) if isinstance(inp, (list, tuple)) else [inp]
+    return [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in inp]
+
+
+def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None):
+    single, tout = _tout(Tout)
+    xs = _inputs(inp)
+    where = site()
+    like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)
+    if like is None and not _native.tracing():
+        # Eager: a one-callback function, run now (the same conversions
+        # and errors as traced).
+        def body(syms):
+            return _native.callback(kind, func, syms, tout, where, name, _shapes(output_shapes, len(tout)),
+                                    stateful)
+
+        if not xs:
+            raise ValueError(f"{kind} without inputs runs only inside tl.function")
+        fn = _native.Function(body, name or kind, where, False, None)
+        out = [EagerTensor(v) for v in fn([x._v for x in xs])]
+        return _result(out, single) if tout else None
+    if not xs:
+        raise ValueError(f"{kind} needs at least one input tensor")
+    syms = [_core.to_sym(x, like, where) for x in xs]
+    out = _native.callback(kind, func, syms, tout, where, name, _shapes(output_shapes, len(tout)), stateful)
+    out = [SymbolicTensor(s) for s in out]
+    _core.record(lambda ys: _flat(_call(kind, func, ys, Tout, stateful, name, output_shapes)), xs, out)
+    return _result(out, single) if tout else None
+
+
+def _flat(r):
+    return [] if r is None else list(r) if isinstance(r, (list, tuple)) else [r]
+
+
+def numpy_function(func, inp, Tout, stateful=True, name=None):
+    """``tf.numpy_function``: ``func`` gets NumPy arrays and returns arrays
+    (or Python values) of the dtypes ``Tout``; it runs inside compiled code.
+    Not differentiable unless given a gradient (``tl.custom_gradient``)."""
+    return _call("numpy_function", func, inp, Tout, stateful, name)
+
+
+def py_func(func, inp, Tout, stateful=True, name=None):
+    """``tf.compat.v1.py_func``: ``numpy_function`` under its TF1 name."""
+    return _call("py_func", func, inp, Tout, stateful, name)
+
+
+def _unwrap(v):
+    if isinstance(v, EagerTensor):
+        return v._v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_unwrap(x) for x in v)
+    return v
+
+
+def py_function(func, inp, Tout, name=None):
+    """``tf.py_function``: ``func`` gets eager ``tl.Tensor``s and may use
+    any tensorlift op on them; differentiable (the ops it runs are recorded
+    on a tape); always stateful. Inside ``tl.function`` it runs in
+    interpreted mode only: with ``jit_compile=True`` the function fails to
+    compile with ``tl.errors.JitCompileError`` before anything runs."""
+    single, tout = _tout(Tout)
+    xs = _inputs(inp)
+    like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)
+    if like is None and not _native.tracing():
+        out = func(*xs)
+        if not tout:
+            return None
+        vals = [out] if single or not isinstance(out, (list, tuple)) else list(out)
+        res = [v if isinstance(v, Tensor) else convert_to_tensor(v, dtype=d) for v, d in zip(vals, tout)]
+        return _result(res, single)
+
+    def forward(*args):
+        return _unwrap(func(*[EagerTensor(a) for a in args]))
+
+    where = site()
+    floats = [i for i, x in enumerate(xs) if x.dtype.is_floating]
+    if not floats or not any(as_dtype(d).is_floating for d in tout):
+        # Nothing to differentiate: the callback alone.
+        syms = [_core.to_sym(x, like, where) for x in xs]
+        out = _native.callback("py_function", forward, syms, tout, where, name)
+        _core.record(lambda ys: _flat(py_function(func, ys, Tout, name)), xs,
+                     [SymbolicTensor(o) for o in out])
+        out = [SymbolicTensor(s) for s in out]
+        return _result(out, single) if tout else None
+    syms = [_core.to_sym(x, like, where) for x in xs]
+    n = len(xs)
+
+    def backward(*args):
+        """The gradient of ``func`` by a tape recorded while it runs again
+        on the same inputs."""
+        from ._tape import GradientTape
+
+        inputs = [EagerTensor(a) for a in args[:n]]
+        cts = [EagerTensor(a) for a in args[n:]]
+        with GradientTape() as tape:
+            for i in floats:
+                tape.watch(inputs[i])
+            out = func(*inputs)
+        outs = [out] if single or not isinstance(out, (list, tuple)) else list(out)
+        outs = [o for o, d in zip(outs, tout) if as_dtype(d).is_floating]
+        grads = tape.gradient(outs, [inputs[i] for i in floats], output_gradients=cts)
+        from ._ops import zeros_like
+
+        return [_unwrap(zeros_like(inputs[i]) if g is None else g) for i, g in zip(floats, grads)]
+
+    def body(s):
+        return _native.callback("py_function", forward, s, tout, site(), name)
+
+    def vjp(s):
+        nout = len(tout)
+        cts = s[n + nout:]
+        grad_types = [xs[i].dtype.name for i in floats]
+        grad_shapes = [None if xs[i].shape is None else list(xs[i].shape) for i in floats]
+        return _native.callback("py_function", backward, [*s[:n], *cts], grad_types, site(), name,
+                                grad_shapes)
+
+    out = _native.custom_vjp(body, vjp, syms, where)
+    out = [SymbolicTensor(o) for o in out]
+    _core.record(lambda ys: _flat(py_function(func, ys, Tout, name)), xs, out)
+    return _result(out, single) if tout else None

@@ -1,0 +1,423 @@
+"""Tensors and op dispatch.
+
+A ``Tensor`` is either eager (``EagerTensor``: a value, computed now) or
+symbolic (``SymbolicTensor``: a value of the function being traced). Every
+op goes through ``apply``: on symbolic operands it adds a node to the trace
+at the caller's line, on eager ones it runs the same op at once (through a
+one-op interpreted function, so an op means the same thing both ways), and
+in both cases active gradient tapes record it.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+from . import _native
+from .dtypes import DType, as_dtype
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def site():
+    """The user's frame that called into tensorlift: ``(file, line)``."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        f = f.f_back
+    if f is None:
+        return ("<unknown>", 0)
+    return (f.f_code.co_filename, f.f_lineno)
+
+
+class TensorShape(tuple):
+    """A shape: a tuple of ints (None where unknown), TensorFlow's way."""
+
+    @property
+    def rank(self):
+        return len(self)
+
+    @property
+    def ndims(self):
+        return len(self)
+
+    def as_list(self):
+        return list(self)
+
+    def num_elements(self):
+        n = 1
+        for d in self:
+            if d is None:
+                return None
+            n *= d
+        return n
+
+    def __repr__(self):
+        return f"TensorShape({list(self)})"
+
+
+class Tensor:
+    """A tensor (``tf.Tensor``): eager or symbolic; see the module doc."""
+
+    __slots__ = ()
+    # NumPy defers to these operators (array + tensor is a tensor).
+    __array_priority__ = 100
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def get_shape(self):
+        return self.shape
+
+    def __add__(self, o):
+        return binary("add", self, o)
+
+    def __radd__(self, o):
+        return binary("add", o, self)
+
+    def __sub__(self, o):
+        return binary("subtract", self, o)
+
+    def __rsub__(self, o):
+        return binary("subtract", o, self)
+
+    def __mul__(self, o):
+        return binary("multiply", self, o)
+
+    def __rmul__(self, o):
+        return binary("multiply", o, self)
+
+    def __truediv__(self, o):
+        return binary("divide", self, o)
+
+    def __rtruediv__(self, o):
+        return binary("divide", o, self)
+
+    def __mod__(self, o):
+        return binary("floormod", self, o)
+
+    def __pow__(self, o):
+        return binary("pow", self, o)
+
+    def __rpow__(self, o):
+        return binary("pow", o, self)
+
+    def __matmul__(self, o):
+        return binary("matmul", self, o)
+
+    def __rmatmul__(self, o):
+        return binary("matmul", o, self)
+
+    def __neg__(self):
+        return apply("negative", [self])
+
+    def __abs__(self):
+        return apply("abs", [self])
+
+    def __invert__(self):
+        return apply("logical_not", [self])
+
+    def __and__(self, o):
+        return binary("logical_and", self, o)
+
+    def __or__(self, o):
+        return binary("logical_or", self, o)
+
+    def __xor__(self, o):
+        return binary("logical_xor", self, o)
+
+    def __lt__(self, o):
+        return binary("less", self, o)
+
+    def __le__(self, o):
+        return binary("less_equal", self, o)
+
+    def __gt__(self, o):
+        return binary("greater", self, o)
+
+    def __ge__(self, o):
+        return binary("greater_equal", self, o)
+
+    def __eq__(self, o):
+        return binary("equal", self, o)
+
+    def __ne__(self, o):
+        return binary("not_equal", self, o)
+
+    # Elementwise __eq__ makes tensors unhashable, as in TensorFlow;
+    # tensorlift keys its own tables by id().
+    __hash__ = None
+
+    def __getitem__(self, key):
+        return getitem(self, key)
+
+
+class EagerTensor(Tensor):
+    """A tensor with a value (``tf.Tensor`` in eager mode)."""
+
+    __slots__ = ("_v", "__weakref__")
+
+    def __init__(self, v):
+        self._v = v
+
+    @property
+    def shape(self):
+        return TensorShape(self._v.shape)
+
+    @property
+    def dtype(self):
+        return as_dtype(self._v.dtype)
+
+    def numpy(self):
+        """The value as a NumPy array (a copy)."""
+        return self._v.numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._v.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def __bool__(self):
+        return bool(self._v)
+
+    def __float__(self):
+        return float(self._v.numpy())
+
+    def __int__(self):
+        return int(self._v.numpy())
+
+    def __index__(self):
+        return int(self._v.numpy())
+
+    def __len__(self):
+        s = self._v.shape
+        if not s:
+            raise TypeError("len() of a 0-d tensor")
+        return s[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        return f"<tl.Tensor: shape={tuple(self._v.shape)}, dtype={self._v.dtype}, numpy={self.numpy()!r}>"
+
+    def __str__(self):
+        return f"tl.Tensor({self.numpy()}, shape={tuple(self._v.shape)}, dtype={self._v.dtype})"
+
+    def __reduce__(self):
+        return (constant_of, (self.numpy(), self._v.dtype))
+
+
+class SymbolicTensor(Tensor):
+    """A value of the function being traced: it has a dtype and a shape,
+    but no value until the function runs."""
+
+    __slots__ = ("_s", "__weakref__")
+
+    def __init__(self, s):
+        self._s = s
+
+    @property
+    def shape(self):
+        s = self._s.shape
+        return None if s is None else TensorShape(s)
+
+    @property
+    def dtype(self):
+        return as_dtype(self._s.dtype)
+
+    def set_shape(self, shape):
+        """Declares the shape of a callback's result (``Tensor.set_shape``):
+        later ops see it, and every call checks it."""
+        self._s = _native.sym_set_shape(self._s, [None if d is None else int(d) for d in shape], site())
+
+    def numpy(self):
+        raise TypeError(
+            "a symbolic tensor of a traced function has no value yet: .numpy() works on eager "
+            "tensors; inside tl.function use tl.numpy_function to run NumPy code"
+        )
+
+    def __array__(self, dtype=None, copy=None):
+        self.numpy()
+
+    def __bool__(self):
+        raise TypeError(
+            "using a symbolic tensor as a Python bool is not allowed in a traced function: "
+            "use tl.cond or tl.while_loop for control flow that depends on a tensor"
+        )
+
+    def __len__(self):
+        s = self.shape
+        if not s or s[0] is None:  # unknown rank, 0-d, or unknown first dimension
+            raise TypeError("len() of a tensor without a known first dimension")
+        return s[0]
+
+    def __repr__(self):
+        return f"<tl.Tensor (symbolic): shape={self._s.shape}, dtype={self._s.dtype}>"
+
+
+def constant_of(array, dtype):
+    return EagerTensor(_native.to_tensor(array, dtype))
+
+
+def is_tensor(x):
+    return isinstance(x, Tensor)
+
+
+def _default_dtype(value):
+    """TensorFlow's dtype for a Python value: float32 for floats, int32
+    for ints (int64 when they do not fit), bool, complex128 -> complex64."""
+    a = np.asarray(value)
+    if a.dtype == np.float64:
+        return "float32"
+    if a.dtype == np.int64:
+        if a.size and (a.max() > 2**31 - 1 or a.min() < -(2**31)):
+            return "int64"
+        return "int32"
+    if a.dtype == np.complex128:
+        return "complex64"
+    if a.dtype.kind in "OSU":
+        return "string"
+    return None
+
+
+def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
+    """``value`` as a tensor (``tf.convert_to_tensor``). NumPy arrays keep
+    their dtype; Python values get TensorFlow's defaults (float32, int32)."""
+    if isinstance(value, Tensor):
+        if dtype is not None and as_dtype(dtype) != value.dtype:
+            raise ValueError(
+                f"tensor of dtype {value.dtype.name} where {as_dtype(dtype).name} was asked for"
+            )
+        return value
+    if dtype is None:
+        if isinstance(value, (np.ndarray, np.generic)):
+            d = None
+        else:
+            d = _default_dtype(value)
+            if d is not None and dtype_hint is not None:
+                hint = as_dtype(dtype_hint)
+                if not (hint.is_integer and d.startswith("float")):
+                    d = hint.name
+    else:
+        d = as_dtype(dtype).name
+    return EagerTensor(_native.to_tensor(value, d))
+
+
+# Gradient tapes recording now (set by tape.GradientTape).
+tapes = []
+# How many loop or branch bodies are being traced now: a tape does not
+# record the ops inside them (the loop or branch is recorded as one op).
+region_depth = [0]
+
+
+def record(replay, inputs, outputs):
+    """Records an op on the active tapes: ``replay(inputs)`` recomputes
+    ``outputs`` (a list) on symbolic inputs."""
+    for t in tapes:
+        t._record(replay, inputs, outputs)
+
+
+def _wrap(out, symbolic):
+    if symbolic:
+        return [SymbolicTensor(s) for s in out]
+    return [EagerTensor(v) for v in out]
+
+
+def to_sym(x, like, where):
+    """``x`` (a tensor) as a symbolic value of the trace ``like`` is in."""
+    if isinstance(x, SymbolicTensor):
+        return x._s
+    return _native.sym_constant(like, x._v, where)
+
+
+def apply(name, inputs, attrs=None):
+    """Runs or traces op ``name`` on tensors ``inputs``; one result."""
+    return apply_n(name, inputs, attrs)[0]
+
+
+def apply_n(name, inputs, attrs=None):
+    """Runs or traces op ``name``; every result."""
+    inputs = [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in inputs]
+    like = next((x._s for x in inputs if isinstance(x, SymbolicTensor)), None)
+    if like is not None:
+        where = site()
+        args = [to_sym(x, like, where) for x in inputs]
+        out = _wrap(_native.sym_apply(name, args, where, attrs), True)
+    else:
+        out = _wrap(_native.eager_apply(name, [x._v for x in inputs], attrs), False)
+    if tapes:
+        record(lambda xs, name=name, attrs=attrs: apply_n(name, xs, attrs), inputs, out)
+    return out
+
+
+def binary(name, a, b):
+    """A binary op; a Python scalar or list takes the tensor operand's dtype."""
+    if not isinstance(a, Tensor):
+        a = convert_to_tensor(a, dtype=b.dtype)
+    elif not isinstance(b, Tensor):
+        b = convert_to_tensor(b, dtype=a.dtype)
+    return apply(name, [a, b])
+
+
+def getitem(x, key):
+    """Basic indexing: ints, slices (any step), ``...`` and ``None``."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if x.shape is None or any(d is None for d in x.shape):
+        raise TypeError("indexing needs a tensor of known shape")
+    shape = list(x.shape)
+    if any(d is None for d in shape):
+        raise TypeError("indexing needs a tensor of known shape")
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if used > len(shape):
+        raise IndexError(f"too many indices for a tensor of rank {len(shape)}")
+    expanded = []
+    for k in key:
+        if k is Ellipsis:
+            expanded.extend([slice(None)] * (len(shape) - used))
+        else:
+            expanded.append(k)
+    expanded.extend([slice(None)] * (len(shape) - sum(1 for k in expanded if k is not None)))
+    start, limit, stride, reverse, out_shape = [], [], [], [], []
+    axis = 0
+    for k in expanded:
+        if k is None:
+            out_shape.append(1)
+            continue
+        n = shape[axis]
+        if isinstance(k, slice):
+            lo, hi, step = k.indices(n)
+            if step > 0:
+                count = max(0, (hi - lo + step - 1) // step)
+                start.append(lo)
+                limit.append(lo + max(count - 1, 0) * step + (1 if count else 0))
+                stride.append(step)
+            else:
+                count = max(0, (lo - hi - step - 1) // -step)
+                # Reverse the axis, then slice forward.
+                reverse.append(axis)
+                first = n - 1 - lo
+                start.append(first)
+                limit.append(first + max(count - 1, 0) * -step + (1 if count else 0))
+                stride.append(-step)
+            out_shape.append(count)
+        else:
+            i = int(k)
+            if i < -n or i >= n:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+            i %= n
+            start.append(i)
+            limit.append(i + 1)
+            stride.append(1)
+        axis += 1
+    y = x
+    if reverse:
+        y = apply("reverse", [y], {"axis": reverse})
+    if any(s != 0 for s in start) or limit != shape or any(s != 1 for s in stride):
+        y = apply("slice", [y], {"start": start, "limit": limit, "stride": stride})
+    if list(y.shape) != out_shape:
+        y = apply("reshape", [y], {"shape": out_shape})
+    return y

@@ -1,0 +1,210 @@
+"""``tl.function``: Python functions traced into graphs, once per input
+signature, and run interpreted or compiled (``jit_compile=True``)."""
+
+import functools
+import inspect
+
+import numpy as np
+
+from . import _native
+from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site, to_sym
+from ._nest import flatten, pack
+from .dtypes import as_dtype
+
+
+class TensorSpec:
+    """The type of a function's input (``tf.TensorSpec``): a shape (None
+    for an unknown dimension) and a dtype."""
+
+    def __init__(self, shape, dtype="float32", name=None):
+        self.shape = tuple(None if d is None else int(d) for d in shape)
+        self.dtype = as_dtype(dtype)
+        self.name = name
+
+    @classmethod
+    def from_tensor(cls, tensor, name=None):
+        return cls(tensor.shape, tensor.dtype, name)
+
+    def _native(self):
+        return (self.dtype.name, list(self.shape), self.name)
+
+    def is_compatible_with(self, t):
+        t = convert_to_tensor(t)
+        return t.dtype == self.dtype and len(t.shape) == len(self.shape) and all(
+            a is None or a == b for a, b in zip(self.shape, t.shape)
+        )
+
+    def __eq__(self, other):
+        return isinstance(other, TensorSpec) and (self.shape, self.dtype, self.name) == (
+            other.shape,
+            other.dtype,
+            other.name,
+        )
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.name))
+
+    def __repr__(self):
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype!r}, name={self.name!r})"
+
+    def __reduce__(self):
+        return (TensorSpec, (self.shape, self.dtype.name, self.name))
+
+
+def _key(tensors):
+    return tuple((t.dtype.name, tuple(t.shape)) for t in tensors)
+
+
+class Function:
+    """A traced function (``tf.function``); see ``function``."""
+
+    def __init__(self, python_function, input_signature=None, jit_compile=None, name=None):
+        self.python_function = python_function
+        self.input_signature = None if input_signature is None else list(input_signature)
+        self.jit_compile = bool(jit_compile)
+        self._name = name or getattr(python_function, "__name__", "function")
+        self._site = _definition_site(python_function)
+        self._structures = {}
+        try:
+            self._signature = inspect.signature(python_function)
+        except (TypeError, ValueError):
+            self._signature = None
+        sig = None if self.input_signature is None else [s._native() for s in self.input_signature]
+        self._native = _native.Function(self._body, self._name, self._site, self.jit_compile, sig)
+        functools.update_wrapper(self, python_function)
+
+    def _body(self, syms):
+        args = [SymbolicTensor(s) for s in syms]
+        out = self.python_function(*args)
+        leaves, structure = flatten(out)
+        like = syms[0] if syms else None
+        where = site()
+        flat = []
+        for leaf in leaves:
+            t = leaf if isinstance(leaf, Tensor) else convert_to_tensor(leaf)
+            flat.append(to_sym(t, like, where))
+        self._structures[_key(args)] = (structure, len(flat))
+        return flat
+
+    def _bind(self, args, kwargs):
+        if self._signature is None:
+            return list(args)
+        if self.input_signature is not None:
+            n = len(self.input_signature)
+            bound = self._signature.bind_partial(*args, **kwargs)
+            values = list(bound.args)
+            if len(values) > n or len(bound.kwargs) > 0:
+                raise TypeError(
+                    f"function '{self._name}' has an input_signature of {n} tensor(s); the other "
+                    f"arguments keep their defaults (got {len(values) + len(bound.kwargs)} argument(s))"
+                )
+            return values
+        if not kwargs:
+            return list(args)
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return list(bound.args)
+
+    def _convert(self, args):
+        tensors = []
+        for i, a in enumerate(args):
+            spec = self.input_signature[i] if self.input_signature and i < len(self.input_signature) else None
+            if isinstance(a, Tensor):
+                tensors.append(a)
+            elif spec is not None:
+                tensors.append(convert_to_tensor(a, dtype=spec.dtype))
+            else:
+                tensors.append(convert_to_tensor(a))
+        return tensors
+
+    def __call__(self, *args, **kwargs):
+        args = self._bind(args, kwargs)
+        if any(isinstance(a, SymbolicTensor) for a in args):
+            # Called while another function is traced: inline it.
+            return self.python_function(*args)
+        tensors = self._convert(args)
+        out = self._native([t._v for t in tensors])
+        structure, _ = self._structure_for(tensors)
+        return pack(structure, [EagerTensor(v) for v in out])
+
+    def _structure_for(self, tensors):
+        key = _key(tensors)
+        if key in self._structures:
+            return self._structures[key]
+        if self.input_signature is not None:
+            key = tuple((s.dtype.name, s.shape) for s in self.input_signature)
+            if key in self._structures:
+                return self._structures[key]
+        # Traced under a relaxed signature: any trace's structure fits.
+        return next(iter(self._structures.values()))
+
+    def _specs(self, args):
+        if args:
+            return [
+                (a if isinstance(a, TensorSpec) else TensorSpec.from_tensor(convert_to_tensor(a)))._native()
+                for a in args
+            ]
+        if self.input_signature is None:
+            raise ValueError(f"function '{self._name}' has no input_signature: give example inputs or specs")
+        return [s._native() for s in self.input_signature]
+
+    def get_concrete_function(self, *args):
+        """Traces (and under jit_compile compiles) for ``args`` (tensors or
+        TensorSpecs; the input_signature when none) ahead of a call."""
+        self._native.compile(self._specs(args))
+        return self
+
+    def experimental_get_compiler_ir(self, *args):
+        """``f.experimental_get_compiler_ir(*args)(stage=...)``: the IR at
+        stage ``hlo`` (traced), ``optimized_hlo``, ``fused`` or ``cranelift``."""
+        specs = self._specs(args)
+
+        def at(stage="hlo", device_name=None):
+            return self._native.compiler_ir(specs, stage)
+
+        return at
+
+    def experimental_get_tracing_count(self):
+        return self._native.trace_count
+
+    @property
+    def compile_count(self):
+        return self._native.compile_count
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
+
+    def __repr__(self):
+        return f"<tl.function {self._name} jit_compile={self.jit_compile}>"
+
+
+def _definition_site(fn):
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return site()
+    return (code.co_filename, code.co_firstlineno)
+
+
+def function(func=None, input_signature=None, autograph=True, jit_compile=None, reduce_retracing=False,
+             experimental_implements=None, experimental_autograph_options=None,
+             experimental_attributes=None, experimental_relax_shapes=None,
+             experimental_compile=None, experimental_follow_type_hints=None, name=None):
+    """``tf.function``: ``func`` traced into a graph once per input
+    signature (dtypes and shapes), then run without Python; with
+    ``jit_compile=True`` compiled to native code ahead of its first run.
+    Use as ``tl.function(f, ...)`` or as a decorator, with or without
+    arguments. AutoGraph is not implemented: write loops and branches that
+    depend on tensors with ``tl.while_loop`` and ``tl.cond``."""
+    if jit_compile is None and experimental_compile is not None:
+        jit_compile = experimental_compile
+
+    def make(f):
+        return Function(f, input_signature=input_signature, jit_compile=jit_compile, name=name)
+
+    return make if func is None else make(func)
+
+
+def _is_array_like(x):
+    return isinstance(x, (Tensor, np.ndarray, np.generic, int, float, bool, list, tuple))

@@ -1,0 +1,53 @@
+"""Flattening nested Python structures of tensors (lists, tuples,
+namedtuples, dicts), as ``tf.nest`` does."""
+
+from ._core import Tensor
+
+_LEAF = object()
+
+
+def flatten(value):
+    """``(leaves, structure)``: the tensors and other leaves of ``value`` in
+    order, and what ``pack`` needs to rebuild it."""
+    leaves = []
+
+    def walk(v):
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            return (type(v), [walk(x) for x in v])
+        if isinstance(v, (list, tuple)):
+            return (type(v), [walk(x) for x in v])
+        if isinstance(v, dict):
+            keys = sorted(v)
+            return (dict, keys, [walk(v[k]) for k in keys])
+        if v is None:
+            return None
+        leaves.append(v)
+        return _LEAF
+
+    return leaves, walk(value)
+
+
+def pack(structure, leaves):
+    """Rebuilds a structure from ``flatten`` with ``leaves`` in place."""
+    it = iter(leaves)
+
+    def build(s):
+        if s is _LEAF:
+            return next(it)
+        if s is None:
+            return None
+        if s[0] is dict:
+            return {k: build(x) for k, x in zip(s[1], s[2])}
+        kind, items = s
+        built = [build(x) for x in items]
+        if kind is list:
+            return built
+        if kind is tuple:
+            return tuple(built)
+        return kind(*built)
+
+    return build(structure)
+
+
+def is_tensor_leaf(v):
+    return isinstance(v, Tensor)

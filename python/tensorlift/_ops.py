@@ -1,0 +1,266 @@
+"""The ops under TensorFlow's names and signatures (``name=`` is accepted
+and ignored: nodes are named after their op and line)."""
+
+import numpy as np
+
+from . import _native
+from ._core import Tensor, apply, binary, convert_to_tensor
+from .dtypes import as_dtype
+
+
+def _unary(op):
+    def f(x, name=None):
+        return apply(op, [x])
+
+    f.__name__ = op
+    f.__qualname__ = op
+    f.__doc__ = f"Elementwise ``{op}`` (``tf.math.{op}``)."
+    return f
+
+
+negative = _unary("negative")
+abs = _unary("abs")  # noqa: A001
+sign = _unary("sign")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")  # noqa: A001
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+exp = _unary("exp")
+expm1 = _unary("expm1")
+log = _unary("log")
+log1p = _unary("log1p")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+sin = _unary("sin")
+cos = _unary("cos")
+erf = _unary("erf")
+logical_not = _unary("logical_not")
+is_finite = _unary("is_finite")
+square = _unary("square")
+reciprocal = _unary("reciprocal")
+stop_gradient = _unary("stop_gradient")
+identity = _unary("identity")
+
+
+def _binary(op):
+    def f(x, y, name=None):
+        if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+            x = convert_to_tensor(x)
+        return binary(op, x, y)
+
+    f.__name__ = op
+    f.__qualname__ = op
+    f.__doc__ = f"Elementwise ``{op}`` with NumPy broadcasting (``tf.math.{op}``)."
+    return f
+
+
+add = _binary("add")
+subtract = _binary("subtract")
+multiply = _binary("multiply")
+divide = _binary("divide")
+truediv = divide
+floormod = _binary("floormod")
+mod = floormod
+pow = _binary("pow")  # noqa: A001
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+logical_and = _binary("logical_and")
+logical_or = _binary("logical_or")
+logical_xor = _binary("logical_xor")
+equal = _binary("equal")
+not_equal = _binary("not_equal")
+less = _binary("less")
+less_equal = _binary("less_equal")
+greater = _binary("greater")
+greater_equal = _binary("greater_equal")
+
+
+def _reduce(op):
+    def f(input_tensor, axis=None, keepdims=False, name=None):
+        return apply(op, [input_tensor], {"axis": axis, "keepdims": bool(keepdims)})
+
+    f.__name__ = op
+    f.__qualname__ = op
+    f.__doc__ = f"``tf.{op}``: over ``axis`` (an int, a list, or None for all)."
+    return f
+
+
+reduce_sum = _reduce("reduce_sum")
+reduce_prod = _reduce("reduce_prod")
+reduce_max = _reduce("reduce_max")
+reduce_min = _reduce("reduce_min")
+reduce_all = _reduce("reduce_all")
+reduce_any = _reduce("reduce_any")
+reduce_mean = _reduce("reduce_mean")
+
+
+def argmax(input, axis=None, output_type="int64", name=None):  # noqa: A002
+    """Index of the largest value along ``axis`` (default 0)."""
+    r = apply("argmax", [input], {"axis": 0 if axis is None else axis})
+    return r if r.dtype == as_dtype(output_type) else cast(r, output_type)
+
+
+def argmin(input, axis=None, output_type="int64", name=None):  # noqa: A002
+    """Index of the smallest value along ``axis`` (default 0)."""
+    r = apply("argmin", [input], {"axis": 0 if axis is None else axis})
+    return r if r.dtype == as_dtype(output_type) else cast(r, output_type)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
+    """Matrix product over the last two axes (``tf.linalg.matmul``)."""
+    a, b = convert_to_tensor(a), convert_to_tensor(b)
+    if transpose_a:
+        a = matrix_transpose(a)
+    if transpose_b:
+        b = matrix_transpose(b)
+    return apply("matmul", [a, b])
+
+
+def matrix_transpose(a, name=None):
+    a = convert_to_tensor(a)
+    perm = list(range(a.ndim))
+    perm[-2:] = perm[-2:][::-1]
+    return transpose(a, perm)
+
+
+def transpose(a, perm=None, name=None):
+    return apply("transpose", [a], {"perm": None if perm is None else [int(p) for p in perm]})
+
+
+def reshape(tensor, shape, name=None):
+    return apply("reshape", [tensor], {"shape": [int(d) for d in shape]})
+
+
+def broadcast_to(input, shape, name=None):  # noqa: A002
+    return apply("broadcast_to", [input], {"shape": [int(d) for d in shape]})
+
+
+def cast(x, dtype, name=None):
+    x = convert_to_tensor(x)
+    d = as_dtype(dtype)
+    if x.dtype == d:
+        return x
+    return apply("cast", [x], {"dtype": d.name})
+
+
+def concat(values, axis, name=None):
+    return apply("concat", list(values), {"axis": int(axis)})
+
+
+def stack(values, axis=0, name=None):
+    values = [convert_to_tensor(v) for v in values]
+    return concat([expand_dims(v, axis) for v in values], axis)
+
+
+def expand_dims(input, axis, name=None):  # noqa: A002
+    x = convert_to_tensor(input)
+    shape = list(x.shape)
+    axis = axis + len(shape) + 1 if axis < 0 else axis
+    shape.insert(axis, 1)
+    return reshape(x, shape)
+
+
+def squeeze(input, axis=None, name=None):  # noqa: A002
+    x = convert_to_tensor(input)
+    shape = list(x.shape)
+    if axis is None:
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    else:
+        axes = [a % len(shape) for a in ([axis] if isinstance(axis, int) else axis)]
+        for a in axes:
+            if shape[a] != 1:
+                raise ValueError(f"cannot squeeze axis {a} of size {shape[a]}")
+    return reshape(x, [d for i, d in enumerate(shape) if i not in axes])
+
+
+def gather(params, indices, axis=None, batch_dims=0, name=None):
+    if batch_dims:
+        raise NotImplementedError("gather with batch_dims is not supported")
+    return apply("gather", [params, indices], {"axis": 0 if axis is None else axis})
+
+
+def where(condition, x=None, y=None, name=None):
+    if x is None or y is None:
+        raise NotImplementedError("tl.where with one argument (indices of true values) is not supported")
+    x = x if isinstance(x, Tensor) else convert_to_tensor(x, dtype=getattr(y, "dtype", None))
+    y = y if isinstance(y, Tensor) else convert_to_tensor(y, dtype=x.dtype)
+    return apply("where", [condition, x, y])
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None):
+    t = convert_to_tensor(t)
+    lo = convert_to_tensor(clip_value_min, dtype=t.dtype)
+    hi = convert_to_tensor(clip_value_max, dtype=t.dtype)
+    return apply("clip_by_value", [t, lo, hi])
+
+
+def reverse(tensor, axis, name=None):
+    return apply("reverse", [tensor], {"axis": list(axis)})
+
+
+def zeros(shape, dtype="float32", name=None):
+    return convert_to_tensor(np.zeros(shape, as_dtype(dtype).as_numpy_dtype))
+
+
+def ones(shape, dtype="float32", name=None):
+    return convert_to_tensor(np.ones(shape, as_dtype(dtype).as_numpy_dtype))
+
+
+def fill(dims, value, name=None):
+    v = convert_to_tensor(value)
+    return broadcast_to(v, dims)
+
+
+def zeros_like(input, dtype=None, name=None):  # noqa: A002
+    x = convert_to_tensor(input)
+    d = as_dtype(dtype) if dtype is not None else x.dtype
+    return broadcast_to(convert_to_tensor(0, dtype=d), list(x.shape))
+
+
+def ones_like(input, dtype=None, name=None):  # noqa: A002
+    x = convert_to_tensor(input)
+    d = as_dtype(dtype) if dtype is not None else x.dtype
+    return broadcast_to(convert_to_tensor(1, dtype=d), list(x.shape))
+
+
+def shape(input, out_type="int32", name=None):  # noqa: A002
+    x = convert_to_tensor(input)
+    return convert_to_tensor(np.array(list(x.shape)), dtype=out_type)
+
+
+def rank(input, name=None):  # noqa: A002
+    return convert_to_tensor(convert_to_tensor(input).ndim, dtype="int32")
+
+
+def size(input, out_type="int32", name=None):  # noqa: A002
+    return convert_to_tensor(convert_to_tensor(input).shape.num_elements(), dtype=out_type)
+
+
+def softmax(logits, axis=-1, name=None):
+    m = reduce_max(logits, axis=axis, keepdims=True)
+    e = exp(logits - stop_gradient(m))
+    return e / reduce_sum(e, axis=axis, keepdims=True)
+
+
+def log_softmax(logits, axis=-1, name=None):
+    m = stop_gradient(reduce_max(logits, axis=axis, keepdims=True))
+    s = logits - m
+    return s - log(reduce_sum(exp(s), axis=axis, keepdims=True))
+
+
+def relu(features, name=None):
+    f = convert_to_tensor(features)
+    return maximum(f, convert_to_tensor(0, dtype=f.dtype))
+
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
+    m = stop_gradient(reduce_max(input_tensor, axis=axis, keepdims=True))
+    r = log(reduce_sum(exp(input_tensor - m), axis=axis, keepdims=True)) + m
+    return r if keepdims else squeeze(r, axis) if axis is not None else reshape(r, [])
+
+
+def check_table():
+    """The op names these functions use are the native table's (a test
+    checks it: a name missing on either side is a bug)."""
+    return set(_native.op_names())

@@ -1,0 +1,295 @@
+"""``tl.GradientTape`` and ``tl.custom_gradient``.
+
+A tape records the ops run on watched tensors (eager or symbolic). Its
+``gradient`` replays them as a traced function of the sources and lets the
+compiler's reverse mode differentiate it (the same rules as ``Function``'s
+``grad``), inlined where the tape is used: eagerly, a small function is
+traced and run; inside ``tl.function``, the gradient becomes part of the
+function's own graph. Computing a gradient is itself recorded on the tapes
+around it, so nested tapes give higher derivatives.
+"""
+
+from . import _core, _native
+from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site
+from ._nest import flatten, pack
+
+
+class _Record:
+    __slots__ = ("replay", "inputs", "outputs")
+
+    def __init__(self, replay, inputs, outputs):
+        self.replay = replay
+        self.inputs = inputs
+        self.outputs = outputs
+
+
+class GradientTape:
+    """``tf.GradientTape``: records operations for automatic differentiation."""
+
+    def __init__(self, persistent=False, watch_accessed_variables=True):
+        self._persistent = persistent
+        self._records = []
+        self._watched = {}
+        self._live = set()
+        self._recording = False
+        self._used = False
+        self._closure_use = False
+
+    def __enter__(self):
+        self._push()
+        return self
+
+    def __exit__(self, *exc):
+        self._pop()
+        return False
+
+    def _push(self):
+        self._recording = True
+        _core.tapes.append(self)
+
+    def _pop(self):
+        self._recording = False
+        if self in _core.tapes:
+            _core.tapes.remove(self)
+
+    def watch(self, tensor):
+        """Records the operations on ``tensor`` (a tensor or a structure of them)."""
+        leaves, _ = flatten(tensor)
+        for t in leaves:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"GradientTape.watch takes tensors, got {type(t).__name__}")
+            self._watched[id(t)] = t
+            self._live.add(id(t))
+
+    def watched_variables(self):
+        return tuple(self._watched.values())
+
+    def stop_recording(self):
+        """A context in which operations are not recorded."""
+        tape = self
+
+        class _Paused:
+            def __enter__(self):
+                tape._pop()
+
+            def __exit__(self, *exc):
+                tape._push()
+                return False
+
+        return _Paused()
+
+    def reset(self):
+        self._records.clear()
+        self._live = set(self._watched)
+
+    def _record(self, replay, inputs, outputs):
+        if not self._recording or not any(id(x) in self._live for x in inputs):
+            return
+        if _core.region_depth[0]:
+            # A watched value used inside a loop or branch body by closure:
+            # the tape cannot see that path (the body is replayed whole).
+            self._closure_use = True
+            return
+        self._records.append(_Record(replay, list(inputs), list(outputs)))
+        for o in outputs:
+            self._live.add(id(o))
+
+    def gradient(self, target, sources, output_gradients=None, unconnected_gradients="none"):
+        """The gradient of ``target`` (a tensor or a structure of them,
+        summed) with respect to each of ``sources``, in their structure;
+        ``None`` for a source the target does not depend on (or zeros with
+        ``unconnected_gradients="zero"``)."""
+        if self._used and not self._persistent:
+            raise RuntimeError(
+                "a non-persistent GradientTape can only be used to compute one set of gradients; "
+                "use GradientTape(persistent=True) for more"
+            )
+        self._used = True
+        if self._closure_use:
+            from .errors import UnimplementedError
+
+            raise UnimplementedError(
+                "a watched tensor is used inside the body of a tl.while_loop, tl.cond or "
+                "tl.switch_case by closure, which GradientTape cannot differentiate yet: pass it "
+                "in as a loop variable, or take the gradient with tl.function(f).grad"
+            )
+        targets, _ = flatten(target)
+        src, src_structure = flatten(sources)
+        if output_gradients is None:
+            cts = [None] * len(targets)
+        else:
+            cts, _ = flatten(output_gradients)
+            cts = cts + [None] * (len(targets) - len(cts))
+        records = list(self._records)
+        connected = _connected(records, targets)
+        diff = [
+            i for i, s in enumerate(src)
+            if isinstance(s, Tensor) and id(s) in connected and (s.dtype.is_floating or s.dtype.is_complex)
+        ]
+        # Targets that depend on a differentiated source, and their seeds.
+        reached = _reached(records, [src[i] for i in diff])
+        outs = [i for i, t in enumerate(targets) if id(t) in reached and t.dtype.is_floating]
+        grads = [None] * len(src)
+        if diff and outs:
+            values = _vjp(records, [src[i] for i in diff], [targets[i] for i in outs],
+                          [cts[i] for i in outs])
+            for i, g in zip(diff, values):
+                grads[i] = g
+        if unconnected_gradients in ("zero", "ZERO") or getattr(unconnected_gradients, "value", None) == "zero":
+            from ._ops import zeros_like
+
+            grads = [zeros_like(s) if g is None else g for s, g in zip(src, grads)]
+        return pack(src_structure, grads)
+
+    def jacobian(self, target, sources, unconnected_gradients="none", parallel_iterations=None,
+                 experimental_use_pfor=True):
+        raise NotImplementedError("GradientTape.jacobian is not implemented; use gradient per output")
+
+
+def _connected(records, targets):
+    """Ids of every tensor the targets depend on through recorded ops."""
+    needed = {id(t) for t in targets}
+    for r in reversed(records):
+        if any(id(o) in needed for o in r.outputs):
+            needed.update(id(x) for x in r.inputs)
+    return needed
+
+
+def _reached(records, sources):
+    live = {id(s) for s in sources}
+    for r in records:
+        if any(id(x) in live for x in r.inputs):
+            live.update(id(o) for o in r.outputs)
+    return live
+
+
+def _replay(records, sources, sym_sources, targets):
+    """The targets recomputed from symbolic sources by the recorded ops."""
+    env = {id(s): SymbolicTensor(x) for s, x in zip(sources, sym_sources)}
+    for r in records:
+        if not any(id(x) in env for x in r.inputs):
+            continue
+        outs = r.replay([env.get(id(x), x) for x in r.inputs])
+        for o, n in zip(r.outputs, outs):
+            if isinstance(n, SymbolicTensor) and n.shape != o.shape and o.shape is not None:
+                # A shape declared after the op ran (set_shape on a
+                # callback's result) holds for the replayed result too.
+                n.set_shape(o.shape)
+            env[id(o)] = n
+    return [env[id(t)] for t in targets]
+
+
+def _ones_like(t):
+    from ._ops import ones_like
+
+    return ones_like(t)
+
+
+def _vjp(records, sources, targets, cts):
+    """``Jᵀ·ct`` of the recorded function, recorded on the tapes around."""
+    for t in targets:
+        if t.shape is None or any(d is None for d in t.shape):
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                f"the gradient target {t!r} has an unknown shape (the result of a callback?): "
+                "gradients are compiled for static shapes; declare it with set_shape (a "
+                "py_function's result inside tl.function cannot be declared yet)"
+            )
+    seeds = [_ones_like(t) if c is None else convert_to_tensor(c, dtype=t.dtype)
+             for t, c in zip(targets, cts)]
+    symbolic = any(isinstance(x, SymbolicTensor) for x in [*sources, *targets, *seeds])
+
+    def in_trace(src, sds):
+        """The gradient as traced code, where the trace is under way."""
+        where = site()
+        like = next((x._s for x in [*src, *sds] if isinstance(x, SymbolicTensor)), None)
+        prim = [_core.to_sym(s, like, where) for s in src]
+        seed = [_core.to_sym(c, like, where) for c in sds]
+
+        def f(xs):
+            return [t._s for t in _replay(records, sources, xs, targets)]
+
+        return [SymbolicTensor(g) for g in _native.vjp(f, prim, seed, where)]
+
+    if symbolic:
+        grads = in_trace(sources, seeds)
+    else:
+        n = len(sources)
+
+        def body(syms):
+            sy = [SymbolicTensor(s) for s in syms]
+            return [g._s for g in in_trace(sy[:n], sy[n:])]
+
+        fn = _native.Function(body, "gradient_tape", site(), False, None)
+        grads = [EagerTensor(v) for v in fn([t._v for t in [*sources, *seeds]])]
+    # Recorded on the tapes around this one: a gradient of a gradient.
+    def replay(xs, n=len(sources)):
+        return in_trace(xs[:n], xs[n:])
+
+    _core.record(replay, [*sources, *seeds], grads)
+    return grads
+
+
+def custom_gradient(f=None):
+    """``tf.custom_gradient``: ``f(*x)`` returns ``(y, grad_fn)`` and
+    ``grad_fn(*dy)`` returns the gradient of each input; tapes and
+    functions differentiate ``f`` with ``grad_fn`` instead of its ops."""
+    if f is None:
+        return custom_gradient
+
+    def wrapped(*args):
+        xs = [a if isinstance(a, Tensor) else convert_to_tensor(a) for a in args]
+        symbolic = any(isinstance(x, SymbolicTensor) for x in xs)
+        if not symbolic:
+            # Eager: run f without recording its ops; the tapes record the
+            # call as one op whose gradient is grad_fn's.
+            paused = list(_core.tapes)
+            for t in paused:
+                t._pop()
+            try:
+                y, _ = f(*xs)
+            finally:
+                for t in paused:
+                    t._push()
+            ys, structure = flatten(y)
+            _core.record(lambda syms: _custom_traced(f, syms)[0], xs, ys)
+            return y
+        ys, structure = _custom_traced(f, xs)
+        _core.record(lambda syms: _custom_traced(f, syms)[0], xs, ys)
+        return pack(structure, ys)
+
+    wrapped.__name__ = getattr(f, "__name__", "custom_gradient")
+    wrapped.__doc__ = getattr(f, "__doc__", None)
+    return wrapped
+
+
+def _custom_traced(f, xs):
+    """``f`` on symbolic inputs as a custom_vjp node: its ops forward, its
+    ``grad_fn`` backward (``f`` is traced again in the gradient region to
+    get ``grad_fn`` there)."""
+    where = site()
+    like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)
+    syms = [_core.to_sym(x, like, where) for x in xs]
+    n = len(xs)
+    holder = {}
+
+    def body(s):
+        y, _ = f(*[SymbolicTensor(v) for v in s])
+        leaves, structure = flatten(y)
+        holder["structure"] = structure
+        return [_core.to_sym(t if isinstance(t, Tensor) else convert_to_tensor(t), s[0], site())
+                for t in leaves]
+
+    def vjp(s):
+        x = [SymbolicTensor(v) for v in s[:n]]
+        _, grad_fn = f(*x)
+        nout = (len(s) - n) // 2
+        dys = [SymbolicTensor(v) for v in s[n + nout:]]
+        g = grad_fn(*dys)
+        g = list(g) if isinstance(g, (list, tuple)) else [g]
+        return [_core.to_sym(t if isinstance(t, Tensor) else convert_to_tensor(t), s[0], site())
+                for t, xi in zip(g, x) if xi.dtype.is_floating]
+
+    out = _native.custom_vjp(body, vjp, syms, where)
+    return [SymbolicTensor(o) for o in out], holder.get("structure")

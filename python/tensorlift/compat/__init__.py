@@ -1,0 +1,3 @@
+"""``tl.compat``: TensorFlow 1 names."""
+
+from . import v1  # noqa: F401

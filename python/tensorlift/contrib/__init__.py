@@ -1,0 +1,3 @@
+"""``tl.contrib``."""
+
+from . import framework  # noqa: F401

@@ -1,0 +1,3 @@
+"""``tl.linalg`` (``tf.linalg``)."""
+
+from ._ops import matmul, matrix_transpose  # noqa: F401

@@ -1,0 +1,531 @@
+"""The Python package from a user's side: eager tensors, tl.function
+(interpreted and jit-compiled), control flow, callbacks, gradients, errors."""
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import tensorlift as tl
+
+BOTH = [False, True]
+
+
+def close(a, b, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+# --- eager tensors ------------------------------------------------------
+
+
+def test_constant_dtypes_follow_tensorflow():
+    assert tl.constant(1.0).dtype == tl.float32
+    assert tl.constant(1).dtype == tl.int32
+    assert tl.constant(True).dtype == tl.bool
+    assert tl.constant(np.float64(1.5)).dtype == tl.float64
+    assert tl.constant([1, 2], dtype=tl.int64).dtype == "int64"
+    assert tl.constant(np.zeros((2, 3), np.float16)).shape == (2, 3)
+    assert tl.constant(1.0 + 2.0j).dtype == tl.complex64
+
+
+def test_eager_ops_match_numpy():
+    a = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    x = tl.constant(a)
+    close(tl.exp(x), np.exp(a))
+    close(x * 2.0 + 1.0, a * 2 + 1)
+    close(1.0 - x, 1 - a)
+    close(tl.reduce_sum(x, axis=1), a.sum(1))
+    close(tl.reduce_mean(x, axis=[0, 1], keepdims=True), a.mean(keepdims=True))
+    close(tl.matmul(x, tl.transpose(x)), a @ a.T, 1e-4)
+    close(x @ tl.transpose(x), a @ a.T, 1e-4)
+    close(tl.reshape(x, [4, 3]), a.reshape(4, 3))
+    close(x[1], a[1])
+    close(x[:, ::-2], a[:, ::-2])
+    close(x[..., 1:3], a[..., 1:3])
+    close(x[None, 2, -1], a[None, 2, -1])
+    close(tl.gather(x, tl.constant([2, 0]), axis=0), a[[2, 0]])
+    close(tl.where(x > 0, x, tl.zeros_like(x)), np.where(a > 0, a, 0))
+    close(tl.concat([x, x], axis=0), np.concatenate([a, a]))
+    close(tl.stack([x, x], axis=1), np.stack([a, a], 1))
+    close(tl.nn.softmax(x), np.exp(a) / np.exp(a).sum(-1, keepdims=True))
+    assert int(tl.argmax(tl.constant([1.0, 5.0, 2.0]))) == 1
+    assert (x == x).dtype == tl.bool
+    assert np.asarray(x).shape == (3, 4)
+
+
+def test_numpy_arrays_combine_with_tensors():
+    x = tl.constant([1.0, 2.0])
+    y = np.array([3.0, 4.0], np.float32) + x
+    assert isinstance(y, tl.Tensor)
+    close(y, [4.0, 6.0])
+
+
+def test_dtype_mismatch_is_a_clear_error():
+    with pytest.raises(tl.errors.InvalidArgumentError, match="f32|float32|i32|int32"):
+        tl.constant([1.0]) + tl.constant([1])
+
+
+# --- tl.function ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_function_traces_once_per_signature(jit):
+    @tl.function(jit_compile=jit)
+    def f(x, y):
+        return {"sum": x + y, "prod": (x * y, tl.reduce_max(x))}
+
+    a = np.arange(4, dtype=np.float32)
+    r = f(a, a + 1)
+    close(r["sum"], 2 * a + 1)
+    close(r["prod"][0], a * (a + 1))
+    close(r["prod"][1], 3.0)
+    f(a + 1, a)
+    assert f.experimental_get_tracing_count() == 1
+    f(np.arange(5, dtype=np.float32), np.zeros(5, np.float32))
+    assert f.experimental_get_tracing_count() == 2
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_function_with_input_signature_and_keywords(jit):
+    @tl.function(input_signature=[tl.TensorSpec([None], tl.float32)], jit_compile=jit)
+    def f(x, scale=2.0):
+        return x * scale
+
+    close(f(x=[1.0, 2.0]), [2.0, 4.0])
+    close(f([1.0, 2.0, 3.0]), [2.0, 4.0, 6.0])
+    with pytest.raises(tl.errors.InvalidArgumentError):
+        f(np.zeros((2, 2), np.float32))
+
+
+def test_function_without_inputs_and_with_python_constants():
+    @tl.function
+    def f():
+        return tl.constant(3.0) * 2.0, 7
+
+    a, b = f()
+    close(a, 6.0)
+    assert int(b) == 7
+
+
+def test_compiler_ir_names_python_lines():
+    @tl.function(jit_compile=True)
+    def f(x):
+        return tl.exp(x) * 2.0  # this line
+
+    line = f.python_function.__code__.co_firstlineno + 2
+    hlo = f.experimental_get_compiler_ir(tl.TensorSpec([4], tl.float32))(stage="hlo")
+    assert f'test_package.py":{line}' in hlo, hlo
+    assert "exp" in hlo
+    clif = f.experimental_get_compiler_ir(tl.TensorSpec([4], tl.float32))(stage="cranelift")
+    assert "function" in clif
+
+
+def test_trace_error_is_raised_at_the_line_that_caused_it():
+    @tl.function
+    def f(x):
+        y = x + 1.0
+        return tl.matmul(y, tl.ones([2, 2]))  # 3 against 2: an error here
+
+    with pytest.raises(tl.errors.InvalidArgumentError) as e:
+        f(np.zeros(3, np.float32))
+    frames = [fr for fr in e.traceback if fr.path.name == "test_package.py"]
+    assert "tl.matmul(y, tl.ones" in str(frames[-1].statement)
+    assert "test_package.py" in str(e.value)
+
+
+def test_python_exception_in_a_traced_body_propagates_unchanged():
+    @tl.function
+    def f(x):
+        raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine"):
+        f(tl.constant(1.0))
+    # Nothing cached: the next call traces again and raises again.
+    with pytest.raises(KeyError):
+        f(tl.constant(1.0))
+
+
+def test_symbolic_tensor_as_python_bool_is_a_clear_error():
+    @tl.function
+    def f(x):
+        if x > 0:
+            return x
+        return -x
+
+    with pytest.raises(TypeError, match="tl.cond"):
+        f(tl.constant(1.0))
+
+
+# --- control flow -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_while_loop_cond_switch(jit):
+    @tl.function(jit_compile=jit)
+    def f(x, n):
+        i, y = tl.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, y * 2.0), [tl.constant(0), x])
+        z = tl.cond(tl.reduce_sum(y) > 100.0, lambda: y + 1.0, lambda: y - 1.0)
+        w = tl.switch_case(i % 3, [lambda: z * 0.0, lambda: z * 1.0, lambda: z * 2.0])
+        return i, w
+
+    x = np.array([1.0, 2.0], np.float32)
+    for n in [0, 1, 5]:
+        i, w = f(x, np.int32(n))
+        y = x * 2.0**n
+        z = y + 1 if y.sum() > 100 else y - 1
+        assert int(i) == n
+        close(w, z * [0.0, 1.0, 2.0][n % 3])
+
+
+def test_eager_control_flow_runs_in_python():
+    r = tl.while_loop(lambda i: i < 10, lambda i: i + 3, tl.constant(0))
+    assert int(r) == 12
+    assert float(tl.cond(tl.constant(True), lambda: 1.0, lambda: 2.0)) == 1.0
+    r = tl.while_loop(lambda i: i < 100, lambda i: i + 1, [tl.constant(0)], maximum_iterations=7)
+    assert int(r[0]) == 7
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_while_loop_maximum_iterations_traced(jit):
+    @tl.function(jit_compile=jit)
+    def f(x):
+        return tl.while_loop(lambda v: v < 1e9, lambda v: v * 2.0, [x], maximum_iterations=5)[0]
+
+    close(f(tl.constant(1.0)), 32.0)
+
+
+# --- callbacks ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_numpy_function_in_a_compiled_function(jit):
+    seen = []
+
+    def body(a, b):
+        seen.append((a.dtype, b.dtype))
+        return np.sinc(a).astype(np.float32), (b * 2).astype(np.int64)
+
+    @tl.function(jit_compile=jit)
+    def f(x, k):
+        s, k2 = tl.numpy_function(body, [x * 2.0, k], [tl.float32, tl.int64])
+        return s + 1.0, k2
+
+    x = np.array([0.25, 0.5], np.float32)
+    s, k2 = f(x, np.int32(3))
+    close(s, np.sinc(x * 2) + 1)
+    assert k2.dtype == tl.int64 and int(k2) == 6
+    assert seen[-1] == (np.float32, np.int32)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_callback_kinds_and_return_forms(jit):
+    @tl.function(jit_compile=jit)
+    def f(x):
+        a = tl.py_func(lambda v: v + 1, [x], tl.float32)
+        b = tl.compat.v1.py_func(lambda v: [v, v], [x], [tl.float32, tl.float32])
+        c = tl.numpy_function(lambda v: 5.0, [x], tl.float32)
+        tl.numpy_function(lambda v: None, [x], [])
+        return a, b[1], c
+
+    a, b, c = f(np.array([1.0], np.float32))
+    close(a, [2.0])
+    close(b, [1.0])
+    close(c, 5.0)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_callback_exception_maps_to_tf_errors_with_cause(jit):
+    def bad(v):
+        raise ValueError("bad value")
+
+    def stop(v):
+        raise StopIteration
+
+    f = tl.function(lambda x: tl.numpy_function(bad, [x], tl.float32), jit_compile=jit)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="bad value") as e:
+        f(tl.constant(1.0))
+    assert isinstance(e.value.__cause__, ValueError)
+    g = tl.function(lambda x: tl.numpy_function(stop, [x], tl.float32), jit_compile=jit)
+    with pytest.raises(tl.errors.OutOfRangeError):
+        g(tl.constant(1.0))
+    # Still usable afterwards.
+    h = tl.function(lambda x: tl.numpy_function(lambda v: v, [x], tl.float32), jit_compile=jit)
+    close(h(tl.constant(2.0)), 2.0)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_wrong_return_dtype_names_the_output(jit):
+    f = tl.function(lambda x: tl.numpy_function(lambda v: v.astype(np.float64), [x], tl.float32),
+                    jit_compile=jit)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="float64|f64"):
+        f(tl.constant([1.0]))
+
+
+def test_numpy_function_eager():
+    r = tl.numpy_function(lambda a: a * 3, [tl.constant([1, 2])], tl.int32)
+    assert r.dtype == tl.int32
+    close(r, [3, 6])
+
+
+def test_py_function_under_jit_is_a_compile_error_before_its_body_runs():
+    ran = []
+
+    def body(v):
+        ran.append(1)
+        return v
+
+    f = tl.function(lambda x: tl.py_function(body, [x], tl.float32) * 2.0, jit_compile=True)
+    with pytest.raises(tl.errors.JitCompileError, match="py_function") as e:
+        f(tl.constant(1.0))
+    assert isinstance(e.value, tl.errors.InvalidArgumentError)
+    assert "test_package.py" in str(e.value)
+    assert ran == []
+    g = tl.function(lambda x: tl.py_function(body, [x], tl.float32) * 2.0)
+    close(g(tl.constant(1.5)), 3.0)
+    assert ran == [1]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_fortran_and_c_ordered_returns(order):
+    def body(v):
+        return np.asarray(np.arange(6, dtype=np.float32).reshape(2, 3), order=order)
+
+    f = tl.function(lambda x: tl.numpy_function(body, [x], tl.float32), jit_compile=True)
+    close(f(tl.constant(0.0)), np.arange(6).reshape(2, 3))
+
+
+def test_contrib_py_func_nested_arguments_and_outputs():
+    def body(a, scale, opts):
+        return {"y": (a * scale).astype(np.float32), "n": np.int32(opts["n"])}
+
+    @tl.function
+    def f(x):
+        out = tl.contrib.framework.py_func(
+            body, args=(x, 2.0), kwargs={"opts": {"n": 4}},
+            output_types={"y": tl.float32, "n": tl.int32})
+        return out["y"], out["n"]
+
+    y, n = f(tl.constant([1.0, 2.0]))
+    close(y, [2.0, 4.0])
+    assert int(n) == 4
+
+
+def test_parallel_python_threads_call_one_compiled_function():
+    @tl.function(jit_compile=True)
+    def f(x):
+        return tl.numpy_function(lambda v: v + 1, [x * 2.0], tl.float32)
+
+    results = {}
+
+    def work(k):
+        results[k] = float(f(tl.constant(float(k))))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {k: 2.0 * k + 1 for k in range(8)}
+
+
+# --- gradients ----------------------------------------------------------------
+
+
+def test_seed_page_log_huber_verbatim():
+    """../shared/seeds/003: the py_function page's example, import changed."""
+    tf = tl
+
+    def log_huber(x, m):
+        if tf.abs(x) <= m:
+            return x**2
+        else:
+            return m**2 * (1 - 2 * tf.math.log(m) + tf.math.log(x**2))
+
+    x = tf.constant(1.0)
+    m = tf.constant(2.0)
+
+    with tf.GradientTape() as t:
+        t.watch([x, m])
+        y = tf.py_function(func=log_huber, inp=[x, m], Tout=tf.float32)
+
+    dy_dx = t.gradient(y, x)
+    assert float(y) == 1.0
+    assert float(dy_dx) == 2.0
+
+
+def test_gradient_tape_eager_matches_analytic():
+    a = np.array([0.5, -1.0, 2.0], np.float32)
+    x = tl.constant(a)
+    with tl.GradientTape(persistent=True) as t:
+        t.watch(x)
+        y = tl.reduce_sum(tl.sin(x) * x + tl.exp(x) / 2.0)
+        z = tl.reduce_sum(x * x)
+    close(t.gradient(y, x), np.cos(a) * a + np.sin(a) + np.exp(a) / 2, 1e-5)
+    close(t.gradient(z, x), 2 * a)
+    unrelated = tl.constant(1.0)
+    assert t.gradient(y, unrelated) is None
+    close(t.gradient(y, unrelated, unconnected_gradients="zero"), 0.0)
+
+
+def test_non_persistent_tape_is_used_once():
+    x = tl.constant(1.0)
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = x * x
+    t.gradient(y, x)
+    with pytest.raises(RuntimeError, match="persistent"):
+        t.gradient(y, x)
+
+
+def test_nested_tapes_give_second_derivatives():
+    x = tl.constant([1.0, 2.0])
+    with tl.GradientTape() as outer:
+        outer.watch(x)
+        with tl.GradientTape() as inner:
+            inner.watch(x)
+            y = tl.reduce_sum(x * x * x)
+        dy = inner.gradient(y, x)
+    close(dy, [3.0, 12.0])
+    close(outer.gradient(dy, x), [6.0, 12.0])
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_gradient_tape_inside_a_function(jit):
+    @tl.function(jit_compile=jit)
+    def f(x, w):
+        with tl.GradientTape() as t:
+            t.watch(w)
+            loss = tl.reduce_mean(tl.square(tl.matmul(x, w) - 1.0))
+        return loss, t.gradient(loss, w)
+
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    w = np.ones((3, 2), np.float32)
+    loss, g = f(x, w)
+    r = x @ w - 1.0
+    close(loss, (r**2).mean(), 1e-4)
+    close(g, x.T @ (2 * r / r.size), 1e-4)
+
+
+def test_gradient_through_a_while_loop_in_a_function():
+    @tl.function
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            _, y = tl.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, tl.sin(y)), [tl.constant(0), x])
+        return t.gradient(y, x)
+
+    a = 0.7
+    s1 = np.sin(a)
+    s2 = np.sin(s1)
+    close(f(tl.constant(a)), np.cos(a) * np.cos(s1) * np.cos(s2))
+
+
+def test_gradient_through_closure_in_a_branch_is_a_clear_error():
+    @tl.function
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.cond(x > 0.0, lambda: x * 2.0, lambda: x * 3.0)
+        return t.gradient(y, x)
+
+    with pytest.raises(tl.errors.UnimplementedError, match="closure"):
+        f(tl.constant(1.0))
+
+
+def test_py_function_gradient_inside_a_function_needs_a_known_shape():
+    def cube(v):
+        return v * v * v
+
+    @tl.function
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.py_function(cube, [x], tl.float32)
+        return t.gradient(y, x)
+
+    with pytest.raises(tl.errors.InvalidArgumentError, match="unknown shape"):
+        f(tl.constant(2.0))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_custom_gradient_for_a_numpy_function(jit):
+    @tl.custom_gradient
+    def np_sinh(x):
+        y = tl.numpy_function(np.sinh, [x], tl.float32)
+        y.set_shape(x.shape)
+
+        def grad(dy):
+            c = tl.numpy_function(np.cosh, [x], tl.float32)
+            c.set_shape(x.shape)
+            return dy * c
+
+        return y, grad
+
+    @tl.function(jit_compile=jit)
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.reduce_sum(np_sinh(x))
+        return t.gradient(y, x)
+
+    a = np.array([0.1, 0.5], np.float32)
+    close(f(a), np.cosh(a))
+
+
+def test_gradient_of_numpy_function_without_a_gradient_is_an_error_naming_it():
+    @tl.function
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.numpy_function(np.sin, [x], tl.float32, name="my_sin")
+            y.set_shape([])
+        return t.gradient(y, x)
+
+    with pytest.raises(tl.errors.OpError, match="my_sin"):
+        f(tl.constant(1.0))
+
+
+def test_custom_gradient_eager():
+    @tl.custom_gradient
+    def clip_grad(x):
+        def grad(dy):
+            return tl.clip_by_value(dy, -0.5, 0.5)
+
+        return x * 1.0, grad
+
+    x = tl.constant([1.0, 2.0])
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = tl.reduce_sum(clip_grad(x) * 3.0)
+    close(t.gradient(y, x), [0.5, 0.5])
+
+
+def test_op_table_is_complete():
+    from tensorlift import _native
+
+    names = set(_native.op_names())
+    src = open(tl._core.__file__).read() + open(tl._ops.__file__).read()
+    import re
+
+    used = set(re.findall(r'(?:apply|_unary|_binary|_reduce|binary)\("([a-z_0-9]+)"', src))
+    assert used <= names, used - names
+    assert names <= used, names - used
+
+
+def test_package_has_the_public_names():
+    for name in ["function", "constant", "Tensor", "TensorSpec", "GradientTape", "custom_gradient",
+                 "numpy_function", "py_func", "py_function", "while_loop", "cond", "switch_case",
+                 "float32", "int32", "bool", "complex64", "string", "reduce_sum", "gather", "concat"]:
+        assert hasattr(tl, name), name
+    assert tl.math.log is tl.log
+    assert tl.linalg.matmul is tl.matmul
+    assert tl.compat.v1.py_func is tl.py_func
+    assert issubclass(tl.errors.JitCompileError, tl.errors.InvalidArgumentError)
+    for e in ["InvalidArgumentError", "OutOfRangeError", "ResourceExhaustedError", "UnimplementedError",
+              "UnknownError", "NotFoundError"]:
+        assert issubclass(getattr(tl.errors, e), tl.errors.OpError)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
