@@ -534,12 +534,7 @@ impl PyFunction {
     }
 
     /// The function's IR at `stage` for inputs of `specs`.
-    fn compiler_ir(
-        &self,
-        py: Python<'_>,
-        specs: Vec<PySpec>,
-        stage: &str,
-    ) -> PyResult<String> {
+    fn compiler_ir(&self, py: Python<'_>, specs: Vec<PySpec>, stage: &str) -> PyResult<String> {
         let specs: Vec<TensorSpec> = specs.iter().map(spec_of).collect::<PyResult<_>>()?;
         let stage = match stage {
             "hlo" | "traced" => IrStage::Traced,
@@ -556,11 +551,7 @@ impl PyFunction {
     }
 
     /// Traces (and compiles, under jit_compile) for `specs` ahead of a call.
-    fn compile(
-        &self,
-        py: Python<'_>,
-        specs: Vec<PySpec>,
-    ) -> PyResult<()> {
+    fn compile(&self, py: Python<'_>, specs: Vec<PySpec>) -> PyResult<()> {
         let specs: Vec<TensorSpec> = specs.iter().map(spec_of).collect::<PyResult<_>>()?;
         run(py, || self.f.compile(&specs).map(|_| ()))
     }
