@@ -347,6 +347,21 @@ impl Tracer {
         root.error.borrow().clone()
     }
 
+    /// The target of the callback added last to the graph ops go to now
+    /// (a front end keeps its own table of the callables it bound, e.g. to
+    /// pickle a function as its graph text plus its callbacks).
+    pub fn last_callback_target(&self) -> Option<String> {
+        let current = self.current();
+        let g = current.ctx.graph.borrow();
+        g.node_ids().rev().find_map(|id| {
+            if let Op::Callback(c) = &g.node(id).op {
+                Some(c.target.clone())
+            } else {
+                None
+            }
+        })
+    }
+
     /// True when an error has been recorded.
     fn failed(&self) -> bool {
         let mut root = &self.ctx;

@@ -6,6 +6,7 @@
 //! Everything with TensorFlow's names and signatures is Python, in the
 //! package.
 
+mod graphfn;
 mod ops;
 mod trace;
 
@@ -105,6 +106,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTensor>()?;
     m.add_class::<trace::PySym>()?;
     m.add_class::<trace::PyFunction>()?;
+    m.add_class::<graphfn::PyGraphFunction>()?;
     m.add_function(wrap_pyfunction!(to_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(eager_apply, m)?)?;
     m.add_function(wrap_pyfunction!(op_names, m)?)?;

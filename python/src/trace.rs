@@ -143,11 +143,15 @@ fn wrap_syms(py: Python<'_>, v: Vec<Sym>) -> PyResult<Vec<Py<PySym>>> {
 
 /// Raises the first error of `tracer`'s trace, if any: the trace failed at
 /// the op just built, and Python should see it there.
-fn check(py: Python<'_>, tracer: &Sym) -> PyResult<()> {
+fn check(py: Python<'_>, like: &Sym) -> PyResult<()> {
+    check_trace(py, &like.graph())
+}
+
+fn check_trace(py: Python<'_>, tracer: &Tracer) -> PyResult<()> {
     if let Some(e) = take_pending() {
         return Err(e);
     }
-    match tracer.graph().error() {
+    match tracer.error() {
         Some(e) => Err(raise(py, e)),
         None => Ok(()),
     }
@@ -384,7 +388,8 @@ fn dtypes(names: &[String]) -> PyResult<Vec<DType>> {
 }
 
 /// A host callback (`numpy_function`, `py_func`, `py_function`) in the
-/// trace of `inputs`.
+/// trace of `inputs`: its results and the target it calls (the name the
+/// graph's text gives it).
 #[pyfunction]
 #[pyo3(signature = (kind, func, inputs, tout, site, name=None, shapes=None, stateful=true))]
 #[allow(
@@ -401,12 +406,19 @@ fn callback(
     name: Option<String>,
     shapes: Option<Vec<Option<Vec<Option<usize>>>>>,
     stateful: bool,
-) -> PyResult<Vec<Py<PySym>>> {
+) -> PyResult<(Vec<Py<PySym>>, Option<String>)> {
     let args = syms(&inputs)?;
-    let first = args
-        .first()
-        .cloned()
-        .ok_or_else(|| raise(py, Error::invalid(format!("{kind} needs an input tensor"))))?;
+    let tracer = match args.first() {
+        Some(a) => a.graph(),
+        None => Tracer::active().ok_or_else(|| {
+            raise(
+                py,
+                Error::invalid(format!(
+                    "{kind} without inputs runs only inside a traced function"
+                )),
+            )
+        })?,
+    };
     let tout = dtypes(&tout)?;
     let kind = match kind {
         "numpy_function" => CallbackKind::NumpyFunction,
@@ -419,7 +431,6 @@ fn callback(
         }
     };
     let refs: Vec<&Sym> = args.iter().collect();
-    let tracer = first.graph();
     let out = Site::scoped(site_of(&site), || match kind {
         CallbackKind::PyFunction => {
             let out = tracer.py_function(func, &refs, &tout);
@@ -450,8 +461,9 @@ fn callback(
             tracer.numpy_function_with(kind, &label, func, &refs, &tout, &shapes, stateful)
         }
     });
-    check(py, &first)?;
-    wrap_syms(py, out)
+    check_trace(py, &tracer)?;
+    let target = tracer.last_callback_target();
+    Ok((wrap_syms(py, out)?, target))
 }
 
 fn spec_of(py_spec: &PySpec) -> PyResult<TensorSpec> {

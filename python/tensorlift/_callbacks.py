@@ -46,17 +46,17 @@ def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None):
         # and errors as traced).
         def body(syms):
             return _native.callback(kind, func, syms, tout, where, name, _shapes(output_shapes, len(tout)),
-                                    stateful)
+                                    stateful)[0]
 
         if not xs:
             raise ValueError(f"{kind} without inputs runs only inside tl.function")
         fn = _native.Function(body, name or kind, where, False, None)
         out = [EagerTensor(v) for v in fn([x._v for x in xs])]
         return _result(out, single) if tout else None
-    if not xs:
-        raise ValueError(f"{kind} needs at least one input tensor")
     syms = [_core.to_sym(x, like, where) for x in xs]
-    out = _native.callback(kind, func, syms, tout, where, name, _shapes(output_shapes, len(tout)), stateful)
+    out, target = _native.callback(kind, func, syms, tout, where, name, _shapes(output_shapes, len(tout)),
+                                   stateful)
+    _core.register_callback(target, func)
     out = [SymbolicTensor(s) for s in out]
     _core.record(lambda ys: _flat(_call(kind, func, ys, Tout, stateful, name, output_shapes)), xs, out)
     return _result(out, single) if tout else None
@@ -103,15 +103,14 @@ def py_function(func, inp, Tout, name=None):
         res = [v if isinstance(v, Tensor) else convert_to_tensor(v, dtype=d) for v, d in zip(vals, tout)]
         return _result(res, single)
 
-    def forward(*args):
-        return _unwrap(func(*[EagerTensor(a) for a in args]))
-
+    forward = _PyForward(func)
     where = site()
     floats = [i for i, x in enumerate(xs) if x.dtype.is_floating]
     if not floats or not any(as_dtype(d).is_floating for d in tout):
         # Nothing to differentiate: the callback alone.
         syms = [_core.to_sym(x, like, where) for x in xs]
-        out = _native.callback("py_function", forward, syms, tout, where, name)
+        out, target = _native.callback("py_function", forward, syms, tout, where, name)
+        _core.register_callback(target, forward)
         _core.record(lambda ys: _flat(py_function(func, ys, Tout, name)), xs,
                      [SymbolicTensor(o) for o in out])
         out = [SymbolicTensor(s) for s in out]
@@ -119,36 +118,66 @@ def py_function(func, inp, Tout, name=None):
     syms = [_core.to_sym(x, like, where) for x in xs]
     n = len(xs)
 
-    def backward(*args):
-        """The gradient of ``func`` by a tape recorded while it runs again
-        on the same inputs."""
-        from ._tape import GradientTape
-
-        inputs = [EagerTensor(a) for a in args[:n]]
-        cts = [EagerTensor(a) for a in args[n:]]
-        with GradientTape() as tape:
-            for i in floats:
-                tape.watch(inputs[i])
-            out = func(*inputs)
-        outs = [out] if single or not isinstance(out, (list, tuple)) else list(out)
-        outs = [o for o, d in zip(outs, tout) if as_dtype(d).is_floating]
-        grads = tape.gradient(outs, [inputs[i] for i in floats], output_gradients=cts)
-        from ._ops import zeros_like
-
-        return [_unwrap(zeros_like(inputs[i]) if g is None else g) for i, g in zip(floats, grads)]
+    backward = _PyBackward(func, single, tout, floats, n)
 
     def body(s):
-        return _native.callback("py_function", forward, s, tout, site(), name)
+        out, target = _native.callback("py_function", forward, s, tout, site(), name)
+        _core.register_callback(target, forward)
+        return out
 
     def vjp(s):
         nout = len(tout)
         cts = s[n + nout:]
         grad_types = [xs[i].dtype.name for i in floats]
         grad_shapes = [None if xs[i].shape is None else list(xs[i].shape) for i in floats]
-        return _native.callback("py_function", backward, [*s[:n], *cts], grad_types, site(), name,
-                                grad_shapes)
+        out, target = _native.callback("py_function", backward, [*s[:n], *cts], grad_types, site(), name,
+                                       grad_shapes)
+        _core.register_callback(target, backward)
+        return out
 
     out = _native.custom_vjp(body, vjp, syms, where)
     out = [SymbolicTensor(o) for o in out]
     _core.record(lambda ys: _flat(py_function(func, ys, Tout, name)), xs, out)
     return _result(out, single) if tout else None
+
+
+class _PyForward:
+    """A py_function's body as the runtime calls it: native tensors in,
+    eager ``tl.Tensor``s to ``func``. A class, not a closure, so that a
+    pickled function takes it (and ``func``) along."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, *args):
+        return _unwrap(self.func(*[EagerTensor(a) for a in args]))
+
+    def __repr__(self):
+        return f"py_function({self.func!r})"
+
+
+class _PyBackward:
+    """A py_function's gradient: ``func`` runs again on the same inputs
+    under a GradientTape, which gives ``tape.gradient(outputs, inputs,
+    output_gradients)``."""
+
+    def __init__(self, func, single, tout, floats, n):
+        self.func, self.single, self.tout, self.floats, self.n = func, single, tout, floats, n
+
+    def __call__(self, *args):
+        from ._ops import zeros_like
+        from ._tape import GradientTape
+
+        inputs = [EagerTensor(a) for a in args[: self.n]]
+        cts = [EagerTensor(a) for a in args[self.n :]]
+        with GradientTape() as tape:
+            for i in self.floats:
+                tape.watch(inputs[i])
+            out = self.func(*inputs)
+        outs = [out] if self.single or not isinstance(out, (list, tuple)) else list(out)
+        outs = [o for o, d in zip(outs, self.tout) if as_dtype(d).is_floating]
+        grads = tape.gradient(outs, [inputs[i] for i in self.floats], output_gradients=cts)
+        return [_unwrap(zeros_like(inputs[i]) if g is None else g) for i, g in zip(self.floats, grads)]
+
+    def __repr__(self):
+        return f"py_function gradient({self.func!r})"

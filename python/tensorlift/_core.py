@@ -306,6 +306,15 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
 
 # Gradient tapes recording now (set by tape.GradientTape).
 tapes = []
+# The tl.functions being traced now, innermost last: callbacks register
+# their targets with it (for pickling).
+tracing_functions = []
+
+
+def register_callback(target, func):
+    """Notes that callback ``target`` of the function being traced calls ``func``."""
+    if target is not None and tracing_functions:
+        tracing_functions[-1]._callbacks[target] = func
 # How many loop or branch bodies are being traced now: a tape does not
 # record the ops inside them (the loop or branch is recorded as one op).
 region_depth = [0]

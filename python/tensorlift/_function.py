@@ -3,10 +3,12 @@ signature, and run interpreted or compiled (``jit_compile=True``)."""
 
 import functools
 import inspect
+import pickle
+import sys
 
 import numpy as np
 
-from . import _native
+from . import _core, _native
 from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site, to_sym
 from ._nest import flatten, pack
 from .dtypes import as_dtype
@@ -65,6 +67,11 @@ class Function:
         self._name = name or getattr(python_function, "__name__", "function")
         self._site = _definition_site(python_function)
         self._structures = {}
+        # Callback target -> the callable it calls (for pickling).
+        self._callbacks = {}
+        # Set on a function unpickled from its graphs: signature -> (text,
+        # structure, native GraphFunction or None until first call).
+        self._graphs = None
         try:
             self._signature = inspect.signature(python_function)
         except (TypeError, ValueError):
@@ -75,7 +82,11 @@ class Function:
 
     def _body(self, syms):
         args = [SymbolicTensor(s) for s in syms]
-        out = self.python_function(*args)
+        _core.tracing_functions.append(self)
+        try:
+            out = self.python_function(*args)
+        finally:
+            _core.tracing_functions.pop()
         leaves, structure = flatten(out)
         like = syms[0] if syms else None
         where = site()
@@ -123,8 +134,65 @@ class Function:
             # Called while another function is traced: inline it.
             return self.python_function(*args)
         tensors = self._convert(args)
+        if self._graphs is not None:
+            return self._call_graph(tensors)
         out = self._native([t._v for t in tensors])
         structure, _ = self._structure_for(tensors)
+        return pack(structure, [EagerTensor(v) for v in out])
+
+    # --- pickling -------------------------------------------------------------
+
+    def __reduce__(self):
+        """A module-level function pickles by reference (the other process
+        imports it and traces it there). Any other pickles as the graph
+        text of each signature traced so far plus its callbacks, each by
+        reference where it is importable and by value (cloudpickle)
+        otherwise; the other process compiles it on its first call."""
+        module = sys.modules.get(getattr(self, "__module__", None) or "")
+        obj = module
+        for part in getattr(self, "__qualname__", "").split("."):
+            obj = getattr(obj, part, None)
+        if obj is self:
+            return self.__qualname__
+        graphs = self._graph_texts()
+        if not graphs:
+            raise pickle.PicklingError(
+                f"function '{self._name}' (defined at {self._site[0]}:{self._site[1]}) is not importable "
+                "and has not been traced: call it (or get_concrete_function) once before pickling, so "
+                "that its graph can be pickled"
+            )
+        callbacks = [(target, _picklable(self._name, target, fn)) for target, fn in self._callbacks.items()]
+        sig = None if self.input_signature is None else list(self.input_signature)
+        return (_rebuild, (self._name, self._site, sig, self.jit_compile, graphs, callbacks))
+
+    def _graph_texts(self):
+        if self._graphs is not None:
+            return [(key, text, structure) for key, (text, structure, _) in self._graphs.items()]
+        out = []
+        for key, (structure, _) in self._structures.items():
+            specs = [(d, list(shape), None) for d, shape in key]
+            out.append((key, self._native.compiler_ir(specs, "hlo"), structure))
+        return out
+
+    def _call_graph(self, tensors):
+        key = _key(tensors)
+        entry = self._graphs.get(key)
+        if entry is None and self.input_signature is not None:
+            key = tuple((s.dtype.name, s.shape) for s in self.input_signature)
+            entry = self._graphs.get(key)
+        if entry is None:
+            have = ", ".join(str(k) for k in self._graphs) or "none"
+            raise _errors().InvalidArgumentError(
+                f"function '{self._name}' was unpickled from the graphs of the signatures it had traced "
+                f"({have}); {_key(tensors)} is not one of them. Pickle a module-level function to "
+                "retrace it anywhere"
+            )
+        text, structure, native = entry
+        if native is None:
+            native = _native.GraphFunction(text, f"<pickled {self._name}>", self._callback_list,
+                                           self.jit_compile)
+            self._graphs[key] = (text, structure, native)
+        out = native([t._v for t in tensors])
         return pack(structure, [EagerTensor(v) for v in out])
 
     def _structure_for(self, tensors):
@@ -165,7 +233,7 @@ class Function:
         return at
 
     def experimental_get_tracing_count(self):
-        return self._native.trace_count
+        return 0 if self._native is None else self._native.trace_count
 
     @property
     def compile_count(self):
@@ -178,6 +246,65 @@ class Function:
 
     def __repr__(self):
         return f"<tl.function {self._name} jit_compile={self.jit_compile}>"
+
+
+def _errors():
+    from . import errors
+
+    return errors
+
+
+class _ByValue:
+    """A callable pickled by value (cloudpickle): unpickles as itself."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __reduce__(self):
+        import cloudpickle
+
+        return (cloudpickle.loads, (self.data,))
+
+
+def _picklable(name, target, fn):
+    """``fn`` as pickle takes it: itself where pickle can take it (by
+    reference), else its bytes by value through cloudpickle; an error
+    naming the callback when neither can."""
+    try:
+        pickle.dumps(fn)
+        return fn
+    except Exception as by_ref:  # noqa: BLE001  (any failure means "not by reference")
+        try:
+            import cloudpickle
+        except ImportError:
+            raise pickle.PicklingError(
+                f"callback '{target}' of function '{name}' ({fn!r}) cannot be pickled by reference "
+                f"({by_ref}) and cloudpickle is not installed to pickle it by value"
+            ) from by_ref
+        try:
+            return _ByValue(cloudpickle.dumps(fn))
+        except Exception as by_value:  # noqa: BLE001
+            raise pickle.PicklingError(
+                f"callback '{target}' of function '{name}' ({fn!r}) cannot be pickled: {by_value}"
+            ) from by_value
+
+
+def _rebuild(name, site_, input_signature, jit_compile, graphs, callbacks):
+    """A function unpickled from its graphs (see ``Function.__reduce__``)."""
+    f = Function.__new__(Function)
+    f.python_function = None
+    f.input_signature = input_signature
+    f.jit_compile = jit_compile
+    f._name = name
+    f._site = site_
+    f._structures = {}
+    f._callbacks = dict(callbacks)
+    f._callback_list = list(callbacks)
+    f._signature = None
+    f._native = None
+    f._graphs = {key: (text, structure, None) for key, text, structure in graphs}
+    f.__name__ = name
+    return f
 
 
 def _definition_site(fn):

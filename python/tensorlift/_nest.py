@@ -3,7 +3,14 @@ namedtuples, dicts), as ``tf.nest`` does."""
 
 from ._core import Tensor
 
-_LEAF = object()
+class _Leaf:
+    """The place of a leaf in a structure (pickles as this module's ``_LEAF``)."""
+
+    def __reduce__(self):
+        return "_LEAF"
+
+
+_LEAF = _Leaf()
 
 
 def flatten(value):

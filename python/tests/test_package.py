@@ -529,3 +529,53 @@ def test_package_has_the_public_names():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_type_stubs_cover_the_public_surface():
+    import ast
+    import pathlib
+    import types
+
+    stub = pathlib.Path(tl.__file__).with_name("__init__.pyi")
+    assert stub.with_name("py.typed").exists()
+    tree = ast.parse(stub.read_text())
+    declared = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            declared.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            declared.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom):
+            declared.update(a.asname or a.name for a in node.names)
+    public = {n for n, v in vars(tl).items() if not n.startswith("_")}
+    missing = {n for n in public if n not in declared and not isinstance(getattr(tl, n), types.ModuleType)}
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_blocked_callbacks_of_parallel_calls_run_at_once(jit):
+    """Two Python threads call one function; each call's callback waits for
+    the other's. A call that held the GIL (or a lock) outside its callback
+    would deadlock here: the barrier times out instead."""
+    barrier = threading.Barrier(2, timeout=30)
+
+    def meet(v):
+        barrier.wait()
+        return v + 1
+
+    f = tl.function(lambda x: tl.numpy_function(meet, [x * 2.0], tl.float32), jit_compile=jit)
+    out, errors = {}, []
+
+    def work(k):
+        try:
+            out[k] = float(f(tl.constant(float(k))))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert out == {1: 3.0, 2: 5.0}

@@ -1,0 +1,79 @@
+//! A function rebuilt from its graph's text in another process (an
+//! unpickled `tl.function`): the text parsed, its callbacks bound to the
+//! unpickled Python callables, optimized once, and run interpreted or
+//! compiled on first call.
+
+use std::sync::OnceLock;
+
+use pyo3::prelude::*;
+use tensorlift::runtime::eager::PyTensor;
+use tensorlift::runtime::interp;
+use tensorlift::{CompiledGraph, Graph, JitOptions, Tensor, compile_graph};
+
+use crate::raise;
+
+/// `tensorlift._native.GraphFunction(text, file, callbacks, jit_compile)`.
+#[pyclass(name = "GraphFunction", module = "tensorlift._native", frozen)]
+pub struct PyGraphFunction {
+    optimized: Graph,
+    jit: bool,
+    compiled: OnceLock<CompiledGraph>,
+}
+
+impl std::fmt::Debug for PyGraphFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GraphFunction({})", self.optimized.name)
+    }
+}
+
+#[pymethods]
+impl PyGraphFunction {
+    /// Parses `text` (named `file` in errors), binds each `(target,
+    /// callable)` of `callbacks` and optimizes; a target left unbound is an
+    /// error naming it when the function runs.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        text: &str,
+        file: &str,
+        callbacks: Vec<(String, Py<PyAny>)>,
+        jit_compile: bool,
+    ) -> PyResult<Self> {
+        let mut g = tensorlift::ir::text::parse(text, file).map_err(|e| raise(py, e))?;
+        for (target, func) in callbacks {
+            tensorlift::bind_python(&mut g, &target, func).map_err(|e| raise(py, e))?;
+        }
+        interp::optimize(&mut g).map_err(|e| raise(py, e))?;
+        Ok(PyGraphFunction {
+            optimized: g,
+            jit: jit_compile,
+            compiled: OnceLock::new(),
+        })
+    }
+
+    /// Runs the function without the GIL (compiling it first under
+    /// jit_compile).
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<PyRef<'_, PyTensor>>,
+    ) -> PyResult<Vec<PyTensor>> {
+        let ts: Vec<Tensor> = inputs.iter().map(|t| t.t.clone()).collect();
+        let out = py
+            .detach(|| {
+                if !self.jit {
+                    return interp::run(&self.optimized, &ts);
+                }
+                let c = match self.compiled.get() {
+                    Some(c) => c,
+                    None => {
+                        let c = compile_graph(&self.optimized, &JitOptions::default())?;
+                        self.compiled.get_or_init(|| c)
+                    }
+                };
+                c.run(&ts)
+            })
+            .map_err(|e| raise(py, e))?;
+        Ok(out.into_iter().map(|t| PyTensor { t }).collect())
+    }
+}
