@@ -77,7 +77,10 @@ class Function:
         except (TypeError, ValueError):
             self._signature = None
         sig = None if self.input_signature is None else [s._native() for s in self.input_signature]
-        self._native = _native.Function(self._body, self._name, self._site, self.jit_compile, sig)
+        # The native function holds its body weakly: a strong reference
+        # would make a cycle through Rust that Python's collector cannot
+        # see, and the function and its callbacks would never be freed.
+        self._native = _native.Function(_WeakBody(self), self._name, self._site, self.jit_compile, sig)
         functools.update_wrapper(self, python_function)
 
     def _body(self, syms):
@@ -246,6 +249,23 @@ class Function:
 
     def __repr__(self):
         return f"<tl.function {self._name} jit_compile={self.jit_compile}>"
+
+
+class _WeakBody:
+    """Calls ``Function._body`` through a weak reference."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, f):
+        import weakref
+
+        self.ref = weakref.ref(f)
+
+    def __call__(self, syms):
+        f = self.ref()
+        if f is None:
+            raise RuntimeError("the tl.function being traced was freed")
+        return f._body(syms)
 
 
 def _errors():

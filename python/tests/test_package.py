@@ -579,3 +579,94 @@ def test_blocked_callbacks_of_parallel_calls_run_at_once(jit):
         t.join()
     assert not errors, errors
     assert out == {1: 3.0, 2: 5.0}
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_callback_dtypes_complex_bool_string(jit):
+    def body(c, b):
+        return (c * 2j).astype(np.complex64), ~b, np.array([b"ab", b"c"], dtype=object)
+
+    @tl.function(jit_compile=jit)
+    def f(c, b):
+        return tl.numpy_function(body, [c, b], [tl.complex64, tl.bool, tl.string])
+
+    c = np.array([1 + 1j, 2], np.complex64)
+    b = np.array([True, False])
+    z, nb, s = f(c, b)
+    np.testing.assert_array_equal(z.numpy(), c * 2j)
+    np.testing.assert_array_equal(nb.numpy(), ~b)
+    assert list(s.numpy()) == [b"ab", b"c"]
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_callbacks_without_inputs_or_outputs_and_effects(jit):
+    calls = []
+
+    def tick():
+        calls.append(1)
+        return np.float32(len(calls))
+
+    def note(v):
+        calls.append(float(v))
+
+    @tl.function(jit_compile=jit)
+    def f(x):
+        a = tl.numpy_function(tick, [], tl.float32)  # no inputs
+        tl.numpy_function(note, [x], [])  # no outputs: kept, it is stateful
+        return x + a
+
+    before = len(calls)
+    close(f(tl.constant(10.0)), 10.0 + before + 1)
+    assert calls[before:] == [1, 10.0]
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_stateless_calls_merge_and_stateful_ones_do_not(jit):
+    seen = []
+
+    def body(v):
+        seen.append(1)
+        return v * 2
+
+    def make(stateful):
+        @tl.function(jit_compile=jit)
+        def f(x):
+            a = tl.numpy_function(body, [x], tl.float32, stateful=stateful)
+            b = tl.numpy_function(body, [x], tl.float32, stateful=stateful)
+            return a + b
+
+        return f
+
+    for stateful, expected in [(False, 1), (True, 2)]:
+        seen.clear()
+        close(make(stateful)(tl.constant(1.0)), 4.0)
+        assert len(seen) == expected, (stateful, seen)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_wrong_return_count_names_it(jit):
+    f = tl.function(lambda x: tl.numpy_function(lambda v: (v, v, v), [x], [tl.float32, tl.float32]),
+                    jit_compile=jit)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="3|three"):
+        f(tl.constant(1.0))
+
+
+def test_callbacks_are_released_with_their_function():
+    import gc
+    import weakref
+
+    class Body:
+        def __call__(self, v):
+            return v
+
+    body = Body()
+    ref = weakref.ref(body)
+
+    @tl.function(jit_compile=True)
+    def f(x):
+        return tl.numpy_function(body, [x], tl.float32)
+
+    f(tl.constant(1.0))
+    del body, f
+    gc.collect()
+    assert ref() is None
