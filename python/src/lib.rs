@@ -51,8 +51,13 @@ pub(crate) fn raise(py: Python<'_>, e: Error) -> PyErr {
 #[pyo3(signature = (value, dtype=None))]
 fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor> {
     let py = value.py();
-    let np = py.import("numpy")?;
+    static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let np = NUMPY
+        .get_or_try_init(py, || py.import("numpy").map(Bound::unbind))?
+        .bind(py);
     let arr = match dtype {
+        // An array as it is (the common case of a call's arguments).
+        None if value.cast::<numpy::PyUntypedArray>().is_ok() => value.clone(),
         Some(d) => {
             let d = DType::from_name(d).ok_or_else(|| {
                 pyo3::exceptions::PyTypeError::new_err(format!("unknown dtype '{d}'"))
@@ -61,8 +66,11 @@ fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor
         }
         None => np.call_method1("asarray", (value,))?,
     };
-    let name: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
-    let d = DType::from_name(&name).ok_or_else(|| {
+    let name = arr
+        .getattr(pyo3::intern!(py, "dtype"))?
+        .getattr(pyo3::intern!(py, "name"))?;
+    let name = name.cast::<pyo3::types::PyString>()?.to_str()?;
+    let d = DType::from_name(name).ok_or_else(|| {
         pyo3::exceptions::PyTypeError::new_err(format!("unsupported dtype '{name}'"))
     })?;
     let t = bridge::from_numpy(py, &arr, d, 0, "constant").map_err(|e| raise(py, e))?;

@@ -97,7 +97,7 @@ class Function:
         for leaf in leaves:
             t = leaf if isinstance(leaf, Tensor) else convert_to_tensor(leaf)
             flat.append(to_sym(t, like, where))
-        self._structures[_key(args)] = (structure, len(flat))
+        self._structures[_key(args)] = (structure, len(flat), _unpacker(structure))
         return flat
 
     def _bind(self, args, kwargs):
@@ -132,16 +132,30 @@ class Function:
         return tensors
 
     def __call__(self, *args, **kwargs):
-        args = self._bind(args, kwargs)
-        if any(isinstance(a, SymbolicTensor) for a in args):
-            # Called while another function is traced: inline it.
-            return self.python_function(*args)
+        if kwargs or self.input_signature is not None:
+            args = self._bind(args, kwargs)
+        values = []
+        for a in args:
+            if type(a) is EagerTensor:
+                values.append(a._v)
+            elif isinstance(a, SymbolicTensor):
+                # Called while another function is traced: inline it.
+                return self.python_function(*args)
+            else:
+                break
+        else:
+            if self._graphs is None:
+                out = self._native(values)
+                structures = self._structures
+                if len(structures) == 1:
+                    for entry in structures.values():
+                        return entry[2](out)
+                return self._structure_for(self._convert(args))[2](out)
         tensors = self._convert(args)
         if self._graphs is not None:
             return self._call_graph(tensors)
         out = self._native([t._v for t in tensors])
-        structure, _ = self._structure_for(tensors)
-        return pack(structure, [EagerTensor(v) for v in out])
+        return self._structure_for(tensors)[2](out)
 
     # --- pickling -------------------------------------------------------------
 
@@ -172,7 +186,7 @@ class Function:
         if self._graphs is not None:
             return [(key, text, structure) for key, (text, structure, _) in self._graphs.items()]
         out = []
-        for key, (structure, _) in self._structures.items():
+        for key, (structure, _, _) in self._structures.items():
             specs = [(d, list(shape), None) for d, shape in key]
             out.append((key, self._native.compiler_ir(specs, "hlo"), structure))
         return out
@@ -249,6 +263,22 @@ class Function:
 
     def __repr__(self):
         return f"<tl.function {self._name} jit_compile={self.jit_compile}>"
+
+
+def _unpacker(structure):
+    """``out -> the function's result``: native values wrapped as tensors
+    and put in the traced function's structure (fast paths for one tensor
+    and a flat tuple or list)."""
+    from ._nest import _LEAF
+
+    if structure is _LEAF:
+        return lambda out: EagerTensor(out[0])
+    if isinstance(structure, tuple) and len(structure) == 2 and structure[0] in (tuple, list) and all(
+        s is _LEAF for s in structure[1]
+    ):
+        kind = structure[0]
+        return lambda out: kind(EagerTensor(v) for v in out)
+    return lambda out: pack(structure, [EagerTensor(v) for v in out])
 
 
 class _WeakBody:
