@@ -78,7 +78,7 @@ done
 echo "== the Python package (scripts/python-package.sh --test)"
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-bash scripts/python-package.sh --test -q -rfE 2>&1 | tee "$pylog" || status=1
+bash scripts/python-package.sh --test -rfE 2>&1 | tee "$pylog" || status=1
 
 passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; [0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')

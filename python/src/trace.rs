@@ -124,7 +124,7 @@ impl PySym {
 }
 
 /// A `TensorSpec` from Python: dtype name, dimensions, name.
-type PySpec = (String, Vec<Option<usize>>, Option<String>);
+type PySpec = (String, Option<Vec<Option<usize>>>, Option<String>);
 
 /// A Python frame as a site: `(file, line)`.
 type PySite = (String, u32);
@@ -468,7 +468,14 @@ fn callback(
 
 fn spec_of(py_spec: &PySpec) -> PyResult<TensorSpec> {
     let d = dtypes(std::slice::from_ref(&py_spec.0))?[0];
-    let mut s = TensorSpec::new(d, &py_spec.1);
+    let mut s = match &py_spec.1 {
+        Some(dims) => TensorSpec::new(d, dims),
+        None => TensorSpec {
+            dtype: d,
+            shape: Shape::Unranked,
+            name: None,
+        },
+    };
     if let Some(n) = &py_spec.2 {
         s = s.named(n.clone());
     }

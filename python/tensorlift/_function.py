@@ -19,7 +19,8 @@ class TensorSpec:
     for an unknown dimension) and a dtype."""
 
     def __init__(self, shape, dtype="float32", name=None):
-        self.shape = tuple(None if d is None else int(d) for d in shape)
+        # None: any rank (TensorFlow's TensorSpec(None, ...)).
+        self.shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
         self.dtype = as_dtype(dtype)
         self.name = name
 
@@ -28,13 +29,15 @@ class TensorSpec:
         return cls(tensor.shape, tensor.dtype, name)
 
     def _native(self):
-        return (self.dtype.name, list(self.shape), self.name)
+        return (self.dtype.name, None if self.shape is None else list(self.shape), self.name)
 
     def is_compatible_with(self, t):
         t = convert_to_tensor(t)
-        return t.dtype == self.dtype and len(t.shape) == len(self.shape) and all(
-            a is None or a == b for a, b in zip(self.shape, t.shape)
-        )
+        if t.dtype != self.dtype:
+            return False
+        if self.shape is None:
+            return True
+        return len(t.shape) == len(self.shape) and all(a is None or a == b for a, b in zip(self.shape, t.shape))
 
     def __eq__(self, other):
         return isinstance(other, TensorSpec) and (self.shape, self.dtype, self.name) == (
@@ -54,7 +57,7 @@ class TensorSpec:
 
 
 def _key(tensors):
-    return tuple((t.dtype.name, tuple(t.shape)) for t in tensors)
+    return tuple((t.dtype.name, None if t.shape is None else tuple(t.shape)) for t in tensors)
 
 
 class Function:
@@ -187,7 +190,7 @@ class Function:
             return [(key, text, structure) for key, (text, structure, _) in self._graphs.items()]
         out = []
         for key, (structure, _, _) in self._structures.items():
-            specs = [(d, list(shape), None) for d, shape in key]
+            specs = [(d, None if shape is None else list(shape), None) for d, shape in key]
             out.append((key, self._native.compiler_ir(specs, "hlo"), structure))
         return out
 

@@ -670,3 +670,58 @@ def test_callbacks_are_released_with_their_function():
     del body, f
     gc.collect()
     assert ref() is None
+
+
+# --- the seed pages' examples, verbatim except for the import ------------------
+
+
+def test_seed_page_numpy_function_example():
+    """../shared/seeds/004 (tf.numpy_function)."""
+    tf = tl
+
+    def my_numpy_func(x):
+        # x will be a numpy array with the contents of the input to the
+        # tf.function
+        return np.sinh(x)
+
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])
+    def tf_function(input):
+        y = tf.numpy_function(my_numpy_func, [input], tf.float32)
+        return y * y
+
+    r = tf_function(tf.constant(1.))
+    assert r.shape == () and r.dtype == tf.float32
+    close(r, 1.3810978)
+    close(tf_function(tf.constant([1., 2.])), np.sinh([1.0, 2.0]) ** 2, 1e-5)
+
+
+def test_seed_page_py_func_migration_example():
+    """../shared/seeds/000 (tf.compat.v1.py_func): before and after."""
+    tf = tl
+
+    def fn_using_numpy(x):
+        x[0] = 0.
+        return x
+
+    c = tf.constant([1., 2.])
+    before = tf.compat.v1.py_func(fn_using_numpy, inp=[c], Tout=tf.float32, stateful=False)
+    after = tf.numpy_function(fn_using_numpy, inp=[c], Tout=tf.float32)
+    for r in (before, after):
+        assert r.shape == (2,) and r.dtype == tf.float32
+        close(r, [0.0, 2.0])
+    close(c, [1.0, 2.0])  # the callback's write did not reach the constant
+
+
+def test_seed_page_py_func_example_in_a_function():
+    """../shared/seeds/000-002: my_func(np.sinh) through py_func; the
+    placeholder of the TF1 page becomes a tl.function input."""
+    tf = tl
+
+    def my_func(x):
+        # x will be a numpy array with the contents of the placeholder below
+        return np.sinh(x)
+
+    f = tf.function(lambda input: tf.compat.v1.py_func(my_func, [input], tf.float32), jit_compile=True)
+    close(f(np.array([0.5, 1.0], np.float32)), np.sinh([0.5, 1.0]))
+    g = tf.function(lambda input: tf.py_func(my_func, [input], tf.float32))
+    close(g(np.array([0.5], np.float32)), np.sinh([0.5]))
