@@ -77,6 +77,12 @@ fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor
     Ok(PyTensor { t })
 }
 
+/// A read-only NumPy view of a tensor, without a copy.
+#[pyfunction]
+fn view<'py>(py: Python<'py>, t: PyRef<'py, PyTensor>) -> PyResult<Bound<'py, PyAny>> {
+    bridge::view_numpy(py, &t.t).map_err(|e| raise(py, e))
+}
+
 /// Runs op `name` eagerly on tensors.
 #[pyfunction]
 #[pyo3(signature = (name, inputs, attrs=None))]
@@ -116,6 +122,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<trace::PyFunction>()?;
     m.add_class::<graphfn::PyGraphFunction>()?;
     m.add_function(wrap_pyfunction!(to_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(view, m)?)?;
     m.add_function(wrap_pyfunction!(eager_apply, m)?)?;
     m.add_function(wrap_pyfunction!(op_names, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;

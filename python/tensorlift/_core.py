@@ -169,12 +169,15 @@ class EagerTensor(Tensor):
         return as_dtype(self._v.dtype)
 
     def numpy(self):
-        """The value as a NumPy array (a copy)."""
+        """The value as a NumPy array (a copy, as in TensorFlow: the array
+        is the caller's to change)."""
         return self._v.numpy()
 
     def __array__(self, dtype=None, copy=None):
-        a = self._v.numpy()
-        return a if dtype is None else a.astype(dtype)
+        # np.asarray(t): a read-only view of the tensor's buffer, no copy
+        # (np.array(t) and copy=True copy).
+        a = self._v.numpy() if copy else _native.view(self._v)
+        return a if dtype is None else a.astype(dtype, copy=bool(copy))
 
     def __bool__(self):
         return bool(self._v)

@@ -303,7 +303,9 @@ def test_contrib_py_func_nested_arguments_and_outputs():
     def f(x):
         out = tl.contrib.framework.py_func(
             body, args=(x, 2.0), kwargs={"opts": {"n": 4}},
-            output_types={"y": tl.float32, "n": tl.int32})
+            output_types={"y": tl.float32, "n": tl.int32},
+            output_shapes={"y": [2], "n": []})
+        assert out["y"].shape == (2,) and out["n"].shape == ()
         return out["y"], out["n"]
 
     y, n = f(tl.constant([1.0, 2.0]))
@@ -725,3 +727,21 @@ def test_seed_page_py_func_example_in_a_function():
     close(f(np.array([0.5, 1.0], np.float32)), np.sinh([0.5, 1.0]))
     g = tf.function(lambda input: tf.py_func(my_func, [input], tf.float32))
     close(g(np.array([0.5], np.float32)), np.sinh([0.5]))
+
+
+def test_numpy_interop_without_copies_where_safe():
+    t = tl.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+    v = np.asarray(t)
+    w = np.asarray(t)
+    assert np.shares_memory(v, w)  # both views of the tensor's buffer
+    assert not v.flags.writeable
+    with pytest.raises(ValueError):
+        v[0, 0] = 5.0
+    a = t.numpy()
+    a[0, 0] = 5.0  # a copy, the caller's to change
+    assert float(t[0, 0]) == 0.0
+    b = np.array(t)
+    assert b.flags.writeable and not np.shares_memory(b, v)
+    del t
+    close(v, np.arange(6).reshape(2, 3))  # the view keeps the buffer alive
+    assert np.asarray(tl.constant([True, False])).tolist() == [True, False]

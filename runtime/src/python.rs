@@ -197,6 +197,35 @@ pub fn into_numpy(py: Python<'_>, t: Tensor) -> Result<Bound<'_, PyAny>> {
     ))
 }
 
+/// Keeps a tensor's buffer alive as the base object of NumPy views of it.
+#[pyclass(frozen, name = "TensorView", module = "tensorlift")]
+struct ViewedTensor {
+    _t: Tensor,
+}
+
+/// A read-only NumPy array over `t`'s own buffer, without a copy (the
+/// tensor is immutable and the array keeps it alive); bool, bfloat16 and
+/// string tensors are copied into a read-only array.
+pub fn view_numpy<'py>(py: Python<'py>, t: &Tensor) -> Result<Bound<'py, PyAny>> {
+    macro_rules! view {
+        ($T:ty) => {{
+            let owner =
+                Bound::new(py, ViewedTensor { _t: t.clone() }).map_err(|e| internal(py, e))?;
+            let view = t.array_view::<$T>()?;
+            // SAFETY: `view` addresses the buffer of `t`, which the clone in
+            // `owner` shares and keeps alive and unchanged (a shared buffer
+            // is never written in place); `owner` becomes the array's base.
+            unsafe { PyArrayDyn::<$T>::borrow_from_array(&view, owner.into_any()) }.into_any()
+        }};
+    }
+    let a = match_numpy_element!(t.dtype(), T => view!(T),
+        DType::Bool | DType::BF16 | DType::String => to_numpy(py, t)?
+    );
+    a.call_method1("setflags", (false,))
+        .map_err(|e| internal(py, e))?;
+    Ok(a)
+}
+
 /// The data of a NumPy array adopted as a tensor's buffer: an array that
 /// owned its data, was C-contiguous and 16-byte aligned, and that nothing
 /// but the callback's return value referenced.

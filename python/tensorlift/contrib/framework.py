@@ -1,7 +1,7 @@
 """``tl.contrib.framework.py_func``: TF 1's contrib ``py_func`` with
 args/kwargs and nested output types and shapes."""
 
-from .._callbacks import py_func as _py_func
+from .._callbacks import _call
 from .._core import Tensor, convert_to_tensor
 from .._nest import flatten, pack
 
@@ -33,6 +33,17 @@ def py_func(func, args=(), kwargs=None, output_types=None, output_shapes=None, s
         def call(_dummy):  # noqa: F811
             return call0()
 
-    out = _py_func(call, tensors, list(out_types), stateful=stateful, name=name)
+    shapes = None if output_shapes is None else _shapes_up_to(output_types, output_shapes)
+    out = _call("py_func", call, tensors, list(out_types), stateful=stateful, name=name, output_shapes=shapes)
     out = [] if out is None else list(out)
     return pack(out_structure, out)
+
+
+def _shapes_up_to(types, shapes):
+    """The shapes of ``output_shapes`` in the order of ``output_types``'
+    leaves (a shape is a list of dims, not a structure to flatten)."""
+    if isinstance(types, dict):
+        return [s for k in sorted(types) for s in _shapes_up_to(types[k], shapes[k])]
+    if isinstance(types, (list, tuple)):
+        return [s for t, sh in zip(types, shapes) for s in _shapes_up_to(t, sh)]
+    return [None if shapes is None else list(shapes)]
