@@ -831,3 +831,52 @@ fn the_ir_builder_makes_loops_and_branches_without_the_tracer() {
         "{e}"
     );
 }
+
+/// The interpreter updates a loop carry's buffer in place at its last
+/// use; a value someone else still holds (the caller's input, a value read
+/// after the update) is never written.
+#[test]
+fn in_place_updates_never_write_a_value_still_read() {
+    let f = function(|x: Sym, u: Sym| {
+        let zero = x.graph().scalar(DType::I32, 0.0);
+        let y = x.dynamic_update_slice(&u, &[&zero]);
+        (y, &x + 0.0)
+    });
+    let x = Tensor::from(ndarray::arr1(&[1.0f32, 2.0, 3.0]).into_dyn());
+    let u = Tensor::from(ndarray::arr1(&[9.0f32]).into_dyn());
+    let out = f.call(&[x.clone(), u]).unwrap();
+    assert_eq!(
+        out[0].to_ndarray::<f32>().unwrap().as_slice().unwrap(),
+        &[9.0, 2.0, 3.0]
+    );
+    assert_eq!(
+        out[1].to_ndarray::<f32>().unwrap().as_slice().unwrap(),
+        &[1.0, 2.0, 3.0]
+    );
+    assert_eq!(
+        x.to_ndarray::<f32>().unwrap().as_slice().unwrap(),
+        &[1.0, 2.0, 3.0]
+    );
+    // Rows written into a carried buffer, one per iteration.
+    let g = function(|x: Sym| {
+        let buf = x.graph().scalar(DType::F32, 0.0).broadcast_to(&[4, 2]);
+        fori_loop(
+            0,
+            4,
+            |i, c| {
+                let row = (&x * &i.cast(DType::F32)).reshape(&[1, 2]);
+                let zero = x.graph().scalar(DType::I32, 0.0);
+                vec![c[0].dynamic_update_slice(&row, &[i, &zero])]
+            },
+            &[buf],
+        )[0]
+        .clone()
+    });
+    let r = g
+        .call(&[Tensor::from(ndarray::arr1(&[1.0f32, 10.0]).into_dyn())])
+        .unwrap();
+    assert_eq!(
+        r[0].to_ndarray::<f32>().unwrap().as_slice().unwrap(),
+        &[0.0, 0.0, 1.0, 10.0, 2.0, 20.0, 3.0, 30.0]
+    );
+}

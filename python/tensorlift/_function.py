@@ -141,6 +141,8 @@ class Function:
         for a in args:
             if type(a) is EagerTensor:
                 values.append(a._v)
+            elif type(a) is np.ndarray and self.input_signature is None:
+                values.append(_native.to_tensor(a, None))
             elif isinstance(a, SymbolicTensor):
                 # Called while another function is traced: inline it.
                 return self.python_function(*args)
@@ -153,7 +155,7 @@ class Function:
                 if len(structures) == 1:
                     for entry in structures.values():
                         return entry[2](out)
-                return self._structure_for(self._convert(args))[2](out)
+                return self._structure_for([EagerTensor(v) for v in values])[2](out)
         tensors = self._convert(args)
         if self._graphs is not None:
             return self._call_graph(tensors)

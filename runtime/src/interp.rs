@@ -133,8 +133,16 @@ pub fn check_allocation(bytes: usize, what: &str) -> Result<()> {
 
 /// Runs `graph` on `inputs` and returns its outputs in order.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-    check_inputs(graph, inputs)?;
+    run_owned(graph, inputs.to_vec())
+}
+
+/// [`run`] on inputs it owns: an input no one else references can be
+/// updated in place at its last use (a `dynamic_update_slice` of a loop
+/// carry writes into the carry's buffer).
+pub fn run_owned(graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    check_inputs(graph, &inputs)?;
     check_bindings(graph)?;
+    let mut inputs: Vec<Option<Tensor>> = inputs.into_iter().map(Some).collect();
     let mut remaining = graph.use_counts();
     let mut values: Vec<Option<Tensor>> = vec![None; graph.num_values()];
     for id in graph.node_ids() {
@@ -152,7 +160,33 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
                 .ok_or_else(|| Error::internal(format!("value {v} used before it was computed")))
         };
         let outs = match &node.op {
-            Op::Parameter { index } => vec![inputs[*index].clone()],
+            Op::Parameter { index } => vec![
+                inputs[*index]
+                    .take()
+                    .ok_or_else(|| Error::internal(format!("parameter {index} is bound twice")))?,
+            ],
+            // The operand's last use: its buffer is updated in place when
+            // nothing else references it.
+            Op::DynamicUpdateSlice
+                if remaining[node.inputs[0].index()] == 1
+                    && !node.inputs[1..].contains(&node.inputs[0]) =>
+            {
+                let x = values[node.inputs[0].index()].take().ok_or_else(|| {
+                    Error::internal("dynamic_update_slice operand used before it was computed")
+                })?;
+                let rest = node.inputs[1..]
+                    .iter()
+                    .map(|v| {
+                        values[v.index()].as_ref().ok_or_else(|| {
+                            Error::internal(format!("value {v} used before it was computed"))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                vec![
+                    layout::dynamic_update_slice_owned(x, rest[0], &rest[1..])
+                        .map_err(|e| e.at_node(graph.node_ref(id)))?,
+                ]
+            }
             Op::Callback(_) => {
                 // Operands this callback reads last (once) are moved in, so a
                 // buffer no one else references can reach NumPy uncopied.
@@ -324,7 +358,7 @@ fn run_while(cond: &Graph, body: &Graph, args: &[&Tensor]) -> Result<Vec<Tensor>
         if !scalar_bool(&pred[0])? {
             break;
         }
-        carries = run(body, &carries)
+        carries = run_owned(body, carries)
             .map_err(|e| e.context(format!("in iteration {step} of the body")))?;
     }
     Ok(carries)

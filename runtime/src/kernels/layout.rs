@@ -450,6 +450,36 @@ pub fn dynamic_update_slice(x: &Tensor, update: &Tensor, starts: &[&Tensor]) -> 
     })
 }
 
+/// [`dynamic_update_slice`] written into `x`'s own buffer when nothing
+/// else references it (the interpreter passes a value at its last use: a
+/// loop carry updated row by row stays one buffer), else into a copy.
+pub fn dynamic_update_slice_owned(
+    x: Tensor,
+    update: &Tensor,
+    starts: &[&Tensor],
+) -> Result<Tensor> {
+    if x.dtype() == tensorlift_ir::DType::String
+        || update.rank() != x.rank()
+        || update.dtype() != x.dtype()
+    {
+        return dynamic_update_slice(&x, update, starts);
+    }
+    let at = clamped_starts("dynamic_update_slice", starts, x.shape(), update.shape())?;
+    let (dtype, shape) = (x.dtype(), x.shape().to_vec());
+    let mut bytes = match x.into_unique_bytes() {
+        Ok(b) => b,
+        Err(shared) => return dynamic_update_slice(&shared, update, starts),
+    };
+    let es = dtype.size();
+    let inner = update.shape().last().copied().unwrap_or(1) * es;
+    let src = update.bytes();
+    let dst = bytes.as_mut_slice();
+    for_each_block_row(&shape, update.shape(), &at, |o, u| {
+        dst[o * es..o * es + inner].copy_from_slice(&src[u * es..u * es + inner]);
+    });
+    Tensor::from_aligned(dtype, &shape, bytes)
+}
+
 /// [`dynamic_slice`] of the bytes of an operand of `dtype` and `dims`,
 /// written into `out` (the block's bytes): what the JIT runs, reading the
 /// operand where it lies instead of copying it into a tensor first.
