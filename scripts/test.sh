@@ -83,8 +83,8 @@ bash scripts/python-package.sh --test -rfE 2>&1 | tee "$pylog" || status=1
 passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; [0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 # pytest's summary: "N passed, M failed in 1.2s".
-pypassed=$(grep -Eo '^[0-9]+ passed|, [0-9]+ passed| [0-9]+ passed' "$pylog" | grep -Eo '[0-9]+' | tail -1)
-pyfailed=$(grep -Eo '[0-9]+ failed' "$pylog" | grep -Eo '[0-9]+' | tail -1)
+pypassed=$(grep -Eo '(^|, )[0-9]+ passed' "$pylog" | grep -Eo '[0-9]+' | tail -1 || true)
+pyfailed=$(grep -Eo '(^|, )[0-9]+ failed' "$pylog" | grep -Eo '[0-9]+' | tail -1 || true)
 passed=$((passed + ${pypassed:-0}))
 failed=$((failed + ${pyfailed:-0}))
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
