@@ -49,7 +49,7 @@ pub(crate) fn raise(py: Python<'_>, e: Error) -> PyErr {
 /// `dtype` (`None`: the array's own).
 #[pyfunction]
 #[pyo3(signature = (value, dtype=None))]
-fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor> {
+pub(crate) fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor> {
     let py = value.py();
     static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     let np = NUMPY
@@ -66,13 +66,20 @@ fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor
         }
         None => np.call_method1("asarray", (value,))?,
     };
-    let name = arr
-        .getattr(pyo3::intern!(py, "dtype"))?
-        .getattr(pyo3::intern!(py, "name"))?;
-    let name = name.cast::<pyo3::types::PyString>()?.to_str()?;
-    let d = DType::from_name(name).ok_or_else(|| {
-        pyo3::exceptions::PyTypeError::new_err(format!("unsupported dtype '{name}'"))
-    })?;
+    let d = match numeric_dtype(&arr) {
+        Some(d) => d,
+        None => {
+            // numpy's dtype.name runs Python code: only for the rest
+            // (bfloat16, strings, what tensorlift lacks).
+            let name = arr
+                .getattr(pyo3::intern!(py, "dtype"))?
+                .getattr(pyo3::intern!(py, "name"))?;
+            let name = name.cast::<pyo3::types::PyString>()?.to_str()?;
+            DType::from_name(name).ok_or_else(|| {
+                pyo3::exceptions::PyTypeError::new_err(format!("unsupported dtype '{name}'"))
+            })?
+        }
+    };
     let t = bridge::from_numpy(py, &arr, d, 0, "constant").map_err(|e| raise(py, e))?;
     Ok(PyTensor { t })
 }
@@ -81,6 +88,26 @@ fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<PyTensor
 #[pyfunction]
 fn view<'py>(py: Python<'py>, t: PyRef<'py, PyTensor>) -> PyResult<Bound<'py, PyAny>> {
     bridge::view_numpy(py, &t.t).map_err(|e| raise(py, e))
+}
+
+/// The dtype of an ndarray of one of NumPy's own numeric element types
+/// (compared through NumPy's C API, not by name).
+fn numeric_dtype(arr: &Bound<'_, PyAny>) -> Option<DType> {
+    use numpy::{PyArrayDescrMethods, PyUntypedArrayMethods, dtype};
+    let a = arr.cast::<numpy::PyUntypedArray>().ok()?;
+    let py = arr.py();
+    let d = a.dtype();
+    macro_rules! check {
+        ($($t:ty => $d:ident),*) => {$(
+            if d.is_equiv_to(&dtype::<$t>(py)) {
+                return Some(DType::$d);
+            }
+        )*};
+    }
+    check!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, bool => Bool, u8 => U8, i8 => I8,
+        i16 => I16, u16 => U16, u32 => U32, u64 => U64, half::f16 => F16,
+        num_complex::Complex32 => C64, num_complex::Complex64 => C128);
+    None
 }
 
 /// Runs op `name` eagerly on tensors.

@@ -552,6 +552,34 @@ impl PyFunction {
         Ok(out.into_iter().map(|t| PyTensor { t }).collect())
     }
 
+    /// A call on `args` when each is a tensor (eager `tl.Tensor` or
+    /// native) or a NumPy array: the results, or None when an argument is
+    /// anything else (the Python side converts it and calls again).
+    fn call_fast(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, pyo3::types::PyTuple>,
+    ) -> PyResult<Option<Vec<PyTensor>>> {
+        let mut ts = Vec::with_capacity(args.len());
+        for a in args.iter() {
+            // Arrays before attributes: a failed getattr formats an
+            // AttributeError, which costs more than the call.
+            if let Ok(t) = a.cast::<PyTensor>() {
+                ts.push(t.get().t.clone());
+            } else if a.cast::<numpy::PyUntypedArray>().is_ok() {
+                ts.push(crate::to_tensor(&a, None)?.t);
+            } else if let Ok(v) = a.getattr(pyo3::intern!(py, "_v"))
+                && let Ok(t) = v.cast::<PyTensor>()
+            {
+                ts.push(t.get().t.clone());
+            } else {
+                return Ok(None);
+            }
+        }
+        let out = run(py, || self.f.call(&ts))?;
+        Ok(Some(out.into_iter().map(|t| PyTensor { t }).collect()))
+    }
+
     /// The function's IR at `stage` for inputs of `specs`.
     fn compiler_ir(&self, py: Python<'_>, specs: Vec<PySpec>, stage: &str) -> PyResult<String> {
         let specs: Vec<TensorSpec> = specs.iter().map(spec_of).collect::<PyResult<_>>()?;

@@ -75,6 +75,8 @@ class Function:
         # Set on a function unpickled from its graphs: signature -> (text,
         # structure, native GraphFunction or None until first call).
         self._graphs = None
+        # Wraps a call's results when every trace so far has one structure.
+        self._unpack = None
         try:
             self._signature = inspect.signature(python_function)
         except (TypeError, ValueError):
@@ -101,6 +103,9 @@ class Function:
             t = leaf if isinstance(leaf, Tensor) else convert_to_tensor(leaf)
             flat.append(to_sym(t, like, where))
         self._structures[_key(args)] = (structure, len(flat), _unpacker(structure))
+        first = next(iter(self._structures.values()))[0]
+        same = all(_same_structure(v[0], first) for v in self._structures.values())
+        self._unpack = self._structures[_key(args)][2] if same and self._graphs is None else None
         return flat
 
     def _bind(self, args, kwargs):
@@ -135,27 +140,17 @@ class Function:
         return tensors
 
     def __call__(self, *args, **kwargs):
+        unpack = self._unpack
+        if unpack is not None and not kwargs:
+            # The common call: tensors or arrays in, one traced structure.
+            out = self._native.call_fast(args)
+            if out is not None:
+                return unpack(out)
         if kwargs or self.input_signature is not None:
             args = self._bind(args, kwargs)
-        values = []
-        for a in args:
-            if type(a) is EagerTensor:
-                values.append(a._v)
-            elif type(a) is np.ndarray and self.input_signature is None:
-                values.append(_native.to_tensor(a, None))
-            elif isinstance(a, SymbolicTensor):
-                # Called while another function is traced: inline it.
-                return self.python_function(*args)
-            else:
-                break
-        else:
-            if self._graphs is None:
-                out = self._native(values)
-                structures = self._structures
-                if len(structures) == 1:
-                    for entry in structures.values():
-                        return entry[2](out)
-                return self._structure_for([EagerTensor(v) for v in values])[2](out)
+        if any(isinstance(a, SymbolicTensor) for a in args):
+            # Called while another function is traced: inline it.
+            return self.python_function(*args)
         tensors = self._convert(args)
         if self._graphs is not None:
             return self._call_graph(tensors)
@@ -270,6 +265,13 @@ class Function:
         return f"<tl.function {self._name} jit_compile={self.jit_compile}>"
 
 
+def _same_structure(a, b):
+    try:
+        return a == b
+    except Exception:  # noqa: BLE001  (a structure holding odd keys)
+        return False
+
+
 def _unpacker(structure):
     """``out -> the function's result``: native values wrapped as tensors
     and put in the traced function's structure (fast paths for one tensor
@@ -358,6 +360,7 @@ def _rebuild(name, site_, input_signature, jit_compile, graphs, callbacks):
     f._signature = None
     f._native = None
     f._graphs = {key: (text, structure, None) for key, text, structure in graphs}
+    f._unpack = None
     f.__name__ = name
     return f
 
