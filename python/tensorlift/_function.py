@@ -21,6 +21,8 @@ class TensorSpec:
     def __init__(self, shape, dtype="float32", name=None):
         # None: any rank (TensorFlow's TensorSpec(None, ...)).
         self.shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
+        if self.shape is not None and any(d is not None and d < 0 for d in self.shape):
+            raise ValueError(f"TensorSpec dimensions are sizes (>= 0) or None, got {list(self.shape)}")
         self.dtype = as_dtype(dtype)
         self.name = name
 
