@@ -13,6 +13,7 @@ use tensorlift_ir::{DType, Error, Graph, Shape, Site, TensorType};
 use tensorlift_runtime::{Tensor, interp};
 
 use crate::trace::{Sym, Tracer};
+use tensorlift_ir::autodiff;
 
 /// The dtype and (possibly partial) shape of one input, like TensorFlow's
 /// `tf.TensorSpec`.
@@ -431,6 +432,17 @@ impl Function {
     /// The graph of a derived function: the base's traced graph for the
     /// inputs that are its own, transformed.
     fn trace_derived(&self, d: &Derive, types: &[TensorType]) -> Result<Graph, Error> {
+        // Loops whose trip count depends on data keep their carries on a
+        // run-time tape: linear time (docs/autodiff.md).
+        self.trace_derived_with(d, types, autodiff::WhileCarries::Tape)
+    }
+
+    fn trace_derived_with(
+        &self,
+        d: &Derive,
+        types: &[TensorType],
+        carries: autodiff::WhileCarries,
+    ) -> Result<Graph, Error> {
         let cfg = &self.inner.cfg;
         let base_inputs = match d.kind {
             DeriveKind::Grad | DeriveKind::ValueAndGrad => types.len(),
@@ -469,7 +481,16 @@ impl Function {
                 cfg.name
             )));
         }
-        let traced = d.base.concrete_for(base_types)?.traced.clone();
+        // A derived base is transformed again with loops that recompute:
+        // a gradient that kept loop carries on run-time tapes cannot be
+        // differentiated.
+        let traced = match &d.base.inner.cfg.derive {
+            Some(bd) => {
+                d.base
+                    .trace_derived_with(bd, base_types, autodiff::WhileCarries::Recompute)?
+            }
+            None => d.base.concrete_for(base_types)?.traced.clone(),
+        };
         let params: Vec<TensorType> = (traced.params().iter())
             .map(|p| traced.ty(*p).clone())
             .collect();
@@ -479,11 +500,10 @@ impl Function {
             traced.specialize(base_types)?
         };
         g.name = cfg.name.clone();
-        use tensorlift_ir::autodiff;
         let out = match d.kind {
-            DeriveKind::Grad => autodiff::grad(&g, &d.wrt, false),
-            DeriveKind::ValueAndGrad => autodiff::grad(&g, &d.wrt, true),
-            DeriveKind::Vjp => autodiff::vjp(&g, &d.wrt),
+            DeriveKind::Grad => autodiff::grad_with(&g, &d.wrt, false, carries),
+            DeriveKind::ValueAndGrad => autodiff::grad_with(&g, &d.wrt, true, carries),
+            DeriveKind::Vjp => autodiff::vjp_with(&g, &d.wrt, carries),
             DeriveKind::Jvp => autodiff::jvp(&g, &d.wrt),
         };
         let mut out = out.map_err(|e| {
@@ -493,6 +513,7 @@ impl Function {
             ))
         })?;
         out.name = cfg.name.clone();
+        crate::tape::bind_tapes(&mut out)?;
         Ok(out)
     }
 

@@ -19,6 +19,7 @@ pub mod npy;
 #[cfg(feature = "python")]
 pub mod python;
 mod staged;
+mod tape;
 pub use staged::{CompiledGraph, compile_graph};
 mod trace;
 

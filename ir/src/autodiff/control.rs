@@ -65,6 +65,44 @@ enum TapeKind {
         init: Vec<ValueId>,
         body: Graph,
     },
+    /// A loop with a data-dependent trip count whose forward pass pushed
+    /// the carries `saved` (of types `saved_types`) on a run-time tape at
+    /// each iteration; the backward loop pops them from target `pop`.
+    Taped {
+        trips: ValueId,
+        saved: Vec<usize>,
+        saved_types: Vec<TensorType>,
+        pop: String,
+    },
+}
+
+/// A process-unique number for each run-time tape.
+fn next_tape() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A stateful `host_fn` callback node calling `target`.
+fn tape_callback(
+    g: &mut Graph,
+    target: String,
+    inputs: Vec<ValueId>,
+    results: Vec<TensorType>,
+    site: &crate::Site,
+) -> Result<Vec<ValueId>> {
+    let name = g.fresh_name(&target);
+    let id = g.add_node(crate::NewNode {
+        op: Op::Callback(crate::CallbackOp {
+            kind: crate::CallbackKind::HostFn,
+            target,
+        }),
+        inputs,
+        name: Some(name),
+        site: site.clone(),
+        effect: crate::Effect::Stateful,
+        result_types: Some(results),
+    })?;
+    Ok(g.node(id).results.clone())
 }
 
 /// Which carries of `node` (a `while`) carry gradients, given which values
@@ -215,7 +253,13 @@ fn counted_by(
 /// needs, and which carries it reads.
 fn body_vjp(body: &Graph, act: &[bool], what: &str) -> Result<(Graph, Vec<bool>)> {
     let wrt: Vec<usize> = (0..act.len()).filter(|k| act[*k]).collect();
-    let mut bv = reverse(body, &wrt, super::Seed::Params(&wrt), false)?;
+    let mut bv = reverse(
+        body,
+        &wrt,
+        super::Seed::Params(&wrt),
+        false,
+        super::WhileCarries::Recompute,
+    )?;
     prune_for_recompute(&mut bv, what)?;
     let uses = bv.use_counts();
     let params = bv.params();
@@ -530,6 +574,43 @@ pub(super) fn forward_while(
         };
         return Ok((results[..m].to_vec(), tape));
     }
+    if ad.carries == super::WhileCarries::Tape {
+        // A data-dependent trip count: count the iterations and push the
+        // carries the gradient reads at each one.
+        let saved: Vec<usize> = (0..m).filter(|&k| used[k]).collect();
+        let saved_types: Vec<TensorType> = saved.iter().map(|&k| types[k].clone()).collect();
+        for t in &saved_types {
+            static_dims(t)?;
+        }
+        let n = next_tape();
+        let push = format!("{}{n}_push", super::TAPE_PREFIX);
+        let pop = format!("{}{n}_pop", super::TAPE_PREFIX);
+        let mut all = types.clone();
+        all.push(TensorType::scalar(DType::I32));
+        let body2 = region(&format!("{}_tape", body.name), &all, &site, |r, p| {
+            if !saved.is_empty() {
+                let rows = saved.iter().map(|&k| p[k]).collect();
+                tape_callback(r, push.clone(), rows, Vec::new(), &site)?;
+            }
+            let mut outs = inline(r, body, &p[..m], "")?;
+            let one = constant(r, DType::I32, 1.0, &site)?;
+            outs.push(r.add(Op::Binary(BinaryOp::Add), &[p[m], one], site.clone())?);
+            Ok(outs)
+        })?;
+        let cond2 = region(&format!("{}_tape", cond.name), &all, &site, |r, p| {
+            inline(r, cond, &p[..m], "")
+        })?;
+        let mut carries = inputs.to_vec();
+        carries.push(constant(&mut ad.g, DType::I32, 0.0, &site)?);
+        let results = crate::builder::while_loop(&mut ad.g, &carries, cond2, body2, &site)?;
+        let kind = TapeKind::Taped {
+            trips: results[m],
+            saved,
+            saved_types,
+            pop,
+        };
+        return Ok((results[..m].to_vec(), tape(kind)));
+    }
     // A data-dependent trip count: count the iterations; the gradient
     // recomputes the body, so it must not have effects.
     if let Some(bad) = body
@@ -665,6 +746,37 @@ pub(super) fn backward_while(
             })?;
             res[..na].to_vec()
         }
+        TapeKind::Taped {
+            trips,
+            saved,
+            saved_types,
+            pop,
+        } => {
+            let mut carries = cts;
+            carries.push(*trips);
+            let zero = constant(&mut ad.g, DType::I32, 0.0, &site)?;
+            let res = fori_loop(&mut ad.g, zero, *trips, &carries, &site, |r, _j, c| {
+                // The carries of the iterations in reverse: last pushed,
+                // first popped.
+                let rows = if saved.is_empty() {
+                    Vec::new()
+                } else {
+                    tape_callback(r, pop.clone(), Vec::new(), saved_types.clone(), &site)?
+                };
+                let mut args: Vec<ValueId> = Vec::with_capacity(m + na);
+                for (k, ty) in types.iter().enumerate() {
+                    args.push(match saved.iter().position(|&s| s == k) {
+                        Some(s) => rows[s],
+                        None => zeros(r, ty, &site)?,
+                    });
+                }
+                args.extend(&c[..na]);
+                let mut out = inline(r, bv, &args, "")?;
+                out.extend(&c[na..]);
+                Ok(out)
+            })?;
+            res[..na].to_vec()
+        }
         TapeKind::Counting { trips, init, body } => {
             let mut carries = cts;
             carries.extend(init);
@@ -727,7 +839,13 @@ pub(super) fn backward_case(
     let what = format!("branch of '{}'", node.name);
     let mut grads = Vec::with_capacity(branches.len());
     for b in branches {
-        let mut bv = reverse(b.graph(), &wrt, super::Seed::Params(&seeded), false)?;
+        let mut bv = reverse(
+            b.graph(),
+            &wrt,
+            super::Seed::Params(&seeded),
+            false,
+            super::WhileCarries::Recompute,
+        )?;
         prune_for_recompute(&mut bv, &what)?;
         grads.push(bv);
     }

@@ -27,23 +27,63 @@ use crate::{
     Shape, Site, TensorType, ValueId,
 };
 
+/// How reverse mode keeps what the gradient of a `while` loop whose trip
+/// count depends on data needs (counted and bounded loops always stack it
+/// in buffers sized by their bound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhileCarries {
+    /// The forward loop counts its iterations; each backward step
+    /// recomputes its carries from the initial ones. No memory, quadratic
+    /// time; the gradient is an ordinary graph, differentiable again.
+    Recompute,
+    /// The forward loop pushes the carries the gradient reads on a run-time
+    /// tape at each iteration, and the backward loop pops them (as
+    /// TensorFlow's stacks do): linear time, memory per iteration. The tape
+    /// is a pair of stateful `host_fn` callbacks per loop, targets
+    /// `{TAPE_PREFIX}{n}_push` and `{TAPE_PREFIX}{n}_pop`, that the caller
+    /// binds (the `tensorlift` crate does); such a gradient cannot be
+    /// differentiated again (differentiate a `Recompute` one for that).
+    /// Loops nested in other loops' bodies or in branches recompute.
+    Tape,
+}
+
+/// The prefix of the callback targets of a [`WhileCarries::Tape`] tape.
+pub const TAPE_PREFIX: &str = "__tensorlift_tape_";
+
 /// Reverse mode: a graph taking `g`'s parameters, then one cotangent per
 /// real floating output of `g` (in output order, of that output's type),
 /// and returning `g`'s outputs followed by the cotangent of each parameter
-/// in `wrt` (`J^T · ct`), in order.
+/// in `wrt` (`J^T · ct`), in order. Data-dependent loops recompute
+/// ([`vjp_with`] chooses).
 pub fn vjp(g: &Graph, wrt: &[usize]) -> Result<Graph> {
+    vjp_with(g, wrt, WhileCarries::Recompute)
+}
+
+/// [`vjp`] with data-dependent loops' carries kept as `carries` says.
+pub fn vjp_with(g: &Graph, wrt: &[usize], carries: WhileCarries) -> Result<Graph> {
     let seeded: Vec<usize> = (g.outputs().iter().enumerate())
         .filter(|(_, o)| is_differentiable(g.ty(o.value).dtype))
         .map(|(i, _)| i)
         .collect();
-    reverse(g, wrt, Seed::Params(&seeded), true)
+    reverse(g, wrt, Seed::Params(&seeded), true, carries)
 }
 
 /// The gradient of a scalar function: `g` has exactly one output, a real
 /// floating scalar. The result takes the same parameters and returns the
 /// value first when `with_value`, then the gradient with respect to each
-/// parameter in `wrt`, in order.
+/// parameter in `wrt`, in order. Data-dependent loops recompute
+/// ([`grad_with`] chooses).
 pub fn grad(g: &Graph, wrt: &[usize], with_value: bool) -> Result<Graph> {
+    grad_with(g, wrt, with_value, WhileCarries::Recompute)
+}
+
+/// [`grad`] with data-dependent loops' carries kept as `carries` says.
+pub fn grad_with(
+    g: &Graph,
+    wrt: &[usize],
+    with_value: bool,
+    carries: WhileCarries,
+) -> Result<Graph> {
     let [out] = g.outputs() else {
         return Err(Error::invalid(format!(
             "grad: graph '{}' has {} outputs; a gradient needs exactly one, a real floating scalar (use vjp for several)",
@@ -58,7 +98,7 @@ pub fn grad(g: &Graph, wrt: &[usize], with_value: bool) -> Result<Graph> {
             out.name, g.name
         )));
     }
-    reverse(g, wrt, Seed::One, with_value)
+    reverse(g, wrt, Seed::One, with_value, carries)
 }
 
 /// Forward mode: a graph taking `g`'s parameters, then one tangent per
@@ -78,7 +118,13 @@ pub fn jvp(g: &Graph, wrt: &[usize]) -> Result<Graph> {
     // gradient outputs with respect to them.
     let ct_params: Vec<usize> = (n..n + seeded).collect();
     let grads: Vec<usize> = (outs..outs + wrt.len()).collect();
-    let vv = reverse(&v, &ct_params, Seed::Params(&grads), false)?;
+    let vv = reverse(
+        &v,
+        &ct_params,
+        Seed::Params(&grads),
+        false,
+        WhileCarries::Recompute,
+    )?;
     // `vv` takes (x, ct, t) and gives J·t per seeded output; `ct` may be
     // anything (zeros), `x` is ours, `t` the tangents.
     let site = Site::caller();
@@ -172,10 +218,17 @@ fn check_wrt(g: &Graph, wrt: &[usize]) -> Result<()> {
 /// The reverse-mode transformation. The result takes `g`'s parameters (and
 /// the seeds' cotangent parameters) and returns `g`'s outputs when
 /// `values`, then the cotangents of the parameters in `wrt`.
-fn reverse(g: &Graph, wrt: &[usize], seed: Seed<'_>, values: bool) -> Result<Graph> {
+fn reverse(
+    g: &Graph,
+    wrt: &[usize],
+    seed: Seed<'_>,
+    values: bool,
+    carries: WhileCarries,
+) -> Result<Graph> {
     check_wrt(g, wrt)?;
     let params = g.params();
     let mut ad = Ad::new(g, &params, wrt)?;
+    ad.carries = carries;
     ad.forward()?;
     let n = params.len();
     let site = Site::caller();
@@ -246,6 +299,8 @@ struct Ad<'a> {
     needed: Vec<bool>,
     /// What the forward pass saved for the backward pass of each loop.
     tapes: Vec<Option<control::Tape>>,
+    /// How data-dependent loops keep their carries.
+    carries: WhileCarries,
 }
 
 impl<'a> Ad<'a> {
@@ -307,6 +362,7 @@ impl<'a> Ad<'a> {
             active,
             needed,
             tapes: vec![None; src.nodes().len()],
+            carries: WhileCarries::Recompute,
         })
     }
 
