@@ -9,7 +9,7 @@
 //! traced inside a body cannot be used after the body has ended (return
 //! it instead).
 
-use tensorlift_ir::{DType, Detail, Error, Graph, NodeRef, Op, Site, TensorType, ValueId};
+use tensorlift_ir::{DType, Detail, Effect, Error, Graph, NodeRef, Op, Site, TensorType, ValueId};
 
 use crate::trace::{Operand, Sym, Tracer};
 
@@ -699,4 +699,286 @@ fn vjp_in_trace_impl(
 fn list(types: &[TensorType]) -> String {
     let t: Vec<String> = types.iter().map(ToString::to_string).collect();
     format!("[{}]", t.join(", "))
+}
+
+/// The cotangents `Jᵀ·ct` of `targets` with respect to `sources`, all
+/// values of the trace under way, as code added to it (TensorFlow's
+/// graph-mode gradients): every path from a source to a target counts,
+/// through loops, branches and values their bodies capture. `None` for a
+/// source no target depends on. `cotangents` holds one value per target,
+/// of its type (targets must be real floating). The forward values the
+/// gradient needs are recomputed from the graph's own (pure ones merge
+/// with them when optimized); a stateful node between a source and a
+/// target is an error naming it (its effects would run twice).
+#[track_caller]
+pub fn vjp_of_values(targets: &[Sym], sources: &[Sym], cotangents: &[Sym]) -> Vec<Option<Sym>> {
+    let site = Site::caller();
+    let Some(first) = targets.first().or(sources.first()) else {
+        return Vec::new();
+    };
+    let tracer = first.graph();
+    match vjp_of_values_impl(&tracer, targets, sources, cotangents, &site) {
+        Ok(Some((here, grads))) => grads
+            .into_iter()
+            .map(|g| g.map(|v| here.syms(&[v]).remove(0)))
+            .collect(),
+        Ok(None) => vec![None; sources.len()],
+        Err(e) => {
+            tracer.record(e);
+            vec![None; sources.len()]
+        }
+    }
+}
+
+type ValuesVjp = Option<(Tracer, Vec<Option<ValueId>>)>;
+
+fn vjp_of_values_impl(
+    tracer: &Tracer,
+    targets: &[Sym],
+    sources: &[Sym],
+    cotangents: &[Sym],
+    site: &Site,
+) -> Result<ValuesVjp, Error> {
+    let refs: Vec<&Sym> = targets.iter().chain(sources).chain(cotangents).collect();
+    let Some((here, vs)) = tracer.operands(&refs, "gradient", site)? else {
+        return Ok(None);
+    };
+    let (tv, rest) = vs.split_at(targets.len());
+    let (sv, cv) = rest.split_at(sources.len());
+    let g = here.graph_ref(|g| g.clone());
+    let mut result: Vec<Option<ValueId>> = vec![None; sv.len()];
+    // Parameters in one gradient; each other source in a gradient of its
+    // own (starting at it, so paths from a parameter through it still
+    // count for the parameter): every source gets its total derivative.
+    let param_of = |v: &ValueId| {
+        if let Op::Parameter { index } = g.producer(*v).op {
+            Some(index)
+        } else {
+            None
+        }
+    };
+    let mut groups: Vec<(Option<ValueId>, Vec<usize>)> = Vec::new();
+    let in_params: Vec<usize> = (0..sv.len())
+        .filter(|&k| param_of(&sv[k]).is_some())
+        .collect();
+    if !in_params.is_empty() {
+        groups.push((None, in_params));
+    }
+    for (k, s) in sv.iter().enumerate() {
+        if param_of(s).is_some() {
+            continue;
+        }
+        match groups.iter_mut().find(|(c, _)| *c == Some(*s)) {
+            Some((_, ks)) => ks.push(k),
+            None => groups.push((Some(*s), vec![k])),
+        }
+    }
+    for (cut, ks) in groups {
+        let starts: Vec<ValueId> = match cut {
+            Some(c) => vec![c],
+            None => ks.iter().map(|&k| sv[k]).collect(),
+        };
+        let grads = values_vjp(&here, &g, &starts, tv, cv, site)?;
+        for &k in &ks {
+            let j = starts.iter().position(|v| *v == sv[k]).unwrap_or(0);
+            result[k] = grads[j];
+        }
+    }
+    Ok(Some((here, result)))
+}
+
+/// Removes the nodes of a gradient's active part that no target needs; a
+/// needed stateful node would run again in the gradient: an error naming
+/// it, except a custom gradient whose forward values are given (its
+/// effects are in its gradient, which runs once).
+fn prune_active(h: &mut Graph) -> Result<(), Error> {
+    let mut live = vec![false; h.num_values()];
+    for o in h.outputs() {
+        live[o.value.index()] = true;
+    }
+    let mut keep = vec![false; h.nodes().len()];
+    for id in h.node_ids().rev() {
+        let n = h.node(id);
+        let param = matches!(n.op, Op::Parameter { .. });
+        if !param && !n.results.iter().any(|r| live[r.index()]) {
+            continue;
+        }
+        let given = if let Op::CustomVjp { body, .. } = &n.op {
+            body.graph()
+                .nodes()
+                .iter()
+                .all(|b| b.effect == Effect::Pure)
+        } else {
+            false
+        };
+        if n.effect == Effect::Stateful && !param && !given {
+            return Err(Error::InvalidArgument(Detail {
+                message: "a gradient taken inside a function would run this stateful node again: make it stateless or give it a custom gradient".into(),
+                node: Some(h.node_ref(id)),
+                pos: None,
+            }));
+        }
+        keep[id.index()] = true;
+        for i in &n.inputs {
+            live[i.index()] = true;
+        }
+    }
+    h.retain_nodes(&keep);
+    Ok(())
+}
+
+/// One gradient of `g`'s targets `tv` (cotangents `cv`) with respect to
+/// its values `starts`, inlined into `here`: per start, its cotangent, or
+/// `None` when no target depends on it. The gradient differentiates the
+/// part of `g` that depends on the starts (starts and the other values it
+/// reads become its parameters), so nothing else is recomputed.
+fn values_vjp(
+    here: &Tracer,
+    g: &Graph,
+    starts: &[ValueId],
+    tv: &[ValueId],
+    cv: &[ValueId],
+    site: &Site,
+) -> Result<Vec<Option<ValueId>>, Error> {
+    // Callbacks keep the bindings they have in the trace's graph.
+    let mut h = Graph::new(format!("{}_gradient", g.name));
+    let mut active = vec![false; g.num_values()];
+    let mut map: Vec<Option<ValueId>> = vec![None; g.num_values()];
+    // The values of `g` each parameter of `h` takes.
+    let mut args: Vec<ValueId> = Vec::new();
+    for s in starts {
+        let name = h.fresh_name(&format!("source_{}", g.producer(*s).name));
+        let p = h.add_parameter(args.len(), g.ty(*s).clone(), Some(name), site.clone())?;
+        map[s.index()] = Some(p);
+        active[s.index()] = true;
+        args.push(*s);
+    }
+    for node in g.nodes() {
+        if node.results.iter().any(|r| starts.contains(r))
+            || matches!(node.op, Op::Parameter { .. })
+            || !node.inputs.iter().any(|v| active[v.index()])
+        {
+            continue;
+        }
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for v in &node.inputs {
+            let mapped = match map[v.index()] {
+                Some(m) => m,
+                None => {
+                    // A value the gradient reads but that does not depend
+                    // on the starts: taken from `g` as it is.
+                    let name = h.fresh_name(&format!("value_{}", g.producer(*v).name));
+                    let p =
+                        h.add_parameter(args.len(), g.ty(*v).clone(), Some(name), site.clone())?;
+                    args.push(*v);
+                    map[v.index()] = Some(p);
+                    p
+                }
+            };
+            inputs.push(mapped);
+        }
+        let mut op = node.op.clone();
+        if let Op::CustomVjp { inputs: n, vjp, .. } = &node.op
+            && node.effect == Effect::Stateful
+        {
+            // A custom gradient whose body has effects (a callback): its
+            // forward values are taken from the trace instead of run
+            // again, and its gradient is its own.
+            let (k, ny) = (inputs.len(), node.results.len());
+            for r in &node.results {
+                let name = h.fresh_name(&format!("value_{}", node.name));
+                let p = h.add_parameter(args.len(), g.ty(*r).clone(), Some(name), site.clone())?;
+                args.push(*r);
+                inputs.push(p);
+            }
+            let operand_types: Vec<TensorType> = inputs.iter().map(|v| h.ty(*v).clone()).collect();
+            let result_types: Vec<TensorType> =
+                node.results.iter().map(|r| g.ty(*r).clone()).collect();
+            let body = tensorlift_ir::builder::region(
+                &format!("{}_given", node.name),
+                &operand_types,
+                site,
+                |_, p| Ok(p[k..k + ny].to_vec()),
+            )?;
+            let mut vtypes = operand_types.clone();
+            vtypes.extend(result_types.iter().cloned());
+            vtypes.extend(
+                (result_types.iter())
+                    .filter(|t| tensorlift_ir::autodiff::is_differentiable(t.dtype))
+                    .cloned(),
+            );
+            let vjp = tensorlift_ir::builder::region(
+                &format!("{}_given_vjp", node.name),
+                &vtypes,
+                site,
+                |r, p| {
+                    let mut a = p[..k].to_vec();
+                    a.extend(&p[k + ny..]);
+                    tensorlift_ir::autodiff::inline(r, vjp.graph(), &a, "")
+                },
+            )?;
+            op = Op::CustomVjp {
+                inputs: *n,
+                body: tensorlift_ir::Region::new(body),
+                vjp: tensorlift_ir::Region::new(vjp),
+            };
+        }
+        let declared = (op.has_declared_types())
+            .then(|| (node.results.iter()).map(|r| g.ty(*r).clone()).collect());
+        let id = h.add_node(tensorlift_ir::NewNode {
+            op,
+            inputs,
+            name: Some(node.name.clone()),
+            site: node.site.clone(),
+            effect: node.effect,
+            result_types: declared,
+        })?;
+        for (r, hr) in node.results.iter().zip(h.node(id).results.clone()) {
+            active[r.index()] = true;
+            map[r.index()] = Some(hr);
+        }
+    }
+    let mut cts = Vec::new();
+    for (k, t) in tv.iter().enumerate() {
+        if active[t.index()]
+            && let Some(m) = map[t.index()]
+        {
+            h.add_output(m, format!("target_{k}"))?;
+            cts.push(cv[k]);
+        }
+    }
+    if cts.is_empty() {
+        return Ok(vec![None; starts.len()]);
+    }
+    prune_active(&mut h)?;
+    // Which starts the targets depend on.
+    let hp = h.params();
+    let connected: Vec<bool> = (0..starts.len())
+        .map(|i| {
+            let mut d = vec![false; h.num_values()];
+            d[hp[i].index()] = true;
+            for n in h.nodes() {
+                if n.inputs.iter().any(|v| d[v.index()]) {
+                    for r in &n.results {
+                        d[r.index()] = true;
+                    }
+                }
+            }
+            h.outputs().iter().any(|o| d[o.value.index()])
+        })
+        .collect();
+    let wrt: Vec<usize> = (0..starts.len()).filter(|&i| connected[i]).collect();
+    if wrt.is_empty() {
+        return Ok(vec![None; starts.len()]);
+    }
+    let outputs = h.outputs().len();
+    let v = tensorlift_ir::autodiff::vjp(&h, &wrt)?;
+    args.extend(cts);
+    let name = here.graph_mut(|gr| gr.fresh_name("gradient"));
+    let out =
+        here.graph_mut(|dst| tensorlift_ir::autodiff::inline(dst, &v, &args, &format!("{name}/")))?;
+    let grads = &out[outputs..];
+    Ok((0..starts.len())
+        .map(|i| wrt.iter().position(|w| *w == i).map(|j| grads[j]))
+        .collect())
 }

@@ -855,3 +855,43 @@ fn data_dependent_loops_keep_their_carries_on_a_run_time_tape() {
         }
     });
 }
+
+/// `vjp_of_values`: a gradient of values inside a trace with respect to
+/// other values of it (not only inputs), through a branch and a loop body
+/// that capture the source; `None` for a source the target does not use.
+#[test]
+fn vjp_of_values_sees_every_path_including_captures() {
+    for f in both(function(|x: Sym| {
+        let s = x.sin(); // a source that is not a parameter
+        let pred = x.reduce_sum(None, false).greater(0.0);
+        let b = cond(&pred, |_| vec![&s * 3.0], |_| vec![&s * 5.0], &[]);
+        let w = while_loop(
+            |c| c[0].less(3.0),
+            |c| vec![&c[0] + 1.0, &c[1] + &s * &s],
+            &[
+                x.graph().scalar(DType::F64, 0.0),
+                x.graph().scalar(DType::F64, 0.0).broadcast_to(&[2]),
+            ],
+        );
+        let y = (&b[0] + &w[1]).reduce_sum(None, false);
+        let unrelated = x.graph().scalar(DType::F64, 2.0);
+        let ct = x.graph().scalar(DType::F64, 1.0);
+        let g = tensorlift::vjp_of_values(&[y], &[s.clone(), x.clone(), unrelated], &[ct]);
+        if let Some(e) = x.graph().error() {
+            panic!("{e}");
+        }
+        assert!(g[2].is_none());
+        vec![g[0].clone().unwrap(), g[1].clone().unwrap()]
+    })) {
+        let x = f64s(&[0.5, 1.0], &[2]);
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        let ds = out[0].to_ndarray::<f64>().unwrap();
+        let dx = out[1].to_ndarray::<f64>().unwrap();
+        for (i, v) in [0.5f64, 1.0].iter().enumerate() {
+            // y = sum(3 s + 3 s²) with s = sin x (x sums to > 0; 3 trips).
+            let want_s = 3.0 + 6.0 * v.sin();
+            assert!((ds[i] - want_s).abs() < 1e-12, "{ds}");
+            assert!((dx[i] - want_s * v.cos()).abs() < 1e-12, "{dx}");
+        }
+    }
+}

@@ -376,6 +376,34 @@ fn vjp(
     wrap_syms(py, out)
 }
 
+/// The cotangents of `targets` with respect to `sources`, values of the
+/// trace under way, added to it (a gradient tape used inside a function):
+/// every path counts, through loops, branches and their captures; None
+/// for a source no target depends on.
+#[pyfunction]
+fn vjp_values(
+    py: Python<'_>,
+    targets: Vec<PyRef<'_, PySym>>,
+    sources: Vec<PyRef<'_, PySym>>,
+    cotangents: Vec<PyRef<'_, PySym>>,
+    site: PySite,
+) -> PyResult<Vec<Option<Py<PySym>>>> {
+    let targets = syms(&targets)?;
+    let sources = syms(&sources)?;
+    let cts = syms(&cotangents)?;
+    let first = targets
+        .first()
+        .cloned()
+        .ok_or_else(|| raise(py, Error::invalid("a gradient needs a target")))?;
+    let out = Site::scoped(site_of(&site), || {
+        tensorlift::vjp_of_values(&targets, &sources, &cts)
+    });
+    check(py, &first)?;
+    out.into_iter()
+        .map(|g| g.map(|s| Py::new(py, PySym::new(s))).transpose())
+        .collect()
+}
+
 fn dtypes(names: &[String]) -> PyResult<Vec<DType>> {
     names
         .iter()
@@ -642,6 +670,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(custom_vjp, m)?)?;
     m.add_function(wrap_pyfunction!(callback, m)?)?;
     m.add_function(wrap_pyfunction!(vjp, m)?)?;
+    m.add_function(wrap_pyfunction!(vjp_values, m)?)?;
     m.add_function(wrap_pyfunction!(tracing, m)?)?;
     m.add_function(wrap_pyfunction!(sym_set_shape, m)?)?;
     Ok(())

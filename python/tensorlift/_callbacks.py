@@ -38,6 +38,7 @@ def _inputs(inp):
 
 def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None):
     single, tout = _tout(Tout)
+    stateful = stateful and not _core.forward_retrace[0]
     xs = _inputs(inp)
     where = site()
     like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)

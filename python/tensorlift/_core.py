@@ -318,6 +318,10 @@ def register_callback(target, func):
     """Notes that callback ``target`` of the function being traced calls ``func``."""
     if target is not None and tracing_functions:
         tracing_functions[-1]._callbacks[target] = func
+# Set while a custom gradient's function is traced again (in its gradient
+# region) only to get its grad_fn: the callbacks of that forward pass ran
+# already, so they are made stateless there and removed when unused.
+forward_retrace = [0]
 # How many loop or branch bodies are being traced now: a tape does not
 # record the ops inside them (the loop or branch is recorded as one op).
 region_depth = [0]

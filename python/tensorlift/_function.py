@@ -142,6 +142,28 @@ class Function:
         return tensors
 
     def __call__(self, *args, **kwargs):
+        if _core.tapes and self.python_function is not None:
+            return self._call_on_tapes(args, kwargs)
+        return self._call(args, kwargs)
+
+    def _call_on_tapes(self, args, kwargs):
+        """A call while gradient tapes record: the call is one op on them,
+        replayed by tracing the Python function inline."""
+        args = self._bind(args, kwargs)
+        if any(isinstance(a, SymbolicTensor) for a in args):
+            return self.python_function(*args)
+        tensors = self._convert(args)
+        result = self._call(tensors, {})
+        flat, _ = flatten(result)
+
+        def replay(xs):
+            leaves, _ = flatten(self.python_function(*xs))
+            return [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in leaves]
+
+        _core.record(replay, tensors, [x for x in flat if isinstance(x, Tensor)])
+        return result
+
+    def _call(self, args, kwargs):
         unpack = self._unpack
         if unpack is not None and not kwargs:
             # The common call: tensors or arrays in, one traced structure.

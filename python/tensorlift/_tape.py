@@ -33,7 +33,6 @@ class GradientTape:
         self._live = set()
         self._recording = False
         self._used = False
-        self._closure_use = False
 
     def __enter__(self):
         self._push()
@@ -86,9 +85,9 @@ class GradientTape:
         if not self._recording or not any(id(x) in self._live for x in inputs):
             return
         if _core.region_depth[0]:
-            # A watched value used inside a loop or branch body by closure:
-            # the tape cannot see that path (the body is replayed whole).
-            self._closure_use = True
+            # Inside a loop or branch body being traced: the loop or branch
+            # is recorded as one op (and gradients inside a function are
+            # taken from its graph, which sees the body).
             return
         self._records.append(_Record(replay, list(inputs), list(outputs)))
         for o in outputs:
@@ -105,14 +104,6 @@ class GradientTape:
                 "use GradientTape(persistent=True) for more"
             )
         self._used = True
-        if self._closure_use:
-            from .errors import UnimplementedError
-
-            raise UnimplementedError(
-                "a watched tensor is used inside the body of a tl.while_loop, tl.cond or "
-                "tl.switch_case by closure, which GradientTape cannot differentiate yet: pass it "
-                "in as a loop variable, or take the gradient with tl.function(f).grad"
-            )
         targets, _ = flatten(target)
         src, src_structure = flatten(sources)
         if output_gradients is None:
@@ -120,6 +111,9 @@ class GradientTape:
         else:
             cts, _ = flatten(output_gradients)
             cts = cts + [None] * (len(targets) - len(cts))
+        if any(isinstance(x, SymbolicTensor) for x in [*targets, *src]):
+            grads = self._graph_gradient(targets, src, cts)
+            return self._finish(src, src_structure, grads, unconnected_gradients)
         records = list(self._records)
         connected = _connected(records, targets)
         diff = [
@@ -135,11 +129,41 @@ class GradientTape:
                           [cts[i] for i in outs])
             for i, g in zip(diff, values):
                 grads[i] = g
+        return self._finish(src, src_structure, grads, unconnected_gradients)
+
+    def _finish(self, src, src_structure, grads, unconnected_gradients):
         if unconnected_gradients in ("zero", "ZERO") or getattr(unconnected_gradients, "value", None) == "zero":
             from ._ops import zeros_like
 
             grads = [zeros_like(s) if g is None else g for s, g in zip(src, grads)]
         return pack(src_structure, grads)
+
+    def _graph_gradient(self, targets, src, cts):
+        """Inside a traced function: the gradient of the trace's own graph
+        (every path from a watched source to a target, through loops and
+        branches and what their bodies capture), added to it."""
+        where = site()
+        outs = [i for i, t in enumerate(targets) if isinstance(t, Tensor) and t.dtype.is_floating]
+        diff = [
+            i for i, s in enumerate(src)
+            if isinstance(s, Tensor) and id(s) in self._live and s.dtype.is_floating
+        ]
+        grads = [None] * len(src)
+        if not outs or not diff:
+            return grads
+        _check_static([targets[i] for i in outs])
+        like = next(x._s for x in [*targets, *src] if isinstance(x, SymbolicTensor))
+        seeds = [_ones_like(targets[i]) if cts[i] is None else convert_to_tensor(cts[i], dtype=targets[i].dtype)
+                 for i in outs]
+        res = _native.vjp_values(
+            [_core.to_sym(targets[i], like, where) for i in outs],
+            [_core.to_sym(src[i], like, where) for i in diff],
+            [_core.to_sym(c, like, where) for c in seeds],
+            where,
+        )
+        for i, r in zip(diff, res):
+            grads[i] = None if r is None else SymbolicTensor(r)
+        return grads
 
     def jacobian(self, target, sources, unconnected_gradients="none", parallel_iterations=None,
                  experimental_use_pfor=True):
@@ -185,8 +209,7 @@ def _ones_like(t):
     return ones_like(t)
 
 
-def _vjp(records, sources, targets, cts):
-    """``Jᵀ·ct`` of the recorded function, recorded on the tapes around."""
+def _check_static(targets):
     for t in targets:
         if t.shape is None or any(d is None for d in t.shape):
             from .errors import InvalidArgumentError
@@ -196,6 +219,11 @@ def _vjp(records, sources, targets, cts):
                 "gradients are compiled for static shapes; declare it with set_shape (a "
                 "py_function's result inside tl.function cannot be declared yet)"
             )
+
+
+def _vjp(records, sources, targets, cts):
+    """``Jᵀ·ct`` of the recorded function, recorded on the tapes around."""
+    _check_static(targets)
     seeds = [_ones_like(t) if c is None else convert_to_tensor(c, dtype=t.dtype)
              for t, c in zip(targets, cts)]
     symbolic = any(isinstance(x, SymbolicTensor) for x in [*sources, *targets, *seeds])
@@ -283,7 +311,11 @@ def _custom_traced(f, xs):
 
     def vjp(s):
         x = [SymbolicTensor(v) for v in s[:n]]
-        _, grad_fn = f(*x)
+        _core.forward_retrace[0] += 1
+        try:
+            _, grad_fn = f(*x)
+        finally:
+            _core.forward_retrace[0] -= 1
         nout = (len(s) - n) // 2
         dys = [SymbolicTensor(v) for v in s[n + nout:]]
         g = grad_fn(*dys)

@@ -574,7 +574,7 @@ fn copy_node(
 /// Removes every node (stateful ones too) whose results nothing needs:
 /// what a gradient recomputes of a region must not repeat a callback's
 /// effects. A stateful node the gradient does need is an error naming it.
-fn prune_for_recompute(g: &mut Graph, what: &str) -> Result<()> {
+pub fn prune_for_recompute(g: &mut Graph, what: &str) -> Result<()> {
     let mut live = vec![false; g.num_values()];
     for o in g.outputs() {
         live[o.value.index()] = true;
