@@ -585,24 +585,8 @@ pub(super) fn forward_while(
         let n = next_tape();
         let push = format!("{}{n}_push", super::TAPE_PREFIX);
         let pop = format!("{}{n}_pop", super::TAPE_PREFIX);
-        let mut all = types.clone();
-        all.push(TensorType::scalar(DType::I32));
-        let body2 = region(&format!("{}_tape", body.name), &all, &site, |r, p| {
-            if !saved.is_empty() {
-                let rows = saved.iter().map(|&k| p[k]).collect();
-                tape_callback(r, push.clone(), rows, Vec::new(), &site)?;
-            }
-            let mut outs = inline(r, body, &p[..m], "")?;
-            let one = constant(r, DType::I32, 1.0, &site)?;
-            outs.push(r.add(Op::Binary(BinaryOp::Add), &[p[m], one], site.clone())?);
-            Ok(outs)
-        })?;
-        let cond2 = region(&format!("{}_tape", cond.name), &all, &site, |r, p| {
-            inline(r, cond, &p[..m], "")
-        })?;
-        let mut carries = inputs.to_vec();
-        carries.push(constant(&mut ad.g, DType::I32, 0.0, &site)?);
-        let results = crate::builder::while_loop(&mut ad.g, &carries, cond2, body2, &site)?;
+        let push = (!saved.is_empty()).then_some((push, &saved[..]));
+        let results = counting_loop(&mut ad.g, cond, body, inputs, &types, &site, push)?;
         let kind = TapeKind::Taped {
             trips: results[m],
             saved,
@@ -625,26 +609,47 @@ pub(super) fn forward_while(
             ),
         ));
     }
-    let mut all = types.clone();
-    all.push(TensorType::scalar(DType::I32));
-    let body2 = region(&format!("{}_count", body.name), &all, &site, |r, p| {
-        let mut outs = inline(r, body, &p[..m], "")?;
-        let one = constant(r, DType::I32, 1.0, &site)?;
-        outs.push(r.add(Op::Binary(BinaryOp::Add), &[p[m], one], site.clone())?);
-        Ok(outs)
-    })?;
-    let cond2 = region(&format!("{}_count", cond.name), &all, &site, |r, p| {
-        inline(r, cond, &p[..m], "")
-    })?;
-    let mut carries = inputs.to_vec();
-    carries.push(constant(&mut ad.g, DType::I32, 0.0, &site)?);
-    let results = crate::builder::while_loop(&mut ad.g, &carries, cond2, body2, &site)?;
+    let results = counting_loop(&mut ad.g, cond, body, inputs, &types, &site, None)?;
     let kind = TapeKind::Counting {
         trips: results[m],
         init: inputs.to_vec(),
         body: body.clone(),
     };
     Ok((results[..m].to_vec(), tape(kind)))
+}
+
+/// The loop `cond`/`body` over `inputs` (of `types`) with an iteration
+/// counter carried last (`int32`, from 0); with `push`, each iteration
+/// first pushes the carries it lists on that tape target. Its results: the
+/// carries, then the trip count.
+fn counting_loop(
+    g: &mut Graph,
+    cond: &Graph,
+    body: &Graph,
+    inputs: &[ValueId],
+    types: &[TensorType],
+    site: &crate::Site,
+    push: Option<(String, &[usize])>,
+) -> Result<Vec<ValueId>> {
+    let m = inputs.len();
+    let mut all = types.to_vec();
+    all.push(TensorType::scalar(DType::I32));
+    let body2 = region(&format!("{}_count", body.name), &all, site, |r, p| {
+        if let Some((target, saved)) = &push {
+            let rows = saved.iter().map(|&k| p[k]).collect();
+            tape_callback(r, target.clone(), rows, Vec::new(), site)?;
+        }
+        let mut outs = inline(r, body, &p[..m], "")?;
+        let one = constant(r, DType::I32, 1.0, site)?;
+        outs.push(r.add(Op::Binary(BinaryOp::Add), &[p[m], one], site.clone())?);
+        Ok(outs)
+    })?;
+    let cond2 = region(&format!("{}_count", cond.name), &all, site, |r, p| {
+        inline(r, cond, &p[..m], "")
+    })?;
+    let mut carries = inputs.to_vec();
+    carries.push(constant(g, DType::I32, 0.0, site)?);
+    crate::builder::while_loop(g, &carries, cond2, body2, site)
 }
 
 /// The cotangents of a `while`'s initial carries.
