@@ -151,9 +151,8 @@ class GradientTape:
         grads = [None] * len(src)
         if not outs or not diff:
             return grads
-        _check_static([targets[i] for i in outs])
         like = next(x._s for x in [*targets, *src] if isinstance(x, SymbolicTensor))
-        seeds = [_ones_like(targets[i]) if cts[i] is None else convert_to_tensor(cts[i], dtype=targets[i].dtype)
+        seeds = [_seed_like(targets[i]) if cts[i] is None else convert_to_tensor(cts[i], dtype=targets[i].dtype)
                  for i in outs]
         res = _native.vjp_values(
             [_core.to_sym(targets[i], like, where) for i in outs],
@@ -201,6 +200,15 @@ def _replay(records, sources, sym_sources, targets):
                 n.set_shape(o.shape)
             env[id(o)] = n
     return [env[id(t)] for t in targets]
+
+
+def _seed_like(t):
+    """Ones of ``t``'s type, also when its shape is unknown until the
+    function runs (a callback's result): ``t ** 0`` is 1 everywhere, NaN and
+    infinities included."""
+    if t.shape is not None and all(d is not None for d in t.shape):
+        return _ones_like(t)
+    return t ** convert_to_tensor(0, dtype=t.dtype)
 
 
 def _ones_like(t):
