@@ -31,8 +31,19 @@ pub struct CallbackTarget {
 /// are given here and [`bind_host_fn`] / `bind_python` refuse the target.
 pub fn callback_targets(graph: &Graph) -> Vec<CallbackTarget> {
     let mut targets: Vec<CallbackTarget> = Vec::new();
+    collect_targets(graph, graph, &mut targets);
+    targets
+}
+
+/// The targets of `graph`'s nodes and of the regions inside them (loop
+/// bodies, branches, custom gradients), in program order; `root` answers
+/// whether a target is bound.
+fn collect_targets(root: &Graph, graph: &Graph, targets: &mut Vec<CallbackTarget>) {
     for id in graph.node_ids() {
         let node = graph.node(id);
+        for r in node.op.regions() {
+            collect_targets(root, r.graph(), targets);
+        }
         let Op::Callback(c) = &node.op else {
             continue;
         };
@@ -44,11 +55,10 @@ pub fn callback_targets(graph: &Graph) -> Vec<CallbackTarget> {
                 kind: c.kind,
                 tout: node.results.iter().map(|v| graph.ty(*v).dtype).collect(),
                 nodes: vec![node.name.clone()],
-                bound: graph.binding(&c.target).is_some(),
+                bound: root.binding(&c.target).is_some() || graph.binding(&c.target).is_some(),
             });
         }
     }
-    targets
 }
 
 /// The names of `targets`, comma-separated, or "none".

@@ -487,9 +487,38 @@ impl Graph {
     pub fn refine_callback_shape(&mut self, v: ValueId, shape: crate::Shape) -> Result<()> {
         let info = &self.values[v.index()];
         let node = &self.nodes[info.node.index()];
-        if !matches!(node.op, Op::Callback(_)) {
+        let custom = if let Op::CustomVjp { body, vjp, .. } = &node.op {
+            let k = node.results.iter().position(|r| *r == v).unwrap_or(0);
+            Some((k, node.inputs.len(), body.graph().outputs()[k].value, {
+                // The gradient region reads this result (parameter
+                // operands + k) and its cotangent: only callbacks may read
+                // them, whose declared results do not depend on their
+                // operands' shapes.
+                let g = vjp.graph();
+                let params = g.params();
+                let ys = node.results.len();
+                let ct = (node.results.iter().take(k))
+                    .filter(|r| crate::autodiff::is_differentiable(self.ty(**r).dtype))
+                    .count();
+                let has_ct = crate::autodiff::is_differentiable(self.ty(v).dtype);
+                let mine = [
+                    params.get(node.inputs.len() + k),
+                    params.get(node.inputs.len() + ys + ct).filter(|_| has_ct),
+                ];
+                mine.iter().flatten().all(|p| {
+                    g.nodes()
+                        .iter()
+                        .filter(|n| n.inputs.contains(p))
+                        .all(|n| matches!(n.op, Op::Callback(_)))
+                })
+            }))
+        } else {
+            None
+        };
+        let through_custom = matches!(custom, Some((_, _, _, true)));
+        if !matches!(node.op, Op::Callback(_)) && !through_custom {
             return Err(Error::invalid(
-                "set_shape applies to callback results only; other values have inferred shapes",
+                "set_shape applies to callback results only (and to a custom gradient's result that is one); other values have inferred shapes",
             ));
         }
         if !info.ty.shape.compatible(&shape)
@@ -504,6 +533,30 @@ impl Graph {
             return Err(Error::invalid(
                 "set_shape must be called before the value is used",
             ));
+        }
+        if let Some((k, operands, inner, true)) = custom {
+            let node_id = self.values[v.index()].node;
+            let ys = self.nodes[node_id.index()].results.len();
+            let ct = (self.nodes[node_id.index()].results.iter().take(k))
+                .filter(|r| crate::autodiff::is_differentiable(self.ty(**r).dtype))
+                .count();
+            let op = &mut self.nodes[node_id.index()].op;
+            if let Op::CustomVjp { body, vjp, .. } = op {
+                body.graph_mut()
+                    .refine_callback_shape(inner, shape.clone())?;
+                let g = vjp.graph_mut();
+                let params = g.params();
+                let has_ct = crate::autodiff::is_differentiable(self.values[v.index()].ty.dtype);
+                for p in [
+                    params.get(operands + k),
+                    params.get(operands + ys + ct).filter(|_| has_ct),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    g.values[p.index()].ty.shape = shape.clone();
+                }
+            }
         }
         self.values[v.index()].ty.shape = shape;
         Ok(())

@@ -525,6 +525,49 @@ def test_gradient_of_numpy_function_without_a_gradient_is_an_error_naming_it():
         f(tl.constant(1.0))
 
 
+@pytest.mark.parametrize("jit", [False])
+def test_py_function_result_declared_then_differentiated_through_ops(jit):
+    """TF's idiom: set_shape on a py_function's result; then ops on it and
+    a tape's gradient through them, inside a function."""
+    def cube(v):
+        return v * v * v
+
+    @tl.function(jit_compile=jit)
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.py_function(cube, [x], tl.float32)
+            y.set_shape([2])
+            z = tl.reduce_sum(y * 2.0)
+        return z, t.gradient(z, x)
+
+    z, g = f(tl.constant([2.0, 3.0]))
+    close(z, 70.0)
+    close(g, [24.0, 54.0])
+
+    @tl.function
+    def h(x):
+        y = tl.py_function(cube, [x], tl.float32)
+        y.set_shape([3])  # contradicted by the call's shape: checked when it runs
+        return y
+
+    with pytest.raises(tl.errors.InvalidArgumentError, match="shape"):
+        h(tl.constant([2.0, 3.0]))
+
+    @tl.function
+    def k(x):
+        @tl.custom_gradient
+        def double(v):
+            return v * 2.0, lambda dy: dy * 2.0
+
+        y = double(x)
+        y.set_shape([2])  # not a callback's result: its shape is inferred
+        return y
+
+    with pytest.raises(tl.errors.InvalidArgumentError, match="set_shape"):
+        k(tl.constant([2.0, 3.0]))
+
+
 def test_custom_gradient_eager():
     @tl.custom_gradient
     def clip_grad(x):

@@ -124,3 +124,26 @@ def test_dask_workers_run_a_compiled_function_over_partitions():
     assert len(set(pids.values())) == 2
     np.testing.assert_allclose(got, np.sinc(x) + 0.5, rtol=1e-5)
     del dask
+
+
+def test_pickled_function_with_callbacks_inside_regions():
+    """Callbacks inside a custom gradient's regions (a py_function and its
+    gradient) are bound in the other process too."""
+
+    def cube(v):
+        return v * v * v
+
+    @tl.function
+    def g(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.py_function(cube, [x], tl.float32)
+            y.set_shape([2])
+            z = tl.reduce_sum(y * 2.0)
+        return z, t.gradient(z, x)
+
+    x = tl.constant([2.0, 3.0])
+    g(x)
+    z, d = pickle.loads(pickle.dumps(g))(x)
+    np.testing.assert_allclose(z.numpy(), 70.0)
+    np.testing.assert_allclose(d.numpy(), [24.0, 54.0])
