@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from . import _native
-from .dtypes import DType, as_dtype
+from .dtypes import as_dtype
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 

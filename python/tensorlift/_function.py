@@ -6,8 +6,6 @@ import inspect
 import pickle
 import sys
 
-import numpy as np
-
 from . import _core, _native
 from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site, to_sym
 from ._nest import flatten, pack
@@ -414,6 +412,3 @@ def function(func=None, input_signature=None, autograph=True, jit_compile=None, 
 
     return make if func is None else make(func)
 
-
-def _is_array_like(x):
-    return isinstance(x, (Tensor, np.ndarray, np.generic, int, float, bool, list, tuple))

@@ -1,8 +1,6 @@
 """Flattening nested Python structures of tensors (lists, tuples,
 namedtuples, dicts), as ``tf.nest`` does."""
 
-from ._core import Tensor
-
 class _Leaf:
     """The place of a leaf in a structure (pickles as this module's ``_LEAF``)."""
 
@@ -55,6 +53,3 @@ def pack(structure, leaves):
 
     return build(structure)
 
-
-def is_tensor_leaf(v):
-    return isinstance(v, Tensor)

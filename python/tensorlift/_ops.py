@@ -3,7 +3,6 @@ and ignored: nodes are named after their op and line)."""
 
 import numpy as np
 
-from . import _native
 from ._core import Tensor, apply, binary, convert_to_tensor
 from .dtypes import as_dtype
 
@@ -259,8 +258,3 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
     r = log(reduce_sum(exp(input_tensor - m), axis=axis, keepdims=True)) + m
     return r if keepdims else squeeze(r, axis) if axis is not None else reshape(r, [])
 
-
-def check_table():
-    """The op names these functions use are the native table's (a test
-    checks it: a name missing on either side is a bug)."""
-    return set(_native.op_names())
