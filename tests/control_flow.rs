@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use tensorlift::ir::text;
 use tensorlift::{
-    Code, DType, Error, Function, IrStage, Sym, Tensor, TensorSpec, cond, fori_loop, function,
-    switch, while_loop,
+    Code, DType, DotDims, Error, Function, IrStage, Sym, Tensor, TensorSpec, cond, fori_loop,
+    function, switch, while_loop,
 };
 
 fn both(f: impl Fn() -> Function) -> [Function; 2] {
@@ -639,6 +639,86 @@ fn loop_invariant_code_is_hoisted_out_of_the_body() {
             );
         }
     }
+}
+
+/// A batched `v·Wᵀ` by a captured `w` (b, n, k) in a loop: the body reads
+/// `w` transposed to (b, k, n) once before the loop (loop-operand-layout,
+/// then licm), with the same values as the product by `w` itself, for 0, 1
+/// and several iterations, interpreted and compiled.
+#[test]
+fn a_captured_transposed_operand_is_laid_out_once_before_the_loop() {
+    let (b, m, k, n) = (2usize, 3usize, 5usize, 5usize);
+    let make = || {
+        function(|v: Sym, w: Sym, steps: Sym| {
+            let dims = DotDims {
+                lhs_batch: vec![0],
+                rhs_batch: vec![0],
+                lhs_contract: vec![2],
+                rhs_contract: vec![2],
+            };
+            fori_loop(
+                0,
+                &steps,
+                |_, c| vec![c[0].dot_general(&w, dims.clone()) * 0.5],
+                &[v],
+            )
+        })
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[b, m, k]),
+        TensorSpec::known(DType::F32, &[b, n, k]),
+        TensorSpec::known(DType::I32, &[]),
+    ];
+    let ir = make().compiler_ir(&specs, IrStage::Optimized).unwrap();
+    let (outer, body) = ir.split_at(ir.find("graph @while_body").unwrap());
+    assert!(
+        outer.contains("transpose(") && outer.contains("{perm=[0,2,1]}"),
+        "w is transposed before the loop:\n{ir}"
+    );
+    assert!(
+        body.contains("rhs_contract=[1]") && !body.contains("transpose("),
+        "the body multiplies the transposed copy:\n{ir}"
+    );
+    let v: Vec<f32> = (0..b * m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    let w: Vec<f32> = (0..b * n * k)
+        .map(|i| (i % 5) as f32 * 0.25 - 0.5)
+        .collect();
+    for steps in [0, 1, 3] {
+        let mut want = v.clone();
+        for _ in 0..steps {
+            let mut next = vec![0f32; b * m * n];
+            for (bi, i, j) in product_indices(b, m, n) {
+                let dot: f32 = (0..k)
+                    .map(|kk| want[(bi * m + i) * k + kk] * w[(bi * n + j) * k + kk])
+                    .sum();
+                next[(bi * m + i) * n + j] = dot * 0.5;
+            }
+            want = next;
+        }
+        for f in [make(), make().jit_compile(true)] {
+            let out = f
+                .call(&[
+                    common::f32s(&v, &[b, m, k]),
+                    common::f32s(&w, &[b, n, k]),
+                    scalar_i32(steps),
+                ])
+                .unwrap();
+            common::assert_close(
+                &out[0],
+                &common::f32s(&want, &[b, m, n]),
+                1e-5,
+                1e-5,
+                &format!("{steps} steps"),
+            );
+        }
+    }
+}
+
+/// Every (batch, row, column) of a b×m×n product.
+fn product_indices(b: usize, m: usize, n: usize) -> Vec<(usize, usize, usize)> {
+    (0..b)
+        .flat_map(|bi| (0..m).flat_map(move |i| (0..n).map(move |j| (bi, i, j))))
+        .collect()
 }
 
 #[test]

@@ -513,6 +513,89 @@ pub fn licm(g: &mut Graph) -> bool {
     }
 }
 
+/// Right-operand layout in loops: inside the body of every `while`, an
+/// f32/f64 `dot_general` whose right operand is a carry the body passes
+/// through unchanged, stored with a contracted dim last after a free dim
+/// (`x·Wᵀ`, what a gradient multiplies by), reads the operand transposed
+/// to batch, contracted, free order instead. [`licm`] then computes the
+/// transposed copy once before the loop, and every iteration multiplies a
+/// row-major operand: the GEMM packs a column-major one several times
+/// slower (docs/compiler.md, "GEMM"). The product's values do not change.
+pub fn loop_operand_layout(g: &mut Graph) -> bool {
+    let mut changed = false;
+    for region in g.while_bodies_mut() {
+        if let Some(body) = relayout_body(region.graph()) {
+            *region = crate::Region::new(body);
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// The order [`loop_operand_layout`] reads a right operand of rank `rank`
+/// in, when it is not the stored one: batch, contracted, then free dims.
+fn row_major_rhs(dd: &crate::DotDims, rank: usize) -> Option<Vec<usize>> {
+    let free: Vec<usize> = (0..rank)
+        .filter(|d| !dd.rhs_batch.contains(d) && !dd.rhs_contract.contains(d))
+        .collect();
+    let last_contracted = rank
+        .checked_sub(1)
+        .is_some_and(|l| dd.rhs_contract.contains(&l));
+    if free.is_empty() || !last_contracted {
+        return None;
+    }
+    let perm: Vec<usize> = (dd.rhs_batch.iter().chain(&dd.rhs_contract).chain(&free))
+        .copied()
+        .collect();
+    (perm.iter().enumerate().any(|(i, p)| i != *p)).then_some(perm)
+}
+
+fn relayout_body(body: &Graph) -> Option<Graph> {
+    let params = body.params();
+    let passed: Vec<ValueId> = (params.iter().enumerate())
+        .filter(|(k, p)| body.outputs().get(*k).map(|o| o.value) == Some(**p))
+        .map(|(_, p)| *p)
+        .collect();
+    let wanted = |n: &Node| {
+        let Op::DotGeneral(dd) = &n.op else {
+            return None;
+        };
+        let float = matches!(
+            body.ty(n.results[0]).dtype,
+            crate::DType::F32 | crate::DType::F64
+        );
+        (float && passed.contains(&n.inputs[1]))
+            .then(|| body.ty(n.inputs[1]).shape.rank())
+            .flatten()
+            .and_then(|r| row_major_rhs(dd, r))
+    };
+    if !body.nodes().iter().any(|n| wanted(n).is_some()) {
+        return None;
+    }
+    body.rewrite(|bg, node, inputs| {
+        let (Some(perm), Op::DotGeneral(dd)) = (wanted(node), &node.op) else {
+            return Ok(None);
+        };
+        let rhs = crate::builder::transpose(bg, inputs[1], &perm, &node.site)?;
+        let (nb, nc) = (dd.rhs_batch.len(), dd.rhs_contract.len());
+        let dims = crate::DotDims {
+            rhs_batch: (0..nb).collect(),
+            rhs_contract: (nb..nb + nc).collect(),
+            ..dd.clone()
+        };
+        let id = bg.add_node(NewNode {
+            op: Op::DotGeneral(dims),
+            inputs: vec![inputs[0], rhs],
+            name: Some(node.name.clone()),
+            site: node.site.clone(),
+            effect: node.effect,
+            result_types: None,
+        })?;
+        Ok(Some(bg.node(id).results.clone()))
+    })
+    .ok()
+}
+
 /// The values of `body` to hoist: invariant, used by a node that is not
 /// (or returned), and computed by a cone holding an op worth hoisting.
 fn invariant_frontier(body: &Graph) -> Vec<ValueId> {
@@ -524,9 +607,20 @@ fn invariant_frontier(body: &Graph) -> Vec<ValueId> {
             invariant[p.index()] = true;
         }
     }
+    // A transposed copy a product reads is worth a buffer: the layout the
+    // GEMM wants ([`loop_operand_layout`]).
+    let mut read_by_dot = vec![false; body.num_values()];
+    for n in body.nodes() {
+        if let Op::DotGeneral(_) = n.op {
+            for v in &n.inputs {
+                read_by_dot[v.index()] = true;
+            }
+        }
+    }
     for id in body.node_ids() {
         let n = body.node(id);
         let Some(w) = hoistable(&n.op) else { continue };
+        let w = w || matches!(n.op, Op::Transpose(_)) && read_by_dot[n.results[0].index()];
         if n.effect != Effect::Pure || n.results.len() != 1 {
             continue;
         }
@@ -666,6 +760,10 @@ pub fn standard_passes(eval: &dyn ConstEval) -> Vec<Pass<'_>> {
         Pass {
             name: "regions",
             run: Box::new(move |g| optimize_regions(g, eval)),
+        },
+        Pass {
+            name: "loop-operand-layout",
+            run: Box::new(loop_operand_layout),
         },
         Pass {
             name: "licm",
