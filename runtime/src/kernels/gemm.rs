@@ -276,9 +276,11 @@ pub unsafe fn gemm<T: GemmFloat>(
 
 /// The right operand of `d` (contracted dim contiguous: element `(b, k,
 /// j)` at `rhs + b·rb + k + j·rn`) copied row-major, `(b, k, n)`, in
-/// blocks of 16×16 so that both the reads and the writes stay within a
-/// few cache lines; split over the pool by ranges of `k` when `threads`
-/// and the copy is large.
+/// blocks of 16×16 (a cache line of each of 16 rows on both sides), 16
+/// source rows at a time read from start to end (a weight matrix that the
+/// products before evicted streams in; reading block columns instead was
+/// no faster); split over the pool by ranges of `k` when `threads` and the
+/// copy is large.
 fn row_major_copy<T: GemmFloat>(
     d: &GemmDims,
     rhs: *const T,
@@ -303,8 +305,8 @@ fn row_major_copy<T: GemmFloat>(
     let rows = move |part: std::ops::Range<usize>| {
         let dst = dst;
         for bi in 0..b {
-            for k0 in part.clone().step_by(BLOCK) {
-                for j0 in (0..n).step_by(BLOCK) {
+            for j0 in (0..n).step_by(BLOCK) {
+                for k0 in part.clone().step_by(BLOCK) {
                     for j in j0..(j0 + BLOCK).min(n) {
                         for kk in k0..(k0 + BLOCK).min(part.end) {
                             // SAFETY: (bi, kk, j) lies inside the operand the
