@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     AbiParam, Function, InstBuilder, StackSlotData, StackSlotKind, UserFuncName, types,
@@ -12,7 +13,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{FuncId, Linkage, Module};
+use cranelift_module::{FuncId, Linkage, Module, ModuleReloc};
 use tensorlift_ir::{DType, Error, Result};
 
 use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId, SlotKind, Step};
@@ -195,6 +196,8 @@ pub(crate) fn generate(
     };
     let mut fctx = FunctionBuilderContext::new();
     let mut kernel_ids = HashMap::new();
+    // Functions built but not compiled yet: compiled together at the end.
+    let mut pending: Vec<(FuncId, String, cranelift_codegen::Context)> = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if let Step::Kernel(k) = step
             && (!inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i)))
@@ -229,9 +232,7 @@ pub(crate) fn generate(
                     )),
                 }
             }
-            module
-                .define_function(id, &mut ctx)
-                .map_err(|e| cg_err(format!("kernel '{}': {e:?}", k.name)))?;
+            pending.push((id, format!("kernel '{}'", k.name), ctx));
             kernel_ids.insert(i, id);
         }
     }
@@ -474,9 +475,8 @@ pub(crate) fn generate(
         .map_err(cg_err)?;
     let mut ctx = module.make_context();
     ctx.func = func;
-    module
-        .define_function(main_id, &mut ctx)
-        .map_err(|e| cg_err(format!("main: {e:?}")))?;
+    pending.push((main_id, "main".into(), ctx));
+    define_all(&mut module, pending, opts)?;
     module.finalize_definitions().map_err(cg_err)?;
     let entry = module.get_finalized_function(main_id);
     Ok(Generated {
@@ -484,6 +484,49 @@ pub(crate) fn generate(
         entry,
         clif,
     })
+}
+
+/// A compiled function: its id, alignment, code and relocations.
+type MachineCode = (FuncId, u64, Vec<u8>, Vec<ModuleReloc>);
+
+/// Compiles every function of `pending` to machine code and defines it in
+/// `module`. Cranelift compiles one function per context with no shared
+/// state, so with `opts.threads` the functions compile on the rayon pool
+/// (wasmtime compiles a module's functions the same way); the definitions,
+/// which link into the module, follow in order on this thread. The code is
+/// the same either way.
+fn define_all(
+    module: &mut JITModule,
+    mut pending: Vec<(FuncId, String, cranelift_codegen::Context)>,
+    opts: &JitOptions,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let isa = module.isa();
+    let align_min = (isa.function_alignment().minimum as u64).max(isa.symbol_alignment());
+    let compile = |(id, what, ctx): &mut (FuncId, String, cranelift_codegen::Context)| {
+        ctx.compile(isa, &mut ControlPlane::default())
+            .map_err(|e| cg_err(format!("{what}: {:?}", e.inner)))?;
+        let code = (ctx.compiled_code())
+            .ok_or_else(|| Error::internal(format!("{what}: no compiled code")))?;
+        let align = u64::from(code.buffer.alignment).max(align_min);
+        let bytes = code.code_buffer().to_vec();
+        let relocs: Vec<ModuleReloc> = (code.buffer.relocs().iter())
+            .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, *id))
+            .collect();
+        Ok((*id, align, bytes, relocs))
+    };
+    let compiled: Vec<Result<MachineCode>> = if opts.threads && pending.len() > 1 {
+        pending.par_iter_mut().map(compile).collect()
+    } else {
+        pending.iter_mut().map(compile).collect()
+    };
+    for c in compiled {
+        let (id, align, bytes, relocs) = c?;
+        module
+            .define_function_bytes(id, align, &bytes, &relocs)
+            .map_err(cg_err)?;
+    }
+    Ok(())
 }
 
 /// The runtime functions a module imports.
