@@ -210,6 +210,76 @@ fn one_compiled_function_from_eight_threads() {
     }
 }
 
+/// A call with several parallel sections (two GEMMs split over the pool)
+/// keeps the pool's other workers spinning through the call; called from
+/// ordinary threads and from inside the pool's own workers (where nothing
+/// spins: a worker waiting in a scope could run its own spinning job and
+/// never end it — a race this test rarely loses even without that rule),
+/// every call finishes with the right values. Without the spinning the
+/// dump has no such line (seen failing).
+#[test]
+fn calls_with_parallel_sections_from_threads_and_from_the_pool() {
+    let n = 256;
+    let f = function(|a: Sym, b: Sym| a.matmul(&b).tanh().matmul(&b)).jit_compile(true);
+    let spec = [
+        TensorSpec::known(DType::F32, &[n, n]),
+        TensorSpec::known(DType::F32, &[n, n]),
+    ];
+    let c = Arc::new(f.compile(&spec).unwrap());
+    let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
+    if std::thread::available_parallelism().is_ok_and(|p| p.get() >= 2)
+        && std::env::var_os("RAYON_NUM_THREADS").is_none()
+    {
+        assert!(
+            fused.contains("parallel sections: the pool's other workers spin"),
+            "two split GEMMs should keep the pool awake:\n{fused}"
+        );
+    }
+    // a = I/2, so the result is tanh(b/2)·b.
+    let a: Vec<f32> = (0..n * n)
+        .map(|i| if i / n == i % n { 0.5 } else { 0.0 })
+        .collect();
+    let b: Vec<f32> = (0..n * n)
+        .map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5)
+        .collect();
+    let want: Vec<f32> = (0..n * n)
+        .map(|i| {
+            let (r, col) = (i / n, i % n);
+            (0..n)
+                .map(|k| (b[r * n + k] * 0.5).tanh() * b[k * n + col])
+                .sum()
+        })
+        .collect();
+    let inputs = [common::f32s(&a, &[n, n]), common::f32s(&b, &[n, n])];
+    let check = |out: &[Tensor]| {
+        for (g, w) in common::to_vec::<f32>(&out[0]).iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+        }
+    };
+    check(&c.call(&inputs).unwrap());
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (c, inputs) = (c.clone(), inputs.clone());
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    c.call(&inputs).unwrap();
+                }
+            })
+        })
+        .collect();
+    use rayon::prelude::*;
+    let from_pool: Vec<Vec<Tensor>> = (0..16)
+        .into_par_iter()
+        .map(|_| c.call(&inputs).unwrap())
+        .collect();
+    for out in &from_pool {
+        check(out);
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 #[test]
 fn strings_pass_through_compiled_code() {
     let f = function(|s: Sym, x: Sym| (s, x.neg())).jit_compile(true);

@@ -38,6 +38,8 @@ pub struct Executable {
     consts: Vec<Option<Tensor>>,
     clif: crate::codegen::Clif,
     options: JitOptions,
+    /// Steps that split over the pool per call (see `parallel::KeepAwake`).
+    sections: usize,
     /// `NotFound` naming every callback with no callable bound: returned by
     /// every run before anything runs.
     unbound: Option<Error>,
@@ -143,6 +145,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
         })
         .collect::<Result<Vec<_>>>()?;
     let unbound = interp::check_bindings(&table.plan.graph).err();
+    let sections = crate::parallel::sections(&table.plan, options);
     let exe = Executable {
         module: ModuleHolder(Some(generated.module)),
         entry,
@@ -150,6 +153,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
         consts,
         clif: generated.clif,
         options: *options,
+        sections,
         unbound,
     };
     if let Some(dir) = std::env::var_os("TENSORLIFT_DUMP_TO") {
@@ -279,12 +283,14 @@ impl Executable {
                 ctx.strings[i] = Some(inputs[*k].clone());
             }
         }
+        let awake = crate::parallel::KeepAwake::start(self.sections);
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.
         // (A callback step may redirect a slot's pointer to the tensor it
         // returned, hence the mutable table.)
         let status = unsafe { (self.entry)(bufs.as_mut_ptr().cast_const(), &mut ctx) };
+        drop(awake);
         if status != 0 {
             return Err(ctx.error.take().unwrap_or_else(|| {
                 Error::internal(format!("compiled code failed with status {status}"))

@@ -6,6 +6,9 @@
 //! with its reason ([`record`]), so a dump says which kernels a call
 //! splits and into how many ranges.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::codegen::{self, JitOptions};
 use crate::fusion::{self, Gemm, Kernel, Plan, RowGroup, Step};
 use crate::rt;
@@ -87,6 +90,90 @@ fn decide(work: usize, rows: usize) -> Split {
     }
 }
 
+/// The parallel sections of a call of `plan`: the kernel steps, row groups
+/// and GEMMs that split over the pool, one inside a loop counted twice (it
+/// runs once per iteration).
+pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
+    let threads = rayon::current_num_threads();
+    // Steps between a label and a jump back to it.
+    let looped = |i: usize| {
+        plan.steps[..=i].iter().any(|s| {
+            let Step::Label(l) = s else { return false };
+            plan.steps[i..]
+                .iter()
+                .any(|t| matches!(t, Step::Jump(j) if j == l))
+        })
+    };
+    let mut n = 0;
+    for (i, step) in plan.steps.iter().enumerate() {
+        let split = if let Some(g) = plan.groups.iter().find(|g| g.start == i) {
+            matches!(group_split(plan, g, opts), Split::Ranges(_))
+        } else if plan.groups.iter().any(|g| g.start < i && i < g.end) {
+            false
+        } else {
+            match step {
+                Step::Kernel(k) => matches!(kernel_split(k, opts), Split::Ranges(_)),
+                Step::Gemm(g) => {
+                    opts.threads && !matches!(g.dims().split(threads), GemmSplit::One(_))
+                }
+                Step::Runtime { .. }
+                | Step::Copy { .. }
+                | Step::Label(_)
+                | Step::Jump(_)
+                | Step::BranchUnless { .. }
+                | Step::Switch { .. } => false,
+            }
+        };
+        if split {
+            n += if looped(i) { 2 } else { 1 };
+        }
+    }
+    n
+}
+
+/// Keeps the pool's other workers awake for the length of one call: a call
+/// with several parallel sections (an MLP gradient has seven: five GEMMs, a
+/// row group, a copy) runs one-thread kernels between them, long enough
+/// for rayon's idle workers to go to sleep and be woken for the next
+/// section — 80 context switches per call, whose cost made one call 3.7 ms
+/// and the next 6 ms. While the guard lives, a job per other worker spins
+/// in `rayon::yield_now`, which runs the call's parts as soon as they are
+/// spawned (Eigen's pool spins between XLA's parallel ops the same way).
+/// Nothing is spawned for a call from inside the pool (a worker waiting in
+/// a scope could pick up its own spinning job and never return to end it)
+/// or with one thread.
+pub(crate) struct KeepAwake(Option<Arc<AtomicBool>>);
+
+impl KeepAwake {
+    /// Starts the spinning jobs when `sections` ≥ 2.
+    pub(crate) fn start(sections: usize) -> Self {
+        let threads = rayon::current_num_threads();
+        if sections < 2 || threads < 2 || rayon::current_thread_index().is_some() {
+            return KeepAwake(None);
+        }
+        let on = Arc::new(AtomicBool::new(true));
+        for _ in 1..threads {
+            let on = Arc::clone(&on);
+            rayon::spawn(move || {
+                while on.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        KeepAwake(Some(on))
+    }
+}
+
+impl Drop for KeepAwake {
+    fn drop(&mut self) {
+        if let Some(on) = &self.0 {
+            on.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// Appends one `threads:` decision per kernel step and row group to the
 /// plan's decisions (the fused-plan dump prints them).
 pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
@@ -109,6 +196,12 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
         if let Step::Gemm(g) = step {
             g.threads = opts.threads;
         }
+    }
+    let n = sections(plan, opts);
+    if n >= 2 {
+        lines.push(format!(
+            "threads: {n} parallel sections: the pool's other workers spin through the call"
+        ));
     }
     plan.decisions.extend(lines);
 }
