@@ -462,38 +462,11 @@ impl Graph {
 
     /// The body of every `while` in this graph (not in its regions).
     pub fn while_bodies_mut(&mut self) -> impl Iterator<Item = &mut crate::Region> {
-        self.nodes.iter_mut().filter_map(|n| match &mut n.op {
-            Op::While { body, .. } => Some(body),
-            Op::Parameter { .. }
-            | Op::Constant(_)
-            | Op::Iota { .. }
-            | Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Compare(_)
-            | Op::Select
-            | Op::Clamp
-            | Op::Convert(_)
-            | Op::BroadcastInDim { .. }
-            | Op::Reshape(_)
-            | Op::Transpose(_)
-            | Op::Slice { .. }
-            | Op::Concatenate { .. }
-            | Op::Pad { .. }
-            | Op::Reverse(_)
-            | Op::Reduce { .. }
-            | Op::ArgMax { .. }
-            | Op::ArgMin { .. }
-            | Op::DotGeneral(_)
-            | Op::Take { .. }
-            | Op::DynamicSlice { .. }
-            | Op::DynamicUpdateSlice
-            | Op::Scatter { .. }
-            | Op::BitcastConvert(_)
-            | Op::Callback(_)
-            | Op::Dynamic(_)
-            | Op::Case { .. }
-            | Op::StopGradient
-            | Op::CustomVjp { .. } => None,
+        self.nodes.iter_mut().filter_map(|n| {
+            let Op::While { body, .. } = &mut n.op else {
+                return None;
+            };
+            Some(body)
         })
     }
 
