@@ -553,9 +553,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     }
 
     /// `op(x, y)` of dtype `d`; in `Mode::Vector`, no vector form for
-    /// shifts, integer division and `rem`, `rem`, `pow` but the inline
-    /// approximations, and integer `*`, `max`, `min` on lanes without the
-    /// instruction.
+    /// shifts, integer division and `rem` but on i32 lanes, float `rem`,
+    /// `pow` but the inline approximations, and integer `*`, `max`, `min`
+    /// on lanes without the instruction.
     pub(super) fn binary(&mut self, op: BinaryOp, x: V, y: V, d: DType, mode: Mode) -> Lowered<V> {
         if let (V::C(a, b), V::C(c, e)) = (x, y) {
             return Ok(self.complex_binary(op, a, b, c, e, d)?);
@@ -605,6 +605,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 if !f =>
             {
                 self.shift(op, x, y, ty)
+            }
+            BinaryOp::Div | BinaryOp::Rem if s && ty == types::I32X4 => {
+                self.int_divrem_i32x4(op == BinaryOp::Div, x, y)
             }
             // Selects on the divisor and a divide per element: scalar code.
             BinaryOp::Div | BinaryOp::Rem if !f && vector => return Err(LowerError::NoVectorForm),
@@ -724,6 +727,64 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let r = self.b.ins().urem(x, safe);
                 self.b.ins().select(zero, x, r)
             }
+        }
+    }
+
+    /// [`Self::int_divrem`] on four i32 lanes: x86 has no vector integer
+    /// division, so each half of the lanes is divided in f64 (`cvtdq2pd`
+    /// from `fcvt_from_sint(swiden_low)`, `divpd`, `cvttpd2dq` from
+    /// `snarrow(fcvt_to_sint_sat, 0)`: the patterns Cranelift lowers wasm's
+    /// conversions with) and the halves joined. Exact: both operands
+    /// are integers below 2^31 in magnitude, so a quotient that is not an
+    /// integer lies at least 1/|x| ≥ 2^-31 (relatively) from the nearest
+    /// integer, far more than f64's rounding (2^-53), and truncating the
+    /// rounded quotient gives the integer one. The divisors 0 and -1 take
+    /// the scalar code's selects (the remainder is `x - q·y`).
+    fn int_divrem_i32x4(&mut self, div: bool, x: Value, y: Value) -> Value {
+        let ty = types::I32X4;
+        let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        let z = self.splat_i(ty, 0);
+        let zero = self.b.ins().icmp(IntCC::Equal, y, z);
+        let minus1 = self.splat_i(ty, -1);
+        let m1 = self.b.ins().icmp(IntCC::Equal, y, minus1);
+        let special = self.b.ins().bor(zero, m1);
+        let one = self.splat_i(ty, 1);
+        let safe = self.sel(special, one, y, ty);
+        let high_first: [u8; 16] = std::array::from_fn(|i| 8 + (i % 8) as u8);
+        let high_first = self.b.func.dfg.immediates.push(high_first.to_vec().into());
+        let mut halves = [x, safe].map(|v| {
+            let w = self.b.ins().swiden_low(v);
+            let lo = self.b.ins().fcvt_from_sint(types::F64X2, w);
+            let bytes = self.b.ins().bitcast(types::I8X16, flags, v);
+            let swapped = self.b.ins().shuffle(bytes, bytes, high_first);
+            let swapped = self.b.ins().bitcast(ty, flags, swapped);
+            let w = self.b.ins().swiden_low(swapped);
+            (lo, self.b.ins().fcvt_from_sint(types::F64X2, w))
+        });
+        let [(xl, xh), (yl, yh)] = &mut halves;
+        let zero64 = self.b.func.dfg.constants.insert(vec![0u8; 16].into());
+        let trunc = |s: &mut Self, a: Value, b: Value| {
+            let q = s.b.ins().fdiv(a, b);
+            let q = s.b.ins().fcvt_to_sint_sat(types::I64X2, q);
+            let zeros = s.b.ins().vconst(types::I64X2, zero64);
+            let q = s.b.ins().snarrow(q, zeros);
+            s.b.ins().bitcast(types::I8X16, flags, q)
+        };
+        let ql = trunc(self, *xl, *yl);
+        let qh = trunc(self, *xh, *yh);
+        let join: [u8; 16] = std::array::from_fn(|i| if i < 8 { i as u8 } else { 8 + i as u8 });
+        let join = self.b.func.dfg.immediates.push(join.to_vec().into());
+        let q = self.b.ins().shuffle(ql, qh, join);
+        let q = self.b.ins().bitcast(ty, flags, q);
+        if div {
+            let nx = self.b.ins().ineg(x);
+            let q = self.sel(m1, nx, q, ty);
+            self.sel(zero, minus1, q, ty)
+        } else {
+            let qy = self.b.ins().imul(q, safe);
+            let r = self.b.ins().isub(x, qy);
+            let r = self.sel(m1, z, r, ty);
+            self.sel(zero, x, r, ty)
         }
     }
 
