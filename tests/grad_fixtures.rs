@@ -92,6 +92,8 @@ const DIFFERENTIABLE: &[&str] = &[
     "dynamic_update_slice",
     "scatter/add",
     "scatter/set",
+    "scatter/max",
+    "scatter/min",
     // control flow
     "while",
     "case",

@@ -187,7 +187,7 @@ pub(super) fn vjp(
         }
         Op::Scatter { axis, combiner } => {
             let Some(g) = g0 else { return Ok(none) };
-            b.scatter(id, *axis, *combiner, g, x, needs)?
+            b.scatter(*axis, *combiner, g, x, y[0], needs)?
         }
         Op::Callback(c) => {
             let what = match c.kind {
@@ -817,16 +817,48 @@ impl B<'_, '_> {
         Ok(out)
     }
 
+    /// The scatter's VJP. Add passes `g` through; set gives the overwritten
+    /// elements nothing; min and max give `g[i]` to the operand element and
+    /// the updates that equal the result at `i`, split equally among them
+    /// when they tie (JAX's convention for scatter_min/max). Updates at
+    /// indices out of range get nothing.
     fn scatter(
         &mut self,
-        id: NodeId,
         axis: usize,
         combiner: Combiner,
         g: ValueId,
         x: &[ValueId],
+        y: ValueId,
         needs: &[bool],
     ) -> Result<Vec<Option<ValueId>>> {
         let (op, idx, upd) = (x[0], x[1], x[2]);
+        // The indices clamped into range, and which were in range (of the
+        // indices' shape, broadcast to the updates').
+        let n = self.dims(op)?[axis];
+        let it = self.ty(idx);
+        let ud = self.dims(upd)?;
+        let lo = self.ad.scalar(it.dtype, 0.0, self.site)?;
+        let hi = self
+            .ad
+            .scalar(it.dtype, n.saturating_sub(1) as f64, self.site)?;
+        let clamped = self.add(Op::Clamp, &[idx, lo, hi])?;
+        let inside = self.cmp(CmpOp::Eq, clamped, idx)?;
+        let id_rank = static_dims(&it)?.len();
+        let inside = self.add(
+            Op::BroadcastInDim {
+                shape: Shape::known(&ud),
+                dims: (axis..axis + id_rank).collect(),
+            },
+            &[inside],
+        )?;
+        // `v` at each update's index (zeros where there is no element).
+        let at_updates = |b: &mut Self, v: ValueId| -> Result<ValueId> {
+            if n == 0 {
+                let t = b.ty(upd);
+                return zeros(&mut b.ad.g, &t, b.site);
+            }
+            b.add(Op::Take { axis }, &[v, clamped])
+        };
         let gx = match combiner {
             Combiner::Add => g,
             Combiner::Set => {
@@ -842,44 +874,39 @@ impl B<'_, '_> {
                 )?
             }
             Combiner::Min | Combiner::Max => {
-                return Err(self.ad.fail(
-                    id,
-                    format!(
-                        "scatter with the {} combiner has no gradient rule yet (add and set have)",
-                        combiner.name()
-                    ),
-                ));
+                let (one, zero) = (self.c(g, 1.0)?, self.c(g, 0.0)?);
+                // Updates that won (equal the result where they landed).
+                let y_at = at_updates(self, y)?;
+                let won = self.cmp(CmpOp::Eq, upd, y_at)?;
+                let won = self.add(Op::Binary(BinaryOp::And), &[won, inside])?;
+                let won = self.select(won, one, zero)?;
+                let kept = self.cmp(CmpOp::Eq, op, y)?;
+                let kept = self.select(kept, one, zero)?;
+                let t = self.ty(op);
+                let z = zeros(&mut self.ad.g, &t, self.site)?;
+                let scatter_add = Op::Scatter {
+                    axis,
+                    combiner: Combiner::Add,
+                };
+                let winners = self.add(scatter_add, &[z, idx, won])?;
+                let count = self.bin(BinaryOp::Add, winners, kept)?;
+                let share = self.bin(BinaryOp::Div, g, count)?;
+                let gx = self.mul(share, kept)?;
+                let gu = if needs[2] {
+                    let s = at_updates(self, share)?;
+                    Some(self.mul(s, won)?)
+                } else {
+                    None
+                };
+                return Ok(vec![needs[0].then_some(gx), None, gu]);
             }
         };
         let gu = if needs[2] {
             // take(g) at the indices in range; updates skipped by the
             // scatter (indices out of range) get nothing.
-            let n = self.dims(op)?[axis];
-            let it = self.ty(idx);
-            let ud = self.dims(upd)?;
-            let lo = self.ad.scalar(it.dtype, 0.0, self.site)?;
-            let hi = self
-                .ad
-                .scalar(it.dtype, n.saturating_sub(1) as f64, self.site)?;
-            let clamped = self.add(Op::Clamp, &[idx, lo, hi])?;
-            let inside = self.cmp(CmpOp::Eq, clamped, idx)?;
-            let taken = if n == 0 {
-                let t = self.ty(upd);
-                zeros(&mut self.ad.g, &t, self.site)?
-            } else {
-                self.add(Op::Take { axis }, &[g, clamped])?
-            };
-            // `inside` has the indices' shape: broadcast it to the updates'.
-            let id_rank = static_dims(&it)?.len();
-            let mask = self.add(
-                Op::BroadcastInDim {
-                    shape: Shape::known(&ud),
-                    dims: (axis..axis + id_rank).collect(),
-                },
-                &[inside],
-            )?;
+            let taken = at_updates(self, g)?;
             let zero = self.c(g, 0.0)?;
-            Some(self.select(mask, taken, zero)?)
+            Some(self.select(inside, taken, zero)?)
         } else {
             None
         };
