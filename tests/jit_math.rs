@@ -503,3 +503,90 @@ fn i32_division_and_remainder_are_exact_on_vectors() {
     assert_eq!((q[10], r[10]), (-1, 5), "5 / 0");
     assert_eq!((q[5], r[5]), (-3, -1), "-7 / 2 truncates");
 }
+
+/// i32 division and remainder by constants take a multiply by the f64
+/// reciprocal with a correction (`int_divrem_i32x4_by`): exact against
+/// the interpreter for divisors of every size and sign, for exact
+/// multiples (where the product can fall just short), the extremes and
+/// random numerators, in a length with a scalar tail.
+#[test]
+fn i32_division_by_constants_is_exact_on_vectors() {
+    let mut s = 0x2545_F491u32;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        s as i32
+    };
+    for d in [
+        2,
+        3,
+        -3,
+        5,
+        7,
+        10,
+        11,
+        -11,
+        // x·fl(1/49) falls just short of k for about half the multiples
+        // k·49 (9799951 = 199999·49 truncates to 199998 uncorrected).
+        49,
+        -49,
+        1000,
+        65536,
+        46341,
+        1_000_000_007,
+        i32::MAX,
+        -i32::MAX,
+        1,
+        0,
+        -1,
+        i32::MIN,
+    ] {
+        let mut xs = vec![i32::MIN, i32::MIN + 1, i32::MAX, -1, 0, 1];
+        // Exact multiples of d, near the ends of the range too.
+        for k in [1i64, 2, 3, 7, 1000, -1, -2, -1000] {
+            for base in [
+                0i64,
+                i64::from(i32::MAX / d.max(1)),
+                i64::from(i32::MIN / d.max(1)),
+            ] {
+                let v = (base + k) * i64::from(d);
+                if let Ok(v) = i32::try_from(v) {
+                    xs.push(v);
+                }
+            }
+        }
+        for _ in 0..20_000 {
+            xs.push(next());
+        }
+        // Consecutive multiples of d, where an uncorrected quotient is
+        // one short for some divisors.
+        xs.extend((1..2000).map(|k| k * d.clamp(-1_000_000, 1_000_000)));
+        if xs.len() % 4 == 0 {
+            xs.push(12345);
+        }
+        let n = xs.len();
+        let x = Tensor::from(ndarray::Array1::from(xs.clone()).into_dyn());
+        let f = move |a: Sym| {
+            let c = a
+                .graph()
+                .constant(&Tensor::from(ndarray::arr0(d).into_dyn()));
+            let c = c.broadcast_to(&[n]);
+            (&a / &c, &a % &c)
+        };
+        let want = function(f).call(std::slice::from_ref(&x)).unwrap();
+        let got = function(f)
+            .jit_compile(true)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        for (k, what) in ["quotient", "remainder"].iter().enumerate() {
+            let (w, g) = (
+                common::to_vec::<i32>(&want[k]),
+                common::to_vec::<i32>(&got[k]),
+            );
+            for t in 0..n {
+                assert_eq!(g[t], w[t], "{what} of {} by {d}", xs[t]);
+            }
+        }
+    }
+}

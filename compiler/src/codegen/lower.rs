@@ -742,6 +742,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// the scalar code's selects (the remainder is `x - q·y`).
     fn int_divrem_i32x4(&mut self, div: bool, x: Value, y: Value) -> Value {
         let ty = types::I32X4;
+        if let Some(d) = self.splat_constant(y)
+            && d != 0
+            && d != -1
+            && d != i64::from(i32::MIN)
+        {
+            return self.int_divrem_i32x4_by(div, x, d);
+        }
         let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
         let z = self.splat_i(ty, 0);
         let zero = self.b.ins().icmp(IntCC::Equal, y, z);
@@ -785,6 +792,83 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let r = self.b.ins().isub(x, qy);
             let r = self.sel(m1, z, r, ty);
             self.sel(zero, x, r, ty)
+        }
+    }
+
+    /// The integer a vector is a splat of, when it is one of a constant.
+    fn splat_constant(&self, v: Value) -> Option<i64> {
+        use cranelift_codegen::ir::{InstructionData, Opcode, ValueDef};
+        let dfg = &self.b.func.dfg;
+        let ValueDef::Result(inst, 0) = dfg.value_def(v) else {
+            return None;
+        };
+        let InstructionData::Unary {
+            opcode: Opcode::Splat,
+            arg,
+        } = dfg.insts[inst]
+        else {
+            return None;
+        };
+        let ValueDef::Result(c, 0) = dfg.value_def(arg) else {
+            return None;
+        };
+        let InstructionData::UnaryImm {
+            opcode: Opcode::Iconst,
+            imm,
+        } = dfg.insts[c]
+        else {
+            return None;
+        };
+        // The lane's bits, sign-extended from 32.
+        Some(i64::from(imm.bits() as i32))
+    }
+
+    /// [`Self::int_divrem_i32x4`] by a constant `d` (not 0, -1 or i32::MIN):
+    /// a multiply by the f64 reciprocal instead of a divide. `x·fl(1/d)` is
+    /// within 2^-52 (relatively) of `x/d`, so its truncation is the exact
+    /// quotient whenever that is not an integer (at least 2^-31 away from
+    /// one, as above); when it is an integer `n` the product may fall just
+    /// short and truncate one toward zero, leaving a remainder of exactly
+    /// `±d`, which the correction turns into `n` and 0.
+    fn int_divrem_i32x4_by(&mut self, div: bool, x: Value, d: i64) -> Value {
+        let ty = types::I32X4;
+        let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        let high_first: [u8; 16] = std::array::from_fn(|i| 8 + (i % 8) as u8);
+        let high_first = self.b.func.dfg.immediates.push(high_first.to_vec().into());
+        let zero64 = self.b.func.dfg.constants.insert(vec![0u8; 16].into());
+        let r = self.fconst(types::F64, 1.0 / d as f64);
+        let r = self.b.ins().splat(types::F64X2, r);
+        let bytes = self.b.ins().bitcast(types::I8X16, flags, x);
+        let swapped = self.b.ins().shuffle(bytes, bytes, high_first);
+        let high = self.b.ins().bitcast(ty, flags, swapped);
+        let halves = [x, high].map(|v| {
+            let w = self.b.ins().swiden_low(v);
+            let f = self.b.ins().fcvt_from_sint(types::F64X2, w);
+            let q = self.b.ins().fmul(f, r);
+            let q = self.b.ins().fcvt_to_sint_sat(types::I64X2, q);
+            let zeros = self.b.ins().vconst(types::I64X2, zero64);
+            let q = self.b.ins().snarrow(q, zeros);
+            self.b.ins().bitcast(types::I8X16, flags, q)
+        });
+        let join: [u8; 16] = std::array::from_fn(|i| if i < 8 { i as u8 } else { 8 + i as u8 });
+        let join = self.b.func.dfg.immediates.push(join.to_vec().into());
+        let q = self.b.ins().shuffle(halves[0], halves[1], join);
+        let q = self.b.ins().bitcast(ty, flags, q);
+        let dv = self.splat_i(ty, d);
+        let qd = self.b.ins().imul(q, dv);
+        let rem = self.b.ins().isub(x, qd);
+        let neg_d = self.splat_i(ty, -d);
+        // Masks: all ones where the remainder came out as d (the quotient
+        // is one short) or -d (one over).
+        let short = self.b.ins().icmp(IntCC::Equal, rem, dv);
+        let over = self.b.ins().icmp(IntCC::Equal, rem, neg_d);
+        if div {
+            let q = self.b.ins().isub(q, short);
+            self.b.ins().iadd(q, over)
+        } else {
+            let off = self.b.ins().bor(short, over);
+            let z = self.splat_i(ty, 0);
+            self.sel(off, z, rem, ty)
         }
     }
 
