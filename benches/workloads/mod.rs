@@ -8,6 +8,8 @@
 
 use tensorlift::{Sym, Tensor, fori_loop};
 
+pub mod suite;
+
 /// `n` values spread over about [-3, 3], deterministic per `seed`.
 pub fn data(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
