@@ -375,6 +375,86 @@ fn multithreaded_kernels_are_deterministic() {
     );
 }
 
+/// Bytes that make every bit pattern of every element type likely
+/// (NaNs with payloads, subnormals, negative zeros).
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (s >> 56) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn transposes_in_tiles_copy_every_bit() {
+    // Transposed reads run in 16×16 tiles, copies of 4- and 8-byte
+    // elements through vector registers 4×4 or 2×2 at a time; other
+    // widths, fused arithmetic and shapes that do not split into whole
+    // tiles take the scalar loops. Each must move every bit where the
+    // interpreter does, threaded (the 1024×2048 copies split over cores)
+    // or not.
+    let cases: &[(DType, &[usize], &[usize])] = &[
+        (DType::F32, &[32, 48], &[1, 0]),
+        (DType::F32, &[1024, 2048], &[1, 0]),
+        (DType::F64, &[64, 32], &[1, 0]),
+        (DType::F64, &[1024, 2048], &[1, 0]),
+        (DType::I32, &[3, 48, 64], &[0, 2, 1]),
+        (DType::U32, &[32, 3, 48], &[2, 1, 0]),
+        (DType::I64, &[2, 32, 2, 16], &[3, 1, 0, 2]),
+        (DType::U8, &[64, 48], &[1, 0]),
+        (DType::F16, &[32, 64], &[1, 0]),
+        (DType::C64, &[32, 64], &[1, 0]),
+        (DType::C128, &[32, 32], &[1, 0]),
+        (DType::F32, &[20, 30], &[1, 0]),
+        (DType::F32, &[48, 40], &[1, 0]),
+    ];
+    for (i, &(dtype, dims, perm)) in cases.iter().enumerate() {
+        let n: usize = dims.iter().product();
+        let x = Tensor::from_bytes(dtype, dims, &noise(n * dtype.size(), i as u64)).unwrap();
+        let perm = perm.to_vec();
+        let body = move |x: Sym| x.transpose(&perm);
+        let want = function(body.clone())
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        for threads in [true, false] {
+            let f = function(body.clone())
+                .jit_compile(true)
+                .jit_options(JitOptions {
+                    threads,
+                    ..JitOptions::default()
+                });
+            let got = f.call(std::slice::from_ref(&x)).unwrap();
+            assert!(
+                common::same_bits(&got[0], &want[0]),
+                "transpose of {dtype:?}{dims:?} (threads {threads}) differs from the interpreter's"
+            );
+        }
+    }
+    // Fused with arithmetic, the tiles run as scalar loops.
+    let x = common::f32s(
+        &(0..64 * 96)
+            .map(|i| i as f32 * 0.5 - 7.0)
+            .collect::<Vec<_>>(),
+        &[64, 96],
+    );
+    let body = |x: Sym| x.transpose(&[1, 0]) * 3.0 + 1.0;
+    let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+    let f = function(body).jit_compile(true);
+    let got = f.call(std::slice::from_ref(&x)).unwrap();
+    assert!(common::same_bits(&got[0], &want[0]));
+    let fused = f
+        .compiler_ir(&[TensorSpec::known(DType::F32, &[64, 96])], IrStage::Fused)
+        .unwrap();
+    assert!(
+        fused.contains("tiled 16×16"),
+        "the fused transpose was not tiled, so the scalar tile loops went untested:\n{fused}"
+    );
+}
+
 #[test]
 fn compiled_functions_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}

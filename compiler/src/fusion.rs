@@ -895,6 +895,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     share_reduced_values(&mut plan);
     copy_halves_as_bits(&mut plan);
     find_row_groups(&mut plan);
+    crate::tile::tile_kernels(&mut plan);
     update_in_place(&mut plan, params_writable);
     mark_handoffs(&mut plan);
     plan_buffers(&mut plan);

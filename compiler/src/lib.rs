@@ -13,6 +13,7 @@ mod exec;
 pub mod fusion;
 mod parallel;
 mod rt;
+mod tile;
 mod wide;
 
 pub use codegen::{JitOptions, OptLevel};

@@ -10,12 +10,15 @@ use super::wide_rows::{WIDE_MIN_ROW, wide_eligible};
 
 /// True when the kernel's outermost loop can be split across threads:
 /// different ranges write disjoint outputs (loops, and reductions whose
-/// outermost dim is kept), and the kernel is compute-bound. Memory-bound
-/// kernels (a few ops per element) already saturate memory bandwidth on
-/// one core of the benchmark machine, and splitting them made them slower
-/// (fresh output pages faulted in from two threads contend).
+/// outermost dim is kept), and the kernel is compute-bound or reads an
+/// operand transposed. Memory-bound kernels (a few ops per element)
+/// already saturate memory bandwidth on one core of the benchmark
+/// machine, and splitting them made them slower (fresh output pages
+/// faulted in from two threads contend); a transposed read waits on cache
+/// misses instead (`tile::jumping_read`).
 pub(crate) fn splittable(k: &Kernel) -> bool {
-    crate::fusion::range_capable(k) && element_cost(k) >= MIN_PARALLEL_COST
+    crate::fusion::range_capable(k)
+        && (element_cost(k) >= MIN_PARALLEL_COST || crate::tile::jumping_read(k))
 }
 
 /// Rough cost of computing one element (see `fusion::node_cost`).

@@ -256,6 +256,14 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         {
             return self.emit_dot_rows(&fr, idx, (rank > 1).then_some(d));
         }
+        // A transpose tile of a plain copy (`tile::tile_kernels`): its two
+        // innermost dims as blocks through vector registers.
+        if d + 2 == rank
+            && d > 0
+            && let Some(t) = self.transpose_tile()
+        {
+            return self.emit_transpose_tile(&t, idx);
+        }
         // The outermost dim runs over [begin, end) when the kernel is split.
         let range = if d == 0 { self.range } else { None };
         if d + 1 == rank {
@@ -282,6 +290,127 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             Ok(())
         })?;
         Ok(())
+    }
+
+    /// For a copy kernel whose two innermost dims are a transpose tile
+    /// (`p`, along which the operand is contiguous, then `q`, along which
+    /// the output is): its layout in bytes, when both dims hold whole
+    /// blocks of a 16-byte vector's lanes and every offset in the tile fits
+    /// an instruction's displacement.
+    fn transpose_tile(&self) -> Option<TransposeTile> {
+        let rank = self.k.dims.len();
+        let [ENode::Load { dtype, strides, .. }] = self.k.nodes.as_slice() else {
+            return None;
+        };
+        if !self.opts.vectorize
+            || !has_sse41()
+            || !matches!(self.k.kind, KernelKind::Loop)
+            || self.k.stash.is_some()
+            || *dtype != self.out_dtype()
+            || rank < 3
+        {
+            return None;
+        }
+        let esize = dtype.size();
+        let lanes = 16usize.checked_div(esize).filter(|l| matches!(l, 2 | 4))?;
+        let (p, q) = (rank - 2, rank - 1);
+        let (np, nq) = (self.k.dims[p], self.k.dims[q]);
+        if strides[p] != 1
+            || self.k.out_strides[q] != 1
+            || !np.is_multiple_of(lanes)
+            || !nq.is_multiple_of(lanes)
+            || np * nq > 1024
+        {
+            return None;
+        }
+        let e = esize as i64;
+        let (row, col) = (
+            strides[q].checked_mul(e)?,
+            self.k.out_strides[p].checked_mul(e)?,
+        );
+        let reach = |step: i64, n: usize| step.checked_mul(n as i64)?.checked_abs();
+        let fits = |a: Option<i64>, b: Option<i64>| {
+            a.zip(b)
+                .and_then(|(a, b)| a.checked_add(b))
+                .is_some_and(|m| m < i64::from(i32::MAX))
+        };
+        (fits(reach(row, nq), reach(e, np)) && fits(reach(col, np), reach(e, nq))).then_some(
+            TransposeTile {
+                lanes,
+                esize: esize as u8,
+                np,
+                nq,
+                row,
+                col,
+            },
+        )
+    }
+
+    /// The tile of [`Self::transpose_tile`] at the outer indices `outer`:
+    /// for each block of `lanes`×`lanes` elements, one vector load per row
+    /// of the operand, the block transposed by unpacking pairs of vectors
+    /// (lanes, then pairs of lanes), one vector store per output row.
+    /// Bytes are moved as they are: the copy is exact for every type.
+    fn emit_transpose_tile(&mut self, t: &TransposeTile, outer: &[Value]) -> Result<()> {
+        let accs = self.accessors();
+        let find = |key: usize| {
+            accs.iter()
+                .find(|a| a.0 == key)
+                .cloned()
+                .ok_or_else(|| Error::internal("transpose tile without its accessors"))
+        };
+        let (load, out) = (find(0)?, find(OUT)?);
+        let src = self.position(&load, outer, None);
+        let dst = self.position(&out, outer, None);
+        let e = i64::from(t.esize);
+        for p0 in (0..t.np).step_by(t.lanes) {
+            for q0 in (0..t.nq).step_by(t.lanes) {
+                let rows: Vec<Value> = (0..t.lanes)
+                    .map(|c| {
+                        let off = p0 as i64 * e + (q0 + c) as i64 * t.row;
+                        self.b
+                            .ins()
+                            .load(types::I8X16, unaligned(), src, off as i32)
+                    })
+                    .collect();
+                let cols = self.transpose_block(&rows, t.esize);
+                for (l, v) in cols.into_iter().enumerate() {
+                    let off = (p0 + l) as i64 * t.col + q0 as i64 * e;
+                    self.b.ins().store(unaligned(), v, dst, off as i32);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `rows` (2 or 4 vectors of as many lanes) transposed.
+    fn transpose_block(&mut self, rows: &[Value], esize: u8) -> Vec<Value> {
+        let shuffle = |s: &mut Self, a: Value, b: Value, lanes: [u8; 4]| {
+            let lanes = &lanes[..16 / usize::from(esize)];
+            let mask: Vec<u8> = lanes
+                .iter()
+                .flat_map(|l| (0..esize).map(move |i| l * esize + i))
+                .collect();
+            let mask = s.b.func.dfg.immediates.push(mask.into());
+            s.b.ins().shuffle(a, b, mask)
+        };
+        if let [a, b] = rows {
+            return vec![
+                shuffle(self, *a, *b, [0, 2, 0, 0]),
+                shuffle(self, *a, *b, [1, 3, 0, 0]),
+            ];
+        }
+        let [a, b, c, d] = [rows[0], rows[1], rows[2], rows[3]];
+        let ab_lo = shuffle(self, a, b, [0, 4, 1, 5]);
+        let ab_hi = shuffle(self, a, b, [2, 6, 3, 7]);
+        let cd_lo = shuffle(self, c, d, [0, 4, 1, 5]);
+        let cd_hi = shuffle(self, c, d, [2, 6, 3, 7]);
+        vec![
+            shuffle(self, ab_lo, cd_lo, [0, 1, 4, 5]),
+            shuffle(self, ab_lo, cd_lo, [2, 3, 6, 7]),
+            shuffle(self, ab_hi, cd_hi, [0, 1, 4, 5]),
+            shuffle(self, ab_hi, cd_hi, [2, 3, 6, 7]),
+        ]
     }
 
     /// Sets up accessor positions for the innermost loop given the outer
@@ -740,4 +869,20 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         Ok(())
     }
+}
+
+/// The layout of a transpose tile (see `KernelGen::transpose_tile`).
+struct TransposeTile {
+    /// Elements per 16-byte vector (4 or 2).
+    lanes: usize,
+    /// Bytes per element.
+    esize: u8,
+    /// Elements along `p` (contiguous in the operand) and `q` (in the output).
+    np: usize,
+    /// See `np`.
+    nq: usize,
+    /// Bytes between the operand's elements of consecutive `q`.
+    row: i64,
+    /// Bytes between the output's elements of consecutive `p`.
+    col: i64,
 }
