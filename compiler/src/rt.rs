@@ -778,6 +778,10 @@ runtime_functions! {
     WideDotF32,
     /// `tl_wide_dot_f64(x, y, n, rows, xs, ys, out, os)`: f64 row dot products.
     WideDotF64,
+    /// `tl_wide_cols_f32(x, rows, rs, cols, out)`: f32 column sums.
+    WideColsF32,
+    /// `tl_wide_cols_f64(x, rows, rs, cols, out)`: f64 column sums.
+    WideColsF64,
 }
 
 /// What the JIT and compiled code know of a runtime function.
@@ -815,6 +819,8 @@ type StepFn = unsafe extern "C" fn(*const StepTable, u64, *const *mut u8, *mut C
 type Wide<T> = unsafe extern "C" fn(i32, *mut T, i64);
 type WideRow<T> = unsafe extern "C" fn(i32, *const T, i64, T, T, *mut T, *const T) -> T;
 type WideDot<T> = unsafe extern "C" fn(*const T, *const T, i64, i64, i64, i64, *mut T, i64);
+
+type WideCols<T> = unsafe extern "C" fn(*const T, i64, i64, i64, *mut T);
 
 impl RtFn {
     /// The function's symbol, address and signature.
@@ -891,6 +897,12 @@ impl RtFn {
             }
             RtFn::WideDotF64 => {
                 Symbol::of::<WideDot<f64>>("tl_wide_dot_f64", wide::tl_wide_dot_f64)
+            }
+            RtFn::WideColsF32 => {
+                Symbol::of::<WideCols<f32>>("tl_wide_cols_f32", wide::tl_wide_cols_f32)
+            }
+            RtFn::WideColsF64 => {
+                Symbol::of::<WideCols<f64>>("tl_wide_cols_f64", wide::tl_wide_cols_f64)
             }
         }
     }

@@ -38,8 +38,10 @@ use crate::codegen::math::{
     SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P, TANH_F64_Q,
 };
 
+mod cols;
 mod dot;
 
+pub(crate) use cols::{tl_wide_cols_f32, tl_wide_cols_f64};
 pub(crate) use dot::{tl_wide_dot_f32, tl_wide_dot_f64};
 
 /// Elements per chunk: a buffer is 2 KiB, a few of them stay in L1, and the

@@ -15,10 +15,13 @@ use super::wide_rows::{WIDE_MIN_ROW, wide_eligible};
 /// already saturate memory bandwidth on one core of the benchmark
 /// machine, and splitting them made them slower (fresh output pages
 /// faulted in from two threads contend); a transposed read waits on cache
-/// misses instead (`tile::jumping_read`).
+/// misses instead (`tile::jumping_read`), and a sum over a middle dim
+/// runs from cache (`tile::blocked_columns`).
 pub(crate) fn splittable(k: &Kernel) -> bool {
     crate::fusion::range_capable(k)
-        && (element_cost(k) >= MIN_PARALLEL_COST || crate::tile::jumping_read(k))
+        && (element_cost(k) >= MIN_PARALLEL_COST
+            || crate::tile::jumping_read(k)
+            || crate::tile::blocked_columns(k))
 }
 
 /// Rough cost of computing one element (see `fusion::node_cost`).

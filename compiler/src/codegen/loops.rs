@@ -12,6 +12,7 @@ use cranelift_module::Module;
 use tensorlift_ir::{DType, Error, ReduceOp, Result};
 
 use crate::fusion::{ENode, KernelKind, SlotId};
+use crate::rt::RtFn;
 
 use super::cost::element_cost;
 use super::target::{has_sse41, math_int_ty, vec_ty};
@@ -256,6 +257,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         {
             return self.emit_dot_rows(&fr, idx, (rank > 1).then_some(d));
         }
+        // A column sum: its rows and columns as one `tl_wide_cols_*` call.
+        if d + 2 == rank
+            && let Some((rows_stride, f)) = self.column_sum()
+        {
+            return self.emit_column_sum(idx, rows_stride, f);
+        }
         // A transpose tile of a plain copy (`tile::tile_kernels`): its two
         // innermost dims as blocks through vector registers.
         if d + 2 == rank
@@ -289,6 +296,76 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             idx.pop();
             Ok(())
         })?;
+        Ok(())
+    }
+
+    /// For a float sum over the second-innermost dim of a plain load that
+    /// keeps the innermost one (contiguous in the operand and the output,
+    /// 16 columns or more): the operand's row stride in elements and the
+    /// routine of `wide::cols` that sums it.
+    fn column_sum(&self) -> Option<(i64, RtFn)> {
+        let rank = self.k.dims.len();
+        let KernelKind::Reduce {
+            op: ReduceOp::Sum,
+            reduced,
+        } = &self.k.kind
+        else {
+            return None;
+        };
+        let [ENode::Load { dtype, strides, .. }] = self.k.nodes.as_slice() else {
+            return None;
+        };
+        let f = match dtype {
+            DType::F32 => RtFn::WideColsF32,
+            DType::F64 => RtFn::WideColsF64,
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F16
+            | DType::BF16
+            | DType::C64
+            | DType::C128
+            | DType::String => return None,
+        };
+        let (r, c) = (rank.checked_sub(2)?, rank - 1);
+        let fits = *dtype == self.out_dtype()
+            && self.k.stash.is_none()
+            && reduced[r]
+            && !reduced[c]
+            && strides[c] == 1
+            && self.k.out_strides[c] == 1
+            && self.k.dims[c] >= 16;
+        fits.then_some((strides[r], f))
+    }
+
+    /// One call of the column-sum routine `f` for the rows and columns of
+    /// the outer indices `outer` (the output already holds the sum so far,
+    /// the reduction's identity at first).
+    fn emit_column_sum(&mut self, outer: &[Value], rows_stride: i64, f: RtFn) -> Result<()> {
+        let accs = self.accessors();
+        let find = |key: usize| {
+            accs.iter()
+                .find(|a| a.0 == key)
+                .cloned()
+                .ok_or_else(|| Error::internal("a column sum without its accessors"))
+        };
+        let (load, out) = (find(0)?, find(OUT)?);
+        let x = self.position(&load, outer, None);
+        let o = self.position(&out, outer, None);
+        let rank = self.k.dims.len();
+        let [rows, rs, cols] = [
+            self.k.dims[rank - 2] as i64,
+            rows_stride,
+            self.k.dims[rank - 1] as i64,
+        ]
+        .map(|v| self.b.ins().iconst(types::I64, v));
+        self.call(f, &[x, rows, rs, cols, o])?;
         Ok(())
     }
 
