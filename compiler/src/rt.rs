@@ -324,6 +324,32 @@ fn run_step(
                 )
                 .map_err(|e| e.at_node(g.node_ref(*node)));
             }
+            if let Op::Take { axis } = &g.node(*node).op
+                && let ([x, ids], [out]) = (inputs.as_slice(), outputs.as_slice())
+                && plan.slots[*out].dtype != DType::String
+                && !inputs.contains(out)
+            {
+                // The slices are copied into the output's buffer: no
+                // result tensor to allocate (its pages faulted in on
+                // every call) and copy over.
+                // SAFETY: slot pointers are valid while main runs.
+                let (x, ids) = unsafe {
+                    (
+                        slot_tensor(plan, ctx, bufs, *x)?,
+                        slot_tensor(plan, ctx, bufs, *ids)?,
+                    )
+                };
+                let n = plan.slots[*out].bytes();
+                let dst: &mut [u8] = if n == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the output slot is this step's to write and
+                    // distinct from its operands (checked above).
+                    unsafe { std::slice::from_raw_parts_mut(*bufs.add(*out), n) }
+                };
+                return tensorlift_runtime::kernels::layout::take_into(dst, &x, &ids, *axis)
+                    .map_err(|e| e.at_node(g.node_ref(*node)));
+            }
             let args: Vec<Tensor> =
                 // SAFETY: slot pointers are valid while main runs.
                 inputs.iter().map(|&s| unsafe { slot_tensor(plan, ctx, bufs, s) }).collect::<Result<_, _>>()?;

@@ -5,6 +5,7 @@ use tensorlift_ir::{BinaryOp, Combiner, DType, Error, Result, Shape};
 
 use super::elementwise::{int_dtypes, with_int, with_size};
 use super::scalar::{FloatScalar, IntScalar};
+use crate::memory::AlignedBytes;
 use crate::tensor::{Pod, Tensor};
 use num_complex::{Complex32, Complex64};
 
@@ -275,24 +276,53 @@ fn indices(idx: &Tensor, n: usize) -> Result<Vec<usize>> {
 
 /// Gathers slices along `axis` at `idx`.
 pub fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
+    let dims = take_dims(x.shape(), idx.shape(), axis);
+    let n: usize = dims.iter().product();
+    // SAFETY: `take_into` writes every byte (or fails, and the buffer is
+    // dropped unread).
+    let mut out = unsafe { AlignedBytes::try_for_overwrite(n * x.dtype().size()) }
+        .map_err(|_| Error::invalid(format!("take: no memory for a result of shape {dims:?}")))?;
+    take_into(out.as_mut_slice(), x, idx, axis)?;
+    Tensor::from_aligned(x.dtype(), &dims, out)
+}
+
+/// The shape of `take(x, idx, axis)`.
+fn take_dims(x: &[usize], idx: &[usize], axis: usize) -> Vec<usize> {
+    let mut dims = x[..axis].to_vec();
+    dims.extend_from_slice(idx);
+    dims.extend_from_slice(&x[axis + 1..]);
+    dims
+}
+
+/// [`take`] into `out` (the result's bytes): the indices checked first,
+/// then each slice copied from `x` as one block; nothing is written when
+/// an index is out of range.
+pub fn take_into(out: &mut [u8], x: &Tensor, idx: &Tensor, axis: usize) -> Result<()> {
+    if x.dtype() == DType::String {
+        return Err(Error::invalid("take of a string tensor"));
+    }
     let n = x.shape()[axis];
     let ids = indices(idx, n)?;
     let outer: usize = x.shape()[..axis].iter().product();
-    let inner: usize = x.shape()[axis + 1..].iter().product();
-    let mut dims = x.shape()[..axis].to_vec();
-    dims.extend_from_slice(idx.shape());
-    dims.extend_from_slice(&x.shape()[axis + 1..]);
-    with_size!(x.dtype().size(), T => {
-        let src = x.view::<T>()?;
-        let mut out: Vec<T> = Vec::with_capacity(dims.iter().product());
-        for o in 0..outer {
-            for &j in &ids {
-                let s = (o * n + j) * inner;
-                out.extend_from_slice(&src[s..s + inner]);
-            }
+    let inner = x.shape()[axis + 1..].iter().product::<usize>() * x.dtype().size();
+    let src = x.bytes();
+    if out.len() != outer * ids.len() * inner {
+        return Err(Error::internal(format!(
+            "take: a {}-byte result buffer for {} bytes",
+            out.len(),
+            outer * ids.len() * inner
+        )));
+    }
+    if inner == 0 {
+        return Ok(());
+    }
+    for (o, block) in out.chunks_exact_mut(ids.len() * inner).enumerate() {
+        for (&j, row) in ids.iter().zip(block.chunks_exact_mut(inner)) {
+            let s = (o * n + j) * inner;
+            row.copy_from_slice(&src[s..s + inner]);
         }
-        Ok(Tensor::from_vec_as(x.dtype(), &dims, out))
-    })
+    }
+    Ok(())
 }
 
 fn iota_with<T: Pod>(dims: &[usize], dim: usize, dtype: DType, f: impl Fn(usize) -> T) -> Tensor {
