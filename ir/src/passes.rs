@@ -576,7 +576,7 @@ fn relayout_body(body: &Graph) -> Option<Graph> {
         let (Some(perm), Op::DotGeneral(dd)) = (wanted(node), &node.op) else {
             return Ok(None);
         };
-        let rhs = crate::builder::transpose(bg, inputs[1], &perm, &node.site)?;
+        let rhs = layout_transpose(body, bg, inputs[1], &perm, &node.name, &node.site)?;
         let (nb, nc) = (dd.rhs_batch.len(), dd.rhs_contract.len());
         let dims = crate::DotDims {
             rhs_batch: (0..nb).collect(),
@@ -594,6 +594,143 @@ fn relayout_body(body: &Graph) -> Option<Graph> {
         Ok(Some(bg.node(id).results.clone()))
     })
     .ok()
+}
+
+/// Operand layout for GEMMs: an f32/f64 `dot_general` multiplies strided
+/// operands without copies when each operand's batch dims, free dims and
+/// contracted dims each collapse to one strided dim (in their order).
+/// An operand where they do not (attention's `q·kᵀ` with q and k laid out
+/// (batch, seq, heads, dim): the batch dims 0 and 2 are not adjacent) is
+/// read through a transpose to batch, free, contracted order (left) or
+/// batch, contracted, free order (right), which the compiler fuses into
+/// one copy kernel; the product then runs as one batched GEMM. The
+/// product's values do not change (the interpreter made the same copies
+/// inside its `dot_general`).
+pub fn dot_operand_layout(g: &mut Graph) -> bool {
+    let wanted = |g: &Graph, n: &Node| -> Option<[Option<Vec<usize>>; 2]> {
+        let Op::DotGeneral(dd) = &n.op else {
+            return None;
+        };
+        if !matches!(
+            g.ty(n.results[0]).dtype,
+            crate::DType::F32 | crate::DType::F64
+        ) {
+            return None;
+        }
+        let ld = g.ty(n.inputs[0]).shape.as_known()?;
+        let rd = g.ty(n.inputs[1]).shape.as_known()?;
+        let lhs = gemm_order(&ld, &dd.lhs_batch, &dd.lhs_contract, false);
+        let rhs = gemm_order(&rd, &dd.rhs_batch, &dd.rhs_contract, true);
+        (lhs.is_some() || rhs.is_some()).then_some([lhs, rhs])
+    };
+    if !g.nodes().iter().any(|n| wanted(g, n).is_some()) {
+        return false;
+    }
+    let rewritten = g.rewrite(|ng, node, inputs| {
+        let (Some([lperm, rperm]), Op::DotGeneral(dd)) = (wanted(g, node), &node.op) else {
+            return Ok(None);
+        };
+        let mut dims = dd.clone();
+        let mut operands = inputs.to_vec();
+        let nb = dd.lhs_batch.len();
+        let nc = dd.lhs_contract.len();
+        if let Some(perm) = lperm {
+            operands[0] = layout_transpose(g, ng, inputs[0], &perm, &node.name, &node.site)?;
+            let nf = perm.len() - nb - nc;
+            dims.lhs_batch = (0..nb).collect();
+            dims.lhs_contract = (nb + nf..nb + nf + nc).collect();
+        }
+        if let Some(perm) = rperm {
+            operands[1] = layout_transpose(g, ng, inputs[1], &perm, &node.name, &node.site)?;
+            dims.rhs_batch = (0..nb).collect();
+            dims.rhs_contract = (nb..nb + nc).collect();
+        }
+        let id = ng.add_node(NewNode {
+            op: Op::DotGeneral(dims),
+            inputs: operands,
+            name: Some(node.name.clone()),
+            site: node.site.clone(),
+            effect: node.effect,
+            result_types: None,
+        })?;
+        Ok(Some(ng.node(id).results.clone()))
+    });
+    match rewritten {
+        Ok(ng) => {
+            *g = ng;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// `transpose(x, perm)` added to `ng`, a rewrite of `old`, for the
+/// product named `user`: named `{user}.layout` (or with a counter) so that
+/// the name is taken neither in `ng` nor by a node of `old` that the
+/// rewrite has yet to copy (a fresh name in `ng` alone collided with a
+/// later node named `transpose`, and the whole rewrite failed).
+fn layout_transpose(
+    old: &Graph,
+    ng: &mut Graph,
+    x: ValueId,
+    perm: &[usize],
+    user: &str,
+    site: &crate::Site,
+) -> Result<ValueId> {
+    let base = format!("{user}.layout");
+    let name = (0..)
+        .map(|k| {
+            if k == 0 {
+                base.clone()
+            } else {
+                format!("{base}_{k}")
+            }
+        })
+        .find(|n| !old.has_name(n) && !ng.has_name(n))
+        .unwrap_or(base);
+    let id = ng.add_node(NewNode {
+        op: Op::Transpose(perm.to_vec()),
+        inputs: vec![x],
+        name: Some(name),
+        site: site.clone(),
+        effect: Effect::Pure,
+        result_types: None,
+    })?;
+    Ok(ng.node(id).results[0])
+}
+
+/// The transpose [`dot_operand_layout`] reads an operand of shape `dims`
+/// through: `None` when its batch, free and contracted dims each collapse
+/// to one strided dim of the row-major operand (the test the GEMM's
+/// layout makes), else batch, free, contracted order (batch, contracted,
+/// free for a right operand, `rhs`).
+fn gemm_order(
+    dims: &[usize],
+    batch: &[usize],
+    contract: &[usize],
+    rhs: bool,
+) -> Option<Vec<usize>> {
+    let free: Vec<usize> = (0..dims.len())
+        .filter(|d| !batch.contains(d) && !contract.contains(d))
+        .collect();
+    let mut strides = vec![1usize; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * dims[d + 1];
+    }
+    let collapses = |group: &[usize]| {
+        group
+            .windows(2)
+            .all(|w| strides[w[0]] == strides[w[1]] * dims[w[1]])
+    };
+    if collapses(batch) && collapses(&free) && collapses(contract) {
+        return None;
+    }
+    let (second, third) = if rhs {
+        (contract, free.as_slice())
+    } else {
+        (free.as_slice(), contract)
+    };
+    Some(batch.iter().chain(second).chain(third).copied().collect())
 }
 
 /// The values of `body` to hoist: invariant, used by a node that is not
@@ -764,6 +901,10 @@ pub fn standard_passes(eval: &dyn ConstEval) -> Vec<Pass<'_>> {
         Pass {
             name: "loop-operand-layout",
             run: Box::new(loop_operand_layout),
+        },
+        Pass {
+            name: "dot-operand-layout",
+            run: Box::new(dot_operand_layout),
         },
         Pass {
             name: "licm",
