@@ -23,39 +23,17 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use tensorlift::{DType, Tensor, TensorSpec};
+use tensorlift::{Tensor, TensorSpec};
 
 #[allow(dead_code, reason = "the module also serves the other benchmarks")]
 mod workloads;
 
-use workloads::suite::{Workload, all, checksum};
-
-/// The outputs as f64 values (integers exactly).
-fn values(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::F32 => t.view::<f32>().unwrap().iter().map(|&v| v.into()).collect(),
-        DType::F64 => t.view::<f64>().unwrap().to_vec(),
-        DType::I32 => t.view::<i32>().unwrap().iter().map(|&v| v.into()).collect(),
-        // (No workload returns these.)
-        DType::Bool
-        | DType::I8
-        | DType::I16
-        | DType::I64
-        | DType::U8
-        | DType::U16
-        | DType::U32
-        | DType::U64
-        | DType::F16
-        | DType::BF16
-        | DType::C64
-        | DType::C128
-        | DType::String => vec![f64::NAN],
-    }
-}
+use workloads::suite::{Workload, all, checksum, values};
 
 /// Runs `w` interpreted and compiled, panics where they differ by more
-/// than rounding, and returns the compiled outputs' checksum.
-fn check(w: &Workload, inputs: &[Tensor]) -> f64 {
+/// than rounding, and returns the compiled outputs' checksum (the sum
+/// of their elements and of their magnitudes).
+fn check(w: &Workload, inputs: &[Tensor]) -> (f64, f64) {
     let interp = (w.make)(false).call(inputs).unwrap();
     let jit = (w.make)(true).call(inputs).unwrap();
     assert_eq!(interp.len(), jit.len(), "{}", w.name);
@@ -126,9 +104,9 @@ fn main() {
             continue;
         }
         let inputs = (w.inputs)();
-        let sum = check(&w, &inputs);
-        println!("checksum {:32} {sum:.6e}", w.name);
-        sums.insert(w.name.into(), sum.into());
+        let (sum, abs) = check(&w, &inputs);
+        println!("checksum {:32} {sum:.6e} (magnitudes {abs:.6e})", w.name);
+        sums.insert(w.name.into(), serde_json::json!([sum, abs]));
         bench(&mut c, &w, &inputs);
     }
     let dir = std::path::Path::new(&target).join("suite");

@@ -232,31 +232,48 @@ pub fn all() -> Vec<Workload> {
     ]
 }
 
-/// The sum of every element of every output, in f64 (the checksum the
-/// peer script prints for the same workload).
-pub fn checksum(outputs: &[Tensor]) -> f64 {
-    outputs
-        .iter()
-        .map(|t| -> f64 {
-            match t.dtype() {
-                DType::F32 => t.view::<f32>().unwrap().iter().map(|&v| f64::from(v)).sum(),
-                DType::F64 => t.view::<f64>().unwrap().iter().sum(),
-                DType::I32 => t.view::<i32>().unwrap().iter().map(|&v| f64::from(v)).sum(),
-                // (No workload returns these.)
-                DType::Bool
-                | DType::I8
-                | DType::I16
-                | DType::I64
-                | DType::U8
-                | DType::U16
-                | DType::U32
-                | DType::U64
-                | DType::F16
-                | DType::BF16
-                | DType::C64
-                | DType::C128
-                | DType::String => f64::NAN,
-            }
-        })
-        .sum()
+/// The sum of every element of every output and the sum of their
+/// magnitudes, in f64 (the checksum the peer script prints for the same
+/// workload; the second scales the rounding the first may differ by).
+pub fn checksum(outputs: &[Tensor]) -> (f64, f64) {
+    let sum = |f: fn(f64) -> f64| {
+        outputs
+            .iter()
+            .map(|t| -> f64 { values(t).into_iter().map(f).sum() })
+            .sum()
+    };
+    (sum(|v| v), sum(f64::abs))
+}
+
+/// The elements of `t` as f64 (integers exactly).
+pub fn values(t: &Tensor) -> Vec<f64> {
+    match t.dtype() {
+        DType::F32 => t
+            .view::<f32>()
+            .unwrap()
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect(),
+        DType::F64 => t.view::<f64>().unwrap().to_vec(),
+        DType::I32 => t
+            .view::<i32>()
+            .unwrap()
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect(),
+        // (No workload returns these.)
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::F16
+        | DType::BF16
+        | DType::C64
+        | DType::C128
+        | DType::String => vec![f64::NAN],
+    }
 }

@@ -6,7 +6,8 @@ median and the best of the per-call means of the samples, with the outputs
 dropped at once (`dropped`) or held until the sample ends (`kept`); and
 5 fresh functions' `lower().compile()` (`compile`) and first call
 (`first_call`: trace, compile and run). Prints one line per workload and
-its checksum (the sum of every output element in f64; benches/suite.rs
+its checksum (the sum of every output element and of their magnitudes,
+in f64; benches/suite.rs
 writes ours to target/suite/checksums.json), and with --json PATH writes
 every figure for scripts/suite_table.py.
 
@@ -170,7 +171,9 @@ def fresh(times):
 
 
 def checksum(out):
-    return float(sum(np.asarray(leaf, dtype=np.float64).sum() for leaf in jax.tree_util.tree_leaves(out)))
+    """The sum of every element and the sum of their magnitudes, in f64."""
+    leaves = [np.asarray(leaf, dtype=np.float64) for leaf in jax.tree_util.tree_leaves(out)]
+    return [float(sum(a.sum() for a in leaves)), float(sum(np.abs(a).sum() for a in leaves))]
 
 
 def main():
@@ -203,8 +206,8 @@ def main():
         r["first_call"] = fresh(first_times)
         results["workloads"][name] = r
         ms = lambda d: "%.3f (%.3f)" % (d["median"] * 1e3, d["best"] * 1e3)
-        print("%-28s dropped %s  kept %s  compile %s  first %s ms  checksum %.6e"
-              % (name, ms(r["dropped"]), ms(r["kept"]), ms(r["compile"]), ms(r["first_call"]), r["checksum"]),
+        print("%-28s dropped %s  kept %s  compile %s  first %s ms  checksum %.6e (magnitudes %.6e)"
+              % (name, ms(r["dropped"]), ms(r["kept"]), ms(r["compile"]), ms(r["first_call"]), *r["checksum"]),
               flush=True)
     if path:
         with open(path, "w") as out:
