@@ -121,6 +121,36 @@ impl ENode {
             ENode::Convert(_, _, to) | ENode::Bitcast(_, _, to) => *to,
         }
     }
+
+    /// The stride per loop dim of a load or iota (none for the others).
+    pub fn strides(&self) -> Option<&Vec<i64>> {
+        match self {
+            ENode::Load { strides, .. } | ENode::Iota { strides, .. } => Some(strides),
+            ENode::Const(_)
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => None,
+        }
+    }
+
+    /// [`ENode::strides`], to rewrite.
+    pub fn strides_mut(&mut self) -> Option<&mut Vec<i64>> {
+        match self {
+            ENode::Load { strides, .. } | ENode::Iota { strides, .. } => Some(strides),
+            ENode::Const(_)
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => None,
+        }
+    }
 }
 
 /// What a kernel computes.
@@ -2215,17 +2245,9 @@ impl<'a> KernelBuilder<'a> {
             let mergeable = |s: &[i64]| s[a] == s[b] * dims[b] as i64;
             let ok = same_kind
                 && mergeable(&out_strides)
-                && nodes.iter().all(|n| match n {
-                    ENode::Load { strides, .. } | ENode::Iota { strides, .. } => mergeable(strides),
-                    ENode::Const(_)
-                    | ENode::Unary(..)
-                    | ENode::Binary(..)
-                    | ENode::Compare(..)
-                    | ENode::Select(..)
-                    | ENode::Clamp(..)
-                    | ENode::Convert(..)
-                    | ENode::Bitcast(..) => true,
-                });
+                && nodes
+                    .iter()
+                    .all(|n| n.strides().is_none_or(|s| mergeable(s)));
             if ok {
                 let merge = |s: &mut Vec<i64>| {
                     s.remove(a);

@@ -33,16 +33,8 @@ fn retile(k: &mut Kernel, loops: &[Loop]) {
         *s = loops.iter().map(|l| s[l.dim] * l.step).collect();
     };
     for n in &mut k.nodes {
-        match n {
-            ENode::Load { strides, .. } | ENode::Iota { strides, .. } => map(strides),
-            ENode::Const(_)
-            | ENode::Unary(..)
-            | ENode::Binary(..)
-            | ENode::Compare(..)
-            | ENode::Select(..)
-            | ENode::Clamp(..)
-            | ENode::Convert(..)
-            | ENode::Bitcast(..) => {}
+        if let Some(strides) = n.strides_mut() {
+            map(strides);
         }
     }
     map(&mut k.out_strides);

@@ -315,23 +315,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let [ENode::Load { dtype, strides, .. }] = self.k.nodes.as_slice() else {
             return None;
         };
-        let f = match dtype {
-            DType::F32 => RtFn::WideColsF32,
-            DType::F64 => RtFn::WideColsF64,
-            DType::Bool
-            | DType::I8
-            | DType::I16
-            | DType::I32
-            | DType::I64
-            | DType::U8
-            | DType::U16
-            | DType::U32
-            | DType::U64
-            | DType::F16
-            | DType::BF16
-            | DType::C64
-            | DType::C128
-            | DType::String => return None,
+        let f = if *dtype == DType::F32 {
+            RtFn::WideColsF32
+        } else if *dtype == DType::F64 {
+            RtFn::WideColsF64
+        } else {
+            return None;
         };
         let (r, c) = (rank.checked_sub(2)?, rank - 1);
         let fits = *dtype == self.out_dtype()
