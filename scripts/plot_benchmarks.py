@@ -48,7 +48,10 @@ def main():
             y += bar
         y += gap
     lx = left
+    present = {label for w in work.values() for label in w}
     for label, c in COLORS.items():
+        if label not in present:
+            continue
         out.append(f'<rect x="{lx}" y="{height - 28}" width="10" height="10" fill="{c}"/>')
         out.append(f'<text x="{lx + 14}" y="{height - 19}">{label}</text>')
         lx += 130

@@ -7,15 +7,25 @@ and our first call against XLA's compile alone (target ≤ 1.0). Checksums
 outputs' magnitudes are flagged: the two sides would not be computing
 the same thing (f32 sums in another order differ by less).
 
-    python3 scripts/suite_table.py [JAX_JSON] [CRITERION_DIR] [CHECKSUMS]
-(defaults: target/suite/jax.json target/criterion target/suite/checksums.json)
+    python3 scripts/suite_table.py [--plot JSON WINDOW] [JAX_JSON] [CRITERION_DIR] [CHECKSUMS]
+(defaults: target/suite/jax.json target/criterion target/suite/checksums.json).
+With --plot, also writes the medians with outputs dropped as JSON for
+scripts/plot_benchmarks.py (WINDOW names the time of the run):
+
+    python3 scripts/suite_table.py --plot docs/suite.json "2026-11-25 18:21-18:34 UTC"
+    python3 scripts/plot_benchmarks.py docs/suite.json docs/suite.svg
 """
 import json
 import pathlib
 import statistics
 import sys
 
-args = sys.argv[1:] + [None] * 3
+args = sys.argv[1:]
+plot = None
+if args[:1] == ["--plot"]:
+    plot, window = args[1], args[2]
+    args = args[3:]
+args += [None] * 3
 jax_path = pathlib.Path(args[0] or "target/suite/jax.json")
 crit = pathlib.Path(args[1] or "target/criterion")
 sums = json.loads(pathlib.Path(args[2] or "target/suite/checksums.json").read_text())
@@ -57,3 +67,13 @@ for name, r in peer["workloads"].items():
     if mine is None or abs(mine[0] - theirs[0]) > 1e-5 * max(1.0, theirs[1]):
         cells[0] += f" (checksums differ: {mine} vs {theirs})"
     print("| " + " | ".join(cells) + " |")
+
+if plot:
+    series = {}
+    for name, r in peer["workloads"].items():
+        o = ours(name, "dropped")
+        if o is not None:
+            series[name] = {"tensorlift JIT": round(o["median"] * 1e3, 4),
+                            "XLA": round(r["dropped"]["median"] * 1e3, 4)}
+    pathlib.Path(plot).write_text(json.dumps(
+        {"window": f"{window}, outputs dropped, medians", "unit": "ms", "workloads": series}, indent=2) + "\n")
