@@ -569,6 +569,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     let mut decisions = Vec::new();
     let mut kind = vec![Kind::Buffer; g.num_values()];
     let mut cost = vec![0usize; g.num_values()];
+    let mut weight = vec![0usize; g.num_values()];
     let needs_buffer = |consumer: &Node, dtype_of_result: DType| -> bool {
         match consumer.op {
             Op::Reduce { .. } => !native_reduce(dtype_of_result),
@@ -611,6 +612,21 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
         }
         let v = n.results[0];
         cost[v.index()] = 1 + n.inputs.iter().map(|i| cost[i.index()]).sum::<usize>();
+        weight[v.index()] =
+            op_cost(&n.op) + n.inputs.iter().map(|i| weight[i.index()]).sum::<usize>();
+        let elems = |x: ValueId| {
+            g.ty(x)
+                .shape
+                .as_known()
+                .map(|d| d.iter().product::<usize>())
+        };
+        let spread = uses[v.index()].iter().find(|c| {
+            let cn = g.node(**c);
+            matches!(cn.op, Op::BroadcastInDim { .. })
+                && elems(cn.results[0])
+                    .zip(elems(v))
+                    .is_some_and(|(big, small)| big >= small.saturating_mul(BROADCAST_SPREAD))
+        });
         let consumers = uses[v.index()].len() + usize::from(is_output[v.index()]);
         let why = if is_output[v.index()] {
             Some("materialized: it is an output".to_string())
@@ -627,6 +643,12 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             ))
         } else if is_scalar_const(&n.op) {
             None
+        } else if let Some(c) = spread.filter(|_| weight[v.index()] >= BROADCAST_WORTH) {
+            Some(format!(
+                "materialized: broadcast '{}' spreads it over {BROADCAST_SPREAD}× as many elements or more, and its inline cost {} ≥ {BROADCAST_WORTH} (computing it once costs less)",
+                g.node(*c).name,
+                weight[v.index()]
+            ))
         } else if consumers > 1 && cost[v.index()] > RECOMPUTE_LIMIT {
             Some(format!(
                 "materialized: {consumers} consumers and inline cost {} > {RECOMPUTE_LIMIT} (recomputing would cost more than a buffer)",
@@ -639,6 +661,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             Some(w) => {
                 decisions.push(format!("{}: {w}", n.name));
                 cost[v.index()] = 0;
+                weight[v.index()] = 0;
             }
             None => kind[v.index()] = Kind::Inline,
         }
@@ -1639,33 +1662,11 @@ impl Plan {
 /// unrolling reductions and for the parallel threshold.
 pub(crate) fn node_cost(n: &ENode) -> usize {
     match n {
-        ENode::Unary(u, ..) => match u {
-            UnaryOp::Neg
-            | UnaryOp::Abs
-            | UnaryOp::Sign
-            | UnaryOp::Floor
-            | UnaryOp::Ceil
-            | UnaryOp::Round
-            | UnaryOp::Not
-            | UnaryOp::IsFinite
-            | UnaryOp::Square => 1,
-            UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4,
-            UnaryOp::Exp
-            | UnaryOp::Expm1
-            | UnaryOp::Log
-            | UnaryOp::Log1p
-            | UnaryOp::Tanh
-            | UnaryOp::Logistic
-            | UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Erf => TRANSCENDENTAL_COST,
-        },
-        ENode::Binary(BinaryOp::Div | BinaryOp::Rem, ..) => 4,
-        ENode::Binary(BinaryOp::Pow, ..) => 100,
+        ENode::Unary(u, ..) => unary_cost(*u),
+        ENode::Binary(b, ..) => binary_cost(*b),
         ENode::Load { .. }
         | ENode::Const(_)
         | ENode::Iota { .. }
-        | ENode::Binary(..)
         | ENode::Compare(..)
         | ENode::Select(..)
         | ENode::Clamp(..)
@@ -1673,6 +1674,97 @@ pub(crate) fn node_cost(n: &ENode) -> usize {
         | ENode::Bitcast(..) => 1,
     }
 }
+
+/// [`node_cost`] of a unary function.
+fn unary_cost(u: UnaryOp) -> usize {
+    match u {
+        UnaryOp::Neg
+        | UnaryOp::Abs
+        | UnaryOp::Sign
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Not
+        | UnaryOp::IsFinite
+        | UnaryOp::Square => 1,
+        UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Reciprocal => 4,
+        UnaryOp::Exp
+        | UnaryOp::Expm1
+        | UnaryOp::Log
+        | UnaryOp::Log1p
+        | UnaryOp::Tanh
+        | UnaryOp::Logistic
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Erf => TRANSCENDENTAL_COST,
+    }
+}
+
+/// [`node_cost`] of a binary function.
+fn binary_cost(b: BinaryOp) -> usize {
+    match b {
+        BinaryOp::Div | BinaryOp::Rem => 4,
+        BinaryOp::Pow => 100,
+        BinaryOp::Add
+        | BinaryOp::Sub
+        | BinaryOp::Mul
+        | BinaryOp::Max
+        | BinaryOp::Min
+        | BinaryOp::And
+        | BinaryOp::Or
+        | BinaryOp::Xor
+        | BinaryOp::ShiftLeft
+        | BinaryOp::ShiftRightLogical
+        | BinaryOp::ShiftRightArithmetic => 1,
+    }
+}
+
+/// [`node_cost`] of a fusible graph node computed inline.
+fn op_cost(op: &Op) -> usize {
+    match op {
+        Op::Unary(u) => unary_cost(*u),
+        Op::Binary(b) => binary_cost(*b),
+        Op::Parameter { .. }
+        | Op::Constant(_)
+        | Op::Iota { .. }
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BroadcastInDim { .. }
+        | Op::Reshape(_)
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reverse(_)
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::BitcastConvert(_)
+        | Op::Callback(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. }
+        | Op::StopGradient
+        | Op::CustomVjp { .. } => 1,
+    }
+}
+
+/// Inline cost (summed [`op_cost`]) from which a value that a broadcast
+/// spreads over [`BROADCAST_SPREAD`] times as many elements is computed
+/// once into a buffer instead of once per element it is spread over (a
+/// layer norm's `rsqrt(var + ε)` per row, which the output kernel
+/// evaluated for every element of the row).
+const BROADCAST_WORTH: usize = 4;
+
+/// See [`BROADCAST_WORTH`].
+const BROADCAST_SPREAD: usize = 16;
 
 /// The cost of one transcendental function (see [`node_cost`]): a
 /// reduction's per-element value that costs this much is worth stashing,
