@@ -620,13 +620,16 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                 .as_known()
                 .map(|d| d.iter().product::<usize>())
         };
-        let spread = uses[v.index()].iter().find(|c| {
-            let cn = g.node(**c);
-            matches!(cn.op, Op::BroadcastInDim { .. })
-                && elems(cn.results[0])
-                    .zip(elems(v))
-                    .is_some_and(|(big, small)| big >= small.saturating_mul(BROADCAST_SPREAD))
-        });
+        // A broadcast that spreads a costly value over many more elements.
+        let spread = || {
+            uses[v.index()].iter().find(|c| {
+                let cn = g.node(**c);
+                matches!(cn.op, Op::BroadcastInDim { .. })
+                    && elems(cn.results[0])
+                        .zip(elems(v))
+                        .is_some_and(|(big, small)| big >= small.saturating_mul(BROADCAST_SPREAD))
+            })
+        };
         let consumers = uses[v.index()].len() + usize::from(is_output[v.index()]);
         let why = if is_output[v.index()] {
             Some("materialized: it is an output".to_string())
@@ -643,7 +646,10 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             ))
         } else if is_scalar_const(&n.op) {
             None
-        } else if let Some(c) = spread.filter(|_| weight[v.index()] >= BROADCAST_WORTH) {
+        } else if let Some(c) = (weight[v.index()] >= BROADCAST_WORTH)
+            .then(spread)
+            .flatten()
+        {
             Some(format!(
                 "materialized: broadcast '{}' spreads it over {BROADCAST_SPREAD}× as many elements or more, and its inline cost {} ≥ {BROADCAST_WORTH} (computing it once costs less)",
                 g.node(*c).name,

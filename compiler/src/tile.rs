@@ -70,12 +70,7 @@ fn transposed_read(k: &Kernel) -> Option<(usize, usize)> {
         return None;
     }
     k.nodes.iter().find_map(|n| {
-        let ENode::Load { strides, dtype, .. } = n else {
-            return None;
-        };
-        if strides[q].abs() * (dtype.size() as i64) < JUMP_BYTES {
-            return None;
-        }
+        let strides = n.strides().filter(|_| jumps(n, q))?;
         (0..q)
             .find(|&p| strides[p] == 1 && k.dims[p].is_multiple_of(TILE) && k.dims[p] >= 2 * TILE)
             .map(|p| (p, q))
@@ -86,21 +81,13 @@ fn transposed_read(k: &Kernel) -> Option<(usize, usize)> {
 /// blocks of [`TILE`], the blocks in the dims' places, the two tile dims
 /// innermost (`p`'s, then `q`'s).
 fn tile_transpose(k: &mut Kernel, p: usize, q: usize) {
-    let t = TILE as i64;
     let mut loops: Vec<Loop> = (0..k.dims.len())
         .map(|d| {
-            if d == p || d == q {
-                Loop {
-                    dim: d,
-                    size: k.dims[d] / TILE,
-                    step: t,
-                }
-            } else {
-                Loop {
-                    dim: d,
-                    size: k.dims[d],
-                    step: 1,
-                }
+            let tiled = d == p || d == q;
+            Loop {
+                dim: d,
+                size: if tiled { k.dims[d] / TILE } else { k.dims[d] },
+                step: if tiled { TILE as i64 } else { 1 },
             }
         })
         .collect();
@@ -193,10 +180,14 @@ pub(crate) fn jumping_read(k: &Kernel) -> bool {
     let Some(q) = k.dims.len().checked_sub(1) else {
         return false;
     };
-    k.nodes.iter().any(|n| {
-        matches!(n, ENode::Load { strides, dtype, .. }
-            if strides[q].abs() * (dtype.size() as i64) >= JUMP_BYTES)
-    })
+    k.nodes.iter().any(|n| jumps(n, q))
+}
+
+/// Whether `n` is a load that steps a cache line or more per step of
+/// loop dim `q`.
+fn jumps(n: &ENode, q: usize) -> bool {
+    matches!(n, ENode::Load { strides, dtype, .. }
+        if strides[q].abs() * (dtype.size() as i64) >= JUMP_BYTES)
 }
 
 /// Whether `k` reduces a middle dim between kept outer and innermost

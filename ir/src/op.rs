@@ -185,6 +185,23 @@ pub struct DotDims {
     pub rhs_contract: Vec<usize>,
 }
 
+impl DotDims {
+    /// The dims `group` of a row-major operand of shape `dims` as one
+    /// strided dim, `(size, stride)` in elements, when each of them steps
+    /// over the next exactly (`None` otherwise): how a GEMM reads a batch,
+    /// free or contracted group without a copy (`(1, 0)` for no dims).
+    pub fn collapse(dims: &[usize], group: &[usize]) -> Option<(usize, isize)> {
+        let stride = |d: usize| dims[d + 1..].iter().product::<usize>() as isize;
+        let Some(&last) = group.last() else {
+            return Some((1, 0));
+        };
+        let adjacent = group
+            .windows(2)
+            .all(|w| stride(w[0]) == stride(w[1]) * dims[w[1]] as isize);
+        adjacent.then(|| (group.iter().map(|&d| dims[d]).product(), stride(last)))
+    }
+}
+
 /// An opaque reference to a callable, bound by name. The IR never looks
 /// inside; the runtime downcasts it.
 #[derive(Clone)]

@@ -701,8 +701,8 @@ fn layout_transpose(
 
 /// The transpose [`dot_operand_layout`] reads an operand of shape `dims`
 /// through: `None` when its batch, free and contracted dims each collapse
-/// to one strided dim of the row-major operand (the test the GEMM's
-/// layout makes), else batch, free, contracted order (batch, contracted,
+/// to one strided dim of the row-major operand ([`crate::DotDims::collapse`],
+/// the test the GEMM's layout makes), else batch, free, contracted order (batch, contracted,
 /// free for a right operand, `rhs`).
 fn gemm_order(
     dims: &[usize],
@@ -713,15 +713,7 @@ fn gemm_order(
     let free: Vec<usize> = (0..dims.len())
         .filter(|d| !batch.contains(d) && !contract.contains(d))
         .collect();
-    let mut strides = vec![1usize; dims.len()];
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * dims[d + 1];
-    }
-    let collapses = |group: &[usize]| {
-        group
-            .windows(2)
-            .all(|w| strides[w[0]] == strides[w[1]] * dims[w[1]])
-    };
+    let collapses = |group: &[usize]| crate::DotDims::collapse(dims, group).is_some();
     if collapses(batch) && collapses(&free) && collapses(contract) {
         return None;
     }

@@ -337,16 +337,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// the outer indices `outer` (the output already holds the sum so far,
     /// the reduction's identity at first).
     fn emit_column_sum(&mut self, outer: &[Value], rows_stride: i64, f: RtFn) -> Result<()> {
-        let accs = self.accessors();
-        let find = |key: usize| {
-            accs.iter()
-                .find(|a| a.0 == key)
-                .cloned()
-                .ok_or_else(|| Error::internal("a column sum without its accessors"))
-        };
-        let (load, out) = (find(0)?, find(OUT)?);
-        let x = self.position(&load, outer, None);
-        let o = self.position(&out, outer, None);
+        let x = self.position_of(0, outer)?;
+        let o = self.position_of(OUT, outer)?;
         let rank = self.k.dims.len();
         let [rows, rs, cols] = [
             self.k.dims[rank - 2] as i64,
@@ -418,16 +410,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// (lanes, then pairs of lanes), one vector store per output row.
     /// Bytes are moved as they are: the copy is exact for every type.
     fn emit_transpose_tile(&mut self, t: &TransposeTile, outer: &[Value]) -> Result<()> {
-        let accs = self.accessors();
-        let find = |key: usize| {
-            accs.iter()
-                .find(|a| a.0 == key)
-                .cloned()
-                .ok_or_else(|| Error::internal("transpose tile without its accessors"))
-        };
-        let (load, out) = (find(0)?, find(OUT)?);
-        let src = self.position(&load, outer, None);
-        let dst = self.position(&out, outer, None);
+        let src = self.position_of(0, outer)?;
+        let dst = self.position_of(OUT, outer)?;
         let e = i64::from(t.esize);
         for p0 in (0..t.np).step_by(t.lanes) {
             for q0 in (0..t.nq).step_by(t.lanes) {
@@ -656,6 +640,17 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             self.b.ins().store(trusted(), v, p, 0);
         }
         Ok(())
+    }
+
+    /// [`Self::position`] of the accessor `key` (a node's index, [`OUT`]
+    /// or [`STASH`]) at the outer indices `outer` and the innermost 0.
+    pub(super) fn position_of(&mut self, key: usize, outer: &[Value]) -> Result<Value> {
+        let acc = (self.accessors().into_iter())
+            .find(|a| a.0 == key)
+            .ok_or_else(|| {
+                Error::internal(format!("kernel '{}' has no accessor {key}", self.k.name))
+            })?;
+        Ok(self.position(&acc, outer, None))
     }
 
     /// Where accessor `acc` is at the outer indices `outer` (dims `0..`)

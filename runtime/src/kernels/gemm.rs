@@ -61,19 +61,18 @@ impl GemmDims {
     /// each operand collapse to one strided dim each (in their order);
     /// `None` otherwise (the caller transposes first).
     pub fn of(ld: &[usize], rd: &[usize], dd: &DotDims) -> Option<GemmDims> {
-        let (ls, rs) = (row_major(ld), row_major(rd));
         let lfree: Vec<usize> = (0..ld.len())
             .filter(|i| !dd.lhs_batch.contains(i) && !dd.lhs_contract.contains(i))
             .collect();
         let rfree: Vec<usize> = (0..rd.len())
             .filter(|i| !dd.rhs_batch.contains(i) && !dd.rhs_contract.contains(i))
             .collect();
-        let (b, lb) = collapse(ld, &ls, &dd.lhs_batch)?;
-        let (_, rb) = collapse(rd, &rs, &dd.rhs_batch)?;
-        let (m, lm) = collapse(ld, &ls, &lfree)?;
-        let (k, lk) = collapse(ld, &ls, &dd.lhs_contract)?;
-        let (_, rk) = collapse(rd, &rs, &dd.rhs_contract)?;
-        let (n, rn) = collapse(rd, &rs, &rfree)?;
+        let (b, lb) = DotDims::collapse(ld, &dd.lhs_batch)?;
+        let (_, rb) = DotDims::collapse(rd, &dd.rhs_batch)?;
+        let (m, lm) = DotDims::collapse(ld, &lfree)?;
+        let (k, lk) = DotDims::collapse(ld, &dd.lhs_contract)?;
+        let (_, rk) = DotDims::collapse(rd, &dd.rhs_contract)?;
+        let (n, rn) = DotDims::collapse(rd, &rfree)?;
         Some(GemmDims {
             b,
             m,
@@ -126,27 +125,6 @@ impl GemmDims {
             GemmSplit::One("one thread: a part would have 64 rows and columns or fewer")
         }
     }
-}
-
-fn row_major(dims: &[usize]) -> Vec<isize> {
-    let mut s = vec![1isize; dims.len()];
-    for i in (0..dims.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * dims[i + 1] as isize;
-    }
-    s
-}
-
-fn collapse(dims: &[usize], strides: &[isize], group: &[usize]) -> Option<(usize, isize)> {
-    let size: usize = group.iter().map(|&d| dims[d]).product();
-    if group.is_empty() {
-        return Some((1, 0));
-    }
-    for w in group.windows(2) {
-        if strides[w[0]] != strides[w[1]] * dims[w[1]] as isize {
-            return None;
-        }
-    }
-    Some((size, strides[*group.last()?]))
 }
 
 /// Column boundaries of `parts` ranges of `n`, on multiples of 16.

@@ -277,11 +277,14 @@ fn indices(idx: &Tensor, n: usize) -> Result<Vec<usize>> {
 /// Gathers slices along `axis` at `idx`.
 pub fn take(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor> {
     let dims = take_dims(x.shape(), idx.shape(), axis);
-    let n: usize = dims.iter().product();
+    let no_memory = || Error::invalid(format!("take: no memory for a result of shape {dims:?}"));
+    let bytes = (dims
+        .iter()
+        .try_fold(x.dtype().size(), |n, d| n.checked_mul(*d)))
+    .ok_or_else(no_memory)?;
     // SAFETY: `take_into` writes every byte (or fails, and the buffer is
     // dropped unread).
-    let mut out = unsafe { AlignedBytes::try_for_overwrite(n * x.dtype().size()) }
-        .map_err(|_| Error::invalid(format!("take: no memory for a result of shape {dims:?}")))?;
+    let mut out = unsafe { AlignedBytes::try_for_overwrite(bytes) }.map_err(|_| no_memory())?;
     take_into(out.as_mut_slice(), x, idx, axis)?;
     Tensor::from_aligned(x.dtype(), &dims, out)
 }
