@@ -24,6 +24,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+# Without it JAX turns every float64 array into float32 (silently), and the
+# f64 workload would time XLA on f32. Python scalars stay weakly typed, so
+# the f32 and int32 workloads keep their dtypes.
+jax.config.update("jax_enable_x64", True)
+
 
 def data(n, seed):
     """Benches/workloads' `data`: in f32 arithmetic, as the Rust code."""
@@ -187,9 +192,16 @@ def main():
     for name, factory, inputs in WORKLOADS:
         if args and not any(a in name for a in args):
             continue
-        xs = [jnp.asarray(a) for a in inputs()]
+        arrays = inputs()
+        xs = [jnp.asarray(a) for a in arrays]
+        for a, x in zip(arrays, xs):
+            assert x.dtype == a.dtype, "%s: input %s became %s" % (name, a.dtype, x.dtype)
         f = jax.jit(factory())
-        r = {"checksum": checksum(f(*xs))}
+        out = f(*xs)
+        widest = max(np.dtype(a.dtype).itemsize for a in arrays)
+        for leaf in jax.tree_util.tree_leaves(out):
+            assert leaf.dtype.itemsize <= widest, "%s: output %s wider than its inputs" % (name, leaf.dtype)
+        r = {"checksum": checksum(out)}
         r["dropped"] = samples(lambda: f(*xs), keep=False)
         r["kept"] = samples(lambda: f(*xs), keep=True)
         compile_times, first_times = [], []
