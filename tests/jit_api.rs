@@ -456,6 +456,49 @@ fn transposes_in_tiles_copy_every_bit() {
 }
 
 #[test]
+fn unrolled_elementwise_rows_cover_every_tail() {
+    // Cheap elementwise rows run four vectors per step, then one vector
+    // per step, then a scalar tail. Every row length up to three unrolled
+    // steps of f32 (48) and f64 (24) elements, with rows of a matrix and a
+    // broadcast operand (a hoisted stride-0 load), must match the
+    // interpreter bit for bit.
+    let body = |x: Sym, y: Sym| ((&x * 3 + 1) * &x - &y) * 5 + &x;
+    let make = |dtype: DType, dims: &[usize], seed: u64| -> Tensor {
+        let n: usize = dims.iter().product();
+        // Small integers, exact in every dtype: a misplaced lane shows.
+        let v: Vec<i32> = noise(n, seed).iter().map(|&b| i32::from(b) - 128).collect();
+        let shape = dims.to_vec();
+        match dtype {
+            DType::F32 => {
+                let v = v.iter().map(|&i| i as f32).collect();
+                Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap())
+            }
+            DType::F64 => {
+                let v = v.iter().map(|&i| f64::from(i)).collect();
+                Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap())
+            }
+            _ => Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap()),
+        }
+    };
+    for dtype in [DType::F32, DType::F64, DType::I32] {
+        for n in 0..=50_usize {
+            for rows in [1_usize, 3] {
+                let args = [
+                    make(dtype, &[rows, n], n as u64),
+                    make(dtype, &[rows, 1], 1000 + n as u64),
+                ];
+                let want = function(body).call(&args).unwrap();
+                let got = function(body).jit_compile(true).call(&args).unwrap();
+                assert!(
+                    common::same_bits(&got[0], &want[0]),
+                    "{dtype:?}[{rows}, {n}]: the compiled row differs from the interpreter's"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn column_and_middle_axis_reductions_sum_in_row_order() {
     // Sums over rows that keep the innermost dim run as calls of a
     // column-sum routine (blocks of columns outermost and split over

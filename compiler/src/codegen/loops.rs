@@ -539,6 +539,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let unroll: i64 = match (acc, &wide) {
                 (Some(_), Some(_)) => 2,
                 (Some(_), None) if !costly => 4,
+                // Cheap elementwise rows: four independent vectors per
+                // step, so loads, arithmetic and stores of several
+                // vectors overlap and the loop's overhead is shared.
+                (None, None) if !costly => 4,
                 _ => 1,
             };
             let mut vaccs = Vec::new();
