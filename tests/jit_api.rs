@@ -468,16 +468,14 @@ fn unrolled_elementwise_rows_cover_every_tail() {
         // Small integers, exact in every dtype: a misplaced lane shows.
         let v: Vec<i32> = noise(n, seed).iter().map(|&b| i32::from(b) - 128).collect();
         let shape = dims.to_vec();
-        match dtype {
-            DType::F32 => {
-                let v = v.iter().map(|&i| i as f32).collect();
-                Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap())
-            }
-            DType::F64 => {
-                let v = v.iter().map(|&i| f64::from(i)).collect();
-                Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap())
-            }
-            _ => Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap()),
+        if dtype == DType::F32 {
+            let v = v.iter().map(|&i| i as f32).collect();
+            Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap())
+        } else if dtype == DType::F64 {
+            let v = v.iter().map(|&i| f64::from(i)).collect();
+            Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap())
+        } else {
+            Tensor::from(ndarray::ArrayD::from_shape_vec(shape, v).unwrap())
         }
     };
     for dtype in [DType::F32, DType::F64, DType::I32] {
