@@ -11,7 +11,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_module::Module;
 use tensorlift_ir::{DType, Error, ReduceOp, Result};
 
-use crate::fusion::{ENode, KernelKind, SlotId};
+use crate::fusion::{ENode, KernelKind, Plan, RowGroup, SlotId, Step};
 use crate::rt::RtFn;
 
 use super::cost::element_cost;
@@ -275,6 +275,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let range = if d == 0 { self.range } else { None };
         if d + 1 == rank {
             let n = self.k.dims[d];
+            // A rank-1 kernel of a row group runs a block of rows per
+            // call: its row is that long, not the whole dim (wide math's
+            // chunk loops would not pay for their code).
+            let n = match (rank, self.row_group()) {
+                (1, Some(g)) => n.min(g.block),
+                _ => n,
+            };
             return match range {
                 Some((b, e)) => {
                     let count = self.b.ins().isub(e, b);
@@ -494,11 +501,17 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             None
         };
         let nv = count;
+        // The row's length when it is the kernel's own (not a range of a
+        // split): loops that cannot run for it are not emitted.
+        let fixed = start.is_none().then_some(n as i64);
         let mut start = None;
+        // Whether the vector loops leave no element for a scalar tail.
+        let mut no_tail = false;
         let vector = self.vector_type(n)?;
         if let Some(fr) = vector.and_then(|vt| self.fused_row(vt, n)) {
             self.emit_fused_row(&fr, nv, acc)?;
             start = Some(nv);
+            no_tail = true;
         } else if let Some(vt) = vector {
             let lanes = vt.lane_count() as i64;
             // Hoist stride-0 loads and constants out of the vector loop.
@@ -522,6 +535,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         vec_ty(*dtype).unwrap_or(vt)
                     };
                     let v = self.b.ins().splat(lt, v);
+                    self.hoisted.insert(i, v);
+                }
+                // Constants splat once, not once per unrolled copy and pass.
+                if let ENode::Const(l) = node
+                    && let V::S(v) = self.const_value(l, Mode::Vector(vt))
+                {
                     self.hoisted.insert(i, v);
                 }
             }
@@ -573,9 +592,16 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     from = Some(self.wide_chunks(&wide, nv, vt, &vaccs, &accs)?);
                     &[]
                 }
-                None if unroll > 1 => &[(lanes * unroll, unroll), (lanes, 1)],
+                None if unroll > 1 && fixed.is_some_and(|n| n % (lanes * unroll) == 0) => {
+                    &[(lanes * unroll, unroll)]
+                }
+                // Rows shorter than an unrolled step never take it.
+                None if unroll > 1 && (n as i64) >= lanes * unroll => {
+                    &[(lanes * unroll, unroll), (lanes, 1)]
+                }
                 None => &[(lanes, 1)],
             };
+            no_tail = fixed.is_some_and(|n| n % lanes == 0);
             for &(step, copies) in passes {
                 let last = self.for_loop_from(from, nv, step, &mut |s, _i| {
                     s.vector_step(vt, step, copies, &vaccs, &accs)
@@ -604,6 +630,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             Some(s) => s,
             None => self.b.ins().iconst(types::I64, 0),
         };
+        if no_tail {
+            return self.store_accumulator(acc);
+        }
         let remaining = self.b.ins().isub(nv, first);
         let accs2 = accs.clone();
         self.for_loop(remaining, 1, &mut |s, _i| {
@@ -638,12 +667,27 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             }
             Ok(())
         })?;
+        self.store_accumulator(acc)
+    }
+
+    /// Stores a row reduction's register accumulator (if any) to its output.
+    fn store_accumulator(&mut self, acc: Option<Variable>) -> Result<()> {
         if let Some(a) = acc {
             let p = self.b.use_var(self.pos[&OUT]);
             let v = self.b.use_var(a);
             self.b.ins().store(trusted(), v, p, 0);
         }
         Ok(())
+    }
+
+    /// The row group this kernel runs in, if any.
+    fn row_group(&self) -> Option<&'a RowGroup> {
+        let plan: &'a Plan = self.plan;
+        plan.groups.iter().find(|g| {
+            plan.steps[g.start..g.end]
+                .iter()
+                .any(|st| matches!(st, Step::Kernel(k) if std::ptr::eq(k, self.k)))
+        })
     }
 
     /// [`Self::position`] of the accessor `key` (a node's index, [`OUT`]

@@ -239,7 +239,10 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         }
                     },
                 },
-                ENode::Const(l) => self.const_value(l, mode),
+                ENode::Const(l) => match (mode, self.hoisted.get(&i)) {
+                    (Mode::Vector(_), Some(v)) => V::S(*v),
+                    (Mode::Vector(_) | Mode::Scalar, _) => self.const_value(l, mode),
+                },
                 ENode::Iota { dtype, .. } => match mode {
                     // Its value is the element's position: scalar code.
                     Mode::Vector(_) => return Err(LowerError::NoVectorForm),
