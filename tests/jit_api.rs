@@ -281,6 +281,71 @@ fn calls_with_parallel_sections_from_threads_and_from_the_pool() {
 }
 
 #[test]
+fn compiles_from_the_pool_from_threads_and_on_a_one_thread_pool() {
+    // Each kernel compiles on the pool while the next is built, and the
+    // compiling thread takes whatever the pool has not started: compiles
+    // from inside the pool's own tasks, from several threads at once and
+    // on a pool of one thread must all finish, with the same code.
+    fn program(scale: f32) -> tensorlift::Function {
+        function(move |x: Sym| {
+            let e = (&x * scale - x.reduce_max(Some(&[1]), true)).exp();
+            let s = &e / e.reduce_sum(Some(&[1]), true);
+            (&s * 2.0).sqrt() + x.reduce_sum(Some(&[0]), true)
+        })
+        .jit_compile(true)
+    }
+    let x = common::f32s(
+        &(0..64 * 96)
+            .map(|i| (i % 17) as f32 * 0.25 - 2.0)
+            .collect::<Vec<_>>(),
+        &[64, 96],
+    );
+    let spec = [TensorSpec::known(DType::F32, &[64, 96])];
+    let want: Vec<Vec<Tensor>> = (0..8)
+        .map(|i| {
+            function(move |x: Sym| {
+                let e = (&x * (1.0 + i as f32) - x.reduce_max(Some(&[1]), true)).exp();
+                let s = &e / e.reduce_sum(Some(&[1]), true);
+                (&s * 2.0).sqrt() + x.reduce_sum(Some(&[0]), true)
+            })
+            .call(std::slice::from_ref(&x))
+            .unwrap()
+        })
+        .collect();
+    let check = |i: usize, c: &tensorlift::CompiledFunction| {
+        let got = c.call(std::slice::from_ref(&x)).unwrap();
+        common::assert_close(&got[0], &want[i][0], 1e-5, 1e-6, &format!("program {i}"));
+    };
+    use rayon::prelude::*;
+    let from_pool: Vec<tensorlift::CompiledFunction> = (0..8)
+        .into_par_iter()
+        .map(|i| program(1.0 + i as f32).compile(&spec).unwrap())
+        .collect();
+    for (i, c) in from_pool.iter().enumerate() {
+        check(i, c);
+    }
+    std::thread::scope(|s| {
+        for i in 0..4 {
+            let (spec, check) = (&spec, &check);
+            s.spawn(move || check(i, &program(1.0 + i as f32).compile(spec).unwrap()));
+        }
+    });
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    one.install(|| {
+        let inner: Vec<tensorlift::CompiledFunction> = (0..3)
+            .into_par_iter()
+            .map(|i| program(1.0 + i as f32).compile(&spec).unwrap())
+            .collect();
+        for (i, c) in inner.iter().enumerate() {
+            check(i, c);
+        }
+    });
+}
+
+#[test]
 fn strings_pass_through_compiled_code() {
     let f = function(|s: Sym, x: Sym| (s, x.neg())).jit_compile(true);
     let s = Tensor::from(

@@ -3,13 +3,15 @@
 //! GEMMs, copies, and control flow as blocks and branches) and returns the
 //! first failing status.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     AbiParam, Function, InstBuilder, StackSlotData, StackSlotKind, UserFuncName, types,
 };
+use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -66,7 +68,7 @@ impl Clif {
     }
 }
 
-fn make_module(opts: &JitOptions) -> Result<JITModule> {
+fn make_module(opts: &JitOptions) -> Result<(JITModule, OwnedTargetIsa)> {
     let mut flags = settings::builder();
     let level = match opts.opt_level {
         OptLevel::None => "none",
@@ -93,12 +95,12 @@ fn make_module(opts: &JitOptions) -> Result<JITModule> {
         .map_err(|m| Error::unimplemented(format!("this host is not supported by Cranelift: {m}")))?
         .finish(settings::Flags::new(flags))
         .map_err(cg_err)?;
-    let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+    let mut jb = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
     for f in RtFn::ALL {
         let sym = f.symbol();
         jb.symbol(sym.name, sym.addr);
     }
-    Ok(JITModule::new(jb))
+    Ok((JITModule::new(jb), isa))
 }
 
 /// True for kernels `main` emits in place instead of calling: scalar loop
@@ -179,7 +181,9 @@ pub(crate) fn generate(
     table: *const StepTable,
     opts: &JitOptions,
 ) -> Result<Generated> {
-    let mut module = make_module(opts)?;
+    let (mut module, isa) = make_module(opts)?;
+    // Each function compiles while the next one is built.
+    let mut pipeline = Pipeline::new(isa, opts.threads);
     let ptr = module.target_config().pointer_type();
     let mut sig = module.make_signature();
     sig.params.push(AbiParam::new(ptr));
@@ -196,8 +200,6 @@ pub(crate) fn generate(
     };
     let mut fctx = FunctionBuilderContext::new();
     let mut kernel_ids = HashMap::new();
-    // Functions built but not compiled yet: compiled together at the end.
-    let mut pending: Vec<(FuncId, String, cranelift_codegen::Context)> = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if let Step::Kernel(k) = step
             && (!inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i)))
@@ -232,7 +234,7 @@ pub(crate) fn generate(
                     )),
                 }
             }
-            pending.push((id, format!("kernel '{}'", k.name), ctx));
+            pipeline.submit(id, format!("kernel '{}'", k.name), ctx);
             kernel_ids.insert(i, id);
         }
     }
@@ -475,8 +477,13 @@ pub(crate) fn generate(
         .map_err(cg_err)?;
     let mut ctx = module.make_context();
     ctx.func = func;
-    pending.push((main_id, "main".into(), ctx));
-    define_all(&mut module, pending, opts)?;
+    pipeline.submit(main_id, "main".into(), ctx);
+    for code in pipeline.finish() {
+        let (id, align, bytes, relocs) = code?;
+        module
+            .define_function_bytes(id, align, &bytes, &relocs)
+            .map_err(cg_err)?;
+    }
     module.finalize_definitions().map_err(cg_err)?;
     let entry = module.get_finalized_function(main_id);
     Ok(Generated {
@@ -489,44 +496,119 @@ pub(crate) fn generate(
 /// A compiled function: its id, alignment, code and relocations.
 type MachineCode = (FuncId, u64, Vec<u8>, Vec<ModuleReloc>);
 
-/// Compiles every function of `pending` to machine code and defines it in
-/// `module`. Cranelift compiles one function per context with no shared
-/// state, so with `opts.threads` the functions compile on the rayon pool
-/// (wasmtime compiles a module's functions the same way); the definitions,
-/// which link into the module, follow in order on this thread. The code is
+/// A compiled job: its order and its code.
+type Compiled = (usize, Result<MachineCode>);
+
+/// A function to compile: its id, what it is (for errors), its IR, and
+/// its place in the module's order.
+struct Job {
+    order: usize,
+    id: FuncId,
+    what: String,
+    ctx: cranelift_codegen::Context,
+}
+
+/// Compiles functions to machine code as they are built. Cranelift
+/// compiles one function per context with no shared state, so with
+/// threads each submitted function is offered to the rayon pool at once
+/// (wasmtime compiles a module's functions the same way) while this thread
+/// builds the next; [`Pipeline::finish`] compiles on this thread whatever
+/// the pool has not started (so a busy or one-thread pool, or a call from
+/// inside the pool, cannot leave it waiting) and returns the code in
+/// submission order, which the caller defines in the module. The code is
 /// the same either way.
-fn define_all(
-    module: &mut JITModule,
-    mut pending: Vec<(FuncId, String, cranelift_codegen::Context)>,
-    opts: &JitOptions,
-) -> Result<()> {
-    use rayon::prelude::*;
-    let isa = module.isa();
-    let align_min = (isa.function_alignment().minimum as u64).max(isa.symbol_alignment());
-    let compile = |(id, what, ctx): &mut (FuncId, String, cranelift_codegen::Context)| {
+struct Pipeline {
+    isa: OwnedTargetIsa,
+    threads: bool,
+    /// Jobs not started yet, by this thread or the pool.
+    queue: Arc<Mutex<VecDeque<Job>>>,
+    /// Compiled jobs, by order, and how many there are.
+    done: Arc<(Mutex<Vec<Compiled>>, Condvar)>,
+    submitted: usize,
+}
+
+impl Pipeline {
+    fn new(isa: OwnedTargetIsa, threads: bool) -> Self {
+        Self {
+            isa,
+            threads: threads && rayon::current_num_threads() > 1,
+            queue: Arc::default(),
+            done: Arc::default(),
+            submitted: 0,
+        }
+    }
+
+    fn submit(&mut self, id: FuncId, what: String, ctx: cranelift_codegen::Context) {
+        let order = self.submitted;
+        self.submitted += 1;
+        lock(&self.queue).push_back(Job {
+            order,
+            id,
+            what,
+            ctx,
+        });
+        if self.threads {
+            let (isa, queue, done) = (self.isa.clone(), self.queue.clone(), self.done.clone());
+            rayon::spawn(move || {
+                let job = lock(&queue).pop_front();
+                if let Some(job) = job {
+                    let order = job.order;
+                    let code = compile_job(&*isa, job);
+                    lock(&done.0).push((order, code));
+                    done.1.notify_all();
+                }
+            });
+        }
+    }
+
+    /// Every submitted function's code, in submission order.
+    fn finish(self) -> Vec<Result<MachineCode>> {
+        loop {
+            let job = lock(&self.queue).pop_front();
+            let Some(job) = job else { break };
+            let order = job.order;
+            let code = compile_job(&*self.isa, job);
+            lock(&self.done.0).push((order, code));
+        }
+        let mut done = lock(&self.done.0);
+        while done.len() < self.submitted {
+            done = self
+                .done
+                .1
+                .wait(done)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        let mut codes = std::mem::take(&mut *done);
+        codes.sort_unstable_by_key(|(order, _)| *order);
+        codes.into_iter().map(|(_, code)| code).collect()
+    }
+}
+
+/// `m` locked; a poisoned lock is still usable (its data is a queue or a
+/// list of results, complete after each push).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One function compiled: a panic in Cranelift becomes an internal error
+/// naming the function (the pool would otherwise abort the process).
+fn compile_job(isa: &dyn TargetIsa, mut job: Job) -> Result<MachineCode> {
+    let what = job.what.clone();
+    let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let align_min = (isa.function_alignment().minimum as u64).max(isa.symbol_alignment());
+        let ctx = &mut job.ctx;
         ctx.compile(isa, &mut ControlPlane::default())
-            .map_err(|e| cg_err(format!("{what}: {:?}", e.inner)))?;
+            .map_err(|e| cg_err(format!("{}: {:?}", job.what, e.inner)))?;
         let code = (ctx.compiled_code())
-            .ok_or_else(|| Error::internal(format!("{what}: no compiled code")))?;
+            .ok_or_else(|| Error::internal(format!("{}: no compiled code", job.what)))?;
         let align = u64::from(code.buffer.alignment).max(align_min);
         let bytes = code.code_buffer().to_vec();
         let relocs: Vec<ModuleReloc> = (code.buffer.relocs().iter())
-            .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, *id))
+            .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, job.id))
             .collect();
-        Ok((*id, align, bytes, relocs))
-    };
-    let compiled: Vec<Result<MachineCode>> = if opts.threads && pending.len() > 1 {
-        pending.par_iter_mut().map(compile).collect()
-    } else {
-        pending.iter_mut().map(compile).collect()
-    };
-    for c in compiled {
-        let (id, align, bytes, relocs) = c?;
-        module
-            .define_function_bytes(id, align, &bytes, &relocs)
-            .map_err(cg_err)?;
-    }
-    Ok(())
+        Ok((job.id, align, bytes, relocs))
+    }));
+    compiled.unwrap_or_else(|_| Err(cg_err(format!("{what}: Cranelift panicked"))))
 }
 
 /// The runtime functions a module imports.
