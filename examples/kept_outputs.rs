@@ -4,7 +4,9 @@
 //! next call the same memory) and 40 calls whose outputs the caller keeps
 //! (every call writes fresh memory, first touched by the kernel). Prints
 //! the median and the best call of each, in ms, for 1M, 4M and 16M
-//! elements (or the sizes given). `scripts/peers/kept_outputs.py` times
+//! elements (or the sizes given); then 40 calls through `call_into`,
+//! each writing into one of 40 buffers the caller allocated and touched
+//! once before timing (a caller who keeps results in its own storage). `scripts/peers/kept_outputs.py` times
 //! `jax.jit` the same way; run both in one window.
 //!
 //! `cargo run --release --example kept_outputs [N ...]`
@@ -14,7 +16,7 @@
 #[allow(dead_code, reason = "the module also serves the benchmarks")]
 mod workloads;
 
-use tensorlift::{Tensor, function};
+use tensorlift::{Tensor, TensorMut, function};
 
 fn main() {
     let mut sizes: Vec<usize> = std::env::args()
@@ -44,6 +46,20 @@ fn main() {
             let what = if keep { "kept" } else { "dropped" };
             line += &format!("  {what} median {:.3} ms best {:.3}", ts[20], ts[0]);
         }
+        // The allocator aligns these as the runtime's own buffers (16
+        // bytes), so the code writes into them in place (a less aligned
+        // buffer would be copied into).
+        let mut store: Vec<Vec<f32>> = (0..40).map(|_| vec![1.0; n]).collect();
+        let shape = [n];
+        let mut ts = Vec::new();
+        for buf in &mut store {
+            let mut out = [TensorMut::from_slice(&shape, buf).unwrap()];
+            let t = std::time::Instant::now();
+            f.call_into(std::slice::from_ref(&x), &mut out).unwrap();
+            ts.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ts.sort_by(f64::total_cmp);
+        line += &format!("  call_into median {:.3} ms best {:.3}", ts[20], ts[0]);
         println!("{line}");
     }
 }

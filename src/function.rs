@@ -10,7 +10,7 @@ use tensorlift_compiler::{Executable, JitOptions};
 
 use crate::staged::Runner;
 use tensorlift_ir::{DType, Error, Graph, Shape, Site, TensorType};
-use tensorlift_runtime::{Tensor, interp};
+use tensorlift_runtime::{Tensor, TensorMut, interp};
 
 use crate::trace::{Sym, Tracer};
 use tensorlift_ir::autodiff;
@@ -582,6 +582,22 @@ impl Function {
         interp::run(&c.optimized, inputs)
     }
 
+    /// [`Function::call`] writing output `k` into `outputs[k]`, which must
+    /// have its dtype and shape (an `InvalidArgument` naming the first that
+    /// does not, before anything runs where the types are known ahead):
+    /// a caller who keeps results reuses its own buffers instead of
+    /// receiving fresh memory each call. Compiled outputs are written
+    /// straight into 16-byte aligned buffers; anything else is copied in.
+    /// On error the buffers' contents are unspecified.
+    pub fn call_into(&self, inputs: &[Tensor], outputs: &mut [TensorMut<'_>]) -> Result<(), Error> {
+        let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
+        if self.inner.cfg.jit {
+            return self.executable_for(&types)?.run_into(inputs, outputs);
+        }
+        let c = self.concrete_for(&types)?;
+        crate::staged::copy_outputs(interp::run(&c.optimized, inputs)?, outputs)
+    }
+
     /// The executable for concrete input types, compiling it on first use.
     fn executable_for(&self, types: &[TensorType]) -> Result<Runner, Error> {
         let slot = {
@@ -679,8 +695,30 @@ impl Clone for Function {
 }
 
 impl CompiledFunction {
+    /// Runs the native code on `inputs`, which must match the specs,
+    /// writing output `k` into `outputs[k]` (see [`Function::call_into`]).
+    pub fn call_into(&self, inputs: &[Tensor], outputs: &mut [TensorMut<'_>]) -> Result<(), Error> {
+        self.check_inputs(inputs)?;
+        match &self.exe {
+            Some(e) => e.run_into(inputs, outputs),
+            None => self.function.call_into(inputs, outputs),
+        }
+    }
+
     /// Runs the native code on `inputs`, which must match the specs.
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        self.check_inputs(inputs)?;
+        match &self.exe {
+            Some(e) => e.run(inputs),
+            None => {
+                let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
+                self.function.executable_for(&types)?.run(inputs)
+            }
+        }
+    }
+
+    /// An `InvalidArgument` unless `inputs` match the specs.
+    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), Error> {
         if inputs.len() != self.specs.len() {
             return Err(Error::invalid(format!(
                 "compiled function takes {} input(s), but {} were given",
@@ -698,13 +736,7 @@ impl CompiledFunction {
                 )));
             }
         }
-        match &self.exe {
-            Some(e) => e.run(inputs),
-            None => {
-                let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
-                self.function.executable_for(&types)?.run(inputs)
-            }
-        }
+        Ok(())
     }
 
     /// The executable, when the specs were static and the program is not

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tensorlift_compiler::{Executable, JitOptions};
 use tensorlift_ir::{Error, Graph, NodeId, Op, Result, TensorType, ValueId};
-use tensorlift_runtime::{Tensor, callback};
+use tensorlift_runtime::{Tensor, TensorMut, callback};
 
 /// A compiled program: whole, or split at a callback.
 #[derive(Debug, Clone)]
@@ -77,6 +77,15 @@ impl Runner {
         }
     }
 
+    /// Runs the program, writing its outputs into `outputs` (see
+    /// [`Executable::run_into`]; a split program copies them in).
+    pub fn run_into(&self, inputs: &[Tensor], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+        match self {
+            Runner::Whole(e) => e.run_into(inputs, outputs),
+            Runner::Split(s) => copy_outputs(s.run(inputs)?, outputs),
+        }
+    }
+
     /// The single executable, when the program is not split.
     pub fn executable(&self) -> Option<&Arc<Executable>> {
         match self {
@@ -84,6 +93,17 @@ impl Runner {
             Runner::Split(_) => None,
         }
     }
+}
+
+/// Checks `outputs` against the tensors `produced` and copies them in.
+pub(crate) fn copy_outputs(produced: Vec<Tensor>, outputs: &mut [TensorMut<'_>]) -> Result<()> {
+    let types: Vec<(tensorlift_ir::DType, &[usize])> =
+        produced.iter().map(|t| (t.dtype(), t.shape())).collect();
+    tensorlift_compiler::check_outputs(&types, outputs)?;
+    for (t, out) in produced.iter().zip(outputs) {
+        tensorlift_compiler::copy_into(t, out)?;
+    }
+    Ok(())
 }
 
 impl Split {
@@ -203,6 +223,12 @@ impl CompiledGraph {
     /// Runs the compiled program on `inputs`.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.runner.run(inputs)
+    }
+
+    /// Runs the compiled program on `inputs`, writing output `k` into
+    /// `outputs[k]` (its dtype and shape; see [`Executable::run_into`]).
+    pub fn run_into(&self, inputs: &[Tensor], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+        self.runner.run_into(inputs, outputs)
     }
 
     /// How many times code was compiled for it (1, plus one per run-time

@@ -105,7 +105,7 @@ fn a_crate_using_the_build_helper_runs_numpy_callbacks_in_both_modes() {
     let bin = build(&[]);
     let out = run(&bin, None);
     assert!(out.status.success(), "{}", text(&out));
-    for mode in ["interpreted", "compiled"] {
+    for mode in ["interpreted", "compiled", "call_into"] {
         assert_eq!(printed(&out, mode), want(), "{mode}\n{}", text(&out));
     }
 }

@@ -11,7 +11,7 @@
 mod common;
 
 use ndarray::{ArrayD, arr1, arr2};
-use tensorlift::{Code, DType, IrStage, Sym, Tensor, TensorSpec, function};
+use tensorlift::{Code, DType, IrStage, Sym, Tensor, TensorMut, TensorSpec, function};
 
 fn v32(v: &[f32]) -> Tensor {
     Tensor::from(arr1(v).into_dyn())
@@ -301,4 +301,139 @@ fn functions_are_shareable_across_threads() {
             vec![(k + 1) as f32]
         );
     }
+}
+
+/// Room for `n` bytes starting `skew` bytes past a 16-byte boundary, every
+/// byte 0x5a.
+fn buffer(n: usize, skew: usize) -> (Vec<u8>, usize) {
+    (vec![0x5a; n + skew + 16], skew)
+}
+
+/// `n` bytes of `buf` at its skew past a 16-byte boundary.
+fn bytes_of(buf: &mut (Vec<u8>, usize), n: usize) -> &mut [u8] {
+    let start = buf.0.as_ptr().align_offset(16) + buf.1;
+    &mut buf.0[start..start + n]
+}
+
+#[test]
+fn call_into_writes_what_call_returns_and_reuses_the_buffers() {
+    // Outputs the code computes (written in place when the buffer is
+    // aligned, copied when it is not), an input returned as is, a value
+    // returned twice and a reduction: every buffer holds what `call`
+    // returns, interpreted and compiled, call after call.
+    let body = |x: Sym, y: Sym| {
+        let z = (&x * 2.0 + &y).tanh();
+        vec![z.clone(), x.reduce_sum(Some(&[1]), false), y, z]
+    };
+    let (dims, sums) = ([64_usize, 48], [64_usize]);
+    for jit in [false, true] {
+        let f = function(body).jit_compile(jit);
+        for skew in [0, 4] {
+            let mut bufs: Vec<(Vec<u8>, usize)> = [64 * 48, 64, 64 * 48, 64 * 48]
+                .iter()
+                .map(|n| buffer(n * 4, skew))
+                .collect();
+            for round in 0..3 {
+                let x = common::f32s(
+                    &(0..64 * 48)
+                        .map(|i| ((i * 7 + round) % 23) as f32 * 0.1 - 1.0)
+                        .collect::<Vec<_>>(),
+                    &dims,
+                );
+                let y = common::f32s(
+                    &(0..64 * 48)
+                        .map(|i| ((i * 3 + round) % 19) as f32 * 0.05)
+                        .collect::<Vec<_>>(),
+                    &dims,
+                );
+                let args = [x, y];
+                let want = f.call(&args).unwrap();
+                let shapes: [&[usize]; 4] = [&dims, &sums, &dims, &dims];
+                let mut outs: Vec<TensorMut<'_>> = bufs
+                    .iter_mut()
+                    .zip(shapes)
+                    .map(|(b, shape)| {
+                        let n: usize = shape.iter().product();
+                        TensorMut::new(DType::F32, shape, bytes_of(b, n * 4)).unwrap()
+                    })
+                    .collect();
+                f.call_into(&args, &mut outs).unwrap();
+                for (k, (out, w)) in outs.iter_mut().zip(&want).enumerate() {
+                    let shape = out.shape().to_vec();
+                    let got = Tensor::from_bytes(DType::F32, &shape, out.bytes_mut()).unwrap();
+                    assert!(
+                        common::same_bits(&got, w),
+                        "jit {jit}, skew {skew}, round {round}: output {k} differs from call's"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn call_into_rejects_buffers_of_the_wrong_count_dtype_or_shape_untouched() {
+    let f = function(|x: Sym| (&x * 2.0, x.reduce_sum(None, false))).jit_compile(true);
+    let x = common::f32s(&[1.0, 2.0, 3.0], &[3]);
+    let spec = [TensorSpec::known(DType::F32, &[3])];
+    let compiled = f.compile(&spec).unwrap();
+    // Each output's buffer (shape, dtype), and the error.
+    type Case<'a> = (&'a [usize], DType, &'a [usize], DType, &'a str);
+    let cases: [Case<'_>; 3] = [
+        (
+            &[3],
+            DType::F32,
+            &[2],
+            DType::F32,
+            "output 1 is f32[], but the buffer given for it is f32[2]",
+        ),
+        (
+            &[3],
+            DType::F64,
+            &[],
+            DType::F32,
+            "output 0 is f32[3], but the buffer given for it is f64[3]",
+        ),
+        (
+            &[4],
+            DType::F32,
+            &[],
+            DType::F32,
+            "output 0 is f32[3], but the buffer given for it is f32[4]",
+        ),
+    ];
+    for (s0, d0, s1, d1, msg) in cases {
+        let mut b0 = buffer(64, 0);
+        let mut b1 = buffer(64, 0);
+        let n0 = s0.iter().product::<usize>() * d0.size();
+        let n1 = s1.iter().product::<usize>() * d1.size();
+        let mut outs = [
+            TensorMut::new(d0, s0, bytes_of(&mut b0, n0)).unwrap(),
+            TensorMut::new(d1, s1, bytes_of(&mut b1, n1)).unwrap(),
+        ];
+        for e in [
+            f.call_into(std::slice::from_ref(&x), &mut outs)
+                .unwrap_err(),
+            compiled
+                .call_into(std::slice::from_ref(&x), &mut outs)
+                .unwrap_err(),
+        ] {
+            assert_eq!(e.code(), Code::InvalidArgument);
+            assert!(e.to_string().contains(msg), "{e}");
+        }
+        assert!(
+            b0.0.iter().chain(&b1.0).all(|&b| b == 0x5a),
+            "a rejected buffer was written"
+        );
+    }
+    let mut b0 = buffer(12, 0);
+    let mut one = [TensorMut::new(DType::F32, &[3], bytes_of(&mut b0, 12)).unwrap()];
+    let e = compiled
+        .call_into(std::slice::from_ref(&x), &mut one)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("the function returns 2 output(s), but 1 buffer(s) were given"),
+        "{e}"
+    );
 }

@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cranelift_jit::JITModule;
-use tensorlift_ir::{CallbackKind, Detail, Error, Graph, NodeRef, Offender, Op, Result};
-use tensorlift_runtime::{AlignedBytes, Tensor, interp};
+use tensorlift_ir::{CallbackKind, DType, Detail, Error, Graph, NodeRef, Offender, Op, Result};
+use tensorlift_runtime::{AlignedBytes, Tensor, TensorMut, interp};
 
 use crate::codegen::{self, JitOptions};
 use crate::fusion::{self, SlotKind};
@@ -214,6 +214,43 @@ impl Executable {
 
     /// Runs the compiled code on `inputs`.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        (self.run_with(inputs, &mut []))?
+            .into_iter()
+            .map(|t| t.ok_or_else(|| Error::internal("an output was not produced")))
+            .collect()
+    }
+
+    /// Runs the compiled code on `inputs`, writing output `k` into
+    /// `outputs[k]`, which must have its dtype and shape
+    /// ([`check_outputs`]). Outputs the code computes are written straight
+    /// into a 16-byte aligned buffer (the alignment of the runtime's own);
+    /// the others (an input or constant returned as is, a value returned
+    /// twice, a callback's result, a buffer less aligned) are copied. On
+    /// error the buffers' contents are unspecified.
+    pub fn run_into(&self, inputs: &[Tensor], outputs: &mut [TensorMut<'_>]) -> Result<()> {
+        let plan = &self.table.plan;
+        let types: Vec<(DType, &[usize])> = (plan.outputs.iter())
+            .map(|&s| (plan.slots[s].dtype, &plan.slots[s].dims[..]))
+            .collect();
+        check_outputs(&types, outputs)?;
+        let produced = self.run_with(inputs, outputs)?;
+        for (k, t) in produced.into_iter().enumerate() {
+            if let Some(t) = t {
+                copy_into(&t, &mut outputs[k])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the code; output slots the code writes take the matching
+    /// caller buffer of `into` where it is 16-byte aligned (first output
+    /// of the slot only). Returns each output as a tensor, or `None` where
+    /// it is already in `into`.
+    fn run_with(
+        &self,
+        inputs: &[Tensor],
+        into: &mut [TensorMut<'_>],
+    ) -> Result<Vec<Option<Tensor>>> {
         let plan = &self.table.plan;
         interp::check_inputs(&plan.graph, inputs)?;
         if let Some(e) = &self.unbound {
@@ -238,6 +275,21 @@ impl Executable {
         let mut arena = unsafe { AlignedBytes::try_for_overwrite(plan.arena_bytes)? };
         let arena_ptr = arena.as_mut_ptr();
         let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];
+        // The output (index into `into`) each slot is written straight into.
+        let mut direct: Vec<Option<usize>> = vec![None; plan.slots.len()];
+        for (k, out) in into.iter_mut().enumerate() {
+            let s = plan.outputs[k];
+            let slot = &plan.slots[s];
+            let bytes = out.bytes_mut();
+            if slot.kind == SlotKind::Output
+                && slot.dtype != DType::String
+                && direct[s].is_none()
+                && bytes.len() == slot.bytes()
+                && (bytes.as_ptr() as usize).is_multiple_of(16)
+            {
+                direct[s] = Some(k);
+            }
+        }
         let mut owned: Vec<Option<AlignedBytes>> = Vec::new();
         let mut bufs: Vec<*mut u8> = Vec::with_capacity(plan.slots.len());
         for (i, s) in plan.slots.iter().enumerate() {
@@ -248,13 +300,18 @@ impl Executable {
                     .map_or(std::ptr::null_mut(), |t| t.bytes().as_ptr() as *mut u8),
                 // SAFETY: offsets come from the buffer plan and lie inside the arena.
                 SlotKind::Temp { offset } => unsafe { arena_ptr.add(*offset) },
-                SlotKind::Output => {
-                    // SAFETY: see the arena above.
-                    let mut b = unsafe { AlignedBytes::try_for_overwrite(s.bytes())? };
-                    let p = b.as_mut_ptr();
-                    outs[i] = Some(b);
-                    p
-                }
+                SlotKind::Output => match direct[i] {
+                    // The caller's buffer: exclusively borrowed for the
+                    // call, of the slot's size, aligned as ours are.
+                    Some(k) => into[k].bytes_mut().as_mut_ptr(),
+                    None => {
+                        // SAFETY: see the arena above.
+                        let mut b = unsafe { AlignedBytes::try_for_overwrite(s.bytes())? };
+                        let p = b.as_mut_ptr();
+                        outs[i] = Some(b);
+                        p
+                    }
+                },
                 SlotKind::HandOff { .. } => {
                     // SAFETY: see the arena above.
                     let mut b = unsafe { AlignedBytes::try_for_overwrite(s.bytes())? };
@@ -299,14 +356,27 @@ impl Executable {
         let mut done: Vec<Option<Tensor>> = vec![None; plan.slots.len()];
         plan.outputs
             .iter()
-            .map(|&s| {
+            .enumerate()
+            .map(|(k, &s)| {
                 if let Some(t) = &done[s] {
-                    return Ok(t.clone());
+                    return Ok(Some(t.clone()));
                 }
                 let slot = &plan.slots[s];
                 if let Some(t) = ctx.kept.get_mut(s).and_then(Option::take) {
                     done[s] = Some(t.clone());
-                    return Ok(t);
+                    return Ok(Some(t));
+                }
+                match direct[s] {
+                    // Written in place.
+                    Some(first) if first == k => return Ok(None),
+                    // A second output of the slot: a copy of the first.
+                    Some(first) => {
+                        let t =
+                            Tensor::from_bytes(slot.dtype, &slot.dims, into[first].bytes_mut())?;
+                        done[s] = Some(t.clone());
+                        return Ok(Some(t));
+                    }
+                    None => {}
                 }
                 let t = match &slot.kind {
                     SlotKind::Input(k) => inputs[*k].clone(),
@@ -331,8 +401,52 @@ impl Executable {
                     }
                 };
                 done[s] = Some(t.clone());
-                Ok(t)
+                Ok(Some(t))
             })
             .collect()
     }
+}
+
+/// Checks that `outputs` are as many as `types` (a function's outputs) and
+/// each has its dtype and shape: an `InvalidArgument` naming the first
+/// that is not.
+pub fn check_outputs(types: &[(DType, &[usize])], outputs: &[TensorMut<'_>]) -> Result<()> {
+    if outputs.len() != types.len() {
+        return Err(Error::invalid(format!(
+            "the function returns {} output(s), but {} buffer(s) were given to write them into",
+            types.len(),
+            outputs.len()
+        )));
+    }
+    for (k, ((dtype, dims), out)) in types.iter().zip(outputs).enumerate() {
+        if out.dtype() != *dtype || out.shape() != *dims {
+            return Err(Error::invalid(format!(
+                "output {k} is {}{dims:?}, but the buffer given for it is {}{:?}",
+                dtype.short_name(),
+                out.dtype().short_name(),
+                out.shape()
+            )));
+        }
+        if *dtype == DType::String {
+            return Err(Error::invalid(format!(
+                "output {k} is a string tensor, which cannot be written into a buffer"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Copies `t`'s elements into `out` (same dtype and shape).
+pub fn copy_into(t: &Tensor, out: &mut TensorMut<'_>) -> Result<()> {
+    if t.dtype() != out.dtype() || t.shape() != out.shape() {
+        return Err(Error::internal(format!(
+            "an output of {}{:?} does not fit its buffer of {}{:?}",
+            t.dtype().short_name(),
+            t.shape(),
+            out.dtype().short_name(),
+            out.shape()
+        )));
+    }
+    out.bytes_mut().copy_from_slice(t.bytes());
+    Ok(())
 }

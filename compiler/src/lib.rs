@@ -17,4 +17,4 @@ mod tile;
 mod wide;
 
 pub use codegen::{JitOptions, OptLevel};
-pub use exec::{Executable, check, check_compilable, compile};
+pub use exec::{Executable, check, check_compilable, check_outputs, compile, copy_into};

@@ -421,6 +421,21 @@ impl<'a> TensorMut<'a> {
             bytes,
         })
     }
+    /// A writable view of `data` as a tensor of `shape` (its element count
+    /// must be `data`'s length): a caller's own storage, to pass to
+    /// `call_into`.
+    pub fn from_slice<T: HostElement + Pod>(shape: &'a [usize], data: &'a mut [T]) -> Result<Self> {
+        check_view::<T>(T::DTYPE)?;
+        let want = (shape.iter()).try_fold(1usize, |n, d| n.checked_mul(*d));
+        if want != Some(data.len()) {
+            return Err(Error::invalid(format!(
+                "a buffer of {} {} elements cannot hold a tensor of shape {shape:?}",
+                data.len(),
+                T::DTYPE.short_name()
+            )));
+        }
+        TensorMut::new(T::DTYPE, shape, bytemuck::cast_slice_mut(data))
+    }
     /// Element type.
     pub fn dtype(&self) -> DType {
         self.dtype

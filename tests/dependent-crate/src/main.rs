@@ -1,13 +1,14 @@
 //! Runs `numpy_function` callback `x * 2 + 1` (in NumPy) on `x + 1`, then
 //! subtracts 1, interpreted and compiled, for x = the f32 arguments; prints
-//! each result as `interpreted: [..]` / `compiled: [..]`. On an error
-//! prints it and exits with status 1.
+//! each result as `interpreted: [..]` / `compiled: [..]`, then the compiled
+//! result written into its own buffer by `call_into` (`call_into: [..]`).
+//! On an error prints it and exits with status 1.
 
 use std::ffi::CString;
 
 use pyo3::prelude::*;
 use tensorlift::ir::Shape;
-use tensorlift::{DType, Function, Sym, Tensor, function};
+use tensorlift::{DType, Function, Sym, Tensor, TensorMut, TensorSpec, function};
 
 fn main() {
     if let Err(e) = run() {
@@ -61,5 +62,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             y[0].to_ndarray::<f32>()?.into_raw_vec_and_offset().0
         );
     }
+    // Compiled ahead of time, the result written into the caller's own
+    // buffer.
+    let compiled = make()
+        .jit_compile(true)
+        .compile(&[TensorSpec::known(DType::F32, &[n])])?;
+    let mut out = vec![0.0f32; n];
+    let shape = [n];
+    compiled.call_into(
+        std::slice::from_ref(&x),
+        &mut [TensorMut::from_slice(&shape, &mut out)?],
+    )?;
+    println!("call_into: {out:?}");
     Ok(())
 }
