@@ -199,42 +199,19 @@ pub(crate) fn generate(
         ids: HashMap::new(),
     };
     let mut fctx = FunctionBuilderContext::new();
+    // Kernel functions: declared first, so `main` (which calls them) is
+    // built and compiling while they are built.
+    let has_function = |i: usize, k: &Kernel| {
+        !inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i))
+    };
     let mut kernel_ids = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if let Step::Kernel(k) = step
-            && (!inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i)))
+            && has_function(i, k)
         {
-            let mut func =
-                Function::with_name_signature(UserFuncName::user(0, i as u32), ksig.clone());
-            {
-                let mut b = FunctionBuilder::new(&mut func, &mut fctx);
-                let mut kg = KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
-                kg.emit()?;
-                b.finalize(module.target_config());
-            }
-            clif.function(format!("; kernel '{}' (step {i})", k.name), &func);
             let id = module
                 .declare_function(&format!("kernel{i}"), Linkage::Local, &ksig)
                 .map_err(cg_err)?;
-            let mut ctx = module.make_context();
-            ctx.func = func;
-            if std::env::var_os("TENSORLIFT_DISASM").is_some() {
-                // A second compilation, only for the disassembly dump.
-                let mut probe = module.make_context();
-                probe.func = ctx.func.clone();
-                probe.set_disasm(true);
-                match probe.compile(module.isa(), &mut Default::default()) {
-                    Ok(code) => {
-                        let v = code.vcode.clone().unwrap_or_default();
-                        clif.text(format!("; machine code of kernel '{}'\n{v}\n", k.name));
-                    }
-                    Err(e) => clif.text(format!(
-                        "; no machine code for kernel '{}': {:?}\n",
-                        k.name, e.inner
-                    )),
-                }
-            }
-            pipeline.submit(id, format!("kernel '{}'", k.name), ctx);
             kernel_ids.insert(i, id);
         }
     }
@@ -463,7 +440,49 @@ pub(crate) fn generate(
         b.seal_all_blocks();
         b.finalize(module.target_config());
     }
-    clif.function("; main".into(), &func);
+    let main_clif = func.clone();
+    let main_id = module
+        .declare_function("main", Linkage::Local, &sig)
+        .map_err(cg_err)?;
+    let mut ctx = module.make_context();
+    ctx.func = func;
+    pipeline.submit(main_id, "main".into(), ctx);
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Step::Kernel(k) = step
+            && has_function(i, k)
+        {
+            let mut func =
+                Function::with_name_signature(UserFuncName::user(0, i as u32), ksig.clone());
+            {
+                let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+                let mut kg = KernelGen::new(&mut b, &mut module, &mut helpers, plan, k, opts, ptr);
+                kg.emit()?;
+                b.finalize(module.target_config());
+            }
+            clif.function(format!("; kernel '{}' (step {i})", k.name), &func);
+            let id = kernel_ids[&i];
+            let mut ctx = module.make_context();
+            ctx.func = func;
+            if std::env::var_os("TENSORLIFT_DISASM").is_some() {
+                // A second compilation, only for the disassembly dump.
+                let mut probe = module.make_context();
+                probe.func = ctx.func.clone();
+                probe.set_disasm(true);
+                match probe.compile(module.isa(), &mut Default::default()) {
+                    Ok(code) => {
+                        let v = code.vcode.clone().unwrap_or_default();
+                        clif.text(format!("; machine code of kernel '{}'\n{v}\n", k.name));
+                    }
+                    Err(e) => clif.text(format!(
+                        "; no machine code for kernel '{}': {:?}\n",
+                        k.name, e.inner
+                    )),
+                }
+            }
+            pipeline.submit(id, format!("kernel '{}'", k.name), ctx);
+        }
+    }
+    clif.function("; main".into(), &main_clif);
     // The functions the code imports, by the names the dump shows them as.
     let mut imports: Vec<(u32, &str)> = (helpers.ids.iter())
         .map(|(f, id)| (id.as_u32(), f.name()))
@@ -472,12 +491,6 @@ pub(crate) fn generate(
     for (id, name) in imports {
         clif.text(format!("; u0:{id} = {name}\n"));
     }
-    let main_id = module
-        .declare_function("main", Linkage::Local, &sig)
-        .map_err(cg_err)?;
-    let mut ctx = module.make_context();
-    ctx.func = func;
-    pipeline.submit(main_id, "main".into(), ctx);
     for code in pipeline.finish() {
         let (id, align, bytes, relocs) = code?;
         module
