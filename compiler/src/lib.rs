@@ -8,6 +8,7 @@
 //! [`Executable`]: native code, its plan and the runtime tables it calls
 //! into. See `docs/compiler.md`.
 
+mod approx;
 mod codegen;
 mod exec;
 pub mod fusion;

@@ -9,9 +9,12 @@
 //! in chunks instead: a 128-bit loop stores the function's argument for up to
 //! [`CHUNK`] elements into a stack buffer, one call here maps the buffer in
 //! place, and the rest of the kernel reads the results back (codegen's
-//! `wide_chunks`). The functions below repeat the inline approximations
-//! operation for operation (same constants, same fused multiply-adds, same
-//! order), so both paths give the same bits (NaN for NaN, payloads aside):
+//! `wide_chunks`). `exp`, `expm1`, `tanh` and `logistic` are the generic
+//! approximations of [`approx`], the same source the inline code is
+//! emitted from (instantiated here with [`Lanes`]); `ln`, `log1p`, `erf`,
+//! `sin`/`cos` below still repeat the inline approximations operation for
+//! operation (same constants, same fused multiply-adds, same order). Both
+//! paths give the same bits (NaN for NaN, payloads aside):
 //! `tests/jit_wide.rs` checks it.
 //! f64 `pow` has one too (`tl_wide_pow_f64`, its two operands in two
 //! buffers). Rows of functions without a routine here keep the 128-bit code.
@@ -31,11 +34,12 @@ use std::ops::{Add, Div, Mul, Neg, Sub};
 use tensorlift_ir::UnaryOp;
 use tensorlift_runtime::kernels::scalar::FloatScalar;
 
+use crate::approx;
+
 use crate::codegen::math::{
     COS_F32_P, COS_F64_P, ERF_F32_P, ERF_F32_Q, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U,
-    EXP_F32_P, EXP_F64_P, EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, POW_F64_ATANH,
-    POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P, SINCOS_F32_LIMIT, SINCOS_F32_PI_2, SINCOS_F64_LIMIT,
-    SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P, TANH_F64_Q,
+    LOG_F32_P, LOG_F64_T1, LOG_F64_T2, POW_F64_ATANH, POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P,
+    SINCOS_F32_LIMIT, SINCOS_F32_PI_2, SINCOS_F64_LIMIT, SINCOS_F64_PI_2,
 };
 
 mod cols;
@@ -202,10 +206,9 @@ pub(crate) trait Lane:
     + Div<Output = Self>
     + Neg<Output = Self>
 {
-    /// Width in bits, mantissa bits, exponent bias.
+    /// Width in bits, mantissa bits.
     const BITS: u32;
     const MANT: u32;
-    const BIAS: i64;
     /// `sin`/`cos`: π/2 in parts, polynomials, range of the reduction.
     const PI_2: [f64; 4];
     const SIN_P: &'static [f64];
@@ -225,12 +228,8 @@ pub(crate) trait Lane:
     /// The interpreter's scalar function (libm; not inlined: cold paths
     /// only).
     fn libm(op: UnaryOp, x: Self) -> Self;
-    /// `exp_*_reduced`: `(e^r - 1, n + 1.5·2^MANT, n)`.
-    fn exp_reduced(self) -> (Self, Self, Self);
     /// `log_f32` / `log_f64`.
     fn ln(self) -> Self;
-    /// `tanh_f32` / `tanh_f64`.
-    fn tanh(self) -> Self;
     /// `erf_f32` / `erf_f64`.
     fn erf(self) -> Self;
     /// The largest of the `n` elements at `src` by `fmax`'s rules: NaN if
@@ -251,7 +250,7 @@ pub(crate) trait Lane:
             UnaryOp::Expm1 => buf.iter_mut().for_each(|x| *x = expm1(*x)),
             UnaryOp::Log => buf.iter_mut().for_each(|x| *x = x.ln()),
             UnaryOp::Log1p => buf.iter_mut().for_each(|x| *x = log1p(*x)),
-            UnaryOp::Tanh => buf.iter_mut().for_each(|x| *x = x.tanh()),
+            UnaryOp::Tanh => buf.iter_mut().for_each(|x| *x = tanh(*x)),
             UnaryOp::Logistic => buf.iter_mut().for_each(|x| *x = logistic(*x)),
             UnaryOp::Erf => buf.iter_mut().for_each(|x| *x = x.erf()),
             UnaryOp::Sin => sincos_buf(buf, false),
@@ -384,7 +383,7 @@ unsafe fn row<T: Lane>(u: Option<UnaryOp>, io: RowIo<T>, a: T, b: T) -> T {
             Some(UnaryOp::Expm1) => row_with(src, n, dst, ahead, |x| expm1(pre(x))),
             Some(UnaryOp::Log) => row_with(src, n, dst, ahead, |x| pre(x).ln()),
             Some(UnaryOp::Log1p) => row_with(src, n, dst, ahead, |x| log1p(pre(x))),
-            Some(UnaryOp::Tanh) => row_with(src, n, dst, ahead, |x| pre(x).tanh()),
+            Some(UnaryOp::Tanh) => row_with(src, n, dst, ahead, |x| tanh(pre(x))),
             Some(UnaryOp::Logistic) => row_with(src, n, dst, ahead, |x| logistic(pre(x))),
             Some(UnaryOp::Erf) => row_with(src, n, dst, ahead, |x| pre(x).erf()),
             Some(UnaryOp::Sqrt) => row_with(src, n, dst, ahead, |x| pre(x).sqrt()),
@@ -662,33 +661,122 @@ macro_rules! wide_map {
 wide_map!(avx512, "avx512f,avx512dq,avx512vl,avx2,fma");
 wide_map!(avx2, "avx2,fma");
 
-/// `hi < x ? hi : x`, then `x < lo ? lo : x` (NaN passes): `clamp_f`.
+/// [`approx::Ops`] on plain lanes: the approximations of [`approx`] as
+/// Rust arithmetic, which rustc vectorizes in `map`'s and `row`'s loops.
+struct Lanes<T>(std::marker::PhantomData<T>);
+
+impl<T> Lanes<T> {
+    #[inline(always)]
+    fn new() -> Self {
+        Lanes(std::marker::PhantomData)
+    }
+}
+
+impl<T: Lane> approx::Ops for Lanes<T> {
+    type V = T;
+    type M = bool;
+    type I = i64;
+
+    #[inline(always)]
+    fn f64(&self) -> bool {
+        T::BITS == 64
+    }
+    #[inline(always)]
+    fn c(&mut self, v: f64) -> T {
+        T::of(v)
+    }
+    #[inline(always)]
+    fn add(&mut self, a: T, b: T) -> T {
+        a + b
+    }
+    #[inline(always)]
+    fn sub(&mut self, a: T, b: T) -> T {
+        a - b
+    }
+    #[inline(always)]
+    fn mul(&mut self, a: T, b: T) -> T {
+        a * b
+    }
+    #[inline(always)]
+    fn div(&mut self, a: T, b: T) -> T {
+        a / b
+    }
+    #[inline(always)]
+    fn fma(&mut self, a: T, b: T, c: T) -> T {
+        a.fma(b, c)
+    }
+    #[inline(always)]
+    fn abs(&mut self, a: T) -> T {
+        a.abs()
+    }
+    #[inline(always)]
+    fn neg(&mut self, a: T) -> T {
+        -a
+    }
+    #[inline(always)]
+    fn lt(&mut self, a: T, b: T) -> bool {
+        a < b
+    }
+    #[inline(always)]
+    fn le(&mut self, a: T, b: T) -> bool {
+        a <= b
+    }
+    #[inline(always)]
+    fn ge(&mut self, a: T, b: T) -> bool {
+        a >= b
+    }
+    #[inline(always)]
+    fn select(&mut self, m: bool, a: T, b: T) -> T {
+        if m { a } else { b }
+    }
+    #[inline(always)]
+    fn bits(&mut self, a: T) -> i64 {
+        a.bits()
+    }
+    #[inline(always)]
+    fn of_bits(&mut self, i: i64) -> T {
+        T::from_bits(i)
+    }
+    #[inline(always)]
+    fn ic(&mut self, v: i64) -> i64 {
+        v
+    }
+    #[inline(always)]
+    fn iadd(&mut self, a: i64, b: i64) -> i64 {
+        a.wrapping_add(b)
+    }
+    #[inline(always)]
+    fn isub(&mut self, a: i64, b: i64) -> i64 {
+        a.wrapping_sub(b)
+    }
+    #[inline(always)]
+    fn iand(&mut self, a: i64, b: i64) -> i64 {
+        a & b
+    }
+    #[inline(always)]
+    fn ior(&mut self, a: i64, b: i64) -> i64 {
+        a | b
+    }
+    #[inline(always)]
+    fn ishl(&mut self, a: i64, k: u32) -> i64 {
+        a << k
+    }
+    #[inline(always)]
+    fn isshr(&mut self, a: i64, k: u32) -> i64 {
+        a >> k
+    }
+}
+
+/// [`approx::clamp`].
 #[inline(always)]
 fn clamp<T: Lane>(x: T, lo: f64, hi: f64) -> T {
-    let (lo, hi) = (T::of(lo), T::of(hi));
-    let x = if hi < x { hi } else { x };
-    if x < lo { lo } else { x }
+    approx::clamp(&mut Lanes::new(), x, lo, hi)
 }
 
-/// Horner's rule with fused multiply-adds: `horner`.
+/// [`approx::horner`].
 #[inline(always)]
 fn horner<T: Lane>(z: T, c: &[f64]) -> T {
-    let mut p = T::of(c[0]);
-    for k in &c[1..] {
-        p = p.fma(z, T::of(*k));
-    }
-    p
-}
-
-/// `scale_by_pow2`: `y · 2^n1 · 2^n2` with `n1 = n >> 1`, `n2 = n - n1`.
-#[inline(always)]
-fn scale_by_pow2<T: Lane>(y: T, tm: T) -> T {
-    let ni = tm.bits().wrapping_sub(magic::<T>().bits());
-    let n1 = ni >> 1;
-    let n2 = ni.wrapping_sub(n1);
-    let s1 = T::from_bits(n1.wrapping_add(T::BIAS) << T::MANT);
-    let s2 = T::from_bits(n2.wrapping_add(T::BIAS) << T::MANT);
-    y * s1 * s2
+    approx::horner(&mut Lanes::new(), z, c)
 }
 
 /// 1.5·2^MANT: adding it rounds to an integer, left in the low bits.
@@ -697,34 +785,22 @@ fn magic<T: Lane>() -> T {
     T::of(1.5 * 2f64.powi(T::MANT as i32))
 }
 
-/// `exp_f32` / `exp_f64`.
+/// [`approx::exp`].
 #[inline(always)]
 fn exp<T: Lane>(x: T) -> T {
-    let (y, tm, _) = x.exp_reduced();
-    scale_by_pow2(y + T::of(1.0), tm)
+    approx::exp(&mut Lanes::new(), x)
 }
 
-/// `expm1`.
+/// [`approx::expm1`].
 #[inline(always)]
 fn expm1<T: Lane>(x: T) -> T {
-    let one = T::of(1.0);
-    let (y, tm, n) = x.exp_reduced();
-    let e = scale_by_pow2(y + one, tm);
-    let large = e - one;
-    let ni = tm.bits().wrapping_sub(magic::<T>().bits());
-    let p2 = T::from_bits(ni.wrapping_add(T::BIAS) << T::MANT);
-    let small = y.fma(p2, p2 - one);
-    let width = T::MANT + 1;
-    let r = if n.abs() <= T::of(f64::from(width)) {
-        small
-    } else {
-        large
-    };
-    if x.abs() < T::of(2f64.powi(-2 - width as i32)) {
-        x
-    } else {
-        r
-    }
+    approx::expm1(&mut Lanes::new(), x)
+}
+
+/// [`approx::tanh`].
+#[inline(always)]
+fn tanh<T: Lane>(x: T) -> T {
+    approx::tanh(&mut Lanes::new(), x)
 }
 
 /// `log_specials`: x < 0 or NaN → NaN, ±0 → -inf, +inf → +inf.
@@ -757,20 +833,16 @@ fn log1p<T: Lane>(x: T) -> T {
     if u == one { x } else { r }
 }
 
-/// `with_sign_of`: `r` with the sign bit of `x` or-ed in.
+/// [`approx::with_sign_of`].
 #[inline(always)]
 fn with_sign_of<T: Lane>(r: T, x: T) -> T {
-    let sign = 1i64 << (T::BITS - 1);
-    T::from_bits(r.bits() | (x.bits() & sign))
+    approx::with_sign_of(&mut Lanes::new(), r, x)
 }
 
-/// `logistic`.
+/// [`approx::logistic`].
 #[inline(always)]
 fn logistic<T: Lane>(x: T) -> T {
-    let one = T::of(1.0);
-    let t = exp(-x.abs());
-    let num = if x >= T::of(0.0) { one } else { t };
-    num / (one + t)
+    approx::logistic(&mut Lanes::new(), x)
 }
 
 /// `sincos` without its cold branch (see [`sincos_buf`]).
@@ -910,27 +982,12 @@ const MAX_LANES: usize = 64;
 impl Lane for f32 {
     const BITS: u32 = 32;
     const MANT: u32 = 23;
-    const BIAS: i64 = 127;
     const PI_2: [f64; 4] = SINCOS_F32_PI_2;
     const SIN_P: &'static [f64] = &SIN_F32_P;
     const COS_P: &'static [f64] = &COS_F32_P;
     const SINCOS_LIMIT: f64 = SINCOS_F32_LIMIT;
 
     lane_basics!(f32, i32, u32);
-
-    /// Cephes' polynomial after reduction by ln 2 in two parts.
-    #[inline(always)]
-    fn exp_reduced(self) -> (f32, f32, f32) {
-        let x = clamp(self, -104.0, 88.73);
-        let t = x * f32::of(std::f64::consts::LOG2_E);
-        let magic = magic::<f32>();
-        let tm = t + magic;
-        let n = tm - magic;
-        let r = n.mul_add(f32::of(-0.693_359_375), x);
-        let r = n.mul_add(f32::of(2.121_944_4e-4), r);
-        let p = horner(r, &EXP_F32_P);
-        (p.mul_add(r * r, r), tm, n)
-    }
 
     /// Cephes' `logf`; denormals scaled by 2^23 first.
     #[inline(always)]
@@ -957,18 +1014,6 @@ impl Lane for f32 {
         log_specials(x, r)
     }
 
-    /// Cephes' `tanhf`.
-    #[inline(always)]
-    fn tanh(self) -> f32 {
-        let a = self.abs();
-        let z = a * a;
-        let small = a.mul_add(z * horner(z, &TANH_F32_P), a);
-        let e = exp(a + a);
-        let large = 1.0 - 2.0 / (e + 1.0);
-        let r = if a < 0.625 { small } else { large };
-        with_sign_of(r, self)
-    }
-
     /// The Eigen/XLA rational form, evaluated in f64.
     #[inline(always)]
     fn erf(self) -> f32 {
@@ -981,28 +1026,12 @@ impl Lane for f32 {
 impl Lane for f64 {
     const BITS: u32 = 64;
     const MANT: u32 = 52;
-    const BIAS: i64 = 1023;
     const PI_2: [f64; 4] = SINCOS_F64_PI_2;
     const SIN_P: &'static [f64] = &SIN_F64_P;
     const COS_P: &'static [f64] = &COS_F64_P;
     const SINCOS_LIMIT: f64 = SINCOS_F64_LIMIT;
 
     lane_basics!(f64, i64, u64);
-
-    /// Cephes' `exp`: Padé form `2·P(r)/(Q(r²) - P(r))`.
-    #[inline(always)]
-    fn exp_reduced(self) -> (f64, f64, f64) {
-        let x = clamp(self, -746.0, 709.79);
-        let magic = magic::<f64>();
-        let tm = x.mul_add(std::f64::consts::LOG2_E, magic);
-        let n = tm - magic;
-        let r = n.mul_add(-6.931_457_519_531_25e-1, x);
-        let r = n.mul_add(-1.428_606_820_309_417_3e-6, r);
-        let rr = r * r;
-        let px = horner(rr, &EXP_F64_P) * r;
-        let y = px / (horner(rr, &EXP_F64_Q) - px);
-        (y + y, tm, n)
-    }
 
     /// fdlibm's `__ieee754_log`; denormals scaled by 2^54 first.
     #[inline(always)]
@@ -1018,19 +1047,6 @@ impl Lane for f64 {
         let inner = s.mul_add(hfsq + r, k * 1.908_214_929_270_587_7e-10);
         let inner = hfsq - inner - f;
         log_specials(x, k * 6.931_471_803_691_238e-1 - inner)
-    }
-
-    /// Cephes' `tanh`.
-    #[inline(always)]
-    fn tanh(self) -> f64 {
-        let a = self.abs();
-        let z = a * a;
-        let pq = horner(z, &TANH_F64_P) / horner(z, &TANH_F64_Q);
-        let small = (a * z).mul_add(pq, a);
-        let e = exp(a + a);
-        let large = 1.0 - 2.0 / (e + 1.0);
-        let r = if a < 0.625 { small } else { large };
-        with_sign_of(r, self)
     }
 
     /// Cephes' `ndtr.c`.

@@ -407,9 +407,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Not => self.b.ins().bnot(x),
             UnaryOp::Exp if ty.lane_type() == types::F32 && !self.opts.exact => self.exp_f32(x, ty),
             UnaryOp::Exp if ty.lane_type() == types::F64 && !self.opts.exact => self.exp_f64(x, ty),
-            UnaryOp::Tanh if ty.lane_type() == types::F32 && !self.opts.exact => {
-                self.tanh_f32(x, ty)
-            }
+            UnaryOp::Tanh if ty.lane_type() == types::F32 && !self.opts.exact => self.tanh(x, ty),
             UnaryOp::Log if ty.lane_type() == types::F32 && !self.opts.exact => self.log_f32(x, ty),
             UnaryOp::Expm1 if !self.opts.exact => self.expm1(x, ty),
             UnaryOp::Log1p if !self.opts.exact => self.log1p(x, ty),
@@ -418,9 +416,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::Erf if ty.lane_type() == types::F32 && !self.opts.exact => self.erf_f32(x, ty),
             UnaryOp::Erf if ty.lane_type() == types::F64 && !self.opts.exact => self.erf_f64(x, ty),
             UnaryOp::Logistic if !self.opts.exact => self.logistic(x, ty),
-            UnaryOp::Tanh if ty.lane_type() == types::F64 && !self.opts.exact => {
-                self.tanh_f64(x, ty)
-            }
+            UnaryOp::Tanh if ty.lane_type() == types::F64 && !self.opts.exact => self.tanh(x, ty),
             UnaryOp::Log if ty.lane_type() == types::F64 && !self.opts.exact => self.log_f64(x, ty),
             UnaryOp::Exp
             | UnaryOp::Expm1

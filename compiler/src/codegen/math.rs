@@ -1,6 +1,8 @@
 //! The inline approximations of transcendental functions (exp, expm1,
 //! log, log1p, tanh, logistic, sin, cos, erf, f32 pow) as Cranelift IR, for
-//! scalars and vectors alike. Bounds and methods: docs/compiler.md,
+//! scalars and vectors alike: exp, expm1, tanh and logistic through the
+//! generic code of `crate::approx` (shared with `wide.rs`) and [`Clif`],
+//! the others written here. Bounds and methods: docs/compiler.md,
 //! "Numerics and tolerances"; tests: tests/jit_math.rs.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -9,6 +11,7 @@ use tensorlift_ir::{Result, UnaryOp};
 
 use super::KernelGen;
 use super::target::has_fma;
+use crate::approx;
 use crate::rt::RtFn;
 
 /// f32 `exp`: Cephes' polynomial for `(e^r - 1 - r)/r²` (Horner order).
@@ -225,79 +228,16 @@ pub(crate) const COS_F64_P: [f64; 6] = [
 ];
 
 impl KernelGen<'_, '_> {
-    /// `e^x` for f32 (scalar or F32X4): Cephes' polynomial after reduction
-    /// by `ln 2`, scaled by two powers of two so that results down to the
-    /// smallest denormal round once. Within 2 ulp of a correctly rounded
-    /// result (tested); NaN, ±inf and overflow behave as `expf`.
+    /// `e^x` for f32 (scalar or F32X4): [`approx::exp`]. Within 2 ulp of
+    /// a correctly rounded result (tested); NaN, ±inf and overflow behave
+    /// as `expf`.
     pub(super) fn exp_f32(&mut self, x: Value, ty: Type) -> Value {
-        let (y, tm, _) = self.exp_f32_reduced(x, ty);
-        let one = self.splat_f(ty, 1.0);
-        let y = self.b.ins().fadd(y, one);
-        self.scale_by_pow2(y, tm, ty)
+        approx::exp(&mut Clif::new(self, ty), x)
     }
 
-    /// The shared part of f32 `exp` and `expm1`: `x` clamped to
-    /// [-104, 88.73], `n = round(x / ln 2)` and `r = x - n·ln 2`; returns
-    /// `(e^r - 1, n + 1.5·2^23, n)`, with `e^r - 1` from Cephes' polynomial.
-    fn exp_f32_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
-        let x = self.clamp_f(x, -104.0, 88.73, ty);
-        // n = round-half-even(x·log2 e) by adding 1.5·2^23: the integer
-        // lands in the low mantissa bits (|n| ≤ 151 ≪ 2^22).
-        let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
-        let t = self.b.ins().fmul(x, log2e);
-        let magic = self.splat_f(ty, 12_582_912.0);
-        let tm = self.b.ins().fadd(t, magic);
-        let n = self.b.ins().fsub(tm, magic);
-        // r = x - n·ln2 in two parts (Cody–Waite).
-        let c1 = self.splat_f(ty, -0.693_359_375);
-        let c2 = self.splat_f(ty, 2.121_944_4e-4);
-        let r = self.mul_add(n, c1, x);
-        let r = self.mul_add(n, c2, r);
-        let p = self.horner(r, &EXP_F32_P, ty);
-        let rr = self.b.ins().fmul(r, r);
-        (self.mul_add(p, rr, r), tm, n)
-    }
-
-    /// `e^x - 1` for f32 or f64 (scalar or vector): with `e^x = 2^n·e^r`,
-    /// `2^n·(e^r - 1) + (2^n - 1)` while `|n|` is at most the mantissa
-    /// width (both terms exact powers of two, so small results keep their
-    /// relative accuracy), else `e^x - 1` from the scaled exp. Tiny |x|
-    /// returns x (keeps -0).
+    /// `e^x - 1` for f32 or f64 (scalar or vector): [`approx::expm1`].
     pub(super) fn expm1(&mut self, x: Value, ty: Type) -> Value {
-        let f64_lanes = ty.lane_type() == types::F64;
-        let (y, tm, n) = if f64_lanes {
-            self.exp_f64_reduced(x, ty)
-        } else {
-            self.exp_f32_reduced(x, ty)
-        };
-        let (magic_bits, bias, shift, width) = if f64_lanes {
-            (0x4338_0000_0000_0000, 1023, 52, 53)
-        } else {
-            (0x4B40_0000, 127, 23, 24)
-        };
-        let one = self.splat_f(ty, 1.0);
-        let y1 = self.b.ins().fadd(y, one);
-        let e = self.scale_by_pow2(y1, tm, ty);
-        let large = self.b.ins().fsub(e, one);
-        let ity = Self::int_ty(ty);
-        let flags = MemFlagsData::new();
-        let tmi = self.b.ins().bitcast(ity, flags, tm);
-        let magic = self.splat_i(ity, magic_bits);
-        let ni = self.b.ins().isub(tmi, magic);
-        let bias = self.splat_i(ity, bias);
-        let eb = self.b.ins().iadd(ni, bias);
-        let eb = self.b.ins().ishl_imm_s(eb, shift);
-        let p2 = self.b.ins().bitcast(ty, flags, eb);
-        let p2m1 = self.b.ins().fsub(p2, one);
-        let small = self.mul_add(y, p2, p2m1);
-        let an = self.b.ins().fabs(n);
-        let lim = self.splat_f(ty, f64::from(width));
-        let is_small = self.b.ins().fcmp(FloatCC::LessThanOrEqual, an, lim);
-        let r = self.sel(is_small, small, large, ty);
-        let ax = self.b.ins().fabs(x);
-        let tiny = self.splat_f(ty, 2f64.powi(-2 - width));
-        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, ax, tiny);
-        self.sel(is_tiny, x, r, ty)
+        approx::expm1(&mut Clif::new(self, ty), x)
     }
 
     /// `ln(1 + x)` for f32 or f64 (scalar or vector): with `u = 1 + x` rounded,
@@ -531,15 +471,10 @@ impl KernelGen<'_, '_> {
         }
     }
 
-    /// `x` clamped to `[lo, hi]` by compare + select, so that NaN falls
-    /// through unchanged (each side lowers to one `minps`/`maxps`).
+    /// `x` clamped to `[lo, hi]` ([`approx::clamp`]: NaN falls through;
+    /// each side lowers to one `minps`/`maxps`).
     fn clamp_f(&mut self, x: Value, lo: f64, hi: f64, ty: Type) -> Value {
-        let hi = self.splat_f(ty, hi);
-        let lo = self.splat_f(ty, lo);
-        let above = self.b.ins().fcmp(FloatCC::LessThan, hi, x);
-        let x = self.sel(above, hi, x, ty);
-        let below = self.b.ins().fcmp(FloatCC::LessThan, x, lo);
-        self.sel(below, lo, x, ty)
+        approx::clamp(&mut Clif::new(self, ty), x, lo, hi)
     }
 
     /// The integer type of `ty`'s shape (F32X4 → I32X4, F64 → I64, ...).
@@ -552,69 +487,22 @@ impl KernelGen<'_, '_> {
         }
     }
 
-    /// `r` with the sign bit of `x` (`r` non-negative), by bit operations:
-    /// x64 has no vector `fcopysign`.
+    /// `r` with the sign bit of `x` (`r` non-negative), by bit operations
+    /// (x64 has no vector `fcopysign`): [`approx::with_sign_of`].
     pub(super) fn with_sign_of(&mut self, r: Value, x: Value, ty: Type) -> Value {
-        let ity = Self::int_ty(ty);
-        let flags = MemFlagsData::new();
-        let sign_bit = if ty.lane_type() == types::F64 {
-            i64::MIN
-        } else {
-            i64::from(i32::MIN)
-        };
-        let xb = self.b.ins().bitcast(ity, flags, x);
-        let sign_mask = self.splat_i(ity, sign_bit);
-        let sign = self.b.ins().band(xb, sign_mask);
-        let rb = self.b.ins().bitcast(ity, flags, r);
-        let rb = self.b.ins().bor(rb, sign);
-        self.b.ins().bitcast(ty, flags, rb)
+        approx::with_sign_of(&mut Clif::new(self, ty), r, x)
     }
 
-    /// `1 / (1 + e^-x)` for f32 or f64: with `t = e^-|x|` (never
-    /// overflows), `(x >= 0 ? 1 : t) / (1 + t)`.
+    /// `1 / (1 + e^-x)` for f32 or f64: [`approx::logistic`].
     pub(super) fn logistic(&mut self, x: Value, ty: Type) -> Value {
-        let a = self.b.ins().fabs(x);
-        let na = self.b.ins().fneg(a);
-        let t = self.exp(na, ty);
-        let one = self.splat_f(ty, 1.0);
-        let zero = self.splat_f(ty, 0.0);
-        let den = self.b.ins().fadd(one, t);
-        let pos = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, x, zero);
-        let num = self.sel(pos, one, t, ty);
-        self.b.ins().fdiv(num, den)
+        approx::logistic(&mut Clif::new(self, ty), x)
     }
 
-    /// The inline `e^x` for `ty`'s lane type.
-    fn exp(&mut self, x: Value, ty: Type) -> Value {
-        if ty.lane_type() == types::F64 {
-            self.exp_f64(x, ty)
-        } else {
-            self.exp_f32(x, ty)
-        }
-    }
-
-    /// `tanh x` for f64 (scalar or F64X2), after Cephes' `tanh`: for
-    /// |x| < 0.625 `x + x·z·P(z)/Q(z)` with z = x², else
-    /// `1 - 2/(e^(2|x|) + 1)` with the inline exp; the sign copied back.
-    pub(super) fn tanh_f64(&mut self, x: Value, ty: Type) -> Value {
-        let a = self.b.ins().fabs(x);
-        let z = self.b.ins().fmul(a, a);
-        let p = self.horner(z, &TANH_F64_P, ty);
-        let q = self.horner(z, &TANH_F64_Q, ty);
-        let pq = self.b.ins().fdiv(p, q);
-        let az = self.b.ins().fmul(a, z);
-        let small = self.mul_add(az, pq, a);
-        let two_a = self.b.ins().fadd(a, a);
-        let e = self.exp_f64(two_a, ty);
-        let one = self.splat_f(ty, 1.0);
-        let two = self.splat_f(ty, 2.0);
-        let e1 = self.b.ins().fadd(e, one);
-        let q = self.b.ins().fdiv(two, e1);
-        let large = self.b.ins().fsub(one, q);
-        let cut = self.splat_f(ty, 0.625);
-        let is_small = self.b.ins().fcmp(FloatCC::LessThan, a, cut);
-        let r = self.sel(is_small, small, large, ty);
-        self.with_sign_of(r, x, ty)
+    /// `tanh x` for f32 or f64 (scalar or vector): [`approx::tanh`].
+    /// Within 4 ulp (f32) or 2 ulp (f64) of a correctly rounded result
+    /// (tested); NaN propagates, ±inf give ±1.
+    pub(super) fn tanh(&mut self, x: Value, ty: Type) -> Value {
+        approx::tanh(&mut Clif::new(self, ty), x)
     }
 
     /// `ln x` for f64 (scalar or F64X2), after fdlibm's `__ieee754_log`:
@@ -868,41 +756,6 @@ impl KernelGen<'_, '_> {
         self.sel(unit, one, r, ty)
     }
 
-    /// `y · 2^n`, where `tm = n + magic` came from the round-to-integer
-    /// trick (magic = 1.5·2^23 for f32, 1.5·2^52 for f64, so `n` sits in
-    /// the low mantissa bits). Applied as 2^n1 · 2^n2 with n1 = n >> 1,
-    /// n2 = n - n1, so that results down to the smallest denormal round
-    /// once and no factor overflows before the product does.
-    fn scale_by_pow2(&mut self, y: Value, tm: Value, ty: Type) -> Value {
-        let f64_lanes = ty.lane_type() == types::F64;
-        let ity = match (f64_lanes, ty.is_vector()) {
-            (false, false) => types::I32,
-            (false, true) => types::I32X4,
-            (true, false) => types::I64,
-            (true, true) => types::I64X2,
-        };
-        let (magic_bits, bias, shift) = if f64_lanes {
-            (0x4338_0000_0000_0000, 1023, 52)
-        } else {
-            (0x4B40_0000, 127, 23)
-        };
-        let flags = MemFlagsData::new();
-        let tmi = self.b.ins().bitcast(ity, flags, tm);
-        let mi = self.splat_i(ity, magic_bits);
-        let ni = self.b.ins().isub(tmi, mi);
-        let n1 = self.b.ins().sshr_imm_s(ni, 1);
-        let n2 = self.b.ins().isub(ni, n1);
-        let bias = self.splat_i(ity, bias);
-        let e1 = self.b.ins().iadd(n1, bias);
-        let e1 = self.b.ins().ishl_imm_s(e1, shift);
-        let e2 = self.b.ins().iadd(n2, bias);
-        let e2 = self.b.ins().ishl_imm_s(e2, shift);
-        let s1 = self.b.ins().bitcast(ty, flags, e1);
-        let s2 = self.b.ins().bitcast(ty, flags, e2);
-        let y = self.b.ins().fmul(y, s1);
-        self.b.ins().fmul(y, s2)
-    }
-
     /// `a·b + c`: one fused multiply-add where the host has FMA (inside
     /// the approximations only), else a multiply and an add.
     fn mul_add(&mut self, a: Value, b: Value, c: Value) -> Value {
@@ -914,73 +767,15 @@ impl KernelGen<'_, '_> {
         }
     }
 
-    /// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule.
+    /// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule ([`approx::horner`]).
     fn horner(&mut self, z: Value, coeffs: &[f64], ty: Type) -> Value {
-        let mut p = self.splat_f(ty, coeffs[0]);
-        for c in &coeffs[1..] {
-            let cc = self.splat_f(ty, *c);
-            p = self.mul_add(p, z, cc);
-        }
-        p
+        approx::horner(&mut Clif::new(self, ty), z, coeffs)
     }
 
-    /// `e^x` for f64 (scalar or F64X2), after Cephes' `exp`: reduction by
-    /// `ln 2` in two parts, then the Padé form `1 + 2·P(r)/(Q(r²) - P(r))`;
-    /// 2^n applied as two powers of two so that denormal results round
-    /// once. NaN propagates; overflow gives +inf, underflow +0. Within 2 ulp
-    /// of glibc's `exp` (tested).
+    /// `e^x` for f64 (scalar or F64X2): [`approx::exp`]. Within 2 ulp of
+    /// glibc's `exp` (tested).
     pub(super) fn exp_f64(&mut self, x: Value, ty: Type) -> Value {
-        let (y, tm, _) = self.exp_f64_reduced(x, ty);
-        let one = self.splat_f(ty, 1.0);
-        let y = self.b.ins().fadd(y, one);
-        self.scale_by_pow2(y, tm, ty)
-    }
-
-    /// The shared part of f64 `exp` and `expm1`: `x` clamped to
-    /// [-746, 709.79], `n = round(x / ln 2)`, `r = x - n·ln 2`; returns
-    /// `(e^r - 1, n + 1.5·2^52, n)` with `e^r - 1 = 2·P(r)/(Q(r²) - P(r))`.
-    fn exp_f64_reduced(&mut self, x: Value, ty: Type) -> (Value, Value, Value) {
-        let x = self.clamp_f(x, -746.0, 709.79, ty);
-        // n = round(x·log2 e) via the 1.5·2^52 trick.
-        let log2e = self.splat_f(ty, std::f64::consts::LOG2_E);
-        let magic = self.splat_f(ty, 6_755_399_441_055_744.0);
-        let tm = self.mul_add(x, log2e, magic);
-        let n = self.b.ins().fsub(tm, magic);
-        let c1 = self.splat_f(ty, -6.931_457_519_531_25e-1);
-        let c2 = self.splat_f(ty, -1.428_606_820_309_417_3e-6);
-        let r = self.mul_add(n, c1, x);
-        let r = self.mul_add(n, c2, r);
-        let rr = self.b.ins().fmul(r, r);
-        let p = self.horner(rr, &EXP_F64_P, ty);
-        let px = self.b.ins().fmul(p, r);
-        let q = self.horner(rr, &EXP_F64_Q, ty);
-        let den = self.b.ins().fsub(q, px);
-        let y = self.b.ins().fdiv(px, den);
-        (self.b.ins().fadd(y, y), tm, n)
-    }
-
-    /// `tanh x` for f32 (scalar or F32X4), after Cephes' `tanhf`: for
-    /// |x| < 0.625 an odd polynomial, else `1 - 2/(e^(2|x|) + 1)` with the
-    /// inline exp; both on |x|, the sign copied back (so -0 stays -0).
-    /// Within 4 ulp of a correctly rounded result (tested); NaN propagates,
-    /// ±inf give ±1.
-    pub(super) fn tanh_f32(&mut self, x: Value, ty: Type) -> Value {
-        let a = self.b.ins().fabs(x);
-        let z = self.b.ins().fmul(a, a);
-        let p = self.horner(z, &TANH_F32_P, ty);
-        let zp = self.b.ins().fmul(z, p);
-        let small = self.mul_add(a, zp, a);
-        let two_a = self.b.ins().fadd(a, a);
-        let e = self.exp_f32(two_a, ty);
-        let one = self.splat_f(ty, 1.0);
-        let two = self.splat_f(ty, 2.0);
-        let e1 = self.b.ins().fadd(e, one);
-        let q = self.b.ins().fdiv(two, e1);
-        let large = self.b.ins().fsub(one, q);
-        let cut = self.splat_f(ty, 0.625);
-        let is_small = self.b.ins().fcmp(FloatCC::LessThan, a, cut);
-        let r = self.sel(is_small, small, large, ty);
-        self.with_sign_of(r, x, ty)
+        approx::exp(&mut Clif::new(self, ty), x)
     }
 
     /// `ln x` for f32 (scalar or F32X4), after Cephes' `logf`: x = m·2^e
@@ -1042,5 +837,93 @@ impl KernelGen<'_, '_> {
         let q2 = self.splat_f(ty, 0.693_359_375);
         let r = self.mul_add(ef, q2, r);
         self.log_specials(x, r, ty)
+    }
+}
+
+/// [`approx::Ops`] as Cranelift instructions of type `ty` (a float scalar
+/// or vector), emitted into the kernel being built.
+struct Clif<'g, 'a, 'b> {
+    g: &'g mut KernelGen<'a, 'b>,
+    ty: Type,
+    ity: Type,
+}
+
+impl<'g, 'a, 'b> Clif<'g, 'a, 'b> {
+    fn new(g: &'g mut KernelGen<'a, 'b>, ty: Type) -> Self {
+        let ity = KernelGen::int_ty(ty);
+        Clif { g, ty, ity }
+    }
+}
+
+impl approx::Ops for Clif<'_, '_, '_> {
+    type V = Value;
+    type M = Value;
+    type I = Value;
+
+    fn f64(&self) -> bool {
+        self.ty.lane_type() == types::F64
+    }
+    fn c(&mut self, v: f64) -> Value {
+        self.g.splat_f(self.ty, v)
+    }
+    fn add(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fadd(a, b)
+    }
+    fn sub(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fsub(a, b)
+    }
+    fn mul(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fmul(a, b)
+    }
+    fn div(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fdiv(a, b)
+    }
+    fn fma(&mut self, a: Value, b: Value, c: Value) -> Value {
+        self.g.mul_add(a, b, c)
+    }
+    fn abs(&mut self, a: Value) -> Value {
+        self.g.b.ins().fabs(a)
+    }
+    fn neg(&mut self, a: Value) -> Value {
+        self.g.b.ins().fneg(a)
+    }
+    fn lt(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fcmp(FloatCC::LessThan, a, b)
+    }
+    fn le(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fcmp(FloatCC::LessThanOrEqual, a, b)
+    }
+    fn ge(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, b)
+    }
+    fn select(&mut self, m: Value, a: Value, b: Value) -> Value {
+        self.g.sel(m, a, b, self.ty)
+    }
+    fn bits(&mut self, a: Value) -> Value {
+        self.g.b.ins().bitcast(self.ity, MemFlagsData::new(), a)
+    }
+    fn of_bits(&mut self, i: Value) -> Value {
+        self.g.b.ins().bitcast(self.ty, MemFlagsData::new(), i)
+    }
+    fn ic(&mut self, v: i64) -> Value {
+        self.g.splat_i(self.ity, v)
+    }
+    fn iadd(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().iadd(a, b)
+    }
+    fn isub(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().isub(a, b)
+    }
+    fn iand(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().band(a, b)
+    }
+    fn ior(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().bor(a, b)
+    }
+    fn ishl(&mut self, a: Value, k: u32) -> Value {
+        self.g.b.ins().ishl_imm_s(a, i64::from(k))
+    }
+    fn isshr(&mut self, a: Value, k: u32) -> Value {
+        self.g.b.ins().sshr_imm_s(a, i64::from(k))
     }
 }

@@ -1,0 +1,265 @@
+//! Approximations of transcendental functions written once, for the two
+//! places that evaluate them: compiled code (Cranelift IR, 4 f32 or 2 f64
+//! lanes, `codegen/math.rs`) and the wide routines (Rust that rustc
+//! vectorizes at the host's widest vectors, `wide.rs`). Each function is
+//! generic over [`Ops`], the operations it is made of; `math.rs`
+//! instantiates it with an emitter of Cranelift instructions, `wide.rs`
+//! with plain `f32`/`f64` arithmetic. One source, so the two give the same
+//! bits by construction (`tests/jit_wide.rs` still checks it).
+//!
+//! Here: `exp`, `expm1`, `tanh`, `logistic` and their shared parts. `ln`,
+//! `log1p`, `erf`, `sin`/`cos` and `pow` are still written in both places.
+//! Bounds and methods: docs/compiler.md, "Numerics and tolerances".
+
+use crate::codegen::math::{EXP_F32_P, EXP_F64_P, EXP_F64_Q, TANH_F32_P, TANH_F64_P, TANH_F64_Q};
+
+/// The operations an approximation is made of, on a float value `V` (a
+/// scalar or a vector of lanes), a comparison result `M`, and the value's
+/// bits as a signed integer `I` (for `f32` lanes, only the low 32 bits of
+/// an `I` are ever read back).
+pub(crate) trait Ops {
+    type V: Copy;
+    type M: Copy;
+    type I: Copy;
+    /// Whether the lanes are f64 (else f32).
+    fn f64(&self) -> bool;
+
+    /// The constant `v`, rounded to the lane type.
+    fn c(&mut self, v: f64) -> Self::V;
+    fn add(&mut self, a: Self::V, b: Self::V) -> Self::V;
+    fn sub(&mut self, a: Self::V, b: Self::V) -> Self::V;
+    fn mul(&mut self, a: Self::V, b: Self::V) -> Self::V;
+    fn div(&mut self, a: Self::V, b: Self::V) -> Self::V;
+    /// `a·b + c`, fused (the approximations are only used where the host
+    /// fuses it, or where both places split it alike).
+    fn fma(&mut self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    fn abs(&mut self, a: Self::V) -> Self::V;
+    fn neg(&mut self, a: Self::V) -> Self::V;
+    /// `a < b` (false for NaN).
+    fn lt(&mut self, a: Self::V, b: Self::V) -> Self::M;
+    /// `a <= b` (false for NaN).
+    fn le(&mut self, a: Self::V, b: Self::V) -> Self::M;
+    /// `a >= b` (false for NaN).
+    fn ge(&mut self, a: Self::V, b: Self::V) -> Self::M;
+    /// `m ? a : b`.
+    fn select(&mut self, m: Self::M, a: Self::V, b: Self::V) -> Self::V;
+    /// The bits of `a`.
+    fn bits(&mut self, a: Self::V) -> Self::I;
+    /// The value with bits `i`.
+    fn of_bits(&mut self, i: Self::I) -> Self::V;
+    /// The integer `v`.
+    fn ic(&mut self, v: i64) -> Self::I;
+    fn iadd(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    fn isub(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    fn iand(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    fn ior(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    /// `a << k`.
+    fn ishl(&mut self, a: Self::I, k: u32) -> Self::I;
+    /// `a >> k`, arithmetic.
+    fn isshr(&mut self, a: Self::I, k: u32) -> Self::I;
+}
+
+/// Mantissa bits and exponent bias of the lane type.
+#[inline(always)]
+fn mant_bias<O: Ops>(o: &O) -> (u32, i64) {
+    if o.f64() { (52, 1023) } else { (23, 127) }
+}
+
+/// 1.5·2^MANT: adding it rounds to an integer, left in the low mantissa
+/// bits.
+#[inline(always)]
+fn magic<O: Ops>(o: &O) -> f64 {
+    1.5 * 2f64.powi(mant_bias(o).0 as i32)
+}
+
+/// `x` clamped to `[lo, hi]` by compare and select (`hi < x ? hi : x`,
+/// then `x < lo ? lo : x`), so that NaN falls through.
+#[inline(always)]
+pub(crate) fn clamp<O: Ops>(o: &mut O, x: O::V, lo: f64, hi: f64) -> O::V {
+    let (hi, lo) = (o.c(hi), o.c(lo));
+    let above = o.lt(hi, x);
+    let x = o.select(above, hi, x);
+    let below = o.lt(x, lo);
+    o.select(below, lo, x)
+}
+
+/// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule with fused multiply-adds.
+#[inline(always)]
+pub(crate) fn horner<O: Ops>(o: &mut O, z: O::V, c: &[f64]) -> O::V {
+    let mut p = o.c(c[0]);
+    for k in &c[1..] {
+        let k = o.c(*k);
+        p = o.fma(p, z, k);
+    }
+    p
+}
+
+/// `y · 2^n`, where `tm = n + magic` came from the round-to-integer trick.
+/// Applied as 2^n1 · 2^n2 with n1 = n >> 1, n2 = n - n1, so that results
+/// down to the smallest denormal round once and no factor overflows before
+/// the product does.
+#[inline(always)]
+pub(crate) fn scale_by_pow2<O: Ops>(o: &mut O, y: O::V, tm: O::V) -> O::V {
+    let (mant, bias) = mant_bias(o);
+    let tmi = o.bits(tm);
+    let m = o.c(magic(o));
+    let mi = o.bits(m);
+    let ni = o.isub(tmi, mi);
+    let n1 = o.isshr(ni, 1);
+    let n2 = o.isub(ni, n1);
+    let b = o.ic(bias);
+    let e1 = o.iadd(n1, b);
+    let e1 = o.ishl(e1, mant);
+    let e2 = o.iadd(n2, b);
+    let e2 = o.ishl(e2, mant);
+    let s1 = o.of_bits(e1);
+    let s2 = o.of_bits(e2);
+    let y = o.mul(y, s1);
+    o.mul(y, s2)
+}
+
+/// `r` (non-negative) with the sign bit of `x`.
+#[inline(always)]
+pub(crate) fn with_sign_of<O: Ops>(o: &mut O, r: O::V, x: O::V) -> O::V {
+    let sign = if o.f64() {
+        i64::MIN
+    } else {
+        i64::from(i32::MIN)
+    };
+    let xb = o.bits(x);
+    let mask = o.ic(sign);
+    let s = o.iand(xb, mask);
+    let rb = o.bits(r);
+    let rb = o.ior(rb, s);
+    o.of_bits(rb)
+}
+
+/// The shared part of `exp` and `expm1`: `x` clamped, `n = round(x / ln 2)`
+/// and `r = x - n·ln 2` (Cody–Waite, two parts); returns
+/// `(e^r - 1, n + magic, n)`, `e^r - 1` from Cephes' polynomial (f32) or
+/// Padé form `2·P(r)/(Q(r²) - P(r))` (f64).
+#[inline(always)]
+pub(crate) fn exp_reduced<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
+    if o.f64() {
+        let x = clamp(o, x, -746.0, 709.79);
+        let log2e = o.c(std::f64::consts::LOG2_E);
+        let magic = o.c(magic(o));
+        let tm = o.fma(x, log2e, magic);
+        let n = o.sub(tm, magic);
+        let c1 = o.c(-6.931_457_519_531_25e-1);
+        let c2 = o.c(-1.428_606_820_309_417_3e-6);
+        let r = o.fma(n, c1, x);
+        let r = o.fma(n, c2, r);
+        let rr = o.mul(r, r);
+        let p = horner(o, rr, &EXP_F64_P);
+        let px = o.mul(p, r);
+        let q = horner(o, rr, &EXP_F64_Q);
+        let den = o.sub(q, px);
+        let y = o.div(px, den);
+        (o.add(y, y), tm, n)
+    } else {
+        let x = clamp(o, x, -104.0, 88.73);
+        let log2e = o.c(std::f64::consts::LOG2_E);
+        let t = o.mul(x, log2e);
+        let magic = o.c(magic(o));
+        let tm = o.add(t, magic);
+        let n = o.sub(tm, magic);
+        let c1 = o.c(-0.693_359_375);
+        let c2 = o.c(2.121_944_4e-4);
+        let r = o.fma(n, c1, x);
+        let r = o.fma(n, c2, r);
+        let p = horner(o, r, &EXP_F32_P);
+        let rr = o.mul(r, r);
+        (o.fma(p, rr, r), tm, n)
+    }
+}
+
+/// `e^x`: `2^n·(1 + (e^r - 1))`. NaN propagates; overflow gives +inf,
+/// underflow +0; denormal results round once.
+#[inline(always)]
+pub(crate) fn exp<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    let (y, tm, _) = exp_reduced(o, x);
+    let one = o.c(1.0);
+    let y = o.add(y, one);
+    scale_by_pow2(o, y, tm)
+}
+
+/// `e^x - 1`: with `e^x = 2^n·e^r`, `2^n·(e^r - 1) + (2^n - 1)` while
+/// `|n|` is at most the mantissa width (both terms exact powers of two, so
+/// small results keep their relative accuracy), else `e^x - 1` from the
+/// scaled exp. Tiny |x| returns x (keeps -0).
+#[inline(always)]
+pub(crate) fn expm1<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    let (mant, bias) = mant_bias(o);
+    let width = mant + 1;
+    let (y, tm, n) = exp_reduced(o, x);
+    let one = o.c(1.0);
+    let y1 = o.add(y, one);
+    let e = scale_by_pow2(o, y1, tm);
+    let large = o.sub(e, one);
+    let tmi = o.bits(tm);
+    let m = o.c(magic(o));
+    let mi = o.bits(m);
+    let ni = o.isub(tmi, mi);
+    let b = o.ic(bias);
+    let eb = o.iadd(ni, b);
+    let eb = o.ishl(eb, mant);
+    let p2 = o.of_bits(eb);
+    let p2m1 = o.sub(p2, one);
+    let small = o.fma(y, p2, p2m1);
+    let an = o.abs(n);
+    let lim = o.c(f64::from(width));
+    let is_small = o.le(an, lim);
+    let r = o.select(is_small, small, large);
+    let ax = o.abs(x);
+    let tiny = o.c(2f64.powi(-2 - width as i32));
+    let is_tiny = o.lt(ax, tiny);
+    o.select(is_tiny, x, r)
+}
+
+/// `tanh x`, after Cephes: below |x| = 0.625 an odd polynomial in x (f32)
+/// or `x + x·z·P(z)/Q(z)`, z = x² (f64), else `1 - 2/(e^(2|x|) + 1)` with
+/// the exp above; both on |x|, the sign copied back (-0 stays -0). NaN
+/// propagates, ±inf give ±1.
+#[inline(always)]
+pub(crate) fn tanh<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    let a = o.abs(x);
+    let z = o.mul(a, a);
+    let small = if o.f64() {
+        let p = horner(o, z, &TANH_F64_P);
+        let q = horner(o, z, &TANH_F64_Q);
+        let pq = o.div(p, q);
+        let az = o.mul(a, z);
+        o.fma(az, pq, a)
+    } else {
+        let p = horner(o, z, &TANH_F32_P);
+        let zp = o.mul(z, p);
+        o.fma(a, zp, a)
+    };
+    let two_a = o.add(a, a);
+    let e = exp(o, two_a);
+    let one = o.c(1.0);
+    let two = o.c(2.0);
+    let e1 = o.add(e, one);
+    let q = o.div(two, e1);
+    let large = o.sub(one, q);
+    let cut = o.c(0.625);
+    let is_small = o.lt(a, cut);
+    let r = o.select(is_small, small, large);
+    with_sign_of(o, r, x)
+}
+
+/// `1 / (1 + e^-x)`: with `t = e^-|x|` (never overflows),
+/// `(x >= 0 ? 1 : t) / (1 + t)`.
+#[inline(always)]
+pub(crate) fn logistic<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    let a = o.abs(x);
+    let na = o.neg(a);
+    let t = exp(o, na);
+    let one = o.c(1.0);
+    let zero = o.c(0.0);
+    let den = o.add(one, t);
+    let pos = o.ge(x, zero);
+    let num = o.select(pos, one, t);
+    o.div(num, den)
+}
