@@ -7,11 +7,14 @@
 //! with plain `f32`/`f64` arithmetic. One source, so the two give the same
 //! bits by construction (`tests/jit_wide.rs` still checks it).
 //!
-//! Here: `exp`, `expm1`, `tanh`, `logistic` and their shared parts. `ln`,
-//! `log1p`, `erf`, `sin`/`cos` and `pow` are still written in both places.
+//! Here: `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p` and their shared
+//! parts. `erf`, `sin`/`cos` and `pow` are still written in both places.
 //! Bounds and methods: docs/compiler.md, "Numerics and tolerances".
 
-use crate::codegen::math::{EXP_F32_P, EXP_F64_P, EXP_F64_Q, TANH_F32_P, TANH_F64_P, TANH_F64_Q};
+use crate::codegen::math::{
+    EXP_F32_P, EXP_F64_P, EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, TANH_F32_P, TANH_F64_P,
+    TANH_F64_Q,
+};
 
 /// The operations an approximation is made of, on a float value `V` (a
 /// scalar or a vector of lanes), a comparison result `M`, and the value's
@@ -41,6 +44,10 @@ pub(crate) trait Ops {
     fn le(&mut self, a: Self::V, b: Self::V) -> Self::M;
     /// `a >= b` (false for NaN).
     fn ge(&mut self, a: Self::V, b: Self::V) -> Self::M;
+    /// `a == b` (false for NaN).
+    fn eq(&mut self, a: Self::V, b: Self::V) -> Self::M;
+    /// `a < b` or either is NaN.
+    fn ult(&mut self, a: Self::V, b: Self::V) -> Self::M;
     /// `m ? a : b`.
     fn select(&mut self, m: Self::M, a: Self::V, b: Self::V) -> Self::V;
     /// The bits of `a`.
@@ -57,6 +64,10 @@ pub(crate) trait Ops {
     fn ishl(&mut self, a: Self::I, k: u32) -> Self::I;
     /// `a >> k`, arithmetic.
     fn isshr(&mut self, a: Self::I, k: u32) -> Self::I;
+    /// `a >> k`, logical, on the lane's width.
+    fn iushr(&mut self, a: Self::I, k: u32) -> Self::I;
+    /// The integer `a` (small: exact) as a float.
+    fn to_float(&mut self, a: Self::I) -> Self::V;
 }
 
 /// Mantissa bits and exponent bias of the lane type.
@@ -262,4 +273,158 @@ pub(crate) fn logistic<O: Ops>(o: &mut O, x: O::V) -> O::V {
     let pos = o.ge(x, zero);
     let num = o.select(pos, one, t);
     o.div(num, den)
+}
+
+/// The special values of `ln`: x < 0 or NaN → NaN, ±0 → -inf,
+/// +inf → +inf; `r` elsewhere.
+#[inline(always)]
+pub(crate) fn log_specials<O: Ops>(o: &mut O, x: O::V, r: O::V) -> O::V {
+    let zero = o.c(0.0);
+    let nan = o.c(f64::NAN);
+    let ninf = o.c(f64::NEG_INFINITY);
+    let inf = o.c(f64::INFINITY);
+    let is_inf = o.eq(x, inf);
+    let r = o.select(is_inf, inf, r);
+    let is_zero = o.eq(x, zero);
+    let r = o.select(is_zero, ninf, r);
+    let bad = o.ult(x, zero);
+    o.select(bad, nan, r)
+}
+
+/// fdlibm's reduction for f64 `ln` (positive finite x; denormals scaled by
+/// 2^54 first): `(k, m)` with x = m·2^k, m in [√½, √2), k as a float (the
+/// biased exponent dropped into the mantissa of 2^52: no vector int → float
+/// conversion).
+#[inline(always)]
+pub(crate) fn ln_split_f64<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V) {
+    let tiny = o.c(f64::MIN_POSITIVE);
+    let is_tiny = o.lt(x, tiny);
+    let scale = o.c(2f64.powi(54));
+    let xs = o.mul(x, scale);
+    let xn = o.select(is_tiny, xs, x);
+    let bits = o.bits(xn);
+    let e = o.iushr(bits, 52);
+    let emask = o.ic(0x7ff);
+    let e = o.iand(e, emask);
+    let two52 = o.ic(0x4330_0000_0000_0000);
+    let eb = o.ior(e, two52);
+    let ef = o.of_bits(eb);
+    let off = o.c(2f64.powi(52) + 1023.0);
+    let k = o.sub(ef, off);
+    let adj = o.c(54.0);
+    let zero = o.c(0.0);
+    let adj = o.select(is_tiny, adj, zero);
+    let k = o.sub(k, adj);
+    let mmask = o.ic(0x000f_ffff_ffff_ffff);
+    let mb = o.iand(bits, mmask);
+    let one_bits = o.ic(0x3ff0_0000_0000_0000);
+    let mb = o.ior(mb, one_bits);
+    let m = o.of_bits(mb);
+    let sqrt2 = o.c(std::f64::consts::SQRT_2);
+    let big = o.ge(m, sqrt2);
+    let half = o.c(0.5);
+    let one = o.c(1.0);
+    let mh = o.mul(m, half);
+    let m = o.select(big, mh, m);
+    let kp1 = o.add(k, one);
+    let k = o.select(big, kp1, k);
+    (k, m)
+}
+
+/// `ln x`: f32 after Cephes' `logf` (x = m·2^e with m in [√½, √2), a
+/// degree-8 polynomial in m - 1, denormals scaled by 2^23 first); f64
+/// after fdlibm's `__ieee754_log` (`s = f/(2 + f)` for f = m - 1 and a
+/// degree-14 polynomial in s). x < 0 and NaN give NaN, ±0 gives -inf,
+/// +inf gives +inf.
+#[inline(always)]
+pub(crate) fn ln<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    let r = if o.f64() {
+        let (k, m) = ln_split_f64(o, x);
+        let one = o.c(1.0);
+        let half = o.c(0.5);
+        let f = o.sub(m, one);
+        let two = o.c(2.0);
+        let d = o.add(two, f);
+        let s = o.div(f, d);
+        let z = o.mul(s, s);
+        let w = o.mul(z, z);
+        let t1 = horner(o, w, &LOG_F64_T1);
+        let t1 = o.mul(t1, w);
+        let t2 = horner(o, w, &LOG_F64_T2);
+        let t2 = o.mul(t2, z);
+        let r = o.add(t2, t1);
+        let ff = o.mul(f, f);
+        let hfsq = o.mul(ff, half);
+        let hr = o.add(hfsq, r);
+        let ln2_lo = o.c(1.908_214_929_270_587_7e-10);
+        let klo = o.mul(k, ln2_lo);
+        let inner = o.fma(s, hr, klo);
+        let inner = o.sub(hfsq, inner);
+        let inner = o.sub(inner, f);
+        let ln2_hi = o.c(6.931_471_803_691_238e-1);
+        let khi = o.mul(k, ln2_hi);
+        o.sub(khi, inner)
+    } else {
+        let tiny = o.c(f64::from(f32::MIN_POSITIVE));
+        let is_tiny = o.lt(x, tiny);
+        let scale = o.c(8_388_608.0);
+        let xs = o.mul(x, scale);
+        let xn = o.select(is_tiny, xs, x);
+        // Mantissa in [0.5, 1) and exponent.
+        let bits = o.bits(xn);
+        let e = o.iushr(bits, 23);
+        let ff = o.ic(0xff);
+        let e = o.iand(e, ff);
+        let bias = o.ic(126);
+        let e = o.isub(e, bias);
+        let ef = o.to_float(e);
+        let adj = o.c(23.0);
+        let zero = o.c(0.0);
+        let adj = o.select(is_tiny, adj, zero);
+        let ef = o.sub(ef, adj);
+        let mant_mask = o.ic(i64::from(0x807f_ffff_u32 as i32));
+        let mb = o.iand(bits, mant_mask);
+        let half_bits = o.ic(0x3f00_0000);
+        let mb = o.ior(mb, half_bits);
+        let m = o.of_bits(mb);
+        // m < √½: 2m - 1 and e - 1; else m - 1.
+        let sqrthf = o.c(std::f64::consts::FRAC_1_SQRT_2);
+        let lt = o.lt(m, sqrthf);
+        let one = o.c(1.0);
+        let m2 = o.add(m, m);
+        let mm = o.select(lt, m2, m);
+        let f = o.sub(mm, one);
+        let em1 = o.sub(ef, one);
+        let ef = o.select(lt, em1, ef);
+        let z = o.mul(f, f);
+        let p = horner(o, f, &LOG_F32_P);
+        let y = o.mul(p, f);
+        let y = o.mul(y, z);
+        let q1 = o.c(-2.121_944_40e-4);
+        let y = o.fma(ef, q1, y);
+        let h = o.c(-0.5);
+        let y = o.fma(z, h, y);
+        let r = o.add(f, y);
+        let q2 = o.c(0.693_359_375);
+        o.fma(ef, q2, r)
+    };
+    log_specials(o, x, r)
+}
+
+/// `ln(1 + x)`: with `u = 1 + x` rounded, `ln(u)·x/(u - 1)` corrects the
+/// rounding of `u` (Goldberg), and `u == 1` returns x. x < -1 gives NaN,
+/// -1 gives -inf, +inf gives +inf.
+#[inline(always)]
+pub(crate) fn log1p<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    let one = o.c(1.0);
+    let u = o.add(x, one);
+    let l = ln(o, u);
+    let um1 = o.sub(u, one);
+    let q = o.div(x, um1);
+    let r = o.mul(l, q);
+    let inf = o.c(f64::INFINITY);
+    let is_inf = o.eq(x, inf);
+    let r = o.select(is_inf, inf, r);
+    let exact = o.eq(u, one);
+    o.select(exact, x, r)
 }

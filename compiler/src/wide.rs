@@ -9,11 +9,12 @@
 //! in chunks instead: a 128-bit loop stores the function's argument for up to
 //! [`CHUNK`] elements into a stack buffer, one call here maps the buffer in
 //! place, and the rest of the kernel reads the results back (codegen's
-//! `wide_chunks`). `exp`, `expm1`, `tanh` and `logistic` are the generic
-//! approximations of [`approx`], the same source the inline code is
-//! emitted from (instantiated here with [`Lanes`]); `ln`, `log1p`, `erf`,
-//! `sin`/`cos` below still repeat the inline approximations operation for
-//! operation (same constants, same fused multiply-adds, same order). Both
+//! `wide_chunks`). `exp`, `expm1`, `tanh`, `logistic`, `ln` and `log1p`
+//! are the generic approximations of [`approx`], the same source the
+//! inline code is emitted from (instantiated here with [`Lanes`]); `erf`,
+//! `sin`/`cos` and `pow` below still repeat the inline approximations
+//! operation for operation (same constants, same fused multiply-adds, same
+//! order). Both
 //! paths give the same bits (NaN for NaN, payloads aside):
 //! `tests/jit_wide.rs` checks it.
 //! f64 `pow` has one too (`tl_wide_pow_f64`, its two operands in two
@@ -38,8 +39,8 @@ use crate::approx;
 
 use crate::codegen::math::{
     COS_F32_P, COS_F64_P, ERF_F32_P, ERF_F32_Q, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U,
-    LOG_F32_P, LOG_F64_T1, LOG_F64_T2, POW_F64_ATANH, POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P,
-    SINCOS_F32_LIMIT, SINCOS_F32_PI_2, SINCOS_F64_LIMIT, SINCOS_F64_PI_2,
+    POW_F64_ATANH, POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P, SINCOS_F32_LIMIT, SINCOS_F32_PI_2,
+    SINCOS_F64_LIMIT, SINCOS_F64_PI_2,
 };
 
 mod cols;
@@ -228,8 +229,6 @@ pub(crate) trait Lane:
     /// The interpreter's scalar function (libm; not inlined: cold paths
     /// only).
     fn libm(op: UnaryOp, x: Self) -> Self;
-    /// `log_f32` / `log_f64`.
-    fn ln(self) -> Self;
     /// `erf_f32` / `erf_f64`.
     fn erf(self) -> Self;
     /// The largest of the `n` elements at `src` by `fmax`'s rules: NaN if
@@ -248,7 +247,7 @@ pub(crate) trait Lane:
         match u {
             UnaryOp::Exp => buf.iter_mut().for_each(|x| *x = exp(*x)),
             UnaryOp::Expm1 => buf.iter_mut().for_each(|x| *x = expm1(*x)),
-            UnaryOp::Log => buf.iter_mut().for_each(|x| *x = x.ln()),
+            UnaryOp::Log => buf.iter_mut().for_each(|x| *x = ln(*x)),
             UnaryOp::Log1p => buf.iter_mut().for_each(|x| *x = log1p(*x)),
             UnaryOp::Tanh => buf.iter_mut().for_each(|x| *x = tanh(*x)),
             UnaryOp::Logistic => buf.iter_mut().for_each(|x| *x = logistic(*x)),
@@ -381,7 +380,7 @@ unsafe fn row<T: Lane>(u: Option<UnaryOp>, io: RowIo<T>, a: T, b: T) -> T {
             None => row_with(src, n, dst, ahead, |x| x / b),
             Some(UnaryOp::Exp) => row_with(src, n, dst, ahead, |x| exp(pre(x))),
             Some(UnaryOp::Expm1) => row_with(src, n, dst, ahead, |x| expm1(pre(x))),
-            Some(UnaryOp::Log) => row_with(src, n, dst, ahead, |x| pre(x).ln()),
+            Some(UnaryOp::Log) => row_with(src, n, dst, ahead, |x| ln(pre(x))),
             Some(UnaryOp::Log1p) => row_with(src, n, dst, ahead, |x| log1p(pre(x))),
             Some(UnaryOp::Tanh) => row_with(src, n, dst, ahead, |x| tanh(pre(x))),
             Some(UnaryOp::Logistic) => row_with(src, n, dst, ahead, |x| logistic(pre(x))),
@@ -542,17 +541,7 @@ fn two_sum(a: f64, b: f64) -> (f64, f64) {
 /// fdlibm's reduction: `log_f64_split`.
 #[inline(always)]
 fn ln_split(x: f64) -> (f64, f64) {
-    let tiny = x < f64::MIN_POSITIVE;
-    let xn = if tiny { x * 2f64.powi(54) } else { x };
-    let bits = xn.to_bits();
-    let e = (bits >> 52) & 0x7ff;
-    let k = f64::from_bits(e | 0x4330_0000_0000_0000) - (2f64.powi(52) + 1023.0);
-    let k = k - if tiny { 54.0 } else { 0.0 };
-    let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
-    let big = m >= std::f64::consts::SQRT_2;
-    let m = if big { m * 0.5 } else { m };
-    let k = if big { k + 1.0 } else { k };
-    (k, m)
+    approx::ln_split_f64(&mut Lanes::new(), x)
 }
 
 /// `pow_f64` of `codegen/math.rs`, operation for operation.
@@ -586,7 +575,7 @@ fn pow64(x: f64, y: f64) -> f64 {
     let lo = (e1 + e2) + small;
     let l_hi = h2 + lo;
     let l_lo = lo - (l_hi - h2);
-    let l_hi = log_specials(a, l_hi);
+    let l_hi = approx::log_specials(&mut Lanes::new(), a, l_hi);
     let p = y * l_hi;
     let p_lo = y.mul_add(l_hi, -p);
     let p_lo = y.mul_add(l_lo, p_lo);
@@ -726,6 +715,14 @@ impl<T: Lane> approx::Ops for Lanes<T> {
         a >= b
     }
     #[inline(always)]
+    fn eq(&mut self, a: T, b: T) -> bool {
+        a == b
+    }
+    #[inline(always)]
+    fn ult(&mut self, a: T, b: T) -> bool {
+        a < b || a.is_nan() || b.is_nan()
+    }
+    #[inline(always)]
     fn select(&mut self, m: bool, a: T, b: T) -> T {
         if m { a } else { b }
     }
@@ -765,6 +762,18 @@ impl<T: Lane> approx::Ops for Lanes<T> {
     fn isshr(&mut self, a: i64, k: u32) -> i64 {
         a >> k
     }
+    #[inline(always)]
+    fn iushr(&mut self, a: i64, k: u32) -> i64 {
+        if T::BITS == 32 {
+            i64::from(((a as u32) >> k) as i32)
+        } else {
+            ((a as u64) >> k) as i64
+        }
+    }
+    #[inline(always)]
+    fn to_float(&mut self, a: i64) -> T {
+        T::of(a as f64)
+    }
 }
 
 /// [`approx::clamp`].
@@ -803,34 +812,16 @@ fn tanh<T: Lane>(x: T) -> T {
     approx::tanh(&mut Lanes::new(), x)
 }
 
-/// `log_specials`: x < 0 or NaN → NaN, ±0 → -inf, +inf → +inf.
+/// [`approx::ln`].
 #[inline(always)]
-fn log_specials<T: Lane>(x: T, r: T) -> T {
-    let inf = T::of(f64::INFINITY);
-    let r = if x == inf { inf } else { r };
-    let r = if x == T::of(0.0) {
-        T::of(f64::NEG_INFINITY)
-    } else {
-        r
-    };
-    if x < T::of(0.0) || x.is_nan() {
-        T::of(f64::NAN)
-    } else {
-        r
-    }
+fn ln<T: Lane>(x: T) -> T {
+    approx::ln(&mut Lanes::new(), x)
 }
 
-/// `log1p`.
+/// [`approx::log1p`].
 #[inline(always)]
 fn log1p<T: Lane>(x: T) -> T {
-    let one = T::of(1.0);
-    let u = x + one;
-    let l = u.ln();
-    let q = x / (u - one);
-    let r = l * q;
-    let inf = T::of(f64::INFINITY);
-    let r = if x == inf { inf } else { r };
-    if u == one { x } else { r }
+    approx::log1p(&mut Lanes::new(), x)
 }
 
 /// [`approx::with_sign_of`].
@@ -989,31 +980,6 @@ impl Lane for f32 {
 
     lane_basics!(f32, i32, u32);
 
-    /// Cephes' `logf`; denormals scaled by 2^23 first.
-    #[inline(always)]
-    fn ln(self) -> f32 {
-        let x = self;
-        let is_tiny = x < f32::MIN_POSITIVE;
-        let xn = if is_tiny { x * 8_388_608.0 } else { x };
-        let bias_adj = if is_tiny { 23 } else { 0 };
-        let bits = xn.to_bits() as i32;
-        let e = ((bits as u32) >> 23) as i32 & 0xff;
-        let e = e.wrapping_sub(bias_adj);
-        let mb = (bits & 0x807f_ffff_u32 as i32) | 0x3f00_0000;
-        let m = f32::from_bits(mb as u32);
-        let ef = e.wrapping_sub(126) as f32;
-        let lt = m < f32::of(std::f64::consts::FRAC_1_SQRT_2);
-        let mm = if lt { m + m } else { m };
-        let f = mm - 1.0;
-        let ef = if lt { ef - 1.0 } else { ef };
-        let z = f * f;
-        let y = horner(f, &LOG_F32_P) * f * z;
-        let y = ef.mul_add(f32::of(-2.121_944_40e-4), y);
-        let y = z.mul_add(-0.5, y);
-        let r = ef.mul_add(f32::of(0.693_359_375), f + y);
-        log_specials(x, r)
-    }
-
     /// The Eigen/XLA rational form, evaluated in f64.
     #[inline(always)]
     fn erf(self) -> f32 {
@@ -1032,22 +998,6 @@ impl Lane for f64 {
     const SINCOS_LIMIT: f64 = SINCOS_F64_LIMIT;
 
     lane_basics!(f64, i64, u64);
-
-    /// fdlibm's `__ieee754_log`; denormals scaled by 2^54 first.
-    #[inline(always)]
-    fn ln(self) -> f64 {
-        let x = self;
-        let (k, m) = ln_split(x);
-        let f = m - 1.0;
-        let s = f / (2.0 + f);
-        let z = s * s;
-        let w = z * z;
-        let r = horner(w, &LOG_F64_T2) * z + horner(w, &LOG_F64_T1) * w;
-        let hfsq = f * f * 0.5;
-        let inner = s.mul_add(hfsq + r, k * 1.908_214_929_270_587_7e-10);
-        let inner = hfsq - inner - f;
-        log_specials(x, k * 6.931_471_803_691_238e-1 - inner)
-    }
 
     /// Cephes' `ndtr.c`.
     #[inline(always)]

@@ -1,8 +1,8 @@
 //! The inline approximations of transcendental functions (exp, expm1,
 //! log, log1p, tanh, logistic, sin, cos, erf, f32 pow) as Cranelift IR, for
-//! scalars and vectors alike: exp, expm1, tanh and logistic through the
-//! generic code of `crate::approx` (shared with `wide.rs`) and [`Clif`],
-//! the others written here. Bounds and methods: docs/compiler.md,
+//! scalars and vectors alike: exp, expm1, tanh, logistic, log and log1p
+//! through the generic code of `crate::approx` (shared with `wide.rs`) and
+//! [`Clif`], the others written here. Bounds and methods: docs/compiler.md,
 //! "Numerics and tolerances"; tests: tests/jit_math.rs.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -240,25 +240,9 @@ impl KernelGen<'_, '_> {
         approx::expm1(&mut Clif::new(self, ty), x)
     }
 
-    /// `ln(1 + x)` for f32 or f64 (scalar or vector): with `u = 1 + x` rounded,
-    /// `ln(u)·x/(u - 1)` corrects the rounding of `u` (Goldberg), and
-    /// `u == 1` returns x. x < -1 gives NaN, -1 gives -inf, +inf gives +inf.
+    /// `ln(1 + x)` for f32 or f64 (scalar or vector): [`approx::log1p`].
     pub(super) fn log1p(&mut self, x: Value, ty: Type) -> Value {
-        let one = self.splat_f(ty, 1.0);
-        let u = self.b.ins().fadd(x, one);
-        let l = if ty.lane_type() == types::F64 {
-            self.log_f64(u, ty)
-        } else {
-            self.log_f32(u, ty)
-        };
-        let um1 = self.b.ins().fsub(u, one);
-        let q = self.b.ins().fdiv(x, um1);
-        let r = self.b.ins().fmul(l, q);
-        let inf = self.splat_f(ty, f64::INFINITY);
-        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
-        let r = self.sel(is_inf, inf, r, ty);
-        let exact = self.b.ins().fcmp(FloatCC::Equal, u, one);
-        self.sel(exact, x, r, ty)
+        approx::log1p(&mut Clif::new(self, ty), x)
     }
 
     /// `sin x` or `cos x` for f32 or f64 (scalar or vector), after
@@ -505,94 +489,14 @@ impl KernelGen<'_, '_> {
         approx::tanh(&mut Clif::new(self, ty), x)
     }
 
-    /// `ln x` for f64 (scalar or F64X2), after fdlibm's `__ieee754_log`:
-    /// x = m·2^k with m in [√½, √2), `s = f/(2 + f)` for f = m - 1 and a
-    /// degree-14 polynomial in s. Denormals are scaled by 2^54 first.
-    /// x < 0 and NaN give NaN, ±0 gives -inf, +inf gives +inf.
+    /// `ln x` for f64 (scalar or F64X2): [`approx::ln`].
     pub(super) fn log_f64(&mut self, x: Value, ty: Type) -> Value {
-        let (k, m) = self.log_f64_split(x, ty);
-        let one = self.splat_f(ty, 1.0);
-        let half = self.splat_f(ty, 0.5);
-        let f = self.b.ins().fsub(m, one);
-        let two = self.splat_f(ty, 2.0);
-        let d = self.b.ins().fadd(two, f);
-        let s = self.b.ins().fdiv(f, d);
-        let z = self.b.ins().fmul(s, s);
-        let w = self.b.ins().fmul(z, z);
-        let t1 = self.horner(w, &LOG_F64_T1, ty);
-        let t1 = self.b.ins().fmul(t1, w);
-        let t2 = self.horner(w, &LOG_F64_T2, ty);
-        let t2 = self.b.ins().fmul(t2, z);
-        let r = self.b.ins().fadd(t2, t1);
-        let ff = self.b.ins().fmul(f, f);
-        let hfsq = self.b.ins().fmul(ff, half);
-        let hr = self.b.ins().fadd(hfsq, r);
-        let ln2_lo = self.splat_f(ty, 1.908_214_929_270_587_7e-10);
-        let klo = self.b.ins().fmul(k, ln2_lo);
-        let inner = self.mul_add(s, hr, klo);
-        let inner = self.b.ins().fsub(hfsq, inner);
-        let inner = self.b.ins().fsub(inner, f);
-        let ln2_hi = self.splat_f(ty, 6.931_471_803_691_238e-1);
-        let khi = self.b.ins().fmul(k, ln2_hi);
-        let r = self.b.ins().fsub(khi, inner);
-        self.log_specials(x, r, ty)
+        approx::ln(&mut Clif::new(self, ty), x)
     }
 
-    /// fdlibm's reduction for f64 `ln` (positive finite x; denormals scaled
-    /// by 2^54 first): `(k, m)` with x = m·2^k, m in [√½, √2), k as a float.
+    /// fdlibm's reduction for f64 `ln`: [`approx::ln_split_f64`].
     fn log_f64_split(&mut self, x: Value, ty: Type) -> (Value, Value) {
-        let ity = Self::int_ty(ty);
-        let flags = MemFlagsData::new();
-        let tiny = self.splat_f(ty, f64::MIN_POSITIVE);
-        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, x, tiny);
-        let scale = self.splat_f(ty, 2f64.powi(54));
-        let xs = self.b.ins().fmul(x, scale);
-        let xn = self.sel(is_tiny, xs, x, ty);
-        let bits = self.b.ins().bitcast(ity, flags, xn);
-        // k as a float without a vector int→float conversion: the biased
-        // exponent dropped into the mantissa of 2^52.
-        let e = self.b.ins().ushr_imm_s(bits, 52);
-        let emask = self.splat_i(ity, 0x7ff);
-        let e = self.b.ins().band(e, emask);
-        let two52 = self.splat_i(ity, 0x4330_0000_0000_0000);
-        let eb = self.b.ins().bor(e, two52);
-        let ef = self.b.ins().bitcast(ty, flags, eb);
-        let off = self.splat_f(ty, 2f64.powi(52) + 1023.0);
-        let k = self.b.ins().fsub(ef, off);
-        let adj = self.splat_f(ty, 54.0);
-        let zero = self.splat_f(ty, 0.0);
-        let adj = self.sel(is_tiny, adj, zero, ty);
-        let k = self.b.ins().fsub(k, adj);
-        // m in [1, 2), halved (and k + 1) when above √2.
-        let mmask = self.splat_i(ity, 0x000f_ffff_ffff_ffff);
-        let mb = self.b.ins().band(bits, mmask);
-        let one_bits = self.splat_i(ity, 0x3ff0_0000_0000_0000);
-        let mb = self.b.ins().bor(mb, one_bits);
-        let m = self.b.ins().bitcast(ty, flags, mb);
-        let sqrt2 = self.splat_f(ty, std::f64::consts::SQRT_2);
-        let big = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, m, sqrt2);
-        let half = self.splat_f(ty, 0.5);
-        let one = self.splat_f(ty, 1.0);
-        let mh = self.b.ins().fmul(m, half);
-        let m = self.sel(big, mh, m, ty);
-        let kp1 = self.b.ins().fadd(k, one);
-        let k = self.sel(big, kp1, k, ty);
-        (k, m)
-    }
-
-    /// The special values of `ln`: x < 0 or NaN → NaN, ±0 → -inf,
-    /// +inf → +inf; `r` elsewhere.
-    fn log_specials(&mut self, x: Value, r: Value, ty: Type) -> Value {
-        let zero = self.splat_f(ty, 0.0);
-        let nan = self.splat_f(ty, f64::NAN);
-        let ninf = self.splat_f(ty, f64::NEG_INFINITY);
-        let inf = self.splat_f(ty, f64::INFINITY);
-        let is_inf = self.b.ins().fcmp(FloatCC::Equal, x, inf);
-        let r = self.sel(is_inf, inf, r, ty);
-        let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
-        let r = self.sel(is_zero, ninf, r, ty);
-        let bad = self.b.ins().fcmp(FloatCC::UnorderedOrLessThan, x, zero);
-        self.sel(bad, nan, r, ty)
+        approx::ln_split_f64(&mut Clif::new(self, ty), x)
     }
 
     /// `x^y` for f32 (scalar or F32X4): `e^(y·ln|x|)` evaluated in f64
@@ -678,7 +582,7 @@ impl KernelGen<'_, '_> {
         let back = self.b.ins().fsub(l_hi, h2);
         let l_lo = self.b.ins().fsub(lo, back);
         // ±0 → -inf, +inf → +inf, NaN → NaN (the split saw none of them).
-        let l_hi = self.log_specials(a, l_hi, ty);
+        let l_hi = approx::log_specials(&mut Clif::new(self, ty), a, l_hi);
         // y·ln|x| = p + p_lo.
         let p = self.b.ins().fmul(y, l_hi);
         let neg_p = self.b.ins().fneg(p);
@@ -778,65 +682,10 @@ impl KernelGen<'_, '_> {
         approx::exp(&mut Clif::new(self, ty), x)
     }
 
-    /// `ln x` for f32 (scalar or F32X4), after Cephes' `logf`: x = m·2^e
-    /// with m in [√½, √2), a degree-8 polynomial in m - 1. Denormals are
-    /// scaled by 2^23 first. x < 0 and NaN give NaN, ±0 gives -inf, +inf
-    /// gives +inf. Within 4 ulp of a correctly rounded result (tested).
+    /// `ln x` for f32 (scalar or F32X4): [`approx::ln`]. Within 4 ulp of a
+    /// correctly rounded result (tested).
     pub(super) fn log_f32(&mut self, x: Value, ty: Type) -> Value {
-        let ity = if ty.is_vector() {
-            types::I32X4
-        } else {
-            types::I32
-        };
-        let flags = MemFlagsData::new();
-        // Denormals: scale into the normal range, remembering the exponent.
-        let tiny = self.splat_f(ty, f64::from(f32::MIN_POSITIVE));
-        let is_tiny = self.b.ins().fcmp(FloatCC::LessThan, x, tiny);
-        let scale = self.splat_f(ty, 8_388_608.0);
-        let xs = self.b.ins().fmul(x, scale);
-        let xn = self.sel(is_tiny, xs, x, ty);
-        let zero_i = self.splat_i(ity, 0);
-        let m23 = self.splat_i(ity, 23);
-        let bias_adj = self.sel(is_tiny, m23, zero_i, ty);
-        // Split into mantissa in [0.5, 1) and exponent.
-        let bits = self.b.ins().bitcast(ity, flags, xn);
-        let e = self.b.ins().ushr_imm_s(bits, 23);
-        let ff = self.splat_i(ity, 0xff);
-        let e = self.b.ins().band(e, ff);
-        let e = self.b.ins().isub(e, bias_adj);
-        let mant_mask = self.splat_i(ity, 0x807f_ffff_u32 as i32 as i64);
-        let mb = self.b.ins().band(bits, mant_mask);
-        let half_bits = self.splat_i(ity, 0x3f00_0000);
-        let mb = self.b.ins().bor(mb, half_bits);
-        let m = self.b.ins().bitcast(ty, flags, mb);
-        let bias = self.splat_i(ity, 126);
-        let e = self.b.ins().isub(e, bias);
-        let ef = if ty.is_vector() {
-            self.b.ins().fcvt_from_sint(ty, e)
-        } else {
-            self.b.ins().fcvt_from_sint(types::F32, e)
-        };
-        // m < √½: use 2m - 1 and e - 1; else m - 1.
-        let sqrthf = self.splat_f(ty, std::f64::consts::FRAC_1_SQRT_2);
-        let lt = self.b.ins().fcmp(FloatCC::LessThan, m, sqrthf);
-        let one = self.splat_f(ty, 1.0);
-        let m2 = self.b.ins().fadd(m, m);
-        let mm = self.sel(lt, m2, m, ty);
-        let f = self.b.ins().fsub(mm, one);
-        let em1 = self.b.ins().fsub(ef, one);
-        let ef = self.sel(lt, em1, ef, ty);
-        let z = self.b.ins().fmul(f, f);
-        let p = self.horner(f, &LOG_F32_P, ty);
-        let y = self.b.ins().fmul(p, f);
-        let y = self.b.ins().fmul(y, z);
-        let q1 = self.splat_f(ty, -2.121_944_40e-4);
-        let y = self.mul_add(ef, q1, y);
-        let h = self.splat_f(ty, -0.5);
-        let y = self.mul_add(z, h, y);
-        let r = self.b.ins().fadd(f, y);
-        let q2 = self.splat_f(ty, 0.693_359_375);
-        let r = self.mul_add(ef, q2, r);
-        self.log_specials(x, r, ty)
+        approx::ln(&mut Clif::new(self, ty), x)
     }
 }
 
@@ -896,6 +745,12 @@ impl approx::Ops for Clif<'_, '_, '_> {
     fn ge(&mut self, a: Value, b: Value) -> Value {
         self.g.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, b)
     }
+    fn eq(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fcmp(FloatCC::Equal, a, b)
+    }
+    fn ult(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().fcmp(FloatCC::UnorderedOrLessThan, a, b)
+    }
     fn select(&mut self, m: Value, a: Value, b: Value) -> Value {
         self.g.sel(m, a, b, self.ty)
     }
@@ -925,5 +780,11 @@ impl approx::Ops for Clif<'_, '_, '_> {
     }
     fn isshr(&mut self, a: Value, k: u32) -> Value {
         self.g.b.ins().sshr_imm_s(a, i64::from(k))
+    }
+    fn iushr(&mut self, a: Value, k: u32) -> Value {
+        self.g.b.ins().ushr_imm_s(a, i64::from(k))
+    }
+    fn to_float(&mut self, a: Value) -> Value {
+        self.g.b.ins().fcvt_from_sint(self.ty, a)
     }
 }
