@@ -7,13 +7,17 @@
 //! with plain `f32`/`f64` arithmetic. One source, so the two give the same
 //! bits by construction (`tests/jit_wide.rs` still checks it).
 //!
-//! Here: `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p` and their shared
-//! parts. `erf`, `sin`/`cos` and `pow` are still written in both places.
+//! Here: `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p`, f64 `erf`, the
+//! polynomial part of `sin`/`cos` and their shared parts. Still written in
+//! both places: f32 `erf` and f32 `pow` (evaluated in f64: the emitter
+//! widens a vector into two halves), the cold libm path of `sin`/`cos`
+//! (per 128-bit group) and f64 `pow`.
 //! Bounds and methods: docs/compiler.md, "Numerics and tolerances".
 
 use crate::codegen::math::{
-    EXP_F32_P, EXP_F64_P, EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, TANH_F32_P, TANH_F64_P,
-    TANH_F64_Q,
+    COS_F32_P, COS_F64_P, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U, EXP_F32_P, EXP_F64_P,
+    EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, SIN_F32_P, SIN_F64_P, SINCOS_F32_PI_2,
+    SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P, TANH_F64_Q,
 };
 
 /// The operations an approximation is made of, on a float value `V` (a
@@ -64,6 +68,9 @@ pub(crate) trait Ops {
     fn ishl(&mut self, a: Self::I, k: u32) -> Self::I;
     /// `a >> k`, arithmetic.
     fn isshr(&mut self, a: Self::I, k: u32) -> Self::I;
+    fn ixor(&mut self, a: Self::I, b: Self::I) -> Self::I;
+    /// `a != 0`.
+    fn inz(&mut self, a: Self::I) -> Self::M;
     /// `a >> k`, logical, on the lane's width.
     fn iushr(&mut self, a: Self::I, k: u32) -> Self::I;
     /// The integer `a` (small: exact) as a float.
@@ -427,4 +434,92 @@ pub(crate) fn log1p<O: Ops>(o: &mut O, x: O::V) -> O::V {
     let r = o.select(is_inf, inf, r);
     let exact = o.eq(u, one);
     o.select(exact, x, r)
+}
+
+/// `sin x` or `cos x` for |x| within the reduction's range, after Cephes'
+/// `sinf`/`cosf` and `sin`/`cos`: |x| reduced by π/2 in four parts (the
+/// first three short enough that every product with the quadrant count is
+/// exact), the quadrant picks ±sin or ±cos of the remainder, each a
+/// polynomial on [-π/4, π/4]. Beyond the range the callers go to libm.
+#[inline(always)]
+pub(crate) fn sincos<O: Ops>(o: &mut O, x: O::V, cos: bool) -> O::V {
+    let f64_lanes = o.f64();
+    let (parts, sin_p, cos_p, bits): (&[f64; 4], &[f64], &[f64], u32) = if f64_lanes {
+        (&SINCOS_F64_PI_2, &SIN_F64_P, &COS_F64_P, 64)
+    } else {
+        (&SINCOS_F32_PI_2, &SIN_F32_P, &COS_F32_P, 32)
+    };
+    let a = o.abs(x);
+    let two_over_pi = o.c(std::f64::consts::FRAC_2_PI);
+    let magic = o.c(magic(o));
+    let tm = o.fma(a, two_over_pi, magic);
+    let n = o.sub(tm, magic);
+    let mut r = a;
+    for part in parts {
+        let c = o.c(-part);
+        r = o.fma(n, c, r);
+    }
+    let z = o.mul(r, r);
+    let sp = horner(o, z, sin_p);
+    let rz = o.mul(r, z);
+    let s = o.fma(rz, sp, r);
+    let cp = horner(o, z, cos_p);
+    let zz = o.mul(z, z);
+    let half = o.c(-0.5);
+    let one = o.c(1.0);
+    let c = o.fma(z, half, one);
+    let c = o.fma(zz, cp, c);
+    // Quadrant q = n mod 4 (the low bits of tm): odd quadrants swap sin
+    // and cos; the sign flips for q = 2, 3 (sin) or q = 1, 2 (cos).
+    let tmi = o.bits(tm);
+    let onei = o.ic(1);
+    let q = if cos { o.iadd(tmi, onei) } else { tmi };
+    let odd = o.iand(tmi, onei);
+    let swap = o.inz(odd);
+    let (first, second) = if cos { (s, c) } else { (c, s) };
+    let v = o.select(swap, first, second);
+    let twoi = o.ic(2);
+    let neg = o.iand(q, twoi);
+    let mut sign = o.ishl(neg, bits - 2);
+    if !cos {
+        let xb = o.bits(x);
+        let sign_bit = if f64_lanes {
+            i64::MIN
+        } else {
+            i64::from(i32::MIN)
+        };
+        let mask = o.ic(sign_bit);
+        let xs = o.iand(xb, mask);
+        sign = o.ixor(sign, xs);
+    }
+    let vb = o.bits(v);
+    let vb = o.ixor(vb, sign);
+    o.of_bits(vb)
+}
+
+/// f64 `erf x`, after Cephes' `ndtr.c`: for |x| ≤ 1 `x·T(x²)/U(x²)`, else
+/// `1 - e^(-x²)·P(|x|)/Q(|x|)` with the exp above and the sign of x (|x|
+/// clamped to 6, past which erf is ±1 in f64). NaN propagates, -0 stays
+/// -0.
+#[inline(always)]
+pub(crate) fn erf_f64<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    let a = o.abs(x);
+    let z = o.mul(x, x);
+    let t = horner(o, z, &ERF_F64_T);
+    let u = horner(o, z, &ERF_F64_U);
+    let tu = o.div(t, u);
+    let small = o.mul(x, tu);
+    let ac = clamp(o, a, 0.0, 6.0);
+    let p = horner(o, ac, &ERF_F64_P);
+    let q = horner(o, ac, &ERF_F64_Q);
+    let aa = o.mul(ac, ac);
+    let naa = o.neg(aa);
+    let e = exp(o, naa);
+    let pq = o.div(p, q);
+    let erfc = o.mul(e, pq);
+    let one = o.c(1.0);
+    let large = o.sub(one, erfc);
+    let large = with_sign_of(o, large, x);
+    let is_small = o.le(a, one);
+    o.select(is_small, small, large)
 }

@@ -9,10 +9,11 @@
 //! in chunks instead: a 128-bit loop stores the function's argument for up to
 //! [`CHUNK`] elements into a stack buffer, one call here maps the buffer in
 //! place, and the rest of the kernel reads the results back (codegen's
-//! `wide_chunks`). `exp`, `expm1`, `tanh`, `logistic`, `ln` and `log1p`
-//! are the generic approximations of [`approx`], the same source the
-//! inline code is emitted from (instantiated here with [`Lanes`]); `erf`,
-//! `sin`/`cos` and `pow` below still repeat the inline approximations
+//! `wide_chunks`). `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p`, f64
+//! `erf` and the polynomial part of `sin`/`cos` are the generic
+//! approximations of [`approx`], the same source the inline code is
+//! emitted from (instantiated here with [`Lanes`]); f32 `erf`, the libm
+//! groups of `sin`/`cos` and `pow` below still repeat the inline code
 //! operation for operation (same constants, same fused multiply-adds, same
 //! order). Both
 //! paths give the same bits (NaN for NaN, payloads aside):
@@ -38,9 +39,7 @@ use tensorlift_runtime::kernels::scalar::FloatScalar;
 use crate::approx;
 
 use crate::codegen::math::{
-    COS_F32_P, COS_F64_P, ERF_F32_P, ERF_F32_Q, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U,
-    POW_F64_ATANH, POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P, SINCOS_F32_LIMIT, SINCOS_F32_PI_2,
-    SINCOS_F64_LIMIT, SINCOS_F64_PI_2,
+    ERF_F32_P, ERF_F32_Q, POW_F64_ATANH, POW_F64_TWO_THIRDS, SINCOS_F32_LIMIT, SINCOS_F64_LIMIT,
 };
 
 mod cols;
@@ -207,13 +206,9 @@ pub(crate) trait Lane:
     + Div<Output = Self>
     + Neg<Output = Self>
 {
-    /// Width in bits, mantissa bits.
+    /// Width in bits.
     const BITS: u32;
-    const MANT: u32;
-    /// `sin`/`cos`: π/2 in parts, polynomials, range of the reduction.
-    const PI_2: [f64; 4];
-    const SIN_P: &'static [f64];
-    const COS_P: &'static [f64];
+    /// `sin`/`cos`: the range of the reduction.
     const SINCOS_LIMIT: f64;
 
     /// An f64 constant as the inline code's `splat_f` rounds it.
@@ -763,6 +758,14 @@ impl<T: Lane> approx::Ops for Lanes<T> {
         a >> k
     }
     #[inline(always)]
+    fn ixor(&mut self, a: i64, b: i64) -> i64 {
+        a ^ b
+    }
+    #[inline(always)]
+    fn inz(&mut self, a: i64) -> bool {
+        a != 0
+    }
+    #[inline(always)]
     fn iushr(&mut self, a: i64, k: u32) -> i64 {
         if T::BITS == 32 {
             i64::from(((a as u32) >> k) as i32)
@@ -786,12 +789,6 @@ fn clamp<T: Lane>(x: T, lo: f64, hi: f64) -> T {
 #[inline(always)]
 fn horner<T: Lane>(z: T, c: &[f64]) -> T {
     approx::horner(&mut Lanes::new(), z, c)
-}
-
-/// 1.5·2^MANT: adding it rounds to an integer, left in the low bits.
-#[inline(always)]
-fn magic<T: Lane>() -> T {
-    T::of(1.5 * 2f64.powi(T::MANT as i32))
 }
 
 /// [`approx::exp`].
@@ -839,27 +836,7 @@ fn logistic<T: Lane>(x: T) -> T {
 /// `sincos` without its cold branch (see [`sincos_buf`]).
 #[inline(always)]
 fn sincos<T: Lane>(x: T, cos: bool) -> T {
-    let a = x.abs();
-    let magic = magic::<T>();
-    let tm = a.fma(T::of(std::f64::consts::FRAC_2_PI), magic);
-    let n = tm - magic;
-    let mut r = a;
-    for part in T::PI_2 {
-        r = n.fma(T::of(-part), r);
-    }
-    let z = r * r;
-    let s = (r * z).fma(horner(z, T::SIN_P), r);
-    let cz = z.fma(T::of(-0.5), T::of(1.0));
-    let cz = (z * z).fma(horner(z, T::COS_P), cz);
-    let tmi = tm.bits();
-    let q = if cos { tmi.wrapping_add(1) } else { tmi };
-    let (first, second) = if cos { (s, cz) } else { (cz, s) };
-    let v = if tmi & 1 != 0 { first } else { second };
-    let mut sign = (q & 2) << (T::BITS - 2);
-    if !cos {
-        sign ^= x.bits() & (1i64 << (T::BITS - 1));
-    }
-    T::from_bits(v.bits() ^ sign)
+    approx::sincos(&mut Lanes::new(), x, cos)
 }
 
 /// `sin` or `cos` of a buffer whose length is a whole number of 128-bit
@@ -972,10 +949,6 @@ const MAX_LANES: usize = 64;
 
 impl Lane for f32 {
     const BITS: u32 = 32;
-    const MANT: u32 = 23;
-    const PI_2: [f64; 4] = SINCOS_F32_PI_2;
-    const SIN_P: &'static [f64] = &SIN_F32_P;
-    const COS_P: &'static [f64] = &COS_F32_P;
     const SINCOS_LIMIT: f64 = SINCOS_F32_LIMIT;
 
     lane_basics!(f32, i32, u32);
@@ -991,25 +964,13 @@ impl Lane for f32 {
 
 impl Lane for f64 {
     const BITS: u32 = 64;
-    const MANT: u32 = 52;
-    const PI_2: [f64; 4] = SINCOS_F64_PI_2;
-    const SIN_P: &'static [f64] = &SIN_F64_P;
-    const COS_P: &'static [f64] = &COS_F64_P;
     const SINCOS_LIMIT: f64 = SINCOS_F64_LIMIT;
 
     lane_basics!(f64, i64, u64);
 
-    /// Cephes' `ndtr.c`.
+    /// [`approx::erf_f64`].
     #[inline(always)]
     fn erf(self) -> f64 {
-        let x = self;
-        let a = x.abs();
-        let z = x * x;
-        let small = x * (horner(z, &ERF_F64_T) / horner(z, &ERF_F64_U));
-        let ac = clamp(a, 0.0, 6.0);
-        let pq = horner(ac, &ERF_F64_P) / horner(ac, &ERF_F64_Q);
-        let erfc = exp(-(ac * ac)) * pq;
-        let large = with_sign_of(1.0 - erfc, x);
-        if a <= 1.0 { small } else { large }
+        approx::erf_f64(&mut Lanes::new(), self)
     }
 }

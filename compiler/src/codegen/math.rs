@@ -1,8 +1,9 @@
 //! The inline approximations of transcendental functions (exp, expm1,
 //! log, log1p, tanh, logistic, sin, cos, erf, f32 pow) as Cranelift IR, for
-//! scalars and vectors alike: exp, expm1, tanh, logistic, log and log1p
-//! through the generic code of `crate::approx` (shared with `wide.rs`) and
-//! [`Clif`], the others written here. Bounds and methods: docs/compiler.md,
+//! scalars and vectors alike: exp, expm1, tanh, logistic, log, log1p, f64
+//! erf and the polynomial part of sin/cos through the generic code of
+//! `crate::approx` (shared with `wide.rs`) and [`Clif`], the rest (f32 erf
+//! and pow in f64, sin/cos's libm path, f64 pow) written here. Bounds and methods: docs/compiler.md,
 //! "Numerics and tolerances"; tests: tests/jit_math.rs.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -245,86 +246,19 @@ impl KernelGen<'_, '_> {
         approx::log1p(&mut Clif::new(self, ty), x)
     }
 
-    /// `sin x` or `cos x` for f32 or f64 (scalar or vector), after
-    /// Cephes' `sinf`/`cosf` and `sin`/`cos`: |x| reduced by π/2 in four
-    /// parts (the first three short enough that every product with the
-    /// quadrant count is exact), the quadrant picks ±sin or ±cos of the
-    /// remainder, each a polynomial on [-π/4, π/4]. Vectors with a lane
+    /// `sin x` or `cos x` for f32 or f64 (scalar or vector):
+    /// [`approx::sincos`]. Vectors with a lane
     /// beyond the reduction's range (|x| > 8192 for f32, 10^5 for f64) take
     /// a cold path through libm. NaN and ±inf give NaN.
     pub(super) fn sincos(&mut self, x: Value, ty: Type, cos: bool) -> Result<Value> {
         let f64_lanes = ty.lane_type() == types::F64;
-        let ity = Self::int_ty(ty);
-        let flags = MemFlagsData::new();
-        let (magic, parts, limit, sign_shift, sign_bit): (f64, [f64; 4], f64, i64, i64) =
-            if f64_lanes {
-                (
-                    6_755_399_441_055_744.0,
-                    SINCOS_F64_PI_2,
-                    SINCOS_F64_LIMIT,
-                    62,
-                    i64::MIN,
-                )
-            } else {
-                (
-                    12_582_912.0,
-                    SINCOS_F32_PI_2,
-                    SINCOS_F32_LIMIT,
-                    30,
-                    i64::from(i32::MIN),
-                )
-            };
+        let limit = if f64_lanes {
+            SINCOS_F64_LIMIT
+        } else {
+            SINCOS_F32_LIMIT
+        };
+        let inline = approx::sincos(&mut Clif::new(self, ty), x, cos);
         let a = self.b.ins().fabs(x);
-        let two_over_pi = self.splat_f(ty, std::f64::consts::FRAC_2_PI);
-        let magic = self.splat_f(ty, magic);
-        let tm = self.mul_add(a, two_over_pi, magic);
-        let n = self.b.ins().fsub(tm, magic);
-        let mut r = a;
-        for part in parts {
-            let c = self.splat_f(ty, -part);
-            r = self.mul_add(n, c, r);
-        }
-        let z = self.b.ins().fmul(r, r);
-        let (sin_coeffs, cos_coeffs): (&[f64], &[f64]) = if f64_lanes {
-            (&SIN_F64_P, &COS_F64_P)
-        } else {
-            (&SIN_F32_P, &COS_F32_P)
-        };
-        let sp = self.horner(z, sin_coeffs, ty);
-        let rz = self.b.ins().fmul(r, z);
-        let s = self.mul_add(rz, sp, r);
-        let cp = self.horner(z, cos_coeffs, ty);
-        let zz = self.b.ins().fmul(z, z);
-        let half = self.splat_f(ty, -0.5);
-        let one = self.splat_f(ty, 1.0);
-        let c = self.mul_add(z, half, one);
-        let c = self.mul_add(zz, cp, c);
-        // Quadrant q = n mod 4 (the low bits of tm): odd quadrants swap sin
-        // and cos; the sign flips for q = 2, 3 (sin) or q = 1, 2 (cos).
-        let tmi = self.b.ins().bitcast(ity, flags, tm);
-        let onei = self.splat_i(ity, 1);
-        let q = if cos {
-            self.b.ins().iadd(tmi, onei)
-        } else {
-            tmi
-        };
-        let odd = self.b.ins().band(tmi, onei);
-        let zero_i = self.splat_i(ity, 0);
-        let swap = self.b.ins().icmp(IntCC::NotEqual, odd, zero_i);
-        let (first, second) = if cos { (s, c) } else { (c, s) };
-        let v = self.sel(swap, first, second, ty);
-        let twoi = self.splat_i(ity, 2);
-        let neg = self.b.ins().band(q, twoi);
-        let mut sign = self.b.ins().ishl_imm_s(neg, sign_shift);
-        if !cos {
-            let xb = self.b.ins().bitcast(ity, flags, x);
-            let sign_mask = self.splat_i(ity, sign_bit);
-            let xs = self.b.ins().band(xb, sign_mask);
-            sign = self.b.ins().bxor(sign, xs);
-        }
-        let vb = self.b.ins().bitcast(ity, flags, v);
-        let vb = self.b.ins().bxor(vb, sign);
-        let inline = self.b.ins().bitcast(ty, flags, vb);
         // Huge finite lanes: the whole value through libm, off the hot path.
         let limit = self.splat_f(ty, limit);
         let huge = self.b.ins().fcmp(FloatCC::GreaterThan, a, limit);
@@ -383,25 +317,7 @@ impl KernelGen<'_, '_> {
     /// in f64; the error of e^(-x²) from rounding x² is below erfc's weight
     /// there). NaN propagates, -0 stays -0.
     pub(super) fn erf_f64(&mut self, x: Value, ty: Type) -> Value {
-        let a = self.b.ins().fabs(x);
-        let z = self.b.ins().fmul(x, x);
-        let t = self.horner(z, &ERF_F64_T, ty);
-        let u = self.horner(z, &ERF_F64_U, ty);
-        let tu = self.b.ins().fdiv(t, u);
-        let small = self.b.ins().fmul(x, tu);
-        let ac = self.clamp_f(a, 0.0, 6.0, ty);
-        let p = self.horner(ac, &ERF_F64_P, ty);
-        let q = self.horner(ac, &ERF_F64_Q, ty);
-        let aa = self.b.ins().fmul(ac, ac);
-        let naa = self.b.ins().fneg(aa);
-        let e = self.exp_f64(naa, ty);
-        let pq = self.b.ins().fdiv(p, q);
-        let erfc = self.b.ins().fmul(e, pq);
-        let one = self.splat_f(ty, 1.0);
-        let large = self.b.ins().fsub(one, erfc);
-        let large = self.with_sign_of(large, x, ty);
-        let is_small = self.b.ins().fcmp(FloatCC::LessThanOrEqual, a, one);
-        self.sel(is_small, small, large, ty)
+        approx::erf_f64(&mut Clif::new(self, ty), x)
     }
 
     /// `f` applied to f32 values (scalars or F32X4) in f64 precision: each
@@ -780,6 +696,13 @@ impl approx::Ops for Clif<'_, '_, '_> {
     }
     fn isshr(&mut self, a: Value, k: u32) -> Value {
         self.g.b.ins().sshr_imm_s(a, i64::from(k))
+    }
+    fn ixor(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().bxor(a, b)
+    }
+    fn inz(&mut self, a: Value) -> Value {
+        let zero = self.g.splat_i(self.ity, 0);
+        self.g.b.ins().icmp(IntCC::NotEqual, a, zero)
     }
     fn iushr(&mut self, a: Value, k: u32) -> Value {
         self.g.b.ins().ushr_imm_s(a, i64::from(k))
