@@ -276,7 +276,11 @@ impl Executable {
         let arena_ptr = arena.as_mut_ptr();
         let mut outs: Vec<Option<AlignedBytes>> = vec![None; plan.slots.len()];
         // The output (index into `into`) each slot is written straight into.
-        let mut direct: Vec<Option<usize>> = vec![None; plan.slots.len()];
+        // (Empty unless buffers were given: `run` allocates nothing for it.)
+        let mut direct: Vec<Option<usize>> = Vec::new();
+        if !into.is_empty() {
+            direct.resize(plan.slots.len(), None);
+        }
         for (k, out) in into.iter_mut().enumerate() {
             let s = plan.outputs[k];
             let slot = &plan.slots[s];
@@ -300,7 +304,7 @@ impl Executable {
                     .map_or(std::ptr::null_mut(), |t| t.bytes().as_ptr() as *mut u8),
                 // SAFETY: offsets come from the buffer plan and lie inside the arena.
                 SlotKind::Temp { offset } => unsafe { arena_ptr.add(*offset) },
-                SlotKind::Output => match direct[i] {
+                SlotKind::Output => match direct.get(i).copied().flatten() {
                     // The caller's buffer: exclusively borrowed for the
                     // call, of the slot's size, aligned as ours are.
                     Some(k) => into[k].bytes_mut().as_mut_ptr(),
@@ -366,7 +370,7 @@ impl Executable {
                     done[s] = Some(t.clone());
                     return Ok(Some(t));
                 }
-                match direct[s] {
+                match direct.get(s).copied().flatten() {
                     // Written in place.
                     Some(first) if first == k => return Ok(None),
                     // A second output of the slot: a copy of the first.
