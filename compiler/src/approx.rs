@@ -17,7 +17,7 @@
 use crate::codegen::math::{
     COS_F32_P, COS_F64_P, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U, EXP_F32_P, EXP_F64_P,
     EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, SIN_F32_P, SIN_F64_P, SINCOS_F32_PI_2,
-    SINCOS_F64_PI_2, TANH_F32_P, TANH_F64_P, TANH_F64_Q,
+    SINCOS_F64_PI_2, TANH_F64_P, TANH_F64_Q,
 };
 
 /// The operations an approximation is made of, on a float value `V` (a
@@ -136,6 +136,25 @@ pub(crate) fn scale_by_pow2<O: Ops>(o: &mut O, y: O::V, tm: O::V) -> O::V {
     o.mul(y, s2)
 }
 
+/// `2^n`, where `tm = n + magic` came from the round-to-integer trick and
+/// n is within the normal exponents.
+#[inline(always)]
+fn pow2_of<O: Ops>(o: &mut O, tm: O::V) -> O::V {
+    let (mant, bias) = mant_bias(o);
+    let tmi = o.bits(tm);
+    let m = o.c(magic(o));
+    let mi = o.bits(m);
+    let ni = o.isub(tmi, mi);
+    let b = o.ic(bias);
+    let eb = o.iadd(ni, b);
+    let eb = o.ishl(eb, mant);
+    o.of_bits(eb)
+}
+
+/// The exp argument `-2|x|` of f32 `tanh` is clamped here: n = -27, where
+/// `1 - e^(-2|x|)` rounds to 1 (tanh x is 1 in f32 from |x| ≈ 9.01).
+pub(crate) const TANH_F32_LOW: f64 = -18.5;
+
 /// `r` (non-negative) with the sign bit of `x`.
 #[inline(always)]
 pub(crate) fn with_sign_of<O: Ops>(o: &mut O, r: O::V, x: O::V) -> O::V {
@@ -177,6 +196,14 @@ pub(crate) fn exp_reduced<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
         (o.add(y, y), tm, n)
     } else {
         let x = clamp(o, x, -104.0, 88.73);
+        exp_reduced_f32(o, x)
+    }
+}
+
+/// [`exp_reduced`]'s f32 arm on an `x` already within [-104, 88.73].
+#[inline(always)]
+fn exp_reduced_f32<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
+    {
         let log2e = o.c(std::f64::consts::LOG2_E);
         let t = o.mul(x, log2e);
         let magic = o.c(magic(o));
@@ -208,21 +235,13 @@ pub(crate) fn exp<O: Ops>(o: &mut O, x: O::V) -> O::V {
 /// scaled exp. Tiny |x| returns x (keeps -0).
 #[inline(always)]
 pub(crate) fn expm1<O: Ops>(o: &mut O, x: O::V) -> O::V {
-    let (mant, bias) = mant_bias(o);
-    let width = mant + 1;
+    let width = mant_bias(o).0 + 1;
     let (y, tm, n) = exp_reduced(o, x);
     let one = o.c(1.0);
     let y1 = o.add(y, one);
     let e = scale_by_pow2(o, y1, tm);
     let large = o.sub(e, one);
-    let tmi = o.bits(tm);
-    let m = o.c(magic(o));
-    let mi = o.bits(m);
-    let ni = o.isub(tmi, mi);
-    let b = o.ic(bias);
-    let eb = o.iadd(ni, b);
-    let eb = o.ishl(eb, mant);
-    let p2 = o.of_bits(eb);
+    let p2 = pow2_of(o, tm);
     let p2m1 = o.sub(p2, one);
     let small = o.fma(y, p2, p2m1);
     let an = o.abs(n);
@@ -235,24 +254,42 @@ pub(crate) fn expm1<O: Ops>(o: &mut O, x: O::V) -> O::V {
     o.select(is_tiny, x, r)
 }
 
-/// `tanh x`, after Cephes: below |x| = 0.625 an odd polynomial in x (f32)
-/// or `x + x·z·P(z)/Q(z)`, z = x² (f64), else `1 - 2/(e^(2|x|) + 1)` with
-/// the exp above; both on |x|, the sign copied back (-0 stays -0). NaN
-/// propagates, ±inf give ±1.
+/// `tanh x`. f32: `s / (2 - s)` with `s = 1 - e^(-2|x|)` computed as
+/// `(1 - 2^n) - 2^n·(e^r - 1)` from the exp reduction of `-2|x|` (clamped
+/// to [`TANH_F32_LOW`], where tanh is 1 in f32): `1 - 2^n` is exact down
+/// to n = -24 and `e^r - 1` keeps its relative accuracy near 0, so small
+/// |x| loses nothing to cancellation and no second formula is blended in.
+/// f64, after Cephes: below |x| = 0.625 `x + x·z·P(z)/Q(z)`, z = x², else
+/// `1 - 2/(e^(2|x|) + 1)` with the exp above. Both on |x|, the sign copied
+/// back (-0 stays -0). NaN propagates, ±inf give ±1.
 #[inline(always)]
 pub(crate) fn tanh<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    if !o.f64() {
+        let a = o.abs(x);
+        let m2 = o.c(-2.0);
+        let t = o.mul(a, m2);
+        let lo = o.c(TANH_F32_LOW);
+        let below = o.lt(t, lo);
+        let t = o.select(below, lo, t);
+        let (y, tm, _) = exp_reduced_f32(o, t);
+        let p2 = pow2_of(o, tm);
+        let one = o.c(1.0);
+        let hi = o.sub(one, p2);
+        let np2 = o.neg(p2);
+        let s = o.fma(np2, y, hi);
+        let two = o.c(2.0);
+        let d = o.sub(two, s);
+        let r = o.div(s, d);
+        return with_sign_of(o, r, x);
+    }
     let a = o.abs(x);
     let z = o.mul(a, a);
-    let small = if o.f64() {
+    let small = {
         let p = horner(o, z, &TANH_F64_P);
         let q = horner(o, z, &TANH_F64_Q);
         let pq = o.div(p, q);
         let az = o.mul(a, z);
         o.fma(az, pq, a)
-    } else {
-        let p = horner(o, z, &TANH_F32_P);
-        let zp = o.mul(z, p);
-        o.fma(a, zp, a)
     };
     let two_a = o.add(a, a);
     let e = exp(o, two_a);

@@ -45,15 +45,6 @@ pub(crate) const ERF_F32_Q: [f64; 5] = [
     -1.426_473_905_141_89e-2,
 ];
 
-/// f32 `tanh`: Cephes' odd polynomial for |x| < 0.625, in x².
-pub(crate) const TANH_F32_P: [f64; 5] = [
-    -5.704_988_727_45e-3,
-    2.063_908_879_54e-2,
-    -5.373_971_555_31e-2,
-    1.333_144_220_36e-1,
-    -3.333_328_194_22e-1,
-];
-
 /// f32 `ln`: Cephes' polynomial in `m - 1`.
 pub(crate) const LOG_F32_P: [f64; 9] = [
     7.037_683_629_2e-2,
