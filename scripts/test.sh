@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: formatting, lints, unit, integration,
-# property and doc tests. `--long` runs the property tests with many more
+# property and doc tests, and the JIT's test files again with its code
+# capped at AVX2 and at SSE4.2 (TENSORLIFT_MAX_ISA, docs/compiler.md).
+# `--long` runs the property tests with many more
 # cases (minutes); CI runs the default, which is sized for a 2-core machine.
 # `--long` also checks the JIT's f32 approximations on all 2^32 inputs, and
 # runs the soak tests (tests/soak.rs: resident memory flat over a million
@@ -58,6 +60,13 @@ echo "== cargo test (PROPTEST_CASES=$cases)"
 PROPTEST_CASES=$cases cargo test --workspace --all-targets 2>&1 | tee -a "$log" || status=1
 echo "== doc tests"
 cargo test --workspace --doc 2>&1 | tee -a "$log" || status=1
+echo "== the JIT's code for narrower hosts (TENSORLIFT_MAX_ISA=avx2, then sse4.2)"
+# What an AVX2-only and an SSE4.2-only host compile (Cranelift's flags, the
+# wide routines' module, vector legality), checked on whatever this host is.
+for isa in avx2 sse4.2; do
+  TENSORLIFT_MAX_ISA=$isa PROPTEST_CASES=$cases cargo test --test jit_wide --test jit_math \
+    --test jit_differential --test op_fixtures --test jit_api 2>&1 | tee -a "$log" || status=1
+done
 if [ "$long" -eq 1 ]; then
   echo "== soak tests (1M callbacks, 10k compile/drop cycles; resident memory flat)"
   cargo test --test soak -- --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$log" || status=1

@@ -350,3 +350,50 @@ fn impossible_sizes_are_errors_not_aborts() {
     ]);
     assert_one_line_error(&o, "is too large");
 }
+
+/// `TENSORLIFT_MAX_ISA` as a user sets it: the capped JIT (what an AVX2 or
+/// SSE4.2 host runs) agrees with the interpreter, and a value that names
+/// no level is a one-line error naming it, not a silent uncapped run.
+#[test]
+fn the_isa_cap_runs_narrower_code_and_rejects_unknown_levels() {
+    let d = "examples/data/";
+    let run = |isa: &str, mode: &str| {
+        let dir = tmpdir(&format!("isa-{isa}-{mode}"));
+        let o = Command::new(env!("CARGO_BIN_EXE_tensorlift"))
+            .env("TENSORLIFT_MAX_ISA", isa)
+            .args(["run", "examples/mlp.tlir", "--mode", mode, "--output-dir"])
+            .arg(&dir)
+            .args(
+                ["x", "w1", "b1", "w2", "b2"]
+                    .iter()
+                    .flat_map(|n| ["--input".to_string(), format!("{n}={d}mlp_{n}.npy")]),
+            )
+            .output()
+            .unwrap();
+        (o, dir)
+    };
+    let (o, want) = run("", "interp");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for isa in ["avx512", "avx2", "sse4.2"] {
+        let (o, got) = run(isa, "jit");
+        assert!(
+            o.status.success(),
+            "{isa}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        for entry in std::fs::read_dir(&want).unwrap() {
+            let name = entry.unwrap().file_name();
+            let a = tensorlift::npy::load(want.join(&name)).unwrap();
+            let b = tensorlift::npy::load(got.join(&name)).unwrap();
+            common::assert_close(
+                &b,
+                &a,
+                1e-5,
+                1e-5,
+                &format!("{isa}/{}", name.to_string_lossy()),
+            );
+        }
+    }
+    let (o, _) = run("avx3", "jit");
+    assert_one_line_error(&o, "TENSORLIFT_MAX_ISA=\"avx3\"");
+}

@@ -655,16 +655,13 @@ fn float_sign_agrees_bitwise() {
 /// where the host has AVX-512F/VL/DQ (`vpmullq`, `vpmaxsq`, `vpabsq`, ...;
 /// their values are
 /// checked bitwise by `reductions_and_loops_of_every_length`), and stay
-/// scalar elsewhere.
+/// scalar elsewhere, or where `TENSORLIFT_MAX_ISA` caps the code below
+/// AVX-512 (`scripts/test.sh` runs this file so capped).
 #[test]
 fn int64_lanes_vectorize_with_avx512() {
+    use tensorlift::compiler::{IsaLevel, max_isa};
     use tensorlift::{DType, Sym};
-    #[cfg(target_arch = "x86_64")]
-    let avx512 = std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512vl")
-        && std::is_x86_feature_detected!("avx512dq");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx512 = false;
+    let avx512 = max_isa() == IsaLevel::Avx512;
     for dtype in [DType::I64, DType::U64] {
         let spec = [TensorSpec::known(dtype, &[3, 40])];
         let mul = function(|x: Sym| &x * 3.0).jit_compile(true);

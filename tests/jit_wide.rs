@@ -21,16 +21,11 @@ fn narrow() -> JitOptions {
     }
 }
 
-/// Whether this host runs the wide routines (AVX2 or AVX-512, with FMA).
+/// Whether this host runs the wide routines (AVX2 or AVX-512, with FMA),
+/// within `TENSORLIFT_MAX_ISA` (`scripts/test.sh` also runs this file with
+/// the cap at avx2 and at sse4.2).
 fn host_has_wide() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx2
 }
 
 /// Runs `f` with and without wide math and requires the same bits (any

@@ -12,6 +12,7 @@ mod approx;
 mod codegen;
 mod exec;
 pub mod fusion;
+mod isa;
 mod parallel;
 mod rt;
 mod tile;
@@ -19,3 +20,4 @@ mod wide;
 
 pub use codegen::{JitOptions, OptLevel};
 pub use exec::{Executable, check, check_compilable, check_outputs, compile, copy_into};
+pub use isa::{IsaLevel, max_isa};

@@ -99,31 +99,15 @@ pub(crate) fn lanes() -> Option<usize> {
     }
 }
 
-/// Every feature `avx512::map` is compiled with.
+/// Every feature `avx512::map` is compiled with, within the cap
+/// ([`crate::isa`]).
 pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512dq")
-            && std::is_x86_feature_detected!("avx512vl")
-            && has_avx2()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::isa::has_avx512()
 }
 
-/// Every feature `avx2::map` is compiled with.
+/// Every feature `avx2::map` is compiled with, within the cap.
 fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::isa::has_avx2()
 }
 
 /// Maps `n` f32 at `p` in place through the function with `UnaryOp` code

@@ -91,10 +91,12 @@ fn make_module(opts: &JitOptions) -> Result<(JITModule, OwnedTargetIsa)> {
             },
         )
         .map_err(cg_err)?;
-    let isa = cranelift_native::builder()
-        .map_err(|m| Error::unimplemented(format!("this host is not supported by Cranelift: {m}")))?
-        .finish(settings::Flags::new(flags))
-        .map_err(cg_err)?;
+    crate::isa::check_cap()?;
+    let mut isa = cranelift_native::builder().map_err(|m| {
+        Error::unimplemented(format!("this host is not supported by Cranelift: {m}"))
+    })?;
+    crate::isa::cap_cranelift(&mut isa)?;
+    let isa = isa.finish(settings::Flags::new(flags)).map_err(cg_err)?;
     let mut jb = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
     for f in RtFn::ALL {
         let sym = f.symbol();

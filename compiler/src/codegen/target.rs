@@ -6,19 +6,13 @@ use tensorlift_ir::DType;
 
 use crate::wide;
 
-/// Whether the host has FMA3: the inline approximations then evaluate their
-/// polynomials with fused multiply-adds (Cranelift lowers `fma` natively
+/// Whether the host has FMA3 (within the cap of [`crate::isa`]): the
+/// inline approximations then evaluate their polynomials with fused
+/// multiply-adds (Cranelift lowers `fma` natively
 /// only then; without it, to a libm call per lane). Graph ops themselves
 /// are never contracted, so results of `a * b + c` stay bit-exact.
 pub(super) fn has_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::isa::has_fma()
 }
 
 /// Whether the host has SSE4.2 (`pcmpgtq`: 64-bit lane comparisons).
