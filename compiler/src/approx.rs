@@ -7,17 +7,19 @@
 //! with plain `f32`/`f64` arithmetic. One source, so the two give the same
 //! bits by construction (`tests/jit_wide.rs` still checks it).
 //!
-//! Here: `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p`, f64 `erf`, the
-//! polynomial part of `sin`/`cos` and their shared parts. Still written in
-//! both places: f32 `erf` and f32 `pow` (evaluated in f64: the emitter
-//! widens a vector into two halves), the cold libm path of `sin`/`cos`
-//! (per 128-bit group) and f64 `pow`.
+//! Here: `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p`, `erf`, `pow`,
+//! the polynomial part of `sin`/`cos` and their shared parts; f32 `erf` and
+//! f32 `pow` are evaluated in f64 through [`Ops::in_f64`] (the emitter
+//! widens a vector into two f64 halves, the lanes convert). Still per place:
+//! the cold libm path of `sin`/`cos` (control flow around a call per
+//! 128-bit group in compiled code, a per-element branch in the routines).
 //! Bounds and methods: docs/compiler.md, "Numerics and tolerances".
 
 use crate::codegen::math::{
-    COS_F32_P, COS_F64_P, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U, EXP_F32_P, EXP_F64_P,
-    EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, SIN_F32_P, SIN_F64_P, SINCOS_F32_PI_2,
-    SINCOS_F64_PI_2, TANH_F64_P, TANH_F64_Q,
+    COS_F32_P, COS_F64_P, ERF_F32_P, ERF_F32_Q, ERF_F64_P, ERF_F64_Q, ERF_F64_T, ERF_F64_U,
+    EXP_F32_P, EXP_F64_P, EXP_F64_Q, LOG_F32_P, LOG_F64_T1, LOG_F64_T2, POW_F64_ATANH,
+    POW_F64_TWO_THIRDS, SIN_F32_P, SIN_F64_P, SINCOS_F32_PI_2, SINCOS_F64_PI_2, TANH_F64_P,
+    TANH_F64_Q,
 };
 
 /// The operations an approximation is made of, on a float value `V` (a
@@ -75,6 +77,23 @@ pub(crate) trait Ops {
     fn iushr(&mut self, a: Self::I, k: u32) -> Self::I;
     /// The integer `a` (small: exact) as a float.
     fn to_float(&mut self, a: Self::I) -> Self::V;
+    /// `a` rounded to an integer, ties to even.
+    fn nearest(&mut self, a: Self::V) -> Self::V;
+    /// `a && b` on comparison results.
+    fn and(&mut self, a: Self::M, b: Self::M) -> Self::M;
+    /// `a || b`.
+    fn or(&mut self, a: Self::M, b: Self::M) -> Self::M;
+    /// `!a`.
+    fn not(&mut self, a: Self::M) -> Self::M;
+    /// `f` evaluated on `xs` in f64 and rounded once to the lane type: for
+    /// f32 lanes through an `Ops` of f64 lanes holding the same values, for
+    /// f64 lanes `f` on `self` as it is.
+    fn in_f64<F: InF64>(&mut self, xs: &[Self::V], f: &F) -> Self::V;
+}
+
+/// A computation [`Ops::in_f64`] runs on f64 lanes.
+pub(crate) trait InF64 {
+    fn eval<O: Ops>(&self, o: &mut O, xs: &[O::V]) -> O::V;
 }
 
 /// Mantissa bits and exponent bias of the lane type.
@@ -559,4 +578,192 @@ pub(crate) fn erf_f64<O: Ops>(o: &mut O, x: O::V) -> O::V {
     let large = with_sign_of(o, large, x);
     let is_small = o.le(a, one);
     o.select(is_small, small, large)
+}
+
+/// `erf x` for f32: the rational approximation used by Eigen and XLA,
+/// `x·P(x²)/Q(x²)` on x clamped to [-4, 4] (erf is ±1 in f32 beyond),
+/// evaluated in f64 (in f32 its rounding reached 5 ulp near 1; the formula
+/// itself is within 1.4). NaN propagates; -0 stays -0.
+#[inline(always)]
+pub(crate) fn erf_f32<O: Ops>(o: &mut O, x: O::V) -> O::V {
+    struct Rational;
+    impl InF64 for Rational {
+        #[inline(always)]
+        fn eval<O: Ops>(&self, o: &mut O, xs: &[O::V]) -> O::V {
+            let x = xs[0];
+            let z = o.mul(x, x);
+            let p = horner(o, z, &ERF_F32_P);
+            let q = horner(o, z, &ERF_F32_Q);
+            let xp = o.mul(x, p);
+            o.div(xp, q)
+        }
+    }
+    let x = clamp(o, x, -4.0, 4.0);
+    o.in_f64(&[x], &Rational)
+}
+
+/// `(s, e)` with `s = a + b` rounded and `e` its exact error (Knuth's
+/// two-sum: no condition on the magnitudes).
+#[inline(always)]
+fn two_sum<O: Ops>(o: &mut O, a: O::V, b: O::V) -> (O::V, O::V) {
+    let s = o.add(a, b);
+    let bb = o.sub(s, a);
+    let ab = o.sub(s, bb);
+    let da = o.sub(a, ab);
+    let db = o.sub(b, bb);
+    (s, o.add(da, db))
+}
+
+/// `x^y` for f32: `e^(y·ln|x|)` evaluated in f64 (the f64 [`ln`] and
+/// [`exp`], so the f32 result rounds once from a value good to ~2^-50),
+/// then IEEE `pow`'s special cases ([`pow_specials`]).
+#[inline(always)]
+pub(crate) fn pow_f32<O: Ops>(o: &mut O, x: O::V, y: O::V) -> O::V {
+    struct Magnitude;
+    impl InF64 for Magnitude {
+        #[inline(always)]
+        fn eval<O: Ops>(&self, o: &mut O, xs: &[O::V]) -> O::V {
+            let a = o.abs(xs[0]);
+            let l = ln(o, a);
+            let yl = o.mul(xs[1], l);
+            exp(o, yl)
+        }
+    }
+    let mag = o.in_f64(&[x, y], &Magnitude);
+    pow_specials(o, x, y, mag)
+}
+
+/// `|x|^y` for f64 as `e^(y·ln|x|)`, with `ln|x|` in double-double and the
+/// product `y·ln|x|` too, so that the exponential's argument (up to ~745 in
+/// magnitude, where an error of 2^-53 relative in `ln` alone would cost
+/// ~700 ulp) is accurate to ~2^-64 relative: fdlibm's reduction
+/// ([`ln_split_f64`]: x = m·2^k, m in [√½, √2), f = m - 1) and
+/// `ln m = 2·atanh(s)`, s = f/(2+f) carried as s + s_lo (its division
+/// remainder by FMA), `2/3·s³` in double-double, the rest of the series (to
+/// s^25) in plain f64; k·ln2 in two parts; the sums by two-sum. Then
+/// `e^hi·(1 + lo)` with [`exp`], and IEEE's special cases
+/// ([`pow_specials`]). Needs FMA (the exact products): without it compiled
+/// code calls libm instead.
+#[inline(always)]
+pub(crate) fn pow_f64<O: Ops>(o: &mut O, x: O::V, y: O::V) -> O::V {
+    let a = o.abs(x);
+    let (k, m) = ln_split_f64(o, a);
+    let one = o.c(1.0);
+    let two = o.c(2.0);
+    let f = o.sub(m, one);
+    // d + d_lo = 2 + f exactly (Fast2Sum: |2| > |f|).
+    let d = o.add(two, f);
+    let dm2 = o.sub(d, two);
+    let d_lo = o.sub(f, dm2);
+    // s + s_lo = f / (2 + f): the remainder f - s·d is exact by FMA.
+    let s = o.div(f, d);
+    let neg_s = o.neg(s);
+    let r = o.fma(neg_s, d, f);
+    let r = o.fma(neg_s, d_lo, r);
+    let s_lo = o.div(r, d);
+    // s² and s³ with their errors.
+    let sq = o.mul(s, s);
+    let neg_sq = o.neg(sq);
+    let sq_lo = o.fma(s, s, neg_sq);
+    let c = o.mul(sq, s);
+    let neg_c = o.neg(c);
+    let c_lo = o.fma(sq, s, neg_c);
+    let c_lo = o.fma(sq_lo, s, c_lo);
+    let three = o.c(3.0);
+    let sq3 = o.mul(sq, three);
+    let c_lo = o.fma(sq3, s_lo, c_lo);
+    // q + q_lo = (2/3)·s³.
+    let t_hi = o.c(POW_F64_TWO_THIRDS[0]);
+    let t_lo = o.c(POW_F64_TWO_THIRDS[1]);
+    let q = o.mul(t_hi, c);
+    let neg_q = o.neg(q);
+    let q_lo = o.fma(t_hi, c, neg_q);
+    let q_lo = o.fma(t_hi, c_lo, q_lo);
+    let q_lo = o.fma(t_lo, c, q_lo);
+    // The rest of 2·atanh(s): 2·s^5·(1/5 + s²/7 + … + s^20/25).
+    let rz = horner(o, sq, &POW_F64_ATANH);
+    let s5 = o.mul(c, sq);
+    let rest = o.mul(s5, rz);
+    // ln|x| = k·ln2_hi + 2s + q, each sum exact, plus the small terms.
+    let ln2_hi = o.c(6.931_471_803_691_238e-1);
+    let ln2_lo = o.c(1.908_214_929_270_587_7e-10);
+    let kh = o.mul(k, ln2_hi);
+    let s2 = o.add(s, s);
+    let (h1, e1) = two_sum(o, kh, s2);
+    let (h2, e2) = two_sum(o, h1, q);
+    let small = o.mul(k, ln2_lo);
+    let s_lo2 = o.add(s_lo, s_lo);
+    let small = o.add(small, s_lo2);
+    let small = o.add(small, q_lo);
+    let small = o.add(small, rest);
+    let lo = o.add(e1, e2);
+    let lo = o.add(lo, small);
+    let l_hi = o.add(h2, lo);
+    let back = o.sub(l_hi, h2);
+    let l_lo = o.sub(lo, back);
+    // ±0 → -inf, +inf → +inf, NaN → NaN (the split saw none of them).
+    let l_hi = log_specials(o, a, l_hi);
+    // y·ln|x| = p + p_lo.
+    let p = o.mul(y, l_hi);
+    let neg_p = o.neg(p);
+    let p_lo = o.fma(y, l_hi, neg_p);
+    let p_lo = o.fma(y, l_lo, p_lo);
+    let e = exp(o, p);
+    // e·(1 + p_lo), where both are finite (an infinite or NaN p makes p_lo
+    // NaN; e = 0 or inf stays).
+    let corr = o.fma(e, p_lo, e);
+    let inf = o.c(f64::INFINITY);
+    let ae = o.abs(e);
+    let e_fin = o.lt(ae, inf);
+    let ap = o.abs(p_lo);
+    let p_fin = o.lt(ap, inf);
+    let ok = o.and(e_fin, p_fin);
+    let mag = o.select(ok, corr, e);
+    pow_specials(o, x, y, mag)
+}
+
+/// `pow`'s special cases on top of the magnitude `mag` = |x|^y: the sign
+/// of x for odd integer y (also -0 and -inf), NaN for a finite x < 0 with
+/// non-integer y, 1 for y = 0 or x = 1 (even with a NaN), and for |x| = 1
+/// with y = ±inf.
+#[inline(always)]
+pub(crate) fn pow_specials<O: Ops>(o: &mut O, x: O::V, y: O::V, mag: O::V) -> O::V {
+    let zero = o.c(0.0);
+    let one = o.c(1.0);
+    let half = o.c(0.5);
+    let nan = o.c(f64::NAN);
+    let inf = o.c(f64::INFINITY);
+    // y integer / odd integer (|y| ≥ 2^24 (f32) is always an even integer).
+    let yr = o.nearest(y);
+    let y_int = o.eq(yr, y);
+    let yh = o.mul(y, half);
+    let yhr = o.nearest(yh);
+    let y_even = o.eq(yhr, yh);
+    let y_not_even = o.not(y_even);
+    let y_odd = o.and(y_int, y_not_even);
+    let signed = with_sign_of(o, mag, x);
+    let r = o.select(y_odd, signed, mag);
+    let x_neg = o.lt(x, zero);
+    let y_frac = o.not(y_int);
+    let ay = o.abs(y);
+    let y_finite = o.lt(ay, inf);
+    let y_frac = o.and(y_frac, y_finite);
+    // A finite negative base with a non-integer exponent has no real power
+    // (-inf has: +inf or +0).
+    let ax = o.abs(x);
+    let x_finite = o.lt(ax, inf);
+    let x_neg = o.and(x_neg, x_finite);
+    let invalid = o.and(x_neg, y_frac);
+    let r = o.select(invalid, nan, r);
+    // |x| = 1 with y = ±inf, x = 1 with anything, y = 0 with anything: 1.
+    let ax_one = o.eq(ax, one);
+    let y_inf = o.not(y_finite);
+    let y_num = o.eq(y, y);
+    let y_inf = o.and(y_inf, y_num);
+    let unit = o.and(ax_one, y_inf);
+    let x_one = o.eq(x, one);
+    let y_zero = o.eq(y, zero);
+    let unit = o.or(unit, x_one);
+    let unit = o.or(unit, y_zero);
+    o.select(unit, one, r)
 }

@@ -9,17 +9,15 @@
 //! in chunks instead: a 128-bit loop stores the function's argument for up to
 //! [`CHUNK`] elements into a stack buffer, one call here maps the buffer in
 //! place, and the rest of the kernel reads the results back (codegen's
-//! `wide_chunks`). `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p`, f64
-//! `erf` and the polynomial part of `sin`/`cos` are the generic
+//! `wide_chunks`). `exp`, `expm1`, `tanh`, `logistic`, `ln`, `log1p`,
+//! `erf`, the polynomial part of `sin`/`cos` and f64 `pow` (the routine
+//! `tl_wide_pow_f64`, its two operands in two buffers) are the generic
 //! approximations of [`approx`], the same source the inline code is
-//! emitted from (instantiated here with [`Lanes`]); f32 `erf`, the libm
-//! groups of `sin`/`cos` and `pow` below still repeat the inline code
-//! operation for operation (same constants, same fused multiply-adds, same
-//! order). Both
-//! paths give the same bits (NaN for NaN, payloads aside):
-//! `tests/jit_wide.rs` checks it.
-//! f64 `pow` has one too (`tl_wide_pow_f64`, its two operands in two
-//! buffers). Rows of functions without a routine here keep the 128-bit code.
+//! emitted from (instantiated here with [`Lanes`]); only the libm groups
+//! of `sin`/`cos` below repeat the inline code's control flow. Both paths
+//! give the same bits (NaN for NaN, payloads aside): `tests/jit_wide.rs`
+//! checks it.
+//! Rows of functions without a routine here keep the 128-bit code.
 //!
 //! A row whose whole kernel is `f(x)`, `f(x ± s)`, `f(x·s)` or `x / s` (`s`
 //! fixed for the row), or a row max, skips the chunk passes:
@@ -38,9 +36,7 @@ use tensorlift_runtime::kernels::scalar::FloatScalar;
 
 use crate::approx;
 
-use crate::codegen::math::{
-    ERF_F32_P, ERF_F32_Q, POW_F64_ATANH, POW_F64_TWO_THIRDS, SINCOS_F32_LIMIT, SINCOS_F64_LIMIT,
-};
+use crate::codegen::math::{SINCOS_F32_LIMIT, SINCOS_F64_LIMIT};
 
 mod cols;
 mod dot;
@@ -201,6 +197,10 @@ pub(crate) trait Lane:
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
     fn sqrt(self) -> Self;
+    /// Rounded to an integer, ties to even.
+    fn nearest(self) -> Self;
+    /// The value as an f64 (exact).
+    fn to_f64(self) -> f64;
     /// The bits, sign-extended (f32: as an i32).
     fn bits(self) -> i64;
     /// From the low `BITS` bits.
@@ -508,80 +508,10 @@ fn pow_buf(xs: &mut [f64], ys: &[f64]) {
     }
 }
 
-/// Knuth's two-sum: `two_sum` of `codegen/math.rs`.
-#[inline(always)]
-fn two_sum(a: f64, b: f64) -> (f64, f64) {
-    let s = a + b;
-    let bb = s - a;
-    let ab = s - bb;
-    (s, (a - ab) + (b - bb))
-}
-
-/// fdlibm's reduction: `log_f64_split`.
-#[inline(always)]
-fn ln_split(x: f64) -> (f64, f64) {
-    approx::ln_split_f64(&mut Lanes::new(), x)
-}
-
-/// `pow_f64` of `codegen/math.rs`, operation for operation.
+/// [`approx::pow_f64`].
 #[inline(always)]
 fn pow64(x: f64, y: f64) -> f64 {
-    let a = x.abs();
-    let (k, m) = ln_split(a);
-    let f = m - 1.0;
-    let d = 2.0 + f;
-    let d_lo = f - (d - 2.0);
-    let s = f / d;
-    let neg_s = -s;
-    let r = neg_s.mul_add(d, f);
-    let r = neg_s.mul_add(d_lo, r);
-    let s_lo = r / d;
-    let sq = s * s;
-    let sq_lo = s.mul_add(s, -sq);
-    let c = sq * s;
-    let c_lo = sq.mul_add(s, -c);
-    let c_lo = sq_lo.mul_add(s, c_lo);
-    let c_lo = (sq * 3.0).mul_add(s_lo, c_lo);
-    let [t_hi, t_lo] = POW_F64_TWO_THIRDS;
-    let q = t_hi * c;
-    let q_lo = t_hi.mul_add(c, -q);
-    let q_lo = t_hi.mul_add(c_lo, q_lo);
-    let q_lo = t_lo.mul_add(c, q_lo);
-    let rest = c * sq * horner(sq, &POW_F64_ATANH);
-    let (h1, e1) = two_sum(k * 6.931_471_803_691_238e-1, s + s);
-    let (h2, e2) = two_sum(h1, q);
-    let small = k * 1.908_214_929_270_587_7e-10 + (s_lo + s_lo) + q_lo + rest;
-    let lo = (e1 + e2) + small;
-    let l_hi = h2 + lo;
-    let l_lo = lo - (l_hi - h2);
-    let l_hi = approx::log_specials(&mut Lanes::new(), a, l_hi);
-    let p = y * l_hi;
-    let p_lo = y.mul_add(l_hi, -p);
-    let p_lo = y.mul_add(l_lo, p_lo);
-    let e = exp(p);
-    let ok = e.abs() < f64::INFINITY && p_lo.abs() < f64::INFINITY;
-    let mag = if ok { e.mul_add(p_lo, e) } else { e };
-    pow_specials(x, y, mag)
-}
-
-/// `pow_specials` of `codegen/math.rs`.
-#[inline(always)]
-fn pow_specials(x: f64, y: f64, mag: f64) -> f64 {
-    let y_int = y.round_ties_even() == y;
-    let yh = y * 0.5;
-    let y_even = yh.round_ties_even() == yh;
-    let r = if y_int && !y_even {
-        with_sign_of(mag, x)
-    } else {
-        mag
-    };
-    let y_finite = y.abs() < f64::INFINITY;
-    let ax = x.abs();
-    let invalid = x < 0.0 && ax < f64::INFINITY && !y_int && y_finite;
-    let r = if invalid { f64::NAN } else { r };
-    let y_inf = !y_finite && !y.is_nan();
-    let unit = (ax == 1.0 && y_inf) || x == 1.0 || y == 0.0;
-    if unit { 1.0 } else { r }
+    approx::pow_f64(&mut Lanes::new(), x, y)
 }
 
 /// One `map` per instruction set: the same loop, compiled for its features
@@ -761,18 +691,30 @@ impl<T: Lane> approx::Ops for Lanes<T> {
     fn to_float(&mut self, a: i64) -> T {
         T::of(a as f64)
     }
-}
-
-/// [`approx::clamp`].
-#[inline(always)]
-fn clamp<T: Lane>(x: T, lo: f64, hi: f64) -> T {
-    approx::clamp(&mut Lanes::new(), x, lo, hi)
-}
-
-/// [`approx::horner`].
-#[inline(always)]
-fn horner<T: Lane>(z: T, c: &[f64]) -> T {
-    approx::horner(&mut Lanes::new(), z, c)
+    #[inline(always)]
+    fn nearest(&mut self, a: T) -> T {
+        a.nearest()
+    }
+    #[inline(always)]
+    fn and(&mut self, a: bool, b: bool) -> bool {
+        a & b
+    }
+    #[inline(always)]
+    fn or(&mut self, a: bool, b: bool) -> bool {
+        a | b
+    }
+    #[inline(always)]
+    fn not(&mut self, a: bool) -> bool {
+        !a
+    }
+    #[inline(always)]
+    fn in_f64<F: approx::InF64>(&mut self, xs: &[T], f: &F) -> T {
+        let mut w = [0.0; 2];
+        for (w, x) in w.iter_mut().zip(xs) {
+            *w = x.to_f64();
+        }
+        T::of(f.eval(&mut Lanes::<f64>::new(), &w[..xs.len()]))
+    }
 }
 
 /// [`approx::exp`].
@@ -803,12 +745,6 @@ fn ln<T: Lane>(x: T) -> T {
 #[inline(always)]
 fn log1p<T: Lane>(x: T) -> T {
     approx::log1p(&mut Lanes::new(), x)
-}
-
-/// [`approx::with_sign_of`].
-#[inline(always)]
-fn with_sign_of<T: Lane>(r: T, x: T) -> T {
-    approx::with_sign_of(&mut Lanes::new(), r, x)
 }
 
 /// [`approx::logistic`].
@@ -869,6 +805,14 @@ macro_rules! lane_basics {
         #[inline(always)]
         fn sqrt(self) -> $float {
             $float::sqrt(self)
+        }
+        #[inline(always)]
+        fn nearest(self) -> $float {
+            $float::round_ties_even(self)
+        }
+        #[inline(always)]
+        fn to_f64(self) -> f64 {
+            f64::from(self)
         }
         #[inline(always)]
         #[allow(clippy::unnecessary_cast, reason = "the identity in the f64 expansion")]
@@ -937,12 +881,10 @@ impl Lane for f32 {
 
     lane_basics!(f32, i32, u32);
 
-    /// The Eigen/XLA rational form, evaluated in f64.
+    /// [`approx::erf_f32`].
     #[inline(always)]
     fn erf(self) -> f32 {
-        let x = f64::from(clamp(self, -4.0, 4.0));
-        let z = x * x;
-        ((x * horner(z, &ERF_F32_P)) / horner(z, &ERF_F32_Q)) as f32
+        approx::erf_f32(&mut Lanes::new(), self)
     }
 }
 

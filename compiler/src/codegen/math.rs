@@ -285,21 +285,10 @@ impl KernelGen<'_, '_> {
         Ok(self.b.block_params(done)[0])
     }
 
-    /// `erf x` for f32 (scalar or F32X4): the rational approximation used
-    /// by Eigen and XLA, `x·P(x²)/Q(x²)` on x clamped to [-4, 4] (erf is ±1
-    /// in f32 beyond), evaluated in f64 lanes (in f32 its rounding reached
-    /// 5 ulp near 1; the formula itself is within 1.4). NaN propagates; -0
-    /// stays -0.
+    /// `erf x` for f32 (scalar or F32X4): [`approx::erf_f32`] (Eigen's and
+    /// XLA's rational form, evaluated in f64).
     pub(super) fn erf_f32(&mut self, x: Value, ty: Type) -> Value {
-        let x = self.clamp_f(x, -4.0, 4.0, ty);
-        self.in_f64(&[x], ty, |cg, v, ty| {
-            let x = v[0];
-            let z = cg.b.ins().fmul(x, x);
-            let p = cg.horner(z, &ERF_F32_P, ty);
-            let q = cg.horner(z, &ERF_F32_Q, ty);
-            let xp = cg.b.ins().fmul(x, p);
-            cg.b.ins().fdiv(xp, q)
-        })
+        approx::erf_f32(&mut Clif::new(self, ty), x)
     }
 
     /// `erf x` for f64 (scalar or F64X2), after Cephes' `ndtr.c`: for
@@ -362,12 +351,6 @@ impl KernelGen<'_, '_> {
         }
     }
 
-    /// `x` clamped to `[lo, hi]` ([`approx::clamp`]: NaN falls through;
-    /// each side lowers to one `minps`/`maxps`).
-    fn clamp_f(&mut self, x: Value, lo: f64, hi: f64, ty: Type) -> Value {
-        approx::clamp(&mut Clif::new(self, ty), x, lo, hi)
-    }
-
     /// The integer type of `ty`'s shape (F32X4 → I32X4, F64 → I64, ...).
     fn int_ty(ty: Type) -> Type {
         match (ty.lane_type() == types::F64, ty.is_vector()) {
@@ -401,170 +384,17 @@ impl KernelGen<'_, '_> {
         approx::ln(&mut Clif::new(self, ty), x)
     }
 
-    /// fdlibm's reduction for f64 `ln`: [`approx::ln_split_f64`].
-    fn log_f64_split(&mut self, x: Value, ty: Type) -> (Value, Value) {
-        approx::ln_split_f64(&mut Clif::new(self, ty), x)
-    }
-
-    /// `x^y` for f32 (scalar or F32X4): `e^(y·ln|x|)` evaluated in f64
-    /// (the f64 log and exp above, so the f32 result rounds once from a
-    /// value good to ~2^-50), then IEEE `pow`'s special cases: `y = 0` or
-    /// `x = 1` → 1 (even for NaN), `x = -1` with y = ±inf → 1, x < 0 with
-    /// a non-integer y → NaN, and the sign of x kept for odd integer y.
+    /// `x^y` for f32 (scalar or F32X4): [`approx::pow_f32`] (`e^(y·ln|x|)`
+    /// in f64, rounded once, then IEEE `pow`'s special cases).
     pub(super) fn pow_f32(&mut self, x: Value, y: Value, ty: Type) -> Value {
-        let mag = self.in_f64(&[x, y], ty, |cg, v, t| {
-            let a = cg.b.ins().fabs(v[0]);
-            let l = cg.log_f64(a, t);
-            let yl = cg.b.ins().fmul(v[1], l);
-            cg.exp_f64(yl, t)
-        });
-        self.pow_specials(x, y, mag, ty)
+        approx::pow_f32(&mut Clif::new(self, ty), x, y)
     }
 
-    /// `|x|^y` for f64 (scalar or F64X2) as `e^(y·ln|x|)`, with `ln|x|` in
-    /// double-double and the product `y·ln|x|` too, so that the
-    /// exponential's argument (up to ~745 in magnitude, where an error of
-    /// 2^-53 relative in `ln` alone would cost ~700 ulp) is accurate to
-    /// ~2^-64 relative: fdlibm's reduction (x = m·2^k, m in [√½, √2),
-    /// f = m - 1) and `ln m = 2·atanh(s)`, s = f/(2+f) carried as s + s_lo
-    /// (its division remainder by FMA), `2/3·s³` in double-double, the rest
-    /// of the series (to s^25) in plain f64; k·ln2 in two parts; the sums
-    /// by two-sum. Then `e^hi·(1 + lo)` with the inline exp. IEEE's special
-    /// cases as for f32 (`pow_specials`). Needs FMA (the exact products);
-    /// without it f64 `pow` stays a libm call.
+    /// `x^y` for f64 (scalar or F64X2): [`approx::pow_f64`] (`ln|x|` and
+    /// `y·ln|x|` in double-double). Needs FMA (the exact products); without
+    /// it f64 `pow` stays a libm call.
     pub(super) fn pow_f64(&mut self, x: Value, y: Value, ty: Type) -> Value {
-        let a = self.b.ins().fabs(x);
-        let (k, m) = self.log_f64_split(a, ty);
-        let one = self.splat_f(ty, 1.0);
-        let two = self.splat_f(ty, 2.0);
-        let f = self.b.ins().fsub(m, one);
-        // d + d_lo = 2 + f exactly (Fast2Sum: |2| > |f|).
-        let d = self.b.ins().fadd(two, f);
-        let dm2 = self.b.ins().fsub(d, two);
-        let d_lo = self.b.ins().fsub(f, dm2);
-        // s + s_lo = f / (2 + f): the remainder f - s·d is exact by FMA.
-        let s = self.b.ins().fdiv(f, d);
-        let neg_s = self.b.ins().fneg(s);
-        let r = self.b.ins().fma(neg_s, d, f);
-        let r = self.b.ins().fma(neg_s, d_lo, r);
-        let s_lo = self.b.ins().fdiv(r, d);
-        // s² and s³ with their errors.
-        let sq = self.b.ins().fmul(s, s);
-        let neg_sq = self.b.ins().fneg(sq);
-        let sq_lo = self.b.ins().fma(s, s, neg_sq);
-        let c = self.b.ins().fmul(sq, s);
-        let neg_c = self.b.ins().fneg(c);
-        let c_lo = self.b.ins().fma(sq, s, neg_c);
-        let c_lo = self.b.ins().fma(sq_lo, s, c_lo);
-        let three = self.splat_f(ty, 3.0);
-        let sq3 = self.b.ins().fmul(sq, three);
-        let c_lo = self.b.ins().fma(sq3, s_lo, c_lo);
-        // q + q_lo = (2/3)·s³.
-        let t_hi = self.splat_f(ty, POW_F64_TWO_THIRDS[0]);
-        let t_lo = self.splat_f(ty, POW_F64_TWO_THIRDS[1]);
-        let q = self.b.ins().fmul(t_hi, c);
-        let neg_q = self.b.ins().fneg(q);
-        let q_lo = self.b.ins().fma(t_hi, c, neg_q);
-        let q_lo = self.b.ins().fma(t_hi, c_lo, q_lo);
-        let q_lo = self.b.ins().fma(t_lo, c, q_lo);
-        // The rest of 2·atanh(s): 2·s^5·(1/5 + s²/7 + … + s^20/25).
-        let rz = self.horner(sq, &POW_F64_ATANH, ty);
-        let s5 = self.b.ins().fmul(c, sq);
-        let rest = self.b.ins().fmul(s5, rz);
-        // ln|x| = k·ln2_hi + 2s + q, each sum exact, plus the small terms.
-        let ln2_hi = self.splat_f(ty, 6.931_471_803_691_238e-1);
-        let ln2_lo = self.splat_f(ty, 1.908_214_929_270_587_7e-10);
-        let kh = self.b.ins().fmul(k, ln2_hi);
-        let s2 = self.b.ins().fadd(s, s);
-        let (h1, e1) = self.two_sum(kh, s2);
-        let (h2, e2) = self.two_sum(h1, q);
-        let small = self.b.ins().fmul(k, ln2_lo);
-        let s_lo2 = self.b.ins().fadd(s_lo, s_lo);
-        let small = self.b.ins().fadd(small, s_lo2);
-        let small = self.b.ins().fadd(small, q_lo);
-        let small = self.b.ins().fadd(small, rest);
-        let lo = self.b.ins().fadd(e1, e2);
-        let lo = self.b.ins().fadd(lo, small);
-        let l_hi = self.b.ins().fadd(h2, lo);
-        let back = self.b.ins().fsub(l_hi, h2);
-        let l_lo = self.b.ins().fsub(lo, back);
-        // ±0 → -inf, +inf → +inf, NaN → NaN (the split saw none of them).
-        let l_hi = approx::log_specials(&mut Clif::new(self, ty), a, l_hi);
-        // y·ln|x| = p + p_lo.
-        let p = self.b.ins().fmul(y, l_hi);
-        let neg_p = self.b.ins().fneg(p);
-        let p_lo = self.b.ins().fma(y, l_hi, neg_p);
-        let p_lo = self.b.ins().fma(y, l_lo, p_lo);
-        let e = self.exp_f64(p, ty);
-        // e·(1 + p_lo), where both are finite (an infinite or NaN p makes
-        // p_lo NaN; e = 0 or inf stays).
-        let corr = self.b.ins().fma(e, p_lo, e);
-        let inf = self.splat_f(ty, f64::INFINITY);
-        let ae = self.b.ins().fabs(e);
-        let e_fin = self.b.ins().fcmp(FloatCC::LessThan, ae, inf);
-        let ap = self.b.ins().fabs(p_lo);
-        let p_fin = self.b.ins().fcmp(FloatCC::LessThan, ap, inf);
-        let ok = self.b.ins().band(e_fin, p_fin);
-        let mag = self.sel(ok, corr, e, ty);
-        self.pow_specials(x, y, mag, ty)
-    }
-
-    /// `(s, e)` with `s = a + b` rounded and `e` its exact error (Knuth's
-    /// two-sum: no condition on the magnitudes).
-    fn two_sum(&mut self, a: Value, b: Value) -> (Value, Value) {
-        let s = self.b.ins().fadd(a, b);
-        let bb = self.b.ins().fsub(s, a);
-        let ab = self.b.ins().fsub(s, bb);
-        let da = self.b.ins().fsub(a, ab);
-        let db = self.b.ins().fsub(b, bb);
-        (s, self.b.ins().fadd(da, db))
-    }
-
-    /// `pow`'s special cases on top of the magnitude `mag` = |x|^y (f32 and
-    /// f64 lanes): the sign of x for odd integer y, NaN for a finite x < 0
-    /// with non-integer y, 1 for y = 0, x = 1, or |x| = 1 with y = ±inf.
-    fn pow_specials(&mut self, x: Value, y: Value, mag: Value, ty: Type) -> Value {
-        let zero = self.splat_f(ty, 0.0);
-        let one = self.splat_f(ty, 1.0);
-        let half = self.splat_f(ty, 0.5);
-        let nan = self.splat_f(ty, f64::NAN);
-        // y integer / odd integer (|y| ≥ 2^24 is always an even integer).
-        let yr = self.b.ins().nearest(y);
-        let y_int = self.b.ins().fcmp(FloatCC::Equal, yr, y);
-        let yh = self.b.ins().fmul(y, half);
-        let yhr = self.b.ins().nearest(yh);
-        let y_even = self.b.ins().fcmp(FloatCC::Equal, yhr, yh);
-        let y_odd = self.b.ins().band_not(y_int, y_even);
-        // Odd integer powers keep x's sign (also for -0 and -inf).
-        let signed = self.with_sign_of(mag, x, ty);
-        let r = self.sel(y_odd, signed, mag, ty);
-        let x_neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
-        let y_frac = self.not_mask(y_int, ty);
-        let y_finite = {
-            let ay = self.b.ins().fabs(y);
-            let inf = self.splat_f(ty, f64::INFINITY);
-            self.b.ins().fcmp(FloatCC::LessThan, ay, inf)
-        };
-        let y_frac = self.b.ins().band(y_frac, y_finite);
-        // A finite negative base with a non-integer exponent has no real
-        // power (-inf has: +inf or +0).
-        let ax = self.b.ins().fabs(x);
-        let inf = self.splat_f(ty, f64::INFINITY);
-        let x_finite = self.b.ins().fcmp(FloatCC::LessThan, ax, inf);
-        let x_neg = self.b.ins().band(x_neg, x_finite);
-        let invalid = self.b.ins().band(x_neg, y_frac);
-        let r = self.sel(invalid, nan, r, ty);
-        // |x| = 1 with y = ±inf, x = 1 with anything, y = 0 with anything: 1.
-        let ax_one = self.b.ins().fcmp(FloatCC::Equal, ax, one);
-        let y_inf = self.not_mask(y_finite, ty);
-        let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
-        let y_inf = self.b.ins().band_not(y_inf, y_nan);
-        let unit = self.b.ins().band(ax_one, y_inf);
-        let x_one = self.b.ins().fcmp(FloatCC::Equal, x, one);
-        let y_zero = self.b.ins().fcmp(FloatCC::Equal, y, zero);
-        let unit = self.b.ins().bor(unit, x_one);
-        let unit = self.b.ins().bor(unit, y_zero);
-        self.sel(unit, one, r, ty)
+        approx::pow_f64(&mut Clif::new(self, ty), x, y)
     }
 
     /// `a·b + c`: one fused multiply-add where the host has FMA (inside
@@ -576,11 +406,6 @@ impl KernelGen<'_, '_> {
             let m = self.b.ins().fmul(a, b);
             self.b.ins().fadd(m, c)
         }
-    }
-
-    /// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule ([`approx::horner`]).
-    fn horner(&mut self, z: Value, coeffs: &[f64], ty: Type) -> Value {
-        approx::horner(&mut Clif::new(self, ty), z, coeffs)
     }
 
     /// `e^x` for f64 (scalar or F64X2): [`approx::exp`]. Within 2 ulp of
@@ -700,5 +525,24 @@ impl approx::Ops for Clif<'_, '_, '_> {
     }
     fn to_float(&mut self, a: Value) -> Value {
         self.g.b.ins().fcvt_from_sint(self.ty, a)
+    }
+    fn nearest(&mut self, a: Value) -> Value {
+        self.g.b.ins().nearest(a)
+    }
+    fn and(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().band(a, b)
+    }
+    fn or(&mut self, a: Value, b: Value) -> Value {
+        self.g.b.ins().bor(a, b)
+    }
+    fn not(&mut self, a: Value) -> Value {
+        self.g.not_mask(a, self.ty)
+    }
+    fn in_f64<F: approx::InF64>(&mut self, xs: &[Value], f: &F) -> Value {
+        if self.f64() {
+            return f.eval(self, xs);
+        }
+        self.g
+            .in_f64(xs, self.ty, |cg, v, t| f.eval(&mut Clif::new(cg, t), v))
     }
 }
