@@ -253,6 +253,25 @@ fn parse_errors_name_line_and_column() {
     }
 }
 
+/// A graph named what Python names a lambda (`<lambda>`), or anything
+/// else outside `[A-Za-z0-9_./-]`, prints as a quoted name and parses back
+/// (an unpickled `tl.function(lambda ...)` failed here on `<`).
+#[test]
+fn graph_names_of_any_text_round_trip() {
+    for name in ["<lambda>", "two words", "quote\"and\\slash", "ünïcode", ""] {
+        let src = "graph @g {\n  %x = parameter 0 : f32[2]\n  return %x as y\n}\n";
+        let mut g = text::parse(src, "f").unwrap();
+        g.name = name.to_string();
+        let printed = text::print(&g);
+        let back =
+            text::parse(&printed, "printed").unwrap_or_else(|e| panic!("{name:?}: {e}\n{printed}"));
+        assert_eq!(back.name, name, "{printed}");
+        assert_eq!(text::print(&back), printed);
+    }
+    let e = text::parse("graph @\"\\xff\" {\n  return\n}\n", "bad").unwrap_err();
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+}
+
 #[test]
 fn types_and_sites_parse() {
     let src = "graph @g {\n  %x = parameter 0 : f32[2,?]\n  %u = parameter 1 : f32[*]\n  %y = neg(%x) : f32[2,?] loc(\"a b.rs\":12:34)\n  return %y as \"y\", %u as out2\n}\n";

@@ -23,7 +23,14 @@ pub fn print(graph: &Graph) -> String {
 
 /// Prints `graph` with every line indented by `indent` (regions nest).
 fn print_graph(graph: &Graph, indent: &str, out: &mut String) {
-    let _ = writeln!(out, "{indent}graph @{} {{", graph.name);
+    let _ = write!(out, "{indent}graph @");
+    if !graph.name.is_empty() && graph.name.bytes().all(is_name_char) {
+        out.push_str(&graph.name);
+    } else {
+        // Any other name (a Python lambda's `<lambda>`) as a string.
+        write_quoted(graph.name.as_bytes(), out);
+    }
+    out.push_str(" {\n");
     let inner = format!("{indent}  ");
     for node in graph.nodes() {
         out.push_str(&inner);
@@ -547,6 +554,12 @@ impl Parser {
         self.keyword("graph")?;
         let name = match self.next() {
             Tok::Global(n) if !n.is_empty() => n,
+            Tok::Global(_) if matches!(self.peek(), Tok::Str(_)) => {
+                let pos = self.pos();
+                let s = self.quoted("a graph name")?;
+                String::from_utf8(s)
+                    .map_err(|_| self.err_at(pos, "the graph name is not valid UTF-8"))?
+            }
             Tok::Value(..)
             | Tok::Global(_)
             | Tok::Ident(_)
