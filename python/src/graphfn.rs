@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use pyo3::prelude::*;
 use tensorlift::runtime::eager::PyTensor;
 use tensorlift::runtime::interp;
-use tensorlift::{CompiledGraph, Graph, JitOptions, Tensor, compile_graph};
+use tensorlift::{CompiledGraph, Graph, JitOptions, Tensor, compile_graph, compiler};
 
 use crate::raise;
 
@@ -64,16 +64,46 @@ impl PyGraphFunction {
                 if !self.jit {
                     return interp::run(&self.optimized, &ts);
                 }
-                let c = match self.compiled.get() {
-                    Some(c) => c,
-                    None => {
-                        let c = compile_graph(&self.optimized, &JitOptions::default())?;
-                        self.compiled.get_or_init(|| c)
-                    }
-                };
-                c.run(&ts)
+                self.compiled()?.run(&ts)
             })
             .map_err(|e| raise(py, e))?;
         Ok(out.into_iter().map(|t| PyTensor { t }).collect())
+    }
+
+    /// [`__call__`](Self::__call__) writing output `k` into the NumPy
+    /// array `outputs[k]` ([`crate::OutBuffers`] checks them).
+    fn call_into(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<PyRef<'_, PyTensor>>,
+        outputs: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let ts: Vec<Tensor> = inputs.iter().map(|t| t.t.clone()).collect();
+        let mut bufs = crate::OutBuffers::check(&outputs, &ts)?;
+        let mut outs = bufs.views().map_err(|e| raise(py, e))?;
+        py.detach(|| {
+            if !self.jit {
+                let produced = interp::run(&self.optimized, &ts)?;
+                let types: Vec<_> = produced.iter().map(|t| (t.dtype(), t.shape())).collect();
+                compiler::check_outputs(&types, &outs)?;
+                for (t, out) in produced.iter().zip(outs.iter_mut()) {
+                    compiler::copy_into(t, out)?;
+                }
+                return Ok(());
+            }
+            self.compiled()?.run_into(&ts, &mut outs)
+        })
+        .map_err(|e| raise(py, e))
+    }
+}
+
+impl PyGraphFunction {
+    /// The compiled graph, compiled on first use.
+    fn compiled(&self) -> Result<&CompiledGraph, tensorlift::Error> {
+        if let Some(c) = self.compiled.get() {
+            return Ok(c);
+        }
+        let c = compile_graph(&self.optimized, &JitOptions::default())?;
+        Ok(self.compiled.get_or_init(|| c))
     }
 }

@@ -15,7 +15,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
 use tensorlift::runtime::eager::PyTensor;
 use tensorlift::runtime::python as bridge;
-use tensorlift::{DType, Error, Tensor};
+use tensorlift::{DType, Error, Tensor, TensorMut};
 
 /// `e` as the matching `tensorlift.errors` exception, with the exception a
 /// callback raised (when this error came from one) as its `__cause__`.
@@ -82,6 +82,115 @@ pub(crate) fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResu
     };
     let t = bridge::from_numpy(py, &arr, d, 0, "constant").map_err(|e| raise(py, e))?;
     Ok(PyTensor { t })
+}
+
+/// The NumPy arrays given to a `call_into` as the outputs' buffers, checked
+/// ([`OutBuffers::check`]); [`OutBuffers::views`] lends them as the
+/// tensors to write.
+pub(crate) struct OutBuffers<'a> {
+    /// Per array: dtype, shape, data pointer and byte length.
+    bufs: Vec<(DType, Vec<usize>, *mut u8, usize)>,
+    /// The arrays, borrowed: alive (and not resized, as NumPy refuses to
+    /// resize a referenced array) as long as this is.
+    _arrays: std::marker::PhantomData<&'a [Bound<'a, PyAny>]>,
+}
+
+impl<'a> OutBuffers<'a> {
+    /// Checks that each array is an ndarray of a tensorlift dtype,
+    /// writeable and C-contiguous, and that none overlaps another or an
+    /// input's memory (kernels write while they read). Like NumPy's own
+    /// `out=`, the arrays must not be used by other threads during the
+    /// call, which runs without the GIL.
+    pub(crate) fn check(arrays: &'a [Bound<'a, PyAny>], inputs: &[Tensor]) -> PyResult<Self> {
+        use numpy::{PyArrayDescrMethods, PyUntypedArrayMethods};
+        let mut bufs = Vec::with_capacity(arrays.len());
+        let mut taken: Vec<(usize, usize, String)> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let b = t.bytes();
+                (b.as_ptr() as usize, b.len(), format!("input {i}"))
+            })
+            .collect();
+        for (k, value) in arrays.iter().enumerate() {
+            let a = value.cast::<numpy::PyUntypedArray>().map_err(|_| {
+                let ty = value
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "?".into());
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "call_into: outputs[{k}] is a {ty}, not a NumPy array"
+                ))
+            })?;
+            let d = match numeric_dtype(value) {
+                Some(d) => d,
+                None => {
+                    let name = a.dtype().getattr("name")?.str()?.to_string();
+                    DType::from_name(&name).ok_or_else(|| {
+                        pyo3::exceptions::PyTypeError::new_err(format!(
+                            "call_into: outputs[{k}] has dtype '{name}', which tensorlift lacks"
+                        ))
+                    })?
+                }
+            };
+            // SAFETY: `a` is a live ndarray (we hold a reference and the
+            // GIL); its header is read, not written.
+            let (data, flags) = unsafe {
+                let p = a.as_array_ptr();
+                ((*p).fields.data.cast::<u8>(), (*p).fields.flags)
+            };
+            if flags & numpy::npyffi::flags::NPY_ARRAY_WRITEABLE == 0 {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "call_into: outputs[{k}] is read-only"
+                )));
+            }
+            if !a.is_c_contiguous() {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "call_into: outputs[{k}] is not C-contiguous (a view with strides); pass a \
+                     contiguous array, e.g. numpy.empty(shape, dtype)"
+                )));
+            }
+            let len = a.len() * a.dtype().itemsize();
+            let start = data as usize;
+            if len > 0 {
+                if let Some((_, _, what)) = taken
+                    .iter()
+                    .find(|(s, l, _)| *l > 0 && start < s + l && *s < start + len)
+                {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "call_into: outputs[{k}] shares memory with {what}"
+                    )));
+                }
+                taken.push((start, len, format!("outputs[{k}]")));
+            }
+            bufs.push((d, a.shape().to_vec(), data, len));
+        }
+        Ok(OutBuffers {
+            bufs,
+            _arrays: std::marker::PhantomData,
+        })
+    }
+
+    /// The arrays as tensors to write (an error if one's bytes do not
+    /// make its shape, which NumPy does not allow).
+    pub(crate) fn views(&mut self) -> Result<Vec<TensorMut<'_>>, Error> {
+        self.bufs
+            .iter()
+            .map(|(d, shape, data, len)| {
+                let bytes: &mut [u8] = if *len == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: `len` bytes of the array's own C-contiguous,
+                    // writeable data, alive while `self` borrows the arrays;
+                    // `check` made sure no two overlap, and `&mut self`
+                    // lends each at most once at a time.
+                    unsafe { std::slice::from_raw_parts_mut(*data, *len) }
+                };
+                TensorMut::new(*d, shape, bytes)
+            })
+            .collect()
+    }
 }
 
 /// A read-only NumPy view of a tensor, without a copy.

@@ -580,6 +580,21 @@ impl PyFunction {
         Ok(out.into_iter().map(|t| PyTensor { t }).collect())
     }
 
+    /// Runs the function on tensors writing output `k` into the NumPy
+    /// array `outputs[k]` ([`crate::OutBuffers`] checks them), without the
+    /// GIL.
+    fn call_into(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<PyRef<'_, PyTensor>>,
+        outputs: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let ts: Vec<Tensor> = inputs.iter().map(|t| t.t.clone()).collect();
+        let mut bufs = crate::OutBuffers::check(&outputs, &ts)?;
+        let mut outs = bufs.views().map_err(|e| raise(py, e))?;
+        run(py, || self.f.call_into(&ts, &mut outs))
+    }
+
     /// A call on `args` when each is a tensor (eager `tl.Tensor` or
     /// native) or a NumPy array: the results, or None when an argument is
     /// anything else (the Python side converts it and calls again).

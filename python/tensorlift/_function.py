@@ -6,6 +6,8 @@ import inspect
 import pickle
 import sys
 
+import numpy as np
+
 from . import _core, _native
 from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site, to_sym
 from ._nest import flatten, pack
@@ -179,6 +181,44 @@ class Function:
         out = self._native([t._v for t in tensors])
         return self._structure_for(tensors)[2](out)
 
+    def call_into(self, outputs, *args, **kwargs):
+        """Calls the function on ``args`` writing its results into
+        ``outputs`` instead of returning new arrays: a NumPy array for a
+        function with one result, else a list or tuple of arrays in the order
+        of the flattened results (``tf.nest.flatten``). Each must be
+        writeable and C-contiguous, of its result's dtype and shape, and share
+        no memory with another. A caller that keeps results (a training loop
+        storing every step's output, a pipeline filling preallocated buffers)
+        then reuses its own memory each call instead of receiving fresh
+        arrays, whose first touch costs page faults. Returns ``outputs``.
+
+        Under ``jit_compile`` the compiled kernels write straight into
+        arrays aligned to 16 bytes (NumPy's default); other results are
+        copied in. A mismatch raises ``InvalidArgumentError`` naming the
+        output, before anything runs; after another error the arrays'
+        contents are unspecified. The call is not recorded by a
+        ``GradientTape``; arrays passed as arguments are read before any
+        output is written, so ``f.call_into(x, x)`` updates ``x`` in place.
+        """
+        single = isinstance(outputs, np.ndarray)
+        if not single and not isinstance(outputs, (list, tuple)):
+            raise TypeError(
+                f"call_into: outputs must be a NumPy array or a list or tuple of them, not "
+                f"{type(outputs).__name__}"
+            )
+        outs = [outputs] if single else list(outputs)
+        if kwargs or self.input_signature is not None:
+            args = self._bind(args, kwargs)
+        if any(isinstance(a, SymbolicTensor) for a in args):
+            raise TypeError(
+                f"call_into: function '{self._name}' was called while another function is traced; "
+                "call it directly there (its results are symbolic, they cannot be written into arrays)"
+            )
+        tensors = self._convert(args)
+        native = self._graph_native(tensors)[0] if self._graphs is not None else self._native
+        native.call_into([t._v for t in tensors], outs)
+        return outputs
+
     # --- pickling -------------------------------------------------------------
 
     def __reduce__(self):
@@ -214,6 +254,11 @@ class Function:
         return out
 
     def _call_graph(self, tensors):
+        native, structure = self._graph_native(tensors)
+        out = native([t._v for t in tensors])
+        return pack(structure, [EagerTensor(v) for v in out])
+
+    def _graph_native(self, tensors):
         key = _key(tensors)
         entry = self._graphs.get(key)
         if entry is None and self.input_signature is not None:
@@ -231,8 +276,7 @@ class Function:
             native = _native.GraphFunction(text, f"<pickled {self._name}>", self._callback_list,
                                            self.jit_compile)
             self._graphs[key] = (text, structure, native)
-        out = native([t._v for t in tensors])
-        return pack(structure, [EagerTensor(v) for v in out])
+        return native, structure
 
     def _structure_for(self, tensors):
         key = _key(tensors)
