@@ -349,9 +349,7 @@ pub fn from_numpy(
                 // Rust code holds a mutable borrow of this array.
                 && let Ok(v) = unsafe { a.as_slice() }
             {
-                let shape = a.shape().to_vec();
-                let arr = ndarray::ArrayD::from_shape_vec(shape, v.to_vec()).map_err(|e| Error::internal(e.to_string()))?;
-                return Ok(Tensor::from(arr));
+                return <$T as crate::tensor::HostElement>::from_slice(a.shape(), v);
             }
         }};
     }

@@ -79,10 +79,19 @@ impl Tensor {
     /// A tensor of typed elements `T` stored as `dtype` (which must have the
     /// size of `T`). Internal: callers guarantee the bit patterns are valid.
     pub(crate) fn from_vec_as<T: Pod>(dtype: DType, shape: &[usize], v: Vec<T>) -> Tensor {
+        Tensor::from_slice_as(dtype, shape, &v)
+    }
+
+    /// [`Tensor::from_vec_as`] from a slice (one copy).
+    pub(crate) fn from_slice_as<T: Pod>(dtype: DType, shape: &[usize], v: &[T]) -> Tensor {
         debug_assert_eq!(std::mem::size_of::<T>(), dtype.size());
         debug_assert_eq!(v.len(), shape.iter().product::<usize>());
-        let mut b = AlignedBytes::zeroed(v.len() * dtype.size());
-        b.as_mut_slice().copy_from_slice(bytemuck::cast_slice(&v));
+        let src: &[u8] = bytemuck::cast_slice(v);
+        // SAFETY: every byte is written by the copy below before anything
+        // reads the buffer.
+        let mut b = unsafe { AlignedBytes::for_overwrite(src.len()) };
+        // SAFETY: `b` has `src.len()` bytes; the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b.as_mut_ptr(), src.len()) };
         Tensor {
             dtype,
             shape: shape.to_vec(),
@@ -472,6 +481,13 @@ pub trait HostElement: Clone + Sized {
     fn from_array(a: ArrayD<Self>) -> Tensor;
     /// Reads a tensor of dtype [`Self::DTYPE`].
     fn to_array(t: &Tensor) -> Result<ArrayD<Self>>;
+    /// Builds a tensor from C-order elements; `v.len()` must be the
+    /// product of `shape` (an `InvalidArgument` otherwise).
+    fn from_slice(shape: &[usize], v: &[Self]) -> Result<Tensor> {
+        ArrayD::from_shape_vec(IxDyn(shape), v.to_vec())
+            .map(Self::from_array)
+            .map_err(|e| Error::invalid(format!("{} elements for shape {shape:?}: {e}", v.len())))
+    }
 }
 
 macro_rules! pod_host_element {
@@ -480,12 +496,26 @@ macro_rules! pod_host_element {
             const DTYPE: DType = DType::$d;
             fn from_array(a: ArrayD<$t>) -> Tensor {
                 let shape = a.shape().to_vec();
+                // A C-contiguous array is one copy; anything else goes
+                // element by element (ndarray's IxDyn iterator: ~4 ns each).
+                if let Some(v) = a.as_slice() {
+                    return Tensor::from_slice_as(DType::$d, &shape, v);
+                }
                 let v: Vec<$t> = a.iter().copied().collect();
                 Tensor::from_vec_as(DType::$d, &shape, v)
             }
             fn to_array(t: &Tensor) -> Result<ArrayD<$t>> {
                 ArrayD::from_shape_vec(IxDyn(t.shape()), t.view::<$t>()?.to_vec())
                     .map_err(|e| Error::internal(e.to_string()))
+            }
+            fn from_slice(shape: &[usize], v: &[$t]) -> Result<Tensor> {
+                if v.len() != shape.iter().product::<usize>() {
+                    return Err(Error::invalid(format!(
+                        "{} elements for shape {shape:?}",
+                        v.len()
+                    )));
+                }
+                Ok(Tensor::from_slice_as(DType::$d, shape, v))
             }
         }
     )*};
@@ -539,5 +569,44 @@ impl HostElement for String {
 impl<T: HostElement> From<ArrayD<T>> for Tensor {
     fn from(a: ArrayD<T>) -> Self {
         T::from_array(a)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    /// Arrays in every layout convert to the same C-order elements: the
+    /// contiguous ones by one copy, the others element by element.
+    #[test]
+    fn arrays_of_any_layout_convert_in_c_order() {
+        let a = ndarray::Array::from_shape_fn(IxDyn(&[3, 4, 5]), |d| {
+            (d[0] * 100 + d[1] * 10 + d[2]) as f32
+        });
+        let want: Vec<f32> = a.iter().copied().collect();
+        assert_eq!(Tensor::from(a.clone()).view::<f32>().unwrap(), &want[..]);
+        let t = a.clone().permuted_axes(IxDyn(&[2, 0, 1]));
+        assert!(t.as_slice().is_none());
+        let tw: Vec<f32> = t.iter().copied().collect();
+        let tt = Tensor::from(t);
+        assert_eq!(tt.shape(), &[5, 3, 4]);
+        assert_eq!(tt.view::<f32>().unwrap(), &tw[..]);
+        let sliced = a.slice_move(ndarray::s![.., 1..3, ..]).into_dyn();
+        let sw: Vec<f32> = sliced.iter().copied().collect();
+        assert_eq!(Tensor::from(sliced).view::<f32>().unwrap(), &sw[..]);
+        let b = ndarray::Array::from_shape_fn(IxDyn(&[2, 3]), |d| d[0] == d[1]);
+        let bt = Tensor::from(b.reversed_axes());
+        assert_eq!(bt.bytes(), &[1, 0, 0, 1, 0, 0]);
+    }
+
+    #[test]
+    fn slices_convert_when_their_length_fits_the_shape() {
+        let t = <f64 as HostElement>::from_slice(&[2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+        assert_eq!(t.view::<f64>().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
+        assert!(<f64 as HostElement>::from_slice(&[2, 3], &[1.0]).is_err());
+        assert!(<bool as HostElement>::from_slice(&[3], &[true]).is_err());
+        let e = <f32 as HostElement>::from_slice(&[0, 7], &[]).unwrap();
+        assert_eq!(e.shape(), &[0, 7]);
     }
 }
