@@ -23,7 +23,7 @@ fn narrow() -> JitOptions {
 
 /// Whether this host runs the wide routines (AVX2 or AVX-512, with FMA),
 /// within `TENSORLIFT_MAX_ISA` (`scripts/test.sh` also runs this file with
-/// the cap at avx2 and at sse4.2).
+/// the cap at avx2, and with `--long` at sse4.2).
 fn host_has_wide() -> bool {
     tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx2
 }
