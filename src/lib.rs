@@ -20,7 +20,7 @@ pub mod npy;
 pub mod python;
 mod staged;
 mod tape;
-pub use staged::{CompiledGraph, compile_graph};
+pub use staged::{CompiledGraph, compile_graph, copy_outputs};
 mod trace;
 
 pub use bind::{CallbackTarget, bind_host_fn, callback_target, callback_targets};

@@ -95,8 +95,11 @@ impl Runner {
     }
 }
 
-/// Checks `outputs` against the tensors `produced` and copies them in.
-pub(crate) fn copy_outputs(produced: Vec<Tensor>, outputs: &mut [TensorMut<'_>]) -> Result<()> {
+/// Checks `outputs` against the tensors `produced` (an `InvalidArgument`
+/// naming the first that does not fit, before anything is copied) and
+/// copies them in: what `call_into` does with results computed elsewhere
+/// (interpreted, or by a split program).
+pub fn copy_outputs(produced: Vec<Tensor>, outputs: &mut [TensorMut<'_>]) -> Result<()> {
     let types: Vec<(tensorlift_ir::DType, &[usize])> =
         produced.iter().map(|t| (t.dtype(), t.shape())).collect();
     tensorlift_compiler::check_outputs(&types, outputs)?;

@@ -185,11 +185,4 @@ mod tests {
         assert_eq!(IsaLevel::parse("avx"), None);
         assert!(IsaLevel::Sse42 < IsaLevel::Avx2 && IsaLevel::Avx2 < IsaLevel::Avx512);
     }
-
-    #[test]
-    fn the_levels_reached_include_each_other() {
-        assert!(!has_avx512() || has_avx2());
-        assert!(!has_avx2() || has_fma());
-        assert_eq!(max_isa() >= IsaLevel::Avx2, has_avx2());
-    }
 }

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use pyo3::prelude::*;
 use tensorlift::runtime::eager::PyTensor;
 use tensorlift::runtime::interp;
-use tensorlift::{CompiledGraph, Graph, JitOptions, Tensor, compile_graph, compiler};
+use tensorlift::{CompiledGraph, Graph, JitOptions, Tensor, compile_graph, copy_outputs};
 
 use crate::raise;
 
@@ -83,13 +83,7 @@ impl PyGraphFunction {
         let mut outs = bufs.views().map_err(|e| raise(py, e))?;
         py.detach(|| {
             if !self.jit {
-                let produced = interp::run(&self.optimized, &ts)?;
-                let types: Vec<_> = produced.iter().map(|t| (t.dtype(), t.shape())).collect();
-                compiler::check_outputs(&types, &outs)?;
-                for (t, out) in produced.iter().zip(outs.iter_mut()) {
-                    compiler::copy_into(t, out)?;
-                }
-                return Ok(());
+                return copy_outputs(interp::run(&self.optimized, &ts)?, &mut outs);
             }
             self.compiled()?.run_into(&ts, &mut outs)
         })

@@ -104,13 +104,12 @@ impl<'a> OutBuffers<'a> {
     pub(crate) fn check(arrays: &'a [Bound<'a, PyAny>], inputs: &[Tensor]) -> PyResult<Self> {
         use numpy::{PyArrayDescrMethods, PyUntypedArrayMethods};
         let mut bufs = Vec::with_capacity(arrays.len());
-        let mut taken: Vec<(usize, usize, String)> = inputs
+        // Byte ranges already spoken for: the inputs', then each output's
+        // (`Ok(k)`: outputs[k], `Err(i)`: input i; named only in an error).
+        let mut taken: Vec<(usize, usize, Result<usize, usize>)> = inputs
             .iter()
             .enumerate()
-            .map(|(i, t)| {
-                let b = t.bytes();
-                (b.as_ptr() as usize, b.len(), format!("input {i}"))
-            })
+            .map(|(i, t)| (t.bytes().as_ptr() as usize, t.bytes().len(), Err(i)))
             .collect();
         for (k, value) in arrays.iter().enumerate() {
             let a = value.cast::<numpy::PyUntypedArray>().map_err(|_| {
@@ -154,15 +153,19 @@ impl<'a> OutBuffers<'a> {
             let len = a.len() * a.dtype().itemsize();
             let start = data as usize;
             if len > 0 {
-                if let Some((_, _, what)) = taken
+                if let Some((_, _, who)) = taken
                     .iter()
                     .find(|(s, l, _)| *l > 0 && start < s + l && *s < start + len)
                 {
+                    let what = match who {
+                        Ok(j) => format!("outputs[{j}]"),
+                        Err(i) => format!("input {i}"),
+                    };
                     return Err(pyo3::exceptions::PyValueError::new_err(format!(
                         "call_into: outputs[{k}] shares memory with {what}"
                     )));
                 }
-                taken.push((start, len, format!("outputs[{k}]")));
+                taken.push((start, len, Ok(k)));
             }
             bufs.push((d, a.shape().to_vec(), data, len));
         }
