@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use tensorlift::ir::text;
 use tensorlift::{
-    Code, DType, DotDims, Error, Function, IrStage, Sym, Tensor, TensorSpec, cond, fori_loop,
-    function, switch, while_loop,
+    Code, Combiner, DType, DotDims, Error, Function, IrStage, Sym, Tensor, TensorSpec, cond,
+    fori_loop, function, switch, while_loop,
 };
 
 fn both(f: impl Fn() -> Function) -> [Function; 2] {
@@ -711,6 +711,140 @@ fn a_captured_transposed_operand_is_laid_out_once_before_the_loop() {
                 &format!("{steps} steps"),
             );
         }
+    }
+}
+
+/// A scatter whose operand nothing reads afterwards combines its updates
+/// into that buffer (only the indexed rows written); one whose operand is
+/// read again, or is the caller's input, works on a copy and leaves the
+/// operand as it was. Every combiner, duplicate and out-of-range indices,
+/// the interpreter and the JIT agreeing.
+#[test]
+fn scatter_combines_in_place_when_the_operand_is_dead() {
+    let specs = [
+        TensorSpec::known(DType::F32, &[2, 5]),
+        TensorSpec::known(DType::I32, &[4]),
+        TensorSpec::known(DType::F32, &[2, 4]),
+    ];
+    let fused = |f: Function| {
+        f.jit_compile(true)
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap()
+    };
+    let x = common::f32s(&[1., 2., 3., 4., 5., 6., 7., 8., 9., 10.], &[2, 5]);
+    // 3 twice, 7 and -1 outside [0, 5): skipped.
+    let ids = i32s(&[3, 0, 3, 7], &[4]);
+    let ids_neg = i32s(&[-1, 4, 1, 3], &[4]);
+    let u = common::f32s(&[10., 20., 30., 40., 50., 60., 70., 80.], &[2, 4]);
+    // x·2 = [[2, 4, 6, 8, 10], [12, 14, 16, 18, 20]].
+    for (combiner, ids, want) in [
+        (
+            Combiner::Add,
+            &ids,
+            [22., 4., 6., 48., 10., 72., 14., 16., 138., 20.],
+        ),
+        (
+            Combiner::Set,
+            &ids,
+            [20., 4., 6., 30., 10., 60., 14., 16., 70., 20.],
+        ),
+        (
+            Combiner::Min,
+            &ids_neg,
+            [2., 4., 6., 8., 10., 12., 14., 16., 18., 20.],
+        ),
+        (
+            Combiner::Max,
+            &ids_neg,
+            [2., 30., 6., 40., 20., 12., 70., 16., 80., 60.],
+        ),
+    ] {
+        let dead = move || {
+            function(move |x: Sym, i: Sym, u: Sym| {
+                let t = &x * 2.0;
+                t.scatter(&i, &u, 1, combiner)
+            })
+        };
+        let live = move || {
+            function(move |x: Sym, i: Sym, u: Sym| {
+                let t = &x * 2.0;
+                let y = t.scatter(&i, &u, 1, combiner);
+                vec![y, t]
+            })
+        };
+        let on_input =
+            move || function(move |x: Sym, i: Sym, u: Sym| x.scatter(&i, &u, 1, combiner));
+        let name = format!("{combiner:?}");
+        assert!(
+            fused(dead()).contains("scatter in place"),
+            "{name}: {}",
+            fused(dead())
+        );
+        assert!(
+            !fused(live()).contains("in place"),
+            "{name}: {}",
+            fused(live())
+        );
+        assert!(
+            !fused(on_input()).contains("in place"),
+            "{name}: {}",
+            fused(on_input())
+        );
+        let doubled: Vec<f32> = (1..=10).map(|v| 2.0 * v as f32).collect();
+        for f in both(dead) {
+            let out = f.call(&[x.clone(), ids.clone(), u.clone()]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), want, "{name}");
+        }
+        for f in both(live) {
+            let out = f.call(&[x.clone(), ids.clone(), u.clone()]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), want, "{name}");
+            assert_eq!(
+                common::to_vec::<f32>(&out[1]),
+                doubled,
+                "{name}: t was written"
+            );
+        }
+        for f in both(on_input) {
+            let x2 = common::f32s(&doubled, &[2, 5]);
+            let out = f.call(&[x2.clone(), ids.clone(), u.clone()]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), want, "{name}");
+            assert_eq!(
+                common::to_vec::<f32>(&x2),
+                doubled,
+                "{name}: the input was written"
+            );
+        }
+    }
+    // A loop adding into a carried table at a few indices per step: the
+    // body scatters into the carry's own buffer.
+    let counts = || {
+        function(|ids: Sym| {
+            let table = ids.graph().scalar(DType::F32, 0.0).broadcast_to(&[6]);
+            let one = ids.graph().scalar(DType::F32, 1.0).broadcast_to(&[2]);
+            fori_loop(
+                0,
+                3,
+                |i, c| {
+                    let row =
+                        ids.dynamic_slice(&[i, &ids.graph().scalar(DType::I32, 0.0)], &[1, 2]);
+                    vec![c[0].scatter(&row.reshape(&[2]), &one, 0, Combiner::Add)]
+                },
+                &[table],
+            )[0]
+            .clone()
+        })
+    };
+    let plan = counts()
+        .jit_compile(true)
+        .compiler_ir(&[TensorSpec::known(DType::I32, &[3, 2])], IrStage::Fused)
+        .unwrap();
+    assert!(plan.contains("scatter in place"), "{plan}");
+    for f in both(counts) {
+        let out = f.call(&[i32s(&[0, 5, 5, 2, 9, 0], &[3, 2])]).unwrap();
+        assert_eq!(
+            common::to_vec::<f32>(&out[0]),
+            vec![2.0, 0.0, 1.0, 0.0, 0.0, 2.0]
+        );
     }
 }
 

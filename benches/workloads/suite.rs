@@ -2,12 +2,12 @@
 //! workloads beside the ones users run (layer norm, GELU, attention with
 //! its batch dimensions leading or not, an embedding lookup with a
 //! reduction, column and middle-axis reductions, transposes, an f64 chain,
-//! integer division, the MLP's gradient and the RNN loop), each with its
-//! inputs. `scripts/peers/suite.py` builds the same programs in JAX on the
-//! same inputs (the generators below are mirrored there) and prints the
-//! same checksums.
+//! integer division, a loop scattering into a table, the MLP's gradient
+//! and the RNN loop), each with its inputs. `scripts/peers/suite.py` builds
+//! the same programs in JAX on the same inputs (the generators below are
+//! mirrored there) and prints the same checksums.
 
-use tensorlift::{DotDims, Function, Sym, Tensor, function};
+use tensorlift::{Combiner, DType, DotDims, Function, Sym, Tensor, fori_loop, function};
 
 use super::{arith, data, mlp, mlp_inputs, mlp_xent, mlp_xent_inputs, softmax, tensor, transc};
 
@@ -118,6 +118,24 @@ pub fn embedding_bag(table: Sym, ids: Sym) -> Sym {
     table.take(&ids, 0).reduce_sum(Some(&[1]), false)
 }
 
+/// A loop of 64 steps, each adding 4096 values into a carried table of
+/// 1M at the step's row of indices (a histogram, an embedding gradient
+/// accumulated batch by batch): the table is updated where it lies.
+pub fn scatter_loop(table: Sym, ids: Sym, ups: Sym) -> Sym {
+    let zero = table.graph().scalar(DType::I32, 0.0);
+    fori_loop(
+        0,
+        64,
+        |i, c| {
+            let at = ids.dynamic_slice(&[i, &zero], &[1, 4096]).reshape(&[4096]);
+            let u = ups.dynamic_slice(&[i, &zero], &[1, 4096]).reshape(&[4096]);
+            vec![c[0].scatter(&at, &u, 0, Combiner::Add)]
+        },
+        &[table],
+    )[0]
+    .clone()
+}
+
 /// `(x·3 + y) / 7 + x % y` on int32 (truncating division, C remainder).
 pub fn int_div(x: Sym, y: Sym) -> Sym {
     (&x * 3 + &y) / 7 + &x % &y
@@ -201,6 +219,17 @@ pub fn all() -> Vec<Workload> {
             name: "embedding_bag/4096x16x256",
             make: |j| function(embedding_bag).jit_compile(j),
             inputs: || vec![tensor(&[32768, 256], 4), ints(&[4096, 16], 5, 0, 32768)],
+        },
+        Workload {
+            name: "scatter_loop/64x4096x1M",
+            make: |j| function(scatter_loop).jit_compile(j),
+            inputs: || {
+                vec![
+                    tensor(&[1 << 20], 6),
+                    ints(&[64, 4096], 7, 0, 1 << 20),
+                    tensor(&[64, 4096], 8),
+                ]
+            },
         },
         Workload {
             name: "attention_bshd/8x256x8x64",

@@ -1121,11 +1121,12 @@ fn expand_control(plan: &mut Plan, at: usize, accumulate: bool) -> Result<()> {
     Ok(())
 }
 
-/// A `dynamic_update_slice` whose operand's buffer nothing reads later
-/// (no later step, no output) writes its update into that buffer instead
-/// of copying the operand: its result takes the operand's slot, and the
-/// runtime step writes only the block (a `scan` filling its stacked
-/// outputs one step at a time is linear, not quadratic). The operand's
+/// A `dynamic_update_slice` or `scatter` whose operand's buffer nothing
+/// reads later (no later step, no output) writes its update into that
+/// buffer instead of copying the operand: its result takes the operand's
+/// slot, and the runtime step writes only the block or the indexed rows (a
+/// `scan` filling its stacked outputs one step at a time, or a loop adding
+/// into a table at a few indices per step, is linear, not quadratic). The operand's
 /// buffer must be ours to write: a temporary no callback produced, or a
 /// loop body's parameter (`params_writable`), whose result becomes the
 /// next carry in the same slot.
@@ -1141,7 +1142,7 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
             continue;
         };
         let n = plan.graph.node(*node);
-        if !matches!(n.op, Op::DynamicUpdateSlice) || outputs.len() != 1 {
+        if !matches!(n.op, Op::DynamicUpdateSlice | Op::Scatter { .. }) || outputs.len() != 1 {
             continue;
         }
         let (s_in, s_out) = (inputs[0], outputs[0]);
@@ -1177,7 +1178,7 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
         if !ours || read_later || plan.outputs.iter().filter(|o| **o == s_out).count() > 1 {
             continue;
         }
-        let name = n.name.clone();
+        let (name, op) = (n.name.clone(), n.op.name());
         let (from, to) = if keep_output {
             (s_in, s_out)
         } else {
@@ -1190,7 +1191,7 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
         };
         rename_slot(plan, steps, from, to);
         plan.decisions.push(format!(
-            "{name}: dynamic_update_slice in place (its operand's buffer is not read afterwards)"
+            "{name}: {op} in place (its operand's buffer is not read afterwards)"
         ));
     }
 }

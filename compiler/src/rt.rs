@@ -235,6 +235,40 @@ unsafe fn slot_tensor(
     Tensor::from_bytes(slot.dtype, &slot.dims, bytes)
 }
 
+/// Slot `s` of a running program where it lies: the caller's tensor or
+/// the constant for an input or a constant (held in `keep`), else the
+/// slot's own buffer; no copy of a temporary (strings are not viewed).
+///
+/// # Safety
+/// `bufs[s]` points to the slot's bytes, valid for reads and not written
+/// while the view lives.
+unsafe fn slot_ref<'a>(
+    plan: &'a Plan,
+    ctx: &CallCtx,
+    bufs: *const *mut u8,
+    s: usize,
+    keep: &'a mut Option<Tensor>,
+) -> Result<TensorRef<'a>, Error> {
+    let slot = &plan.slots[s];
+    match &slot.kind {
+        SlotKind::Const(_) | SlotKind::Input(_) => {
+            // SAFETY: the caller's contract.
+            let t = keep.insert(unsafe { slot_tensor(plan, ctx, bufs, s)? });
+            Ok(t.as_ref())
+        }
+        SlotKind::Temp { .. } | SlotKind::Output | SlotKind::HandOff { .. } => {
+            let n = slot.bytes();
+            let bytes: &[u8] = if n == 0 || slot.dtype == DType::String {
+                &[]
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe { std::slice::from_raw_parts(*bufs.add(s), n) }
+            };
+            TensorRef::new(slot.dtype, &slot.dims, bytes)
+        }
+    }
+}
+
 fn run_step(
     table: &StepTable,
     step: usize,
@@ -290,15 +324,69 @@ fn run_step(
                 )
                 .map_err(|e| e.at_node(g.node_ref(*node)));
             }
+            if let Op::Scatter { axis, combiner } = &g.node(*node).op
+                && let ([x, ids, ups], [out]) = (inputs.as_slice(), outputs.as_slice())
+                && plan.slots[*out].dtype != DType::String
+                && (out == x || !inputs.contains(out))
+            {
+                // Into the result's slot: the operand's own when
+                // `fusion::update_in_place` gave it (only the indexed rows
+                // are written), else a copy of the operand made there.
+                let (mut keep_ids, mut keep_ups, mut keep_x) = (None, None, None);
+                // SAFETY: slot pointers are valid while main runs, and the
+                // output slot is none of these three (checked above) but
+                // the operand's own when the plan gave the step its buffer.
+                let (ids, ups) = unsafe {
+                    (
+                        slot_ref(plan, ctx, bufs, *ids, &mut keep_ids)?,
+                        slot_ref(plan, ctx, bufs, *ups, &mut keep_ups)?,
+                    )
+                };
+                let os = &plan.slots[*out];
+                let n = os.bytes();
+                if out != x {
+                    // SAFETY: as above.
+                    let source = unsafe { slot_ref(plan, ctx, bufs, *x, &mut keep_x)? };
+                    if source.bytes().len() != n {
+                        return Err(Error::internal(format!(
+                            "scatter: a {}-byte operand for a {n}-byte result",
+                            source.bytes().len()
+                        )));
+                    }
+                    if n > 0 {
+                        // SAFETY: the output slot is this step's to write
+                        // and distinct from the operand's.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                source.bytes().as_ptr(),
+                                *bufs.add(*out),
+                                n,
+                            );
+                        }
+                    }
+                }
+                let dst: &mut [u8] = if n == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the output slot is this step's to write; the
+                    // views above read other slots, or (the operand, in
+                    // place) are done with.
+                    unsafe { std::slice::from_raw_parts_mut(*bufs.add(*out), n) }
+                };
+                return tensorlift_runtime::kernels::layout::scatter_into(
+                    dst, os.dtype, &os.dims, &ids, &ups, *axis, *combiner,
+                )
+                .map_err(|e| e.at_node(g.node_ref(*node)));
+            }
             if let Op::DynamicSlice { sizes } = &g.node(*node).op
                 && let (Some(&x), [out]) = (inputs.first(), outputs.as_slice())
                 && plan.slots[x].dtype != DType::String
-                && !matches!(plan.slots[x].kind, SlotKind::Const(_) | SlotKind::Input(_))
                 && x != *out
             {
                 // The block is copied from the operand's buffer where it
-                // lies: a loop reading one row of a stack per iteration
-                // does not copy the stack.
+                // lies (a loop reading one row of a stack per iteration
+                // does not copy the stack), or from the caller's tensor or
+                // the constant for an input or a constant.
                 let starts: Vec<Tensor> = inputs[1..]
                     .iter()
                     // SAFETY: slot pointers are valid while main runs.
@@ -306,18 +394,16 @@ fn run_step(
                     .collect::<Result<_, _>>()?;
                 let refs: Vec<&Tensor> = starts.iter().collect();
                 let (xs, os) = (&plan.slots[x], &plan.slots[*out]);
-                let (src, dst): (&[u8], &mut [u8]) = if os.bytes() == 0 || xs.bytes() == 0 {
-                    (&[], &mut [])
+                let mut keep = None;
+                // SAFETY: slot pointers are valid while main runs; the
+                // output is another slot (checked above).
+                let src = unsafe { slot_ref(plan, ctx, bufs, x, &mut keep)? }.bytes();
+                let dst: &mut [u8] = if os.bytes() == 0 {
+                    &mut []
                 } else {
-                    // SAFETY: both slots are valid while main runs and
-                    // distinct (checked above); the output is this step's
-                    // to write.
-                    unsafe {
-                        (
-                            std::slice::from_raw_parts(*bufs.add(x), xs.bytes()),
-                            std::slice::from_raw_parts_mut(*bufs.add(*out), os.bytes()),
-                        )
-                    }
+                    // SAFETY: the output is this step's to write, distinct
+                    // from the operand's slot.
+                    unsafe { std::slice::from_raw_parts_mut(*bufs.add(*out), os.bytes()) }
                 };
                 return tensorlift_runtime::kernels::layout::slice_into(
                     dst, src, xs.dtype, &xs.dims, sizes, &refs,

@@ -167,12 +167,15 @@ pub fn run_owned(graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
             ],
             // The operand's last use: its buffer is updated in place when
             // nothing else references it.
-            Op::DynamicUpdateSlice
+            Op::DynamicUpdateSlice | Op::Scatter { .. }
                 if remaining[node.inputs[0].index()] == 1
                     && !node.inputs[1..].contains(&node.inputs[0]) =>
             {
                 let x = values[node.inputs[0].index()].take().ok_or_else(|| {
-                    Error::internal("dynamic_update_slice operand used before it was computed")
+                    Error::internal(format!(
+                        "{} operand used before it was computed",
+                        node.op.name()
+                    ))
                 })?;
                 let rest = node.inputs[1..]
                     .iter()
@@ -182,10 +185,12 @@ pub fn run_owned(graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
-                vec![
+                let result = if let Op::Scatter { axis, combiner } = &node.op {
+                    layout::scatter_owned(x, rest[0], rest[1], *axis, *combiner)
+                } else {
                     layout::dynamic_update_slice_owned(x, rest[0], &rest[1..])
-                        .map_err(|e| e.at_node(graph.node_ref(id)))?,
-                ]
+                };
+                vec![result.map_err(|e| e.at_node(graph.node_ref(id)))?]
             }
             Op::Callback(_) => {
                 // Operands this callback reads last (once) are moved in, so a

@@ -86,6 +86,10 @@ def embedding_bag(table, ids):
     return jnp.take(table, ids, axis=0).sum(axis=1)
 
 
+def scatter_loop(table, ids, ups):
+    return lax.fori_loop(0, 64, lambda i, t: t.at[ids[i]].add(ups[i]), table)
+
+
 def int_div(x, y):
     return lax.div(x * 3 + y, jnp.int32(7)) + lax.rem(x, y)
 
@@ -138,6 +142,8 @@ WORKLOADS = [
      lambda: [ints((1 << 20,), 1, 0, 1_000_000), ints((1 << 20,), 2, 1, 100)]),
     ("embedding_bag/4096x16x256", lambda: lambda *a: embedding_bag(*a),
      lambda: [tensor((32768, 256), 4), ints((4096, 16), 5, 0, 32768)]),
+    ("scatter_loop/64x4096x1M", lambda: lambda *a: scatter_loop(*a),
+     lambda: [tensor((1 << 20,), 6), ints((64, 4096), 7, 0, 1 << 20), tensor((64, 4096), 8)]),
     ("attention_bshd/8x256x8x64", lambda: lambda *a: attention_bshd(*a),
      lambda: [tensor((8, 256, 8, 64), s) for s in (21, 22, 23)]),
     ("attention_bhsd/8x8x256x64", lambda: lambda *a: attention_bhsd(*a),

@@ -6,7 +6,7 @@ use tensorlift_ir::{BinaryOp, Combiner, DType, Error, Result, Shape};
 use super::elementwise::{int_dtypes, with_int, with_size};
 use super::scalar::{FloatScalar, IntScalar};
 use crate::memory::AlignedBytes;
-use crate::tensor::{Pod, Tensor};
+use crate::tensor::{Pod, Tensor, TensorRef};
 use num_complex::{Complex32, Complex64};
 
 /// Row-major strides (in elements) of `dims`.
@@ -579,14 +579,55 @@ pub fn update_slice_into(
     Ok(())
 }
 
+/// An index [`indices_in_range`] gives for one outside the dim: skipped.
+const SKIP: usize = usize::MAX;
+
 /// Indices of an integer tensor as positions along a dim of size `n`;
-/// `None` for those outside `[0, n)` (which `scatter` skips).
-fn indices_in_range(idx: &Tensor, n: usize) -> Result<Vec<Option<usize>>> {
+/// [`SKIP`] for those outside `[0, n)` (which `scatter` skips).
+fn indices_in_range(idx: &TensorRef<'_>, n: usize) -> Result<Vec<usize>> {
     let d = idx.dtype();
-    with_int!(d, T => Ok(idx.view::<T>()?.iter().map(|v| {
-        let v = v.to_i128();
-        (0..n as i128).contains(&v).then_some(v as usize)
-    }).collect()), else => Err(Error::invalid(format!("scatter indices must be integers, got {d}"))))
+    // Signed values widened to i64 and then read as u64, negative ones
+    // become too large: one unsigned comparison per index.
+    let bytes = idx.bytes();
+    let limit = n as u64;
+    let skip = |v: u64| if v < limit { v as usize } else { SKIP };
+    match d {
+        DType::I32 => Ok(words::<i32>(bytes)
+            .iter()
+            .map(|&v| skip(i64::from(v) as u64))
+            .collect()),
+        DType::I64 => Ok(words::<i64>(bytes)
+            .iter()
+            .map(|&v| skip(v as u64))
+            .collect()),
+        // (Compared as i128: exact for every integer dtype.)
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::F16
+        | DType::BF16
+        | DType::F32
+        | DType::F64
+        | DType::C64
+        | DType::C128
+        | DType::String => with_int!(d, T => Ok(words::<T>(bytes).iter().map(|v| {
+            let v = v.to_i128();
+            if (0..n as i128).contains(&v) { v as usize } else { SKIP }
+        }).collect()), else => Err(Error::invalid(format!("scatter indices must be integers, got {d}")))),
+    }
+}
+
+/// `bytes` as elements of `T`: borrowed when aligned for `T` (buffers and
+/// slots always are), else copied.
+fn words<T: Pod>(bytes: &[u8]) -> std::borrow::Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(w) => std::borrow::Cow::Borrowed(w),
+        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
 }
 
 /// Combines `updates` into `x` along `axis` at `idx` (the inverse of
@@ -599,95 +640,302 @@ pub fn scatter(
     axis: usize,
     combiner: Combiner,
 ) -> Result<Tensor> {
-    let mut want = x.shape()[..axis].to_vec();
-    want.extend_from_slice(idx.shape());
-    want.extend_from_slice(&x.shape()[axis + 1..]);
-    if updates.shape() != want.as_slice() || updates.dtype() != x.dtype() {
+    let (idx, ups) = (idx.as_ref(), updates.as_ref());
+    check_scatter(x.dtype(), x.shape(), &idx, &ups, axis)?;
+    if x.dtype() == DType::String {
+        return scatter_strings(x, &idx, updates, axis);
+    }
+    let mut bytes = AlignedBytes::from_slice(x.bytes());
+    combine_at(
+        bytes.as_mut_slice(),
+        x.dtype(),
+        x.shape(),
+        &idx,
+        &ups,
+        axis,
+        combiner,
+    )?;
+    Tensor::from_aligned(x.dtype(), x.shape(), bytes)
+}
+
+/// [`scatter`] into `x`'s own buffer when nothing else references it (the
+/// interpreter passes a value at its last use: a loop carry that a scatter
+/// updates stays one buffer), else into a copy.
+pub fn scatter_owned(
+    x: Tensor,
+    idx: &Tensor,
+    updates: &Tensor,
+    axis: usize,
+    combiner: Combiner,
+) -> Result<Tensor> {
+    if x.dtype() == DType::String {
+        return scatter(&x, idx, updates, axis, combiner);
+    }
+    let (ir, ur) = (idx.as_ref(), updates.as_ref());
+    check_scatter(x.dtype(), x.shape(), &ir, &ur, axis)?;
+    let (dtype, shape) = (x.dtype(), x.shape().to_vec());
+    let mut bytes = match x.into_unique_bytes() {
+        Ok(b) => b,
+        Err(shared) => return scatter(&shared, idx, updates, axis, combiner),
+    };
+    combine_at(
+        bytes.as_mut_slice(),
+        dtype,
+        &shape,
+        &ir,
+        &ur,
+        axis,
+        combiner,
+    )?;
+    Tensor::from_aligned(dtype, &shape, bytes)
+}
+
+/// [`scatter`] in place: combines `updates` into `out`, the bytes of an
+/// operand of `dtype` and `dims` (not strings), leaving the elements no
+/// index addresses as they are. What the JIT runs, in the operand's own
+/// buffer when nothing reads it afterwards, else in the result's after
+/// copying the operand there; indices and updates are read where they lie.
+pub fn scatter_into(
+    out: &mut [u8],
+    dtype: DType,
+    dims: &[usize],
+    idx: &TensorRef<'_>,
+    updates: &TensorRef<'_>,
+    axis: usize,
+    combiner: Combiner,
+) -> Result<()> {
+    check_scatter(dtype, dims, idx, updates, axis)?;
+    if dtype == DType::String || out.len() != dims.iter().product::<usize>() * dtype.size() {
+        return Err(Error::internal("scatter: operand buffer size"));
+    }
+    combine_at(out, dtype, dims, idx, updates, axis, combiner)
+}
+
+/// Whether `updates` fits an operand of `dtype` and `dims` scattered into
+/// along `axis` at indices shaped as `idx`: an error naming all three if not.
+fn check_scatter(
+    dtype: DType,
+    dims: &[usize],
+    idx: &TensorRef<'_>,
+    updates: &TensorRef<'_>,
+    axis: usize,
+) -> Result<()> {
+    if axis >= dims.len() {
         return Err(Error::invalid(format!(
-            "scatter: updates are {}{:?}, but operand {}{:?} and indices {:?} along axis {axis} need {}{want:?}",
-            updates.dtype(),
-            updates.shape(),
-            x.dtype(),
-            x.shape(),
-            idx.shape(),
-            x.dtype()
+            "scatter: axis {axis} is out of range for an operand of shape {dims:?}"
         )));
     }
-    let n = x.shape()[axis];
-    let ids = indices_in_range(idx, n)?;
-    let op = match combiner {
-        Combiner::Set => {
-            return with_size!(x.dtype().size(), T => scatter_with::<T>(x, updates, axis, &ids, |_, u| u));
-        }
-        Combiner::Add => BinaryOp::Add,
-        Combiner::Min => BinaryOp::Min,
-        Combiner::Max => BinaryOp::Max,
+    let mut want = dims[..axis].to_vec();
+    want.extend_from_slice(idx.shape());
+    want.extend_from_slice(&dims[axis + 1..]);
+    if updates.shape() != want.as_slice() || updates.dtype() != dtype {
+        return Err(Error::invalid(format!(
+            "scatter: updates are {}{:?}, but operand {dtype}{dims:?} and indices {:?} along axis {axis} need {dtype}{want:?}",
+            updates.dtype(),
+            updates.shape(),
+            idx.shape(),
+        )));
+    }
+    Ok(())
+}
+
+/// `set` on strings (the only combiner the type checker allows there).
+fn scatter_strings(
+    x: &Tensor,
+    idx: &TensorRef<'_>,
+    updates: &Tensor,
+    axis: usize,
+) -> Result<Tensor> {
+    let ids = indices_in_range(idx, x.shape()[axis])?;
+    let mut out = x.strings().to_vec();
+    let at = Scatter {
+        dims: x.shape(),
+        ids: &ids,
+        axis,
     };
-    let d = x.dtype();
-    match d {
+    at.rows(&mut out, updates.strings(), |_, u| u.clone())?;
+    Tensor::from_strings(x.shape(), out)
+}
+
+/// Combines `updates` (checked against the operand by [`check_scatter`])
+/// into `out`, the bytes of an operand of `dtype` (not strings) and `dims`.
+fn combine_at(
+    out: &mut [u8],
+    dtype: DType,
+    dims: &[usize],
+    idx: &TensorRef<'_>,
+    updates: &TensorRef<'_>,
+    axis: usize,
+    combiner: Combiner,
+) -> Result<()> {
+    let ids = indices_in_range(idx, dims[axis])?;
+    let at = Scatter {
+        dims,
+        ids: &ids,
+        axis,
+    };
+    let ups = updates.bytes();
+    match combiner {
+        Combiner::Set => with_size!(dtype.size(), T => {
+            in_words::<T>(out, |o| at.rows(o, &words::<T>(ups), |_, u| *u))
+        }),
+        Combiner::Add => combine_with::<AddOp>(out, dtype, &at, ups),
+        Combiner::Min => combine_with::<MinOp>(out, dtype, &at, ups),
+        Combiner::Max => combine_with::<MaxOp>(out, dtype, &at, ups),
+    }
+}
+
+/// A combiner's op as a type, so that each combiner's loop is compiled
+/// with its op known (the element kernels' `match` on the op folds away).
+trait CombineOp {
+    const OP: BinaryOp;
+}
+struct AddOp;
+struct MinOp;
+struct MaxOp;
+impl CombineOp for AddOp {
+    const OP: BinaryOp = BinaryOp::Add;
+}
+impl CombineOp for MinOp {
+    const OP: BinaryOp = BinaryOp::Min;
+}
+impl CombineOp for MaxOp {
+    const OP: BinaryOp = BinaryOp::Max;
+}
+
+/// [`combine_at`] for the combiners that apply a binary op.
+fn combine_with<O: CombineOp>(
+    out: &mut [u8],
+    dtype: DType,
+    at: &Scatter<'_>,
+    ups: &[u8],
+) -> Result<()> {
+    // (`O::OP` at every use, not a local: the closures are compiled with
+    // the op as a constant, not a captured value.)
+    match dtype {
         // Halves compute in f32 and round after every combination, as every
         // other op on them does.
-        DType::F16 => scatter_with::<u16>(x, updates, axis, &ids, |a, b| {
-            let r = f32::bin(
-                op,
-                half::f16::from_bits(a).to_f32(),
-                half::f16::from_bits(b).to_f32(),
-            );
-            half::f16::from_f32(r).to_bits()
-        }),
-        DType::BF16 => scatter_with::<u16>(x, updates, axis, &ids, |a, b| {
-            let r = f32::bin(
-                op,
-                half::bf16::from_bits(a).to_f32(),
-                half::bf16::from_bits(b).to_f32(),
-            );
-            half::bf16::from_f32(r).to_bits()
-        }),
-        DType::F32 => scatter_with::<f32>(x, updates, axis, &ids, |a, b| f32::bin(op, a, b)),
-        DType::F64 => scatter_with::<f64>(x, updates, axis, &ids, |a, b| f64::bin(op, a, b)),
-        DType::C64 if op == BinaryOp::Add => {
-            scatter_with::<Complex32>(x, updates, axis, &ids, |a, b| a + b)
+        DType::F16 | DType::BF16 => {
+            type Widen = fn(u16) -> f32;
+            type Round = fn(f32) -> u16;
+            let (widen, round): (Widen, Round) = if dtype == DType::F16 {
+                (
+                    |h| half::f16::from_bits(h).to_f32(),
+                    |v| half::f16::from_f32(v).to_bits(),
+                )
+            } else {
+                (
+                    |h| half::bf16::from_bits(h).to_f32(),
+                    |v| half::bf16::from_f32(v).to_bits(),
+                )
+            };
+            in_words::<u16>(out, |o| {
+                at.rows(o, &words::<u16>(ups), |a, b| {
+                    round(f32::bin(O::OP, widen(a), widen(*b)))
+                })
+            })
         }
-        DType::C128 if op == BinaryOp::Add => {
-            scatter_with::<Complex64>(x, updates, axis, &ids, |a, b| a + b)
+        DType::F32 => in_words::<f32>(out, |o| {
+            at.rows(o, &words::<f32>(ups), |a, b| f32::bin(O::OP, a, *b))
+        }),
+        DType::F64 => in_words::<f64>(out, |o| {
+            at.rows(o, &words::<f64>(ups), |a, b| f64::bin(O::OP, a, *b))
+        }),
+        DType::C64 if O::OP == BinaryOp::Add => {
+            in_words::<Complex32>(out, |o| at.rows(o, &words::<Complex32>(ups), |a, b| a + *b))
         }
-        // `set` was handled above; `min`/`max` need an ordered dtype and
-        // `add` a numeric one (the type checker rejects the rest):
-        // with_int!'s `else` gives the error.
+        DType::C128 if O::OP == BinaryOp::Add => {
+            in_words::<Complex64>(out, |o| at.rows(o, &words::<Complex64>(ups), |a, b| a + *b))
+        }
+        // `min`/`max` need an ordered dtype and `add` a numeric one (the
+        // type checker rejects the rest): with_int!'s `else` gives the error.
         DType::Bool | DType::C64 | DType::C128 | DType::String | int_dtypes!() => {
-            with_int!(d, T => scatter_with::<T>(x, updates, axis, &ids, |a, b| T::bin(op, a, b)),
+            with_int!(dtype, T => in_words::<T>(out, |o| {
+                at.rows(o, &words::<T>(ups), |a, b| T::bin(O::OP, a, *b))
+            }),
             else => Err(Error::invalid(format!(
-                "scatter combiner {} is not defined on {d}",
-                combiner.name()
+                "scatter combiner {} is not defined on {dtype}",
+                O::OP.name()
             ))))
         }
     }
 }
 
-fn scatter_with<T: Pod>(
-    x: &Tensor,
-    updates: &Tensor,
-    axis: usize,
-    ids: &[Option<usize>],
-    f: impl Fn(T, T) -> T,
-) -> Result<Tensor> {
-    let n = x.shape()[axis];
-    let outer: usize = x.shape()[..axis].iter().product();
-    let inner: usize = x.shape()[axis + 1..].iter().product();
-    let mut out: Vec<T> = x.view::<T>()?.to_vec();
-    let src = updates.view::<T>()?;
-    let m = ids.len();
-    for o in 0..outer {
-        for (j, k) in ids.iter().enumerate() {
-            let Some(k) = k else { continue };
-            let dst = (o * n + k) * inner;
-            let from = (o * m + j) * inner;
-            for i in 0..inner {
-                out[dst + i] = f(out[dst + i], src[from + i]);
-            }
+/// Runs `f` on `bytes` as elements of `T`: in place when the bytes are
+/// aligned for `T` (buffers and slots always are), else on an aligned
+/// copy written back afterwards.
+fn in_words<T: Pod>(bytes: &mut [u8], f: impl FnOnce(&mut [T]) -> Result<()>) -> Result<()> {
+    match bytemuck::try_cast_slice_mut::<u8, T>(bytes) {
+        Ok(words) => f(words),
+        Err(_) => {
+            let mut words: Vec<T> = bytemuck::pod_collect_to_vec(bytes);
+            f(&mut words)?;
+            bytes.copy_from_slice(bytemuck::cast_slice(&words));
+            Ok(())
         }
     }
-    Ok(Tensor::from_vec_as(x.dtype(), x.shape(), out))
+}
+
+/// Where a scatter's updates go: the operand's dims, the axis and the
+/// indices along it ([`SKIP`]: outside the dim).
+struct Scatter<'a> {
+    dims: &'a [usize],
+    ids: &'a [usize],
+    axis: usize,
+}
+
+impl Scatter<'_> {
+    /// `out[.., ids[j], ..] = f(out[.., ids[j], ..], src[.., j, ..])` for
+    /// every in-range index `j`, in row-major order.
+    fn rows<T: Clone, U>(&self, out: &mut [T], src: &[U], f: impl Fn(T, &U) -> T) -> Result<()> {
+        let (dims, ids, axis) = (self.dims, self.ids, self.axis);
+        let n = dims[axis];
+        let outer: usize = dims[..axis].iter().product();
+        let inner: usize = dims[axis + 1..].iter().product();
+        let m = ids.len();
+        if out.len() != outer * n * inner || src.len() != outer * m * inner {
+            return Err(Error::internal("scatter: buffer sizes"));
+        }
+        if inner == 1 {
+            // One element per index: no row slices to cut.
+            for (dst, from) in out.chunks_exact_mut(n).zip(src.chunks_exact(m)) {
+                for (j, (&k, u)) in ids.iter().zip(from).enumerate() {
+                    #[cfg(target_arch = "x86_64")]
+                    if let Some(&ahead) = ids.get(j + 32)
+                        && ahead < n
+                    {
+                        // The element 32 updates ahead, fetched while
+                        // these wait on theirs (random rows of a table
+                        // larger than the L2 cache).
+                        // SAFETY: SSE is in every x86_64 CPU; a prefetch
+                        // reads nothing the program sees.
+                        unsafe {
+                            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                                (&raw const dst[ahead]).cast(),
+                            );
+                        }
+                    }
+                    if let Some(d) = dst.get_mut(k) {
+                        *d = f(d.clone(), u);
+                    }
+                }
+            }
+            return Ok(());
+        }
+        for o in 0..outer {
+            for (j, &k) in ids.iter().enumerate() {
+                if k >= n {
+                    continue;
+                }
+                let dst = &mut out[(o * n + k) * inner..][..inner];
+                let from = &src[(o * m + j) * inner..][..inner];
+                for (d, u) in dst.iter_mut().zip(from) {
+                    *d = f(d.clone(), u);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reinterprets every element's bytes as dtype `to` (of the same size).
@@ -701,4 +949,79 @@ pub fn bitcast_convert(x: &Tensor, to: DType) -> Result<Tensor> {
         )));
     }
     Tensor::from_bytes(to, x.shape(), x.bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn i64s(v: &[i64], shape: &[usize]) -> Tensor {
+        Tensor::from_vec_as(DType::I64, shape, v.to_vec())
+    }
+
+    /// In place, on a copy and through a misaligned buffer (written back
+    /// from an aligned copy), a scatter gives the same elements.
+    #[test]
+    fn scatter_into_matches_scatter_at_any_alignment() {
+        let x = i64s(&(0..12).collect::<Vec<_>>(), &[3, 4]);
+        let ids = i64s(&[2, 9, 2, -3], &[2, 2]);
+        let ups = i64s(&(100..112).collect::<Vec<_>>(), &[3, 2, 2]);
+        for combiner in [Combiner::Set, Combiner::Add, Combiner::Min, Combiner::Max] {
+            let want = scatter(&x, &ids, &ups, 1, combiner).unwrap();
+            let owned = scatter_owned(x.clone(), &ids, &ups, 1, combiner).unwrap();
+            assert_eq!(owned.bytes(), want.bytes(), "{combiner:?}");
+            let mut raw = vec![0u8; x.bytes().len() + 1];
+            for at in [0, 1] {
+                let buf = &mut raw[at..at + x.bytes().len()];
+                buf.copy_from_slice(x.bytes());
+                scatter_into(
+                    buf,
+                    DType::I64,
+                    &[3, 4],
+                    &ids.as_ref(),
+                    &ups.as_ref(),
+                    1,
+                    combiner,
+                )
+                .unwrap();
+                assert_eq!(&*buf, want.bytes(), "{combiner:?} at offset {at}");
+            }
+        }
+        // Row 0: 0, 1, 2 ← 100 then 102 (Set: the last wins), 3.
+        let set = scatter(&x, &ids, &ups, 1, Combiner::Set).unwrap();
+        assert_eq!(&set.view::<i64>().unwrap()[..4], &[0, 1, 102, 3]);
+        let add = scatter(&x, &ids, &ups, 1, Combiner::Add).unwrap();
+        assert_eq!(&add.view::<i64>().unwrap()[..4], &[0, 1, 204, 3]);
+        // A wrong buffer or updates shape is an error, not a write.
+        let mut short = vec![0u8; 8];
+        assert!(
+            scatter_into(
+                &mut short,
+                DType::I64,
+                &[3, 4],
+                &ids.as_ref(),
+                &ups.as_ref(),
+                1,
+                Combiner::Set
+            )
+            .is_err()
+        );
+        let e = scatter(&x, &ids, &i64s(&[1], &[1]), 1, Combiner::Set).unwrap_err();
+        assert!(e.to_string().contains("need int64[3, 2, 2]"), "{e}");
+    }
+
+    /// Strings take `set` on their own path.
+    #[test]
+    fn scatter_sets_strings() {
+        let x =
+            Tensor::from_strings(&[3], vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]).unwrap();
+        let u = Tensor::from_strings(&[1], vec![b"z".to_vec()]).unwrap();
+        let out = scatter(&x, &i64s(&[1], &[1]), &u, 0, Combiner::Set).unwrap();
+        assert_eq!(
+            out.strings(),
+            &[b"a".to_vec(), b"z".to_vec(), b"c".to_vec()]
+        );
+    }
 }
