@@ -154,6 +154,90 @@ proptest! {
     }
 }
 
+/// The kernel of a fuzzed gradient (seed 1108619834843058225: the tie
+/// mask of a `reduce_max` over a middle axis selecting a cotangent) that
+/// died of a general protection fault under `TENSORLIFT_MAX_ISA=sse4.2`:
+/// rows of 5 f32 start off a 16-byte boundary, and Cranelift 0.135 folded
+/// the load of the compare's second operand into the legacy SSE `cmpps`,
+/// whose memory operand must be aligned (codegen's `fcmp`). Run at every
+/// ISA level in a child process (the cap is read once per process), at
+/// both opt levels, f32 and f64; each must agree with the interpreter bit
+/// for bit.
+#[test]
+fn float_compares_of_unaligned_rows_run_at_every_isa_level() {
+    const CHILD: &str = "TENSORLIFT_TEST_CHILD_ISA";
+    if let Ok(isa) = std::env::var(CHILD) {
+        for dt in ["f32", "f64"] {
+            let program = format!(
+                "graph @ties {{
+  %x = parameter 0 : {dt}[2,3,5]
+  %m = parameter 1 : {dt}[2,5]
+  %mb = broadcast_in_dim(%m) {{shape=[2,3,5], dims=[0,2]}} : {dt}[2,3,5]
+  %eq = compare_eq(%x, %mb) : bool[2,3,5]
+  %lt = compare_lt(%x, %mb) : bool[2,3,5]
+  %a = parameter 2 : {dt}[2,5]
+  %ab = broadcast_in_dim(%a) {{shape=[2,3,5], dims=[0,2]}} : {dt}[2,3,5]
+  %z = parameter 3 : {dt}[2,3,5]
+  %s = select(%eq, %ab, %z) : {dt}[2,3,5]
+  %t = select(%lt, %z, %ab) : {dt}[2,3,5]
+  return %s as \"s\", %t as \"t\"
+}}"
+            );
+            let g = text::parse(&program, "ties").unwrap();
+            let dtype = if dt == "f32" { DType::F32 } else { DType::F64 };
+            // Ties with the broadcast row, and NaNs, in every row.
+            let values = |n: usize, seed: usize| -> Vec<f64> {
+                (0..n)
+                    .map(|i| match (i * 7 + seed) % 6 {
+                        0 => f64::NAN,
+                        1 | 2 => 1.0,
+                        k => k as f64 - 3.5,
+                    })
+                    .collect()
+            };
+            let tensor = |shape: &[usize], seed: usize| {
+                let v = values(shape.iter().product(), seed);
+                let t = tensorlift::Tensor::from(
+                    ndarray::ArrayD::from_shape_vec(shape.to_vec(), v).unwrap(),
+                );
+                tensorlift::runtime::kernels::elementwise::convert(&t, dtype).unwrap()
+            };
+            let args = [
+                tensor(&[2, 3, 5], 0),
+                tensor(&[2, 5], 1),
+                tensor(&[2, 5], 2),
+                tensor(&[2, 3, 5], 3),
+            ];
+            for opts in &EXACT {
+                if let Err(e) = check_graph(&g, &args, opts) {
+                    panic!("{dt} at {isa}: {e}");
+                }
+            }
+        }
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for isa in ["sse4.2", "avx2", "avx512"] {
+        let o = std::process::Command::new(&exe)
+            .env(CHILD, isa)
+            .env("TENSORLIFT_MAX_ISA", isa)
+            .args([
+                "--exact",
+                "float_compares_of_unaligned_rows_run_at_every_isa_level",
+                "--test-threads=1",
+            ])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains("1 passed"),
+            "at {isa}: {:?}\n{out}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
 /// The generator with control flow draws loops, branches and nesting
 /// (so the test above covers them).
 #[test]

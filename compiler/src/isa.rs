@@ -94,6 +94,7 @@ struct Host {
     avx512: bool,
     avx2: bool,
     fma: bool,
+    avx: bool,
 }
 
 fn host() -> &'static Host {
@@ -102,13 +103,19 @@ fn host() -> &'static Host {
         #[cfg(target_arch = "x86_64")]
         {
             let fma = std::is_x86_feature_detected!("fma") && allowed(IsaLevel::Avx2);
+            let avx = std::is_x86_feature_detected!("avx") && allowed(IsaLevel::Avx2);
             let avx2 = std::is_x86_feature_detected!("avx2") && fma;
             let avx512 = std::is_x86_feature_detected!("avx512f")
                 && std::is_x86_feature_detected!("avx512dq")
                 && std::is_x86_feature_detected!("avx512vl")
                 && avx2
                 && allowed(IsaLevel::Avx512);
-            Host { avx512, avx2, fma }
+            Host {
+                avx512,
+                avx2,
+                fma,
+                avx,
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -116,6 +123,7 @@ fn host() -> &'static Host {
                 avx512: false,
                 avx2: false,
                 fma: false,
+                avx: false,
             }
         }
     })
@@ -129,6 +137,12 @@ pub(crate) fn has_avx512() -> bool {
 /// AVX2 and FMA, within the cap.
 pub(crate) fn has_avx2() -> bool {
     host().avx2
+}
+
+/// AVX (VEX encodings in Cranelift's code), within the cap: below the
+/// AVX2 level Cranelift emits legacy SSE.
+pub(crate) fn has_avx() -> bool {
+    host().avx
 }
 
 /// FMA3, within the cap (it belongs to the AVX2 level).

@@ -12,7 +12,9 @@ use crate::fusion::ENode;
 use crate::rt::RtFn;
 
 use super::target::{has_fma, has_iabs, has_icmp, has_iminmax, has_imul, vec_ty};
-use super::{KernelGen, LowerError, Lowered, Mode, OUT, V, comp_ty, needs, trusted, unaligned};
+use super::{
+    KernelGen, LowerError, Lowered, Mode, OUT, V, comp_ty, fcmp, needs, trusted, unaligned,
+};
 
 impl<'a, 'b> KernelGen<'a, 'b> {
     /// An integer constant of `ty`, given as the two's-complement value
@@ -347,8 +349,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let s = self.with_sign_of(one, x, ty);
                 let zero = self.splat_f(ty, 0.0);
                 // (x86 vectors have no unordered-or-equal compare.)
-                let is_zero = self.b.ins().fcmp(FloatCC::Equal, x, zero);
-                let is_nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                let is_zero = fcmp(self.b, FloatCC::Equal, x, zero);
+                let is_nan = fcmp(self.b, FloatCC::Unordered, x, x);
                 let keep = self.b.ins().bor(is_zero, is_nan);
                 self.sel(keep, x, s, ty)
             }
@@ -356,7 +358,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let one = self.splat_f(ty, 1.0);
                 let s = self.b.ins().fcopysign(one, x);
                 let zero = self.splat_f(ty, 0.0);
-                let keep = self.b.ins().fcmp(FloatCC::UnorderedOrEqual, x, zero);
+                let keep = fcmp(self.b, FloatCC::UnorderedOrEqual, x, zero);
                 self.b.ins().select(keep, x, s)
             }
             // Selects on comparisons: scalar code.
@@ -398,7 +400,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             UnaryOp::IsFinite => {
                 let a = self.b.ins().fabs(x);
                 let inf = self.splat_f(ty, f64::INFINITY);
-                self.b.ins().fcmp(FloatCC::LessThan, a, inf)
+                fcmp(self.b, FloatCC::LessThan, a, inf)
             }
             // Bool has no vector type; integer `not` stays scalar (no
             // vector form yet, though `bnot` takes lanes).
@@ -465,7 +467,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// give for a NaN operand (the NaN policy; the interpreter's and the
     /// vector reductions').
     pub(super) fn canonical_nan(&mut self, r: Value, ty: Type) -> Value {
-        let nan = self.b.ins().fcmp(FloatCC::Unordered, r, r);
+        let nan = fcmp(self.b, FloatCC::Unordered, r, r);
         let canon = self.splat_f(ty, f64::NAN);
         self.sel(nan, canon, r, ty)
     }
@@ -922,8 +924,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// vector form for integer lanes without the compare.
     fn compare(&mut self, c: CmpOp, x: V, y: V, d: DType) -> Lowered<V> {
         if let (V::C(a, b), V::C(p, q)) = (x, y) {
-            let r = self.b.ins().fcmp(FloatCC::Equal, a, p);
-            let i = self.b.ins().fcmp(FloatCC::Equal, b, q);
+            let r = fcmp(self.b, FloatCC::Equal, a, p);
+            let i = fcmp(self.b, FloatCC::Equal, b, q);
             let eq = self.b.ins().band(r, i);
             return Ok(V::S(if c == CmpOp::Eq {
                 eq
@@ -941,7 +943,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 CmpOp::Gt => FloatCC::GreaterThan,
                 CmpOp::Ge => FloatCC::GreaterThanOrEqual,
             };
-            V::S(self.b.ins().fcmp(cc, x, y))
+            V::S(fcmp(self.b, cc, x, y))
         } else {
             needs(has_icmp(self.b.func.dfg.value_type(x)))?;
             let s = d.is_signed_int();
@@ -1013,8 +1015,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             }
             if to == DType::Bool {
                 let z = self.splat_f(comp_ty(from), 0.0);
-                let a = self.b.ins().fcmp(FloatCC::NotEqual, re, z);
-                let b = self.b.ins().fcmp(FloatCC::NotEqual, im, z);
+                let a = fcmp(self.b, FloatCC::NotEqual, re, z);
+                let b = fcmp(self.b, FloatCC::NotEqual, im, z);
                 return Ok(V::S(self.b.ins().bor(a, b)));
             }
             return self.convert(V::S(re), from.real_part(), to);
@@ -1048,7 +1050,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 self.b.ins().icmp(IntCC::NotEqual, x, z)
             } else {
                 let z = self.splat_f(xt, 0.0);
-                self.b.ins().fcmp(FloatCC::NotEqual, x, z)
+                fcmp(self.b, FloatCC::NotEqual, x, z)
             }
         } else if to.is_int() {
             if from_int {

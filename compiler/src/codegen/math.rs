@@ -10,8 +10,8 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Type, Value, types};
 use tensorlift_ir::{Result, UnaryOp};
 
-use super::KernelGen;
 use super::target::has_fma;
+use super::{KernelGen, fcmp};
 use crate::approx;
 use crate::rt::RtFn;
 
@@ -252,7 +252,7 @@ impl KernelGen<'_, '_> {
         let a = self.b.ins().fabs(x);
         // Huge finite lanes: the whole value through libm, off the hot path.
         let limit = self.splat_f(ty, limit);
-        let huge = self.b.ins().fcmp(FloatCC::GreaterThan, a, limit);
+        let huge = fcmp(self.b, FloatCC::GreaterThan, a, limit);
         let any = if ty.is_vector() {
             self.b.ins().vany_true(huge)
         } else {
@@ -469,19 +469,19 @@ impl approx::Ops for Clif<'_, '_, '_> {
         self.g.b.ins().fneg(a)
     }
     fn lt(&mut self, a: Value, b: Value) -> Value {
-        self.g.b.ins().fcmp(FloatCC::LessThan, a, b)
+        fcmp(self.g.b, FloatCC::LessThan, a, b)
     }
     fn le(&mut self, a: Value, b: Value) -> Value {
-        self.g.b.ins().fcmp(FloatCC::LessThanOrEqual, a, b)
+        fcmp(self.g.b, FloatCC::LessThanOrEqual, a, b)
     }
     fn ge(&mut self, a: Value, b: Value) -> Value {
-        self.g.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, b)
+        fcmp(self.g.b, FloatCC::GreaterThanOrEqual, a, b)
     }
     fn eq(&mut self, a: Value, b: Value) -> Value {
-        self.g.b.ins().fcmp(FloatCC::Equal, a, b)
+        fcmp(self.g.b, FloatCC::Equal, a, b)
     }
     fn ult(&mut self, a: Value, b: Value) -> Value {
-        self.g.b.ins().fcmp(FloatCC::UnorderedOrLessThan, a, b)
+        fcmp(self.g.b, FloatCC::UnorderedOrLessThan, a, b)
     }
     fn select(&mut self, m: Value, a: Value, b: Value) -> Value {
         self.g.sel(m, a, b, self.ty)

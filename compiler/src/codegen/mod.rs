@@ -119,6 +119,34 @@ fn unaligned() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
+/// `fcmp cc, x, y`, every float comparison the code generator emits. On a
+/// host without AVX (or capped below it), Cranelift 0.135 lowers a vector
+/// compare to the legacy SSE `cmpps`/`cmppd` and may fold a load of an
+/// operand into it, whose memory operand must then be 16-byte aligned
+/// (its assembler declares it as any other, unlike `addps`'s): a compare
+/// reading a row that starts off a 16-byte boundary faulted. Vector
+/// operands there go through a no-op `bitcast` pair, which leaves them
+/// in registers (a load folds only into its direct user).
+fn fcmp(
+    b: &mut FunctionBuilder<'_>,
+    cc: cranelift_codegen::ir::condcodes::FloatCC,
+    x: Value,
+    y: Value,
+) -> Value {
+    let ty = b.func.dfg.value_type(x);
+    if !ty.is_vector() || crate::isa::has_avx() {
+        return b.ins().fcmp(cc, x, y);
+    }
+    let int = ty.as_int();
+    let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+    let mut in_register = |v: Value| {
+        let i = b.ins().bitcast(int, flags, v);
+        b.ins().bitcast(ty, flags, i)
+    };
+    let (x, y) = (in_register(x), in_register(y));
+    b.ins().fcmp(cc, x, y)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     Scalar,

@@ -10,7 +10,7 @@ use tensorlift_ir::{BinaryOp, ReduceOp, Result};
 use crate::fusion::KernelKind;
 
 use super::target::math_int_ty;
-use super::{KernelGen, Lowered, Mode, V, comp_ty, trusted};
+use super::{KernelGen, Lowered, Mode, V, comp_ty, fcmp, trusted};
 
 impl<'a, 'b> KernelGen<'a, 'b> {
     /// `Some(true)` for a float max reduction, `Some(false)` for a float
@@ -52,13 +52,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let ity = math_int_ty(vt);
         let a = self.b.use_var(va);
         let better = if is_max {
-            self.b.ins().fcmp(FloatCC::LessThan, a, x)
+            fcmp(self.b, FloatCC::LessThan, a, x)
         } else {
-            self.b.ins().fcmp(FloatCC::LessThan, x, a)
+            fcmp(self.b, FloatCC::LessThan, x, a)
         };
         let r = self.sel(better, x, a, vt);
         self.b.def_var(va, r);
-        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let nan = fcmp(self.b, FloatCC::Unordered, x, x);
         let seen = self.b.use_var(nan_var);
         let seen = self.b.ins().bitcast(ity, flags, seen);
         let seen = self.b.ins().bor(seen, nan);
@@ -103,7 +103,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 let zero_bits = self.b.ins().band(bits, sign);
                 let signed_zero = self.b.ins().bitcast(vt, flags, zero_bits);
                 let zero = self.splat_f(vt, 0.0);
-                let is_zero = self.b.ins().fcmp(FloatCC::Equal, r, zero);
+                let is_zero = fcmp(self.b, FloatCC::Equal, r, zero);
                 let r = self.sel(is_zero, signed_zero, r, vt);
                 let nan = self.splat_f(vt, f64::NAN);
                 let seen = self.b.ins().bitcast(ity, flags, seen);
