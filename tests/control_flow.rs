@@ -839,12 +839,74 @@ fn scatter_combines_in_place_when_the_operand_is_dead() {
         .compiler_ir(&[TensorSpec::known(DType::I32, &[3, 2])], IrStage::Fused)
         .unwrap();
     assert!(plan.contains("scatter in place"), "{plan}");
+    // The row taken from the stacked indices and reshaped to a vector is
+    // copied once: `dynamic_slice` writes into the reshape's buffer.
+    assert!(
+        plan.contains("reshape: no copy: dynamic_slice 'dynamic_slice' writes"),
+        "{plan}"
+    );
     for f in both(counts) {
         let out = f.call(&[i32s(&[0, 5, 5, 2, 9, 0], &[3, 2])]).unwrap();
         assert_eq!(
             common::to_vec::<f32>(&out[0]),
             vec![2.0, 0.0, 1.0, 0.0, 0.0, 2.0]
         );
+    }
+}
+
+/// A reshape of what a GEMM or a runtime step produced is no copy: the
+/// producer writes into the reshape's buffer. Not when the value is read
+/// again elsewhere (the copy is then a second value).
+#[test]
+fn reshapes_after_gemms_and_runtime_steps_copy_nothing() {
+    let x = common::f32s(
+        &(0..24).map(|v| v as f32 * 0.5).collect::<Vec<_>>(),
+        &[4, 6],
+    );
+    let w = common::f32s(
+        &(0..48).map(|v| (v % 7) as f32 - 3.0).collect::<Vec<_>>(),
+        &[6, 8],
+    );
+    let v = common::f32s(
+        &(0..48).map(|v| (v % 5) as f32).collect::<Vec<_>>(),
+        &[16, 3],
+    );
+    let chained = || {
+        function(|x: Sym, w: Sym, v: Sym| {
+            let h = x.matmul(&w).reshape(&[2, 16]);
+            h.matmul(&v)
+        })
+    };
+    let also_read = || {
+        function(|x: Sym, w: Sym, v: Sym| {
+            let p = x.matmul(&w);
+            let h = p.reshape(&[2, 16]);
+            vec![h.matmul(&v), p]
+        })
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[4, 6]),
+        TensorSpec::known(DType::F32, &[6, 8]),
+        TensorSpec::known(DType::F32, &[16, 3]),
+    ];
+    let fused = |f: Function| {
+        f.jit_compile(true)
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap()
+    };
+    let plan = fused(chained());
+    assert!(plan.contains("no copy: GEMM"), "{plan}");
+    assert!(!plan.contains("kernel 'reshape'"), "{plan}");
+    let plan = fused(also_read());
+    assert!(!plan.contains("no copy"), "{plan}");
+    let args = [x, w, v];
+    let want = chained().call(&args).unwrap();
+    let got = chained().jit_compile(true).call(&args).unwrap();
+    common::assert_close(&got[0], &want[0], 1e-6, 1e-6, "chained");
+    let want = also_read().call(&args).unwrap();
+    let got = also_read().jit_compile(true).call(&args).unwrap();
+    for k in 0..2 {
+        common::assert_close(&got[k], &want[k], 1e-6, 1e-6, "also read");
     }
 }
 

@@ -951,6 +951,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     if accumulate {
         accumulate_gemms(&mut plan, params_writable);
     }
+    write_copies_in_place(&mut plan);
     share_reduced_values(&mut plan);
     copy_halves_as_bits(&mut plan);
     find_row_groups(&mut plan);
@@ -1194,6 +1195,125 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
             "{name}: {op} in place (its operand's buffer is not read afterwards)"
         ));
     }
+}
+
+/// A loop kernel that only copies one slot whole, element for element in
+/// row-major order (a `reshape`, or a `convert` to the same dtype, of a
+/// value a runtime step or a GEMM produced: it is materialized because
+/// such steps read and write memory), is dropped: its producer writes
+/// straight into the kernel's output slot, whose bytes are the same in the
+/// same order. The copied slot must be a temporary that only this kernel
+/// reads, written by that one step alone: not a GEMM accumulating into
+/// it, not a callback (its results come from Python), not a loop or
+/// branch (expanded later, around its own slots), and not a
+/// `dynamic_update_slice` or `scatter`, which may run in place and then
+/// read their operand's shape from the slot's dims. A loop taking one
+/// row of a stacked input per step as a vector (`dynamic_slice` then
+/// `reshape`) then copies the row once, not twice.
+fn write_copies_in_place(plan: &mut Plan) {
+    let mut j = 0;
+    while j < plan.steps.len() {
+        let Some((src, out, name)) = (match &plan.steps[j] {
+            Step::Kernel(k) => whole_copy(plan, k).map(|src| (src, k.out, k.name.clone())),
+            Step::Runtime { .. }
+            | Step::Gemm(_)
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => None,
+        }) else {
+            j += 1;
+            continue;
+        };
+        let writers: Vec<usize> = (0..plan.steps.len())
+            .filter(|&i| step_slots(&plan.steps[i]).1.contains(&src))
+            .collect();
+        let readers = (0..plan.steps.len())
+            .filter(|&i| step_slots(&plan.steps[i]).0.contains(&src))
+            .count();
+        let producer = match writers.as_slice() {
+            [i] if *i < j => Some(*i),
+            _ => None,
+        };
+        let fits = producer.is_some_and(|i| match &plan.steps[i] {
+            Step::Gemm(g) => !g.accumulate && g.out == src,
+            Step::Runtime {
+                graph,
+                node,
+                outputs,
+                ..
+            } => {
+                let op = &plan.step_graph(*graph).node(*node).op;
+                outputs.iter().filter(|&&o| o == src).count() == 1
+                    && op.regions().is_empty()
+                    && !matches!(
+                        op,
+                        Op::Callback(_) | Op::DynamicUpdateSlice | Op::Scatter { .. }
+                    )
+            }
+            Step::Kernel(_)
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => false,
+        });
+        let out_free = !plan.outputs.contains(&src)
+            && readers == 1
+            && !plan.steps[..j].iter().any(|st| {
+                let (r, w) = step_slots(st);
+                r.contains(&out) || w.contains(&out)
+            });
+        let (Some(i), true, true) = (producer, fits, out_free) else {
+            j += 1;
+            continue;
+        };
+        let what = match &plan.steps[i] {
+            Step::Gemm(g) => format!("GEMM '{}'", g.name),
+            Step::Runtime { graph, node, .. } => {
+                let n = plan.step_graph(*graph).node(*node);
+                format!("{} '{}'", n.op.name(), n.name)
+            }
+            Step::Kernel(_)
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => String::new(),
+        };
+        rename_slot(plan, i..i + 1, src, out);
+        plan.steps.remove(j);
+        plan.decisions.push(format!(
+            "{name}: no copy: {what} writes its result into this kernel's buffer (the same bytes in the same order)"
+        ));
+    }
+}
+
+/// The slot a loop kernel copies whole into its output, element for
+/// element in row-major order with no conversion, if that is all it does.
+fn whole_copy(plan: &Plan, k: &Kernel) -> Option<SlotId> {
+    if k.kind != KernelKind::Loop || k.stash.is_some() || k.nodes.len() != 1 || k.root != 0 {
+        return None;
+    }
+    let ENode::Load {
+        slot,
+        dtype,
+        offset: 0,
+        strides,
+    } = &k.nodes[0]
+    else {
+        return None;
+    };
+    let (from, to) = (&plan.slots[*slot], &plan.slots[k.out]);
+    let whole = *strides == row_major(&k.dims)
+        && k.out_strides == row_major(&k.dims)
+        && *dtype == from.dtype
+        && from.dtype == to.dtype
+        && from.dtype != DType::String
+        && from.bytes() == to.bytes()
+        && k.dims.iter().product::<usize>() * from.dtype.size() == from.bytes();
+    (whole && matches!(from.kind, SlotKind::Temp { .. }) && *slot != k.out).then_some(*slot)
 }
 
 /// Renames slot `from` to `to` in `steps` (a range of the plan's) and in
