@@ -750,7 +750,7 @@ fn scatter_strings(
     let mut out = x.strings().to_vec();
     let at = Scatter {
         dims: x.shape(),
-        ids: &ids,
+        ids: &*ids,
         axis,
     };
     at.rows(&mut out, updates.strings(), |_, u| u.clone())?;
@@ -768,20 +768,84 @@ fn combine_at(
     axis: usize,
     combiner: Combiner,
 ) -> Result<()> {
-    let ids = indices_in_range(idx, dims[axis])?;
-    let at = Scatter {
-        dims,
-        ids: &ids,
-        axis,
-    };
     let ups = updates.bytes();
+    let d = idx.dtype();
+    // i32 and i64 indices are read where they lie, inside the loop; the
+    // others are converted first.
+    match d {
+        DType::I32 => {
+            let ids = words::<i32>(idx.bytes());
+            combine_by(
+                out,
+                dtype,
+                &Scatter {
+                    dims,
+                    ids: &*ids,
+                    axis,
+                },
+                ups,
+                combiner,
+            )
+        }
+        DType::I64 => {
+            let ids = words::<i64>(idx.bytes());
+            combine_by(
+                out,
+                dtype,
+                &Scatter {
+                    dims,
+                    ids: &*ids,
+                    axis,
+                },
+                ups,
+                combiner,
+            )
+        }
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::F16
+        | DType::BF16
+        | DType::F32
+        | DType::F64
+        | DType::C64
+        | DType::C128
+        | DType::String => {
+            let ids = indices_in_range(idx, dims[axis])?;
+            combine_by(
+                out,
+                dtype,
+                &Scatter {
+                    dims,
+                    ids: &*ids,
+                    axis,
+                },
+                ups,
+                combiner,
+            )
+        }
+    }
+}
+
+/// [`combine_at`] with the indices `at` holds.
+fn combine_by<I: IndexList + ?Sized>(
+    out: &mut [u8],
+    dtype: DType,
+    at: &Scatter<'_, I>,
+    ups: &[u8],
+    combiner: Combiner,
+) -> Result<()> {
     match combiner {
         Combiner::Set => with_size!(dtype.size(), T => {
             in_words::<T>(out, |o| at.rows(o, &words::<T>(ups), |_, u| *u))
         }),
-        Combiner::Add => combine_with::<AddOp>(out, dtype, &at, ups),
-        Combiner::Min => combine_with::<MinOp>(out, dtype, &at, ups),
-        Combiner::Max => combine_with::<MaxOp>(out, dtype, &at, ups),
+        Combiner::Add => combine_with::<AddOp, I>(out, dtype, at, ups),
+        Combiner::Min => combine_with::<MinOp, I>(out, dtype, at, ups),
+        Combiner::Max => combine_with::<MaxOp, I>(out, dtype, at, ups),
     }
 }
 
@@ -804,10 +868,10 @@ impl CombineOp for MaxOp {
 }
 
 /// [`combine_at`] for the combiners that apply a binary op.
-fn combine_with<O: CombineOp>(
+fn combine_with<O: CombineOp, I: IndexList + ?Sized>(
     out: &mut [u8],
     dtype: DType,
-    at: &Scatter<'_>,
+    at: &Scatter<'_, I>,
     ups: &[u8],
 ) -> Result<()> {
     // (`O::OP` at every use, not a local: the closures are compiled with
@@ -876,15 +940,58 @@ fn in_words<T: Pod>(bytes: &mut [u8], f: impl FnOnce(&mut [T]) -> Result<()>) ->
     }
 }
 
+/// A scatter's indices as its loop reads them: [`IndexList::at`] is the
+/// position along the dim, or a value of at least the dim's size for an
+/// index outside it (signed values widened to i64 and read as u64, so a
+/// negative one is too large: one unsigned comparison per index).
+trait IndexList {
+    fn count(&self) -> usize;
+    fn at(&self, j: usize) -> u64;
+}
+
+impl IndexList for [i32] {
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline(always)]
+    fn at(&self, j: usize) -> u64 {
+        i64::from(self[j]) as u64
+    }
+}
+
+impl IndexList for [i64] {
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline(always)]
+    fn at(&self, j: usize) -> u64 {
+        self[j] as u64
+    }
+}
+
+/// Converted by [`indices_in_range`] ([`SKIP`] outside the dim).
+impl IndexList for [usize] {
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline(always)]
+    fn at(&self, j: usize) -> u64 {
+        self[j] as u64
+    }
+}
+
 /// Where a scatter's updates go: the operand's dims, the axis and the
-/// indices along it ([`SKIP`]: outside the dim).
-struct Scatter<'a> {
+/// indices along it.
+struct Scatter<'a, I: ?Sized> {
     dims: &'a [usize],
-    ids: &'a [usize],
+    ids: &'a I,
     axis: usize,
 }
 
-impl Scatter<'_> {
+impl<I: IndexList + ?Sized> Scatter<'_, I> {
     /// `out[.., ids[j], ..] = f(out[.., ids[j], ..], src[.., j, ..])` for
     /// every in-range index `j`, in row-major order.
     fn rows<T: Clone, U>(&self, out: &mut [T], src: &[U], f: impl Fn(T, &U) -> T) -> Result<()> {
@@ -892,30 +999,34 @@ impl Scatter<'_> {
         let n = dims[axis];
         let outer: usize = dims[..axis].iter().product();
         let inner: usize = dims[axis + 1..].iter().product();
-        let m = ids.len();
+        let m = ids.count();
         if out.len() != outer * n * inner || src.len() != outer * m * inner {
             return Err(Error::internal("scatter: buffer sizes"));
         }
+        let limit = n as u64;
         if inner == 1 {
             // One element per index: no row slices to cut.
             for (dst, from) in out.chunks_exact_mut(n).zip(src.chunks_exact(m)) {
-                for (j, (&k, u)) in ids.iter().zip(from).enumerate() {
+                for (j, u) in from.iter().enumerate() {
                     #[cfg(target_arch = "x86_64")]
-                    if let Some(&ahead) = ids.get(j + 32)
-                        && ahead < n
-                    {
-                        // The element 32 updates ahead, fetched while
-                        // these wait on theirs (random rows of a table
-                        // larger than the L2 cache).
-                        // SAFETY: SSE is in every x86_64 CPU; a prefetch
-                        // reads nothing the program sees.
-                        unsafe {
-                            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                                (&raw const dst[ahead]).cast(),
-                            );
+                    if j + 32 < m {
+                        let ahead = ids.at(j + 32);
+                        if ahead < limit {
+                            // The element 32 updates ahead, fetched while
+                            // these wait on theirs (random rows of a table
+                            // larger than the L2 cache).
+                            // SAFETY: SSE is in every x86_64 CPU; a
+                            // prefetch reads nothing the program sees.
+                            unsafe {
+                                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                                    (&raw const dst[ahead as usize]).cast(),
+                                );
+                            }
                         }
                     }
-                    if let Some(d) = dst.get_mut(k) {
+                    let k = ids.at(j);
+                    if k < limit {
+                        let d = &mut dst[k as usize];
                         *d = f(d.clone(), u);
                     }
                 }
@@ -923,10 +1034,12 @@ impl Scatter<'_> {
             return Ok(());
         }
         for o in 0..outer {
-            for (j, &k) in ids.iter().enumerate() {
-                if k >= n {
+            for j in 0..m {
+                let k = ids.at(j);
+                if k >= limit {
                     continue;
                 }
+                let k = k as usize;
                 let dst = &mut out[(o * n + k) * inner..][..inner];
                 let from = &src[(o * m + j) * inner..][..inner];
                 for (d, u) in dst.iter_mut().zip(from) {
