@@ -583,42 +583,16 @@ pub fn update_slice_into(
 const SKIP: usize = usize::MAX;
 
 /// Indices of an integer tensor as positions along a dim of size `n`;
-/// [`SKIP`] for those outside `[0, n)` (which `scatter` skips).
+/// [`SKIP`] for those outside `[0, n)` (which `scatter` skips). What the
+/// scatter of strings and of indices other than i32/i64 reads (those two
+/// are read in place, [`IndexList`]).
 fn indices_in_range(idx: &TensorRef<'_>, n: usize) -> Result<Vec<usize>> {
     let d = idx.dtype();
-    // Signed values widened to i64 and then read as u64, negative ones
-    // become too large: one unsigned comparison per index.
-    let bytes = idx.bytes();
-    let limit = n as u64;
-    let skip = |v: u64| if v < limit { v as usize } else { SKIP };
-    match d {
-        DType::I32 => Ok(words::<i32>(bytes)
-            .iter()
-            .map(|&v| skip(i64::from(v) as u64))
-            .collect()),
-        DType::I64 => Ok(words::<i64>(bytes)
-            .iter()
-            .map(|&v| skip(v as u64))
-            .collect()),
-        // (Compared as i128: exact for every integer dtype.)
-        DType::Bool
-        | DType::I8
-        | DType::I16
-        | DType::U8
-        | DType::U16
-        | DType::U32
-        | DType::U64
-        | DType::F16
-        | DType::BF16
-        | DType::F32
-        | DType::F64
-        | DType::C64
-        | DType::C128
-        | DType::String => with_int!(d, T => Ok(words::<T>(bytes).iter().map(|v| {
-            let v = v.to_i128();
-            if (0..n as i128).contains(&v) { v as usize } else { SKIP }
-        }).collect()), else => Err(Error::invalid(format!("scatter indices must be integers, got {d}")))),
-    }
+    // (Compared as i128: exact for every integer dtype.)
+    with_int!(d, T => Ok(words::<T>(idx.bytes()).iter().map(|v| {
+        let v = v.to_i128();
+        if (0..n as i128).contains(&v) { v as usize } else { SKIP }
+    }).collect()), else => Err(Error::invalid(format!("scatter indices must be integers, got {d}"))))
 }
 
 /// `bytes` as elements of `T`: borrowed when aligned for `T` (buffers and
@@ -1100,6 +1074,17 @@ mod tests {
                 )
                 .unwrap();
                 assert_eq!(&*buf, want.bytes(), "{combiner:?} at offset {at}");
+            }
+        }
+        // Indices of another integer dtype (converted first) and i32 ones
+        // (read in place) scatter alike.
+        let ids16 = Tensor::from_vec_as(DType::I16, &[2, 2], vec![2i16, 9, 2, -3]);
+        let ids32 = Tensor::from_vec_as(DType::I32, &[2, 2], vec![2i32, 9, 2, -3]);
+        for combiner in [Combiner::Set, Combiner::Add, Combiner::Max] {
+            let want = scatter(&x, &ids, &ups, 1, combiner).unwrap();
+            for other in [&ids16, &ids32] {
+                let got = scatter(&x, other, &ups, 1, combiner).unwrap();
+                assert_eq!(got.bytes(), want.bytes(), "{combiner:?} {}", other.dtype());
             }
         }
         // Row 0: 0, 1, 2 ← 100 then 102 (Set: the last wins), 3.
