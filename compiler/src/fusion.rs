@@ -1236,28 +1236,31 @@ fn write_copies_in_place(plan: &mut Plan) {
             [i] if *i < j => Some(*i),
             _ => None,
         };
-        let fits = producer.is_some_and(|i| match &plan.steps[i] {
-            Step::Gemm(g) => !g.accumulate && g.out == src,
+        // The producer, described, when it may write the kernel's buffer.
+        let what = producer.and_then(|i| match &plan.steps[i] {
+            Step::Gemm(g) if !g.accumulate && g.out == src => Some(format!("GEMM '{}'", g.name)),
             Step::Runtime {
                 graph,
                 node,
                 outputs,
                 ..
             } => {
-                let op = &plan.step_graph(*graph).node(*node).op;
-                outputs.iter().filter(|&&o| o == src).count() == 1
-                    && op.regions().is_empty()
+                let n = plan.step_graph(*graph).node(*node);
+                (outputs.iter().filter(|&&o| o == src).count() == 1
+                    && n.op.regions().is_empty()
                     && !matches!(
-                        op,
+                        n.op,
                         Op::Callback(_) | Op::DynamicUpdateSlice | Op::Scatter { .. }
-                    )
+                    ))
+                .then(|| format!("{} '{}'", n.op.name(), n.name))
             }
-            Step::Kernel(_)
+            Step::Gemm(_)
+            | Step::Kernel(_)
             | Step::Copy { .. }
             | Step::Label(_)
             | Step::Jump(_)
             | Step::BranchUnless { .. }
-            | Step::Switch { .. } => false,
+            | Step::Switch { .. } => None,
         });
         let out_free = !plan.outputs.contains(&src)
             && readers == 1
@@ -1265,22 +1268,9 @@ fn write_copies_in_place(plan: &mut Plan) {
                 let (r, w) = step_slots(st);
                 r.contains(&out) || w.contains(&out)
             });
-        let (Some(i), true, true) = (producer, fits, out_free) else {
+        let (Some(i), Some(what), true) = (producer, what, out_free) else {
             j += 1;
             continue;
-        };
-        let what = match &plan.steps[i] {
-            Step::Gemm(g) => format!("GEMM '{}'", g.name),
-            Step::Runtime { graph, node, .. } => {
-                let n = plan.step_graph(*graph).node(*node);
-                format!("{} '{}'", n.op.name(), n.name)
-            }
-            Step::Kernel(_)
-            | Step::Copy { .. }
-            | Step::Label(_)
-            | Step::Jump(_)
-            | Step::BranchUnless { .. }
-            | Step::Switch { .. } => String::new(),
         };
         rename_slot(plan, i..i + 1, src, out);
         plan.steps.remove(j);

@@ -614,22 +614,8 @@ pub fn scatter(
     axis: usize,
     combiner: Combiner,
 ) -> Result<Tensor> {
-    let (idx, ups) = (idx.as_ref(), updates.as_ref());
-    check_scatter(x.dtype(), x.shape(), &idx, &ups, axis)?;
-    if x.dtype() == DType::String {
-        return scatter_strings(x, &idx, updates, axis);
-    }
-    let mut bytes = AlignedBytes::from_slice(x.bytes());
-    combine_at(
-        bytes.as_mut_slice(),
-        x.dtype(),
-        x.shape(),
-        &idx,
-        &ups,
-        axis,
-        combiner,
-    )?;
-    Tensor::from_aligned(x.dtype(), x.shape(), bytes)
+    // The caller keeps `x`: its buffer is shared, so this works on a copy.
+    scatter_owned(x.clone(), idx, updates, axis, combiner)
 }
 
 /// [`scatter`] into `x`'s own buffer when nothing else references it (the
@@ -642,15 +628,15 @@ pub fn scatter_owned(
     axis: usize,
     combiner: Combiner,
 ) -> Result<Tensor> {
-    if x.dtype() == DType::String {
-        return scatter(&x, idx, updates, axis, combiner);
-    }
     let (ir, ur) = (idx.as_ref(), updates.as_ref());
     check_scatter(x.dtype(), x.shape(), &ir, &ur, axis)?;
+    if x.dtype() == DType::String {
+        return scatter_strings(&x, &ir, updates, axis);
+    }
     let (dtype, shape) = (x.dtype(), x.shape().to_vec());
     let mut bytes = match x.into_unique_bytes() {
         Ok(b) => b,
-        Err(shared) => return scatter(&shared, idx, updates, axis, combiner),
+        Err(shared) => AlignedBytes::from_slice(shared.bytes()),
     };
     combine_at(
         bytes.as_mut_slice(),
@@ -746,73 +732,43 @@ fn combine_at(
     let d = idx.dtype();
     // i32 and i64 indices are read where they lie, inside the loop; the
     // others are converted first.
-    match d {
-        DType::I32 => {
-            let ids = words::<i32>(idx.bytes());
-            combine_by(
-                out,
-                dtype,
-                &Scatter {
-                    dims,
-                    ids: &*ids,
-                    axis,
-                },
-                ups,
-                combiner,
-            )
-        }
-        DType::I64 => {
-            let ids = words::<i64>(idx.bytes());
-            combine_by(
-                out,
-                dtype,
-                &Scatter {
-                    dims,
-                    ids: &*ids,
-                    axis,
-                },
-                ups,
-                combiner,
-            )
-        }
-        DType::Bool
-        | DType::I8
-        | DType::I16
-        | DType::U8
-        | DType::U16
-        | DType::U32
-        | DType::U64
-        | DType::F16
-        | DType::BF16
-        | DType::F32
-        | DType::F64
-        | DType::C64
-        | DType::C128
-        | DType::String => {
-            let ids = indices_in_range(idx, dims[axis])?;
-            combine_by(
-                out,
-                dtype,
-                &Scatter {
-                    dims,
-                    ids: &*ids,
-                    axis,
-                },
-                ups,
-                combiner,
-            )
-        }
+    if d == DType::I32 {
+        combine_by(
+            out,
+            dtype,
+            dims,
+            &*words::<i32>(idx.bytes()),
+            axis,
+            ups,
+            combiner,
+        )
+    } else if d == DType::I64 {
+        combine_by(
+            out,
+            dtype,
+            dims,
+            &*words::<i64>(idx.bytes()),
+            axis,
+            ups,
+            combiner,
+        )
+    } else {
+        let ids = indices_in_range(idx, dims[axis])?;
+        combine_by(out, dtype, dims, &*ids, axis, ups, combiner)
     }
 }
 
-/// [`combine_at`] with the indices `at` holds.
+/// [`combine_at`] with the indices `ids` along `axis`.
 fn combine_by<I: IndexList + ?Sized>(
     out: &mut [u8],
     dtype: DType,
-    at: &Scatter<'_, I>,
+    dims: &[usize],
+    ids: &I,
+    axis: usize,
     ups: &[u8],
     combiner: Combiner,
 ) -> Result<()> {
+    let at = &Scatter { dims, ids, axis };
     match combiner {
         Combiner::Set => with_size!(dtype.size(), T => {
             in_words::<T>(out, |o| at.rows(o, &words::<T>(ups), |_, u| *u))
