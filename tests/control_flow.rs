@@ -1156,3 +1156,167 @@ fn in_place_updates_never_write_a_value_still_read() {
         &[0.0, 0.0, 1.0, 10.0, 2.0, 20.0, 3.0, 30.0]
     );
 }
+
+/// A `dynamic_slice` whose block is one contiguous, 16-byte aligned run of
+/// its operand (a row of a stack) is read where it lies, in loops and out
+/// of them: with clamped starts, feeding kernels and a scatter. Not when
+/// its rows are unaligned, when it is an output, when its operand is
+/// written (in place) before its last reader, and never with the operand's
+/// buffer reused while it is read (the last case fails without that).
+#[test]
+fn aligned_dynamic_slices_are_read_where_they_lie() {
+    let read_in_place = "its block is read where it lies";
+    let f32s = |n: usize, shape: &[usize]| {
+        common::f32s(
+            &(0..n)
+                .map(|v| ((v * 7) % 11) as f32 - 5.0)
+                .collect::<Vec<_>>(),
+            shape,
+        )
+    };
+    let fused = |f: Function, specs: &[TensorSpec]| {
+        f.jit_compile(true)
+            .compiler_ir(specs, IrStage::Fused)
+            .unwrap()
+    };
+    let check = |name: &str, f: &dyn Fn() -> Function, args: &[Tensor]| {
+        let want = f().call(args).unwrap();
+        let got = f().jit_compile(true).call(args).unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        for (g, w) in got.iter().zip(&want) {
+            common::assert_close(g, w, 1e-6, 1e-5, name);
+        }
+        want
+    };
+    // A loop summing rows 0, 2, 4, ... of a stack (the start clamps to the
+    // last row past the end): rows of 4 f32 are aligned, rows of 5 not.
+    let rows_loop = |width: usize| {
+        move || {
+            function(move |xs: Sym| {
+                let g = xs.graph();
+                let zero = g.scalar(DType::I32, 0.0);
+                let acc = g.scalar(DType::F32, 0.0).broadcast_to(&[width]);
+                fori_loop(
+                    0,
+                    6,
+                    |i, c| {
+                        let at = i * 2;
+                        let row = xs.dynamic_slice(&[&at, &zero], &[1, width]);
+                        vec![&c[0] + row.reshape(&[width as i64]) * 3.0]
+                    },
+                    &[acc],
+                )
+            })
+        }
+    };
+    for (width, view) in [(4, true), (5, false)] {
+        let specs = [TensorSpec::known(DType::F32, &[8, width])];
+        let plan = fused(rows_loop(width)(), &specs);
+        assert_eq!(
+            plan.contains(read_in_place),
+            view,
+            "rows of {width}: {plan}"
+        );
+        let xs = f32s(8 * width, &[8, width]);
+        let out = check("rows loop", &rows_loop(width), std::slice::from_ref(&xs));
+        let x = common::to_vec::<f32>(&xs);
+        let want: Vec<f32> = (0..width)
+            .map(|j| {
+                [0, 2, 4, 6, 7, 7]
+                    .iter()
+                    .fold(0.0f32, |a, r| a + x[r * width + j] * 3.0)
+            })
+            .collect();
+        assert_eq!(common::to_vec::<f32>(&out[0]), want, "rows of {width}");
+    }
+    // Scattering rows of a stacked input into a carried table.
+    let scatter_loop = || {
+        function(|table: Sym, ids: Sym, ups: Sym| {
+            let zero = table.graph().scalar(DType::I32, 0.0);
+            fori_loop(
+                0,
+                4,
+                |i, c| {
+                    let at = ids.dynamic_slice(&[i, &zero], &[1, 4]).reshape(&[4]);
+                    let u = ups.dynamic_slice(&[i, &zero], &[1, 4]).reshape(&[4]);
+                    vec![c[0].scatter(&at, &u, 0, Combiner::Add)]
+                },
+                &[table],
+            )
+        })
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[16]),
+        TensorSpec::known(DType::I32, &[4, 4]),
+        TensorSpec::known(DType::F32, &[4, 4]),
+    ];
+    let plan = fused(scatter_loop(), &specs);
+    assert_eq!(plan.matches(read_in_place).count(), 2, "{plan}");
+    let ids = i32s(
+        &[3, 0, 3, 15, 1, 2, 3, 4, 9, 9, 9, 40, -1, 0, 5, 6],
+        &[4, 4],
+    );
+    check(
+        "scatter loop",
+        &scatter_loop,
+        &[f32s(16, &[16]), ids, f32s(16, &[4, 4])],
+    );
+    // The slice as the output: its own buffer.
+    let out_slice = || {
+        function(|x: Sym, i: Sym| {
+            let z = x.graph().scalar(DType::I32, 0.0);
+            x.dynamic_slice(&[&i, &z], &[1, 8])
+        })
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[4, 8]),
+        TensorSpec::known(DType::I32, &[]),
+    ];
+    assert!(!fused(out_slice(), &specs).contains(read_in_place));
+    for i in [-3, 0, 2, 9] {
+        check("output", &out_slice, &[f32s(32, &[4, 8]), scalar_i32(i)]);
+    }
+    // The operand updated in place before the slice's last reader: a copy.
+    let written = || {
+        function(|x: Sym, i: Sym| {
+            let t = &x * 2.0;
+            let z = x.graph().scalar(DType::I32, 0.0);
+            let row = t.dynamic_slice(&[&i, &z], &[1, 8]);
+            let ones = x.graph().scalar(DType::F32, 1.0).broadcast_to(&[1, 8]);
+            let t2 = t.dynamic_update_slice(&ones, &[&i, &z]);
+            &t2 + row.reduce_sum(None, false)
+        })
+    };
+    let plan = fused(written(), &specs);
+    assert!(plan.contains("in place"), "{plan}");
+    assert!(!plan.contains(read_in_place), "{plan}");
+    for i in [0, 3] {
+        check("written", &written, &[f32s(32, &[4, 8]), scalar_i32(i)]);
+    }
+    // The operand is not read after the slice, and a product computed
+    // after it would take its buffer were the view not keeping it live.
+    let reused = || {
+        function(|x: Sym, y: Sym, i: Sym| {
+            let t = (&x * 2.0).exp();
+            let z = x.graph().scalar(DType::I32, 0.0);
+            let row = t.dynamic_slice(&[&i, &z], &[1, 16]).reshape(&[16]);
+            let w = (&y * 3.0).tanh();
+            let m = w.matmul(&w);
+            m.reduce_sum(Some(&[0]), false) + row
+        })
+    };
+    let specs = [
+        TensorSpec::known(DType::F32, &[16, 16]),
+        TensorSpec::known(DType::F32, &[16, 16]),
+        TensorSpec::known(DType::I32, &[]),
+    ];
+    let plan = fused(reused(), &specs);
+    assert!(plan.contains(read_in_place), "{plan}");
+    for i in [0, 5, 15, 99] {
+        let y = common::f32s(
+            &(0..256).map(|v| (v % 13) as f32 * 0.1).collect::<Vec<_>>(),
+            &[16, 16],
+        );
+        check("reused", &reused, &[f32s(256, &[16, 16]), y, scalar_i32(i)]);
+    }
+}

@@ -323,6 +323,9 @@ pub struct Plan {
     pub regions: Vec<Graph>,
     /// Number of labels used.
     pub labels: usize,
+    /// `(view, source)`: a `dynamic_slice` result read where it lies in its
+    /// operand's buffer (see [`slice_views`]).
+    pub views: Vec<(SlotId, SlotId)>,
 }
 
 /// Consecutive kernel steps `start..end` over the same outermost ("row")
@@ -947,6 +950,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
         groups: Vec::new(),
         regions: Vec::new(),
         labels: 0,
+        views: Vec::new(),
     };
     if accumulate {
         accumulate_gemms(&mut plan, params_writable);
@@ -958,6 +962,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     crate::tile::tile_kernels(&mut plan);
     update_in_place(&mut plan, params_writable);
     mark_handoffs(&mut plan);
+    slice_views(&mut plan);
     plan_buffers(&mut plan);
     // Control flow, last first so that earlier step numbers stay valid.
     for i in (0..plan.steps.len()).rev() {
@@ -1739,6 +1744,7 @@ fn merge_region(
     for d in &sub.decisions {
         plan.decisions.push(format!("@{}: {d}", region.name));
     }
+    (plan.views).extend(sub.views.iter().map(|&(v, x)| (map[v], map[x])));
     let outputs = sub.outputs.iter().map(|s| map[*s]).collect();
     Ok(Merged { steps, outputs })
 }
@@ -2510,6 +2516,10 @@ fn plan_buffers(plan: &mut Plan) {
             last[s] = last[s].max(hi);
         }
     }
+    // A view's reads are reads of its source's buffer.
+    for &(v, x) in &plan.views {
+        last[x] = last[x].max(last[v]);
+    }
     // (offset, size, last use) of live allocations.
     let mut live: Vec<(usize, usize, usize)> = Vec::new();
     let mut arena = 0usize;
@@ -2534,6 +2544,98 @@ fn plan_buffers(plan: &mut Plan) {
         plan.slots[s].kind = SlotKind::Temp { offset };
     }
     plan.arena_bytes = arena;
+}
+
+/// `dynamic_slice` results read where they lie: when the block is one
+/// contiguous run of the operand's buffer that starts 16 bytes aligned
+/// whatever the start indices (one row of a stack: what a loop over a
+/// stacked input reads per step), the step points its result slot into
+/// the operand's buffer (rt's `dynamic_slice` step) instead of copying the
+/// block. The result must be a temporary of its own (not an output, not
+/// handed off, not kept in a register) that no other step writes, and no
+/// step may write the operand (or replace its buffer) from the slice to
+/// the result's last reader; [`plan_buffers`] keeps the operand's buffer
+/// live as long as the view.
+fn slice_views(plan: &mut Plan) {
+    for i in 0..plan.steps.len() {
+        let Step::Runtime {
+            graph: 0,
+            node,
+            inputs,
+            outputs,
+        } = &plan.steps[i]
+        else {
+            continue;
+        };
+        let n = plan.graph.node(*node);
+        let (Op::DynamicSlice { sizes }, Some(&x), [v]) =
+            (&n.op, inputs.first(), outputs.as_slice())
+        else {
+            continue;
+        };
+        let v = *v;
+        let (xs, vs) = (&plan.slots[x], &plan.slots[v]);
+        let source_stays = match xs.kind {
+            SlotKind::Input(_) | SlotKind::Const(_) | SlotKind::Temp { .. } | SlotKind::Output => {
+                true
+            }
+            SlotKind::HandOff { .. } => false,
+        };
+        let fits = x != v
+            && source_stays
+            && matches!(vs.kind, SlotKind::Temp { .. })
+            && !vs.dims.is_empty()
+            && vs.bytes() > 0
+            && xs.dtype != DType::String
+            && !plan.outputs.contains(&v)
+            && aligned_block(&xs.dims, sizes, xs.dtype.size());
+        if !fits {
+            continue;
+        }
+        let mut last = None;
+        let mut alone = true;
+        for (j, st) in plan.steps.iter().enumerate() {
+            let (reads, writes) = step_slots(st);
+            alone &= j == i || !writes.contains(&v);
+            if reads.contains(&v) {
+                last = Some(j);
+            }
+        }
+        let Some(last) = last.filter(|&r| r > i && alone) else {
+            continue;
+        };
+        let source_written =
+            (plan.steps[i + 1..=last].iter()).any(|st| step_slots(st).1.contains(&x));
+        if source_written {
+            continue;
+        }
+        let (name, source) = (n.name.clone(), xs.name.clone());
+        plan.views.push((v, x));
+        plan.decisions.push(format!(
+            "{name}: no copy: its block is read where it lies, in the buffer of '{source}' (one contiguous, aligned run)"
+        ));
+    }
+}
+
+/// True when a `dynamic_slice` of `sizes` from an operand of `dims` (row
+/// major, elements of `size` bytes) is one contiguous run starting at a
+/// multiple of 16 bytes for any start indices: after the first axis the
+/// block does not take whole (sizes of 1 before it), every axis is whole,
+/// and each axis whose start may be non-zero steps by a multiple of 16
+/// bytes.
+fn aligned_block(dims: &[usize], sizes: &[usize], size: usize) -> bool {
+    if dims.len() != sizes.len() {
+        return false;
+    }
+    let first = sizes.iter().position(|&s| s != 1).unwrap_or(sizes.len());
+    let whole_after = (first + 1..dims.len()).all(|d| sizes[d] == dims[d]);
+    let mut stride = size;
+    let mut aligned = true;
+    for d in (0..dims.len()).rev() {
+        aligned &= dims[d] == sizes[d] || stride.is_multiple_of(16);
+        stride = stride.saturating_mul(dims[d]);
+    }
+    whole_after && aligned
 }
 
 /// Slots a step reads and writes.

@@ -394,6 +394,30 @@ fn run_step(
                     .collect::<Result<_, _>>()?;
                 let refs: Vec<&Tensor> = starts.iter().collect();
                 let (xs, os) = (&plan.slots[x], &plan.slots[*out]);
+                if plan.views.contains(&(*out, x)) {
+                    // A view (`fusion::slice_views`): the result slot points
+                    // at the block in the operand's buffer, which stays
+                    // unwritten and live until the result's last reader.
+                    let at = tensorlift_runtime::kernels::layout::block_offset(
+                        "dynamic_slice",
+                        &xs.dims,
+                        sizes,
+                        &refs,
+                    )
+                    .map_err(|e| e.at_node(g.node_ref(*node)))?;
+                    let end = (at + os.dims.iter().product::<usize>()) * xs.dtype.size();
+                    if end > xs.bytes() {
+                        return Err(Error::internal("dynamic_slice: a view past its operand"));
+                    }
+                    // SAFETY: `bufs` is the executor's mutable pointer
+                    // table; the offset lies inside the operand's buffer
+                    // (checked above) and the result slot is only read.
+                    unsafe {
+                        let base = *bufs.add(x);
+                        *(bufs as *mut *mut u8).add(*out) = base.add(at * xs.dtype.size());
+                    }
+                    return Ok(());
+                }
                 let mut keep = None;
                 // SAFETY: slot pointers are valid while main runs; the
                 // output is another slot (checked above).

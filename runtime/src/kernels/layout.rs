@@ -548,6 +548,31 @@ pub fn slice_into(
     Ok(())
 }
 
+/// The row-major element offset in an operand of `dims` of the block of
+/// `sizes` at the clamped `starts` of a dynamic slice (`op`): where the
+/// JIT reads a block that is one contiguous run in place.
+pub fn block_offset(
+    op: &str,
+    dims: &[usize],
+    sizes: &[usize],
+    starts: &[&Tensor],
+) -> Result<usize> {
+    if sizes.len() != dims.len() {
+        return Err(Error::invalid(format!(
+            "{op}: {} sizes for an operand of rank {}",
+            sizes.len(),
+            dims.len()
+        )));
+    }
+    let at = clamped_starts(op, starts, dims, sizes)?;
+    let (mut offset, mut stride) = (0usize, 1usize);
+    for d in (0..dims.len()).rev() {
+        offset += at[d] * stride;
+        stride *= dims[d];
+    }
+    Ok(offset)
+}
+
 /// [`dynamic_update_slice`] in place: writes `update` into `out` (the
 /// bytes of an operand of `dtype` and `dims`) at the clamped `starts`; the
 /// rest of `out` is left as it is. What the JIT runs when the operand's
