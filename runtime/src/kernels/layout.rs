@@ -319,14 +319,29 @@ pub fn take_into(out: &mut [u8], x: &Tensor, idx: &Tensor, axis: usize) -> Resul
     if inner == 0 {
         return Ok(());
     }
-    for (o, block) in out.chunks_exact_mut(ids.len() * inner).enumerate() {
-        for (&j, row) in ids.iter().zip(block.chunks_exact_mut(inner)) {
-            let s = (o * n + j) * inner;
-            row.copy_from_slice(&src[s..s + inner]);
+    let copy = |r: usize, row: &mut [u8]| {
+        let s = ((r / ids.len()) * n + ids[r % ids.len()]) * inner;
+        row.copy_from_slice(&src[s..s + inner]);
+    };
+    if out.len() >= PARALLEL_COPY_BYTES && rayon::current_num_threads() > 1 {
+        // Over the pool in runs of at least PARALLEL_COPY_BYTES / 4 (the
+        // gathered rows are copies: the bytes do not depend on the split).
+        use rayon::prelude::*;
+        let min_rows = (PARALLEL_COPY_BYTES / 4).div_ceil(inner);
+        out.par_chunks_exact_mut(inner)
+            .enumerate()
+            .with_min_len(min_rows)
+            .for_each(|(r, row)| copy(r, row));
+    } else {
+        for (r, row) in out.chunks_exact_mut(inner).enumerate() {
+            copy(r, row);
         }
     }
     Ok(())
 }
+
+/// Gathers that write at least this many bytes split over the thread pool.
+const PARALLEL_COPY_BYTES: usize = 1 << 20;
 
 fn iota_with<T: Pod>(dims: &[usize], dim: usize, dtype: DType, f: impl Fn(usize) -> T) -> Tensor {
     let st = strides(dims);
@@ -1027,6 +1042,37 @@ mod tests {
 
     fn i64s(v: &[i64], shape: &[usize]) -> Tensor {
         Tensor::from_vec_as(DType::I64, shape, v.to_vec())
+    }
+
+    /// Gathers large enough to split over the pool copy the same rows as
+    /// an element-by-element gather, along a leading and a middle axis.
+    #[test]
+    fn large_takes_gather_the_same_rows_when_split() {
+        for (dims, axis, n_ids) in [(vec![4096, 64], 0, 8192), (vec![16, 512, 64], 1, 300)] {
+            let len: usize = dims.iter().product();
+            let x = i64s(&(0..len as i64).collect::<Vec<_>>(), &dims);
+            let ids: Vec<i64> = (0..n_ids as i64)
+                .map(|i| (i * 7919 + 13) % dims[axis] as i64)
+                .collect();
+            let got = take(&x, &i64s(&ids, &[n_ids]), axis).unwrap();
+            assert!(got.bytes().len() >= PARALLEL_COPY_BYTES);
+            let (outer, inner) = (
+                dims[..axis].iter().product::<usize>(),
+                dims[axis + 1..].iter().product::<usize>(),
+            );
+            let n = dims[axis];
+            let mut want: Vec<i64> = Vec::new();
+            for o in 0..outer {
+                for &j in &ids {
+                    want.extend((0..inner).map(|e| ((o * n + j as usize) * inner + e) as i64));
+                }
+            }
+            assert_eq!(
+                got.view::<i64>().unwrap(),
+                want.as_slice(),
+                "{dims:?} axis {axis}"
+            );
+        }
     }
 
     /// In place, on a copy and through a misaligned buffer (written back
