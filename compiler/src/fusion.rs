@@ -1138,16 +1138,10 @@ fn expand_control(plan: &mut Plan, at: usize, accumulate: bool) -> Result<()> {
 /// next carry in the same slot.
 fn update_in_place(plan: &mut Plan, params_writable: bool) {
     for i in 0..plan.steps.len() {
-        let Step::Runtime {
-            graph: 0,
-            node,
-            inputs,
-            outputs,
-        } = &plan.steps[i]
-        else {
+        let Some((node, inputs, outputs)) = own_runtime_step(&plan.steps[i]) else {
             continue;
         };
-        let n = plan.graph.node(*node);
+        let n = plan.graph.node(node);
         if !matches!(n.op, Op::DynamicUpdateSlice | Op::Scatter { .. }) || outputs.len() != 1 {
             continue;
         }
@@ -1200,6 +1194,21 @@ fn update_in_place(plan: &mut Plan, params_writable: bool) {
             "{name}: {op} in place (its operand's buffer is not read afterwards)"
         ));
     }
+}
+
+/// A runtime step of the plan's own graph (not of a region merged into
+/// it): its node, operand slots and result slots.
+fn own_runtime_step(step: &Step) -> Option<(NodeId, &[SlotId], &[SlotId])> {
+    let Step::Runtime {
+        graph: 0,
+        node,
+        inputs,
+        outputs,
+    } = step
+    else {
+        return None;
+    };
+    Some((*node, inputs, outputs))
 }
 
 /// A loop kernel that only copies one slot whole, element for element in
@@ -2558,19 +2567,11 @@ fn plan_buffers(plan: &mut Plan) {
 /// live as long as the view.
 fn slice_views(plan: &mut Plan) {
     for i in 0..plan.steps.len() {
-        let Step::Runtime {
-            graph: 0,
-            node,
-            inputs,
-            outputs,
-        } = &plan.steps[i]
-        else {
+        let Some((node, inputs, outputs)) = own_runtime_step(&plan.steps[i]) else {
             continue;
         };
-        let n = plan.graph.node(*node);
-        let (Op::DynamicSlice { sizes }, Some(&x), [v]) =
-            (&n.op, inputs.first(), outputs.as_slice())
-        else {
+        let n = plan.graph.node(node);
+        let (Op::DynamicSlice { sizes }, Some(&x), [v]) = (&n.op, inputs.first(), outputs) else {
             continue;
         };
         let v = *v;
