@@ -225,22 +225,45 @@ fn map(len: usize) -> Option<*mut u8> {
     Some(p.cast())
 }
 
+/// The last reading of `/proc/buddyinfo`: when, and the bytes of free huge
+/// pages it listed less those promised to mappings since.
+#[cfg(target_os = "linux")]
+static BUDDY: Mutex<Option<(std::time::Instant, usize)>> = Mutex::new(None);
+
+/// How long a reading of `/proc/buddyinfo` is used (reading it costs
+/// 20–30 µs, a tenth of faulting a kept 4 MiB output in huge pages).
+#[cfg(target_os = "linux")]
+const BUDDY_FRESH: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// True when the kernel has free blocks of a huge page or more for twice
-/// `len` bytes (`/proc/buddyinfo`), so that faulting in a mapping advised
-/// to use huge pages takes them as they are. With THP's `defrag` at
-/// `madvise` (the usual setting) a fault in an advised mapping otherwise
-/// compacts memory on the spot, 2–3 ms a huge page on a fragmented
-/// machine: slower than faulting 4 KiB pages. True when it cannot be told
-/// (no `/proc/buddyinfo`, pages other than x86-64's 4 KiB).
+/// `len` bytes (`/proc/buddyinfo`, read at most every [`BUDDY_FRESH`]),
+/// so that faulting in a mapping advised to use huge pages takes them as
+/// they are. With THP's `defrag` at `madvise` (the usual setting) a fault
+/// in an advised mapping otherwise compacts memory on the spot, 2–3 ms a
+/// huge page on a fragmented machine: slower than faulting 4 KiB pages.
+/// True when it cannot be told (no `/proc/buddyinfo`, pages other than
+/// x86-64's 4 KiB).
 #[cfg(target_os = "linux")]
 fn huge_pages_free_for(len: usize) -> bool {
     if !cfg!(target_arch = "x86_64") {
         return true;
     }
-    let Ok(text) = std::fs::read_to_string("/proc/buddyinfo") else {
-        return true;
+    let mut last = BUDDY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = std::time::Instant::now();
+    let (at, free) = match *last {
+        Some((at, free)) if now.duration_since(at) < BUDDY_FRESH => (at, free),
+        _ => {
+            let Ok(text) = std::fs::read_to_string("/proc/buddyinfo") else {
+                return true;
+            };
+            (now, free_huge_pages(&text).saturating_mul(2 << 20))
+        }
     };
-    free_huge_pages(&text).saturating_mul(2 << 20) >= len.saturating_mul(2)
+    let ok = free >= len.saturating_mul(2);
+    *last = Some((at, if ok { free - len } else { free }));
+    ok
 }
 
 /// The free 2 MiB blocks a `/proc/buddyinfo` lists (free blocks per order
