@@ -2620,10 +2620,10 @@ fn slice_views(plan: &mut Plan) {
 
 /// True when a `dynamic_slice` of `sizes` from an operand of `dims` (row
 /// major, elements of `size` bytes) is one contiguous run starting at a
-/// multiple of 16 bytes for any start indices: after the first axis the
-/// block does not take whole (sizes of 1 before it), every axis is whole,
-/// and each axis whose start may be non-zero steps by a multiple of 16
-/// bytes.
+/// multiple of 16 bytes for any start indices: the block takes one
+/// element of every axis before the first axis it takes more of, all of
+/// every axis after it, and each axis whose start may be non-zero steps by
+/// a multiple of 16 bytes.
 fn aligned_block(dims: &[usize], sizes: &[usize], size: usize) -> bool {
     if dims.len() != sizes.len() {
         return false;

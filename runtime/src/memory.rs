@@ -1,8 +1,8 @@
 //! Tensor buffers: 16-byte aligned, zero-initialized bytes. Buffers of
 //! 2 MiB and more are mapped directly and advised to use transparent huge
 //! pages, so that first-touching a fresh 16 MiB output costs 8 page faults
-//! instead of 4096 (a kept 4096×1024 GELU 5.7 → 2.7 ms, XLA 5.5; a fresh
-//! 64 MiB output 35 → 8 ms); small ones come from the heap.
+//! instead of 4096 (docs/benchmarks.md, "Outputs kept by the caller");
+//! small ones come from the heap.
 //!
 //! Buffers from [`AlignedBytes::for_overwrite`] of 1 MiB and more are
 //! recycled: when one is dropped it is kept in a small process-wide cache
@@ -11,10 +11,9 @@
 //! way XLA's and PyTorch's allocators keep device memory. A compiled
 //! function called in a loop then writes its outputs and its arena into
 //! memory that is already mapped instead of faulting fresh pages in every
-//! call (about 8% of a 4096×1024 softmax). [`AlignedBytes::zeroed`] takes
-//! from the cache too (zeroing by hand), so a chain of allocations reuses
-//! what the previous step dropped. [`trim_buffer_cache`] gives the memory
-//! back.
+//! call. [`AlignedBytes::zeroed`] takes from the cache too (zeroing by
+//! hand), so a chain of allocations reuses what the previous step dropped.
+//! [`trim_buffer_cache`] gives the memory back.
 //!
 //! This file holds all of the runtime's `unsafe` memory code.
 
@@ -231,7 +230,7 @@ fn map(len: usize) -> Option<*mut u8> {
 static BUDDY: Mutex<Option<(std::time::Instant, usize)>> = Mutex::new(None);
 
 /// How long a reading of `/proc/buddyinfo` is used (reading it costs
-/// 20–30 µs, a tenth of faulting a kept 4 MiB output in huge pages).
+/// about as much as faulting in a few huge pages).
 #[cfg(target_os = "linux")]
 const BUDDY_FRESH: std::time::Duration = std::time::Duration::from_millis(10);
 

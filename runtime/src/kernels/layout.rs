@@ -319,23 +319,29 @@ pub fn take_into(out: &mut [u8], x: &Tensor, idx: &Tensor, axis: usize) -> Resul
     if inner == 0 {
         return Ok(());
     }
-    let copy = |r: usize, row: &mut [u8]| {
-        let s = ((r / ids.len()) * n + ids[r % ids.len()]) * inner;
-        row.copy_from_slice(&src[s..s + inner]);
+    // Rows `first..` of the result into `block`.
+    let m = ids.len();
+    let gather = |first: usize, block: &mut [u8]| {
+        let (mut o, mut k) = (first / m, first % m);
+        for row in block.chunks_exact_mut(inner) {
+            let s = (o * n + ids[k]) * inner;
+            row.copy_from_slice(&src[s..s + inner]);
+            k += 1;
+            if k == m {
+                (o, k) = (o + 1, 0);
+            }
+        }
     };
     if out.len() >= PARALLEL_COPY_BYTES && rayon::current_num_threads() > 1 {
-        // Over the pool in runs of at least PARALLEL_COPY_BYTES / 4 (the
-        // gathered rows are copies: the bytes do not depend on the split).
+        // Over the pool in runs of PARALLEL_COPY_BYTES / 4 (the gathered
+        // rows are copies: the bytes do not depend on the split).
         use rayon::prelude::*;
-        let min_rows = (PARALLEL_COPY_BYTES / 4).div_ceil(inner);
-        out.par_chunks_exact_mut(inner)
+        let rows = (PARALLEL_COPY_BYTES / 4).div_ceil(inner);
+        out.par_chunks_mut(rows * inner)
             .enumerate()
-            .with_min_len(min_rows)
-            .for_each(|(r, row)| copy(r, row));
+            .for_each(|(c, block)| gather(c * rows, block));
     } else {
-        for (r, row) in out.chunks_exact_mut(inner).enumerate() {
-            copy(r, row);
-        }
+        gather(0, out);
     }
     Ok(())
 }
@@ -625,7 +631,7 @@ const SKIP: usize = usize::MAX;
 /// Indices of an integer tensor as positions along a dim of size `n`;
 /// [`SKIP`] for those outside `[0, n)` (which `scatter` skips). What the
 /// scatter of strings and of indices other than i32/i64 reads (those two
-/// are read in place, [`IndexList`]).
+/// are read in place, [`ScatterIndex`]).
 fn indices_in_range(idx: &TensorRef<'_>, n: usize) -> Result<Vec<usize>> {
     let d = idx.dtype();
     // (Compared as i128: exact for every integer dtype.)
@@ -750,7 +756,7 @@ fn scatter_strings(
     let mut out = x.strings().to_vec();
     let at = Scatter {
         dims: x.shape(),
-        ids: &*ids,
+        ids: &ids,
         axis,
     };
     at.rows(&mut out, updates.strings(), |_, u| u.clone())?;
@@ -777,7 +783,7 @@ fn combine_at(
             out,
             dtype,
             dims,
-            &*words::<i32>(idx.bytes()),
+            &words::<i32>(idx.bytes()),
             axis,
             ups,
             combiner,
@@ -787,23 +793,23 @@ fn combine_at(
             out,
             dtype,
             dims,
-            &*words::<i64>(idx.bytes()),
+            &words::<i64>(idx.bytes()),
             axis,
             ups,
             combiner,
         )
     } else {
         let ids = indices_in_range(idx, dims[axis])?;
-        combine_by(out, dtype, dims, &*ids, axis, ups, combiner)
+        combine_by(out, dtype, dims, &ids, axis, ups, combiner)
     }
 }
 
 /// [`combine_at`] with the indices `ids` along `axis`.
-fn combine_by<I: IndexList + ?Sized>(
+fn combine_by<I: ScatterIndex>(
     out: &mut [u8],
     dtype: DType,
     dims: &[usize],
-    ids: &I,
+    ids: &[I],
     axis: usize,
     ups: &[u8],
     combiner: Combiner,
@@ -838,7 +844,7 @@ impl CombineOp for MaxOp {
 }
 
 /// [`combine_at`] for the combiners that apply a binary op.
-fn combine_with<O: CombineOp, I: IndexList + ?Sized>(
+fn combine_with<O: CombineOp, I: ScatterIndex>(
     out: &mut [u8],
     dtype: DType,
     at: &Scatter<'_, I>,
@@ -910,58 +916,46 @@ fn in_words<T: Pod>(bytes: &mut [u8], f: impl FnOnce(&mut [T]) -> Result<()>) ->
     }
 }
 
-/// A scatter's indices as its loop reads them: [`IndexList::at`] is the
-/// position along the dim, or a value of at least the dim's size for an
-/// index outside it (signed values widened to i64 and read as u64, so a
-/// negative one is too large: one unsigned comparison per index).
-trait IndexList {
-    fn count(&self) -> usize;
-    fn at(&self, j: usize) -> u64;
+/// A scatter index as its loop reads it: [`ScatterIndex::position`] is
+/// the position along the dim, or a value of at least the dim's size for
+/// an index outside it (signed values widened to i64 and read as u64, so
+/// a negative one is too large: one unsigned comparison per index). i32
+/// and i64 indices are read where they lie; others are converted by
+/// [`indices_in_range`] ([`SKIP`] outside the dim).
+trait ScatterIndex: Copy {
+    fn position(self) -> u64;
 }
 
-impl IndexList for [i32] {
+impl ScatterIndex for i32 {
     #[inline(always)]
-    fn count(&self) -> usize {
-        self.len()
-    }
-    #[inline(always)]
-    fn at(&self, j: usize) -> u64 {
-        i64::from(self[j]) as u64
+    fn position(self) -> u64 {
+        i64::from(self) as u64
     }
 }
 
-impl IndexList for [i64] {
+impl ScatterIndex for i64 {
     #[inline(always)]
-    fn count(&self) -> usize {
-        self.len()
-    }
-    #[inline(always)]
-    fn at(&self, j: usize) -> u64 {
-        self[j] as u64
+    fn position(self) -> u64 {
+        self as u64
     }
 }
 
-/// Converted by [`indices_in_range`] ([`SKIP`] outside the dim).
-impl IndexList for [usize] {
+impl ScatterIndex for usize {
     #[inline(always)]
-    fn count(&self) -> usize {
-        self.len()
-    }
-    #[inline(always)]
-    fn at(&self, j: usize) -> u64 {
-        self[j] as u64
+    fn position(self) -> u64 {
+        self as u64
     }
 }
 
 /// Where a scatter's updates go: the operand's dims, the axis and the
 /// indices along it.
-struct Scatter<'a, I: ?Sized> {
+struct Scatter<'a, I> {
     dims: &'a [usize],
-    ids: &'a I,
+    ids: &'a [I],
     axis: usize,
 }
 
-impl<I: IndexList + ?Sized> Scatter<'_, I> {
+impl<I: ScatterIndex> Scatter<'_, I> {
     /// `out[.., ids[j], ..] = f(out[.., ids[j], ..], src[.., j, ..])` for
     /// every in-range index `j`, in row-major order.
     fn rows<T: Clone, U>(&self, out: &mut [T], src: &[U], f: impl Fn(T, &U) -> T) -> Result<()> {
@@ -969,7 +963,7 @@ impl<I: IndexList + ?Sized> Scatter<'_, I> {
         let n = dims[axis];
         let outer: usize = dims[..axis].iter().product();
         let inner: usize = dims[axis + 1..].iter().product();
-        let m = ids.count();
+        let m = ids.len();
         if out.len() != outer * n * inner || src.len() != outer * m * inner {
             return Err(Error::internal("scatter: buffer sizes"));
         }
@@ -980,7 +974,7 @@ impl<I: IndexList + ?Sized> Scatter<'_, I> {
                 for (j, u) in from.iter().enumerate() {
                     #[cfg(target_arch = "x86_64")]
                     if j + 32 < m {
-                        let ahead = ids.at(j + 32);
+                        let ahead = ids[j + 32].position();
                         if ahead < limit {
                             // The element 32 updates ahead, fetched while
                             // these wait on theirs (random rows of a table
@@ -994,7 +988,7 @@ impl<I: IndexList + ?Sized> Scatter<'_, I> {
                             }
                         }
                     }
-                    let k = ids.at(j);
+                    let k = ids[j].position();
                     if k < limit {
                         let d = &mut dst[k as usize];
                         *d = f(d.clone(), u);
@@ -1005,7 +999,7 @@ impl<I: IndexList + ?Sized> Scatter<'_, I> {
         }
         for o in 0..outer {
             for j in 0..m {
-                let k = ids.at(j);
+                let k = ids[j].position();
                 if k >= limit {
                     continue;
                 }
