@@ -211,12 +211,11 @@ fn one_compiled_function_from_eight_threads() {
 }
 
 /// A call with several parallel sections (two GEMMs split over the pool)
-/// keeps the pool's other workers spinning through the call; called from
-/// ordinary threads and from inside the pool's own workers (where nothing
-/// spins: a worker waiting in a scope could run its own spinning job and
-/// never end it — a race this test rarely loses even without that rule),
-/// every call finishes with the right values. Without the spinning the
-/// dump has no such line (seen failing).
+/// keeps the pool's workers spinning through the call; called from
+/// ordinary threads and from the workers of the program's own rayon pool
+/// (not tensorlift's: the spinning jobs of concurrent calls run inside
+/// each other), every call finishes with the right values. Without the
+/// spinning the dump has no such line (seen failing).
 #[test]
 fn calls_with_parallel_sections_from_threads_and_from_the_pool() {
     let n = 256;
@@ -277,6 +276,63 @@ fn calls_with_parallel_sections_from_threads_and_from_the_pool() {
     }
     for t in threads {
         t.join().unwrap();
+    }
+}
+
+/// Splits run on tensorlift's own threads: with every worker of the
+/// program's rayon pool blocked until the call returns, a call whose
+/// kernel splits over threads still finishes (on rayon's global pool, its
+/// parts waited behind the blocked jobs forever: seen failing).
+#[test]
+fn calls_split_without_the_programs_rayon_pool() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Condvar, Mutex};
+    let f = function(|x: Sym| (x.exp() + 1.0).log().tanh()).jit_compile(true);
+    let n = 1 << 20;
+    let x = common::f32s(
+        &(0..n).map(|i| (i % 97) as f32 * 0.01).collect::<Vec<_>>(),
+        &[n],
+    );
+    let spec = [TensorSpec::known(DType::F32, &[n])];
+    let c = f.compile(&spec).unwrap();
+    let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
+    let threaded = std::thread::available_parallelism().is_ok_and(|p| p.get() >= 2)
+        && std::env::var_os("RAYON_NUM_THREADS").is_none();
+    if threaded {
+        assert!(
+            fused.contains(" ranges of "),
+            "the kernel should split:
+{fused}"
+        );
+    }
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let blocked = Arc::new(AtomicUsize::new(0));
+    let workers = rayon::current_num_threads();
+    for _ in 0..workers {
+        let (gate, blocked) = (gate.clone(), blocked.clone());
+        rayon::spawn(move || {
+            blocked.fetch_add(1, Ordering::SeqCst);
+            let mut open = gate.0.lock().unwrap();
+            while !*open {
+                open = gate.1.wait(open).unwrap();
+            }
+        });
+    }
+    while blocked.load(Ordering::SeqCst) < workers {
+        std::thread::yield_now();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let call = std::thread::spawn(move || tx.send(c.call(&[x]).unwrap()).unwrap());
+    let out = rx.recv_timeout(std::time::Duration::from_secs(120));
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    let out = out.expect("the call waited on the program's blocked rayon pool");
+    call.join().unwrap();
+    let got = common::to_vec::<f32>(&out[0]);
+    for (i, y) in got.iter().enumerate().step_by(4099) {
+        let v = (i % 97) as f32 * 0.01;
+        let want = (v.exp() + 1.0).ln().tanh();
+        assert!((y - want).abs() <= 1e-5, "element {i}: {y} vs {want}");
     }
 }
 
@@ -624,11 +680,11 @@ fn column_and_middle_axis_reductions_sum_in_row_order() {
             IrStage::Fused,
         )
         .unwrap();
-    // Split over the pool, unless it has one thread (RAYON_NUM_THREADS=1,
+    // Split over threads, unless one is allowed (RAYON_NUM_THREADS=1,
     // a one-core host).
     assert!(
         fused.contains("columns in blocks of 512")
-            && (fused.contains("ranges of") || fused.contains("the thread pool has one thread")),
+            && (fused.contains("ranges of") || fused.contains("one thread allowed")),
         "the column sum was not blocked and split:\n{fused}"
     );
 }

@@ -13,6 +13,7 @@ use crate::codegen::{self, JitOptions};
 use crate::fusion::{self, Gemm, Kernel, Plan, RowGroup, Step};
 use crate::rt;
 use tensorlift_runtime::kernels::gemm::GemmSplit;
+use tensorlift_runtime::pool;
 
 /// How one kernel (or row group) runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,13 +79,13 @@ pub(crate) fn group_split(plan: &Plan, g: &RowGroup, opts: &JitOptions) -> Split
 const THREADS_OFF: &str = "one thread: threads are disabled (JitOptions.threads = false)";
 
 fn decide(work: usize, rows: usize) -> Split {
-    let threads = rayon::current_num_threads();
+    let threads = pool::threads();
     if work < rt::PARALLEL_WORK as usize {
         Split::One("one thread: too little work to pay for waking the pool")
     } else if rows < 2 {
         Split::One("one thread: a single row")
     } else if threads < 2 {
-        Split::One("one thread: the thread pool has one thread (RAYON_NUM_THREADS, or one core)")
+        Split::One("one thread: one thread allowed (RAYON_NUM_THREADS=1, or one core)")
     } else {
         Split::Ranges(threads.min(rows))
     }
@@ -94,7 +95,7 @@ fn decide(work: usize, rows: usize) -> Split {
 /// and GEMMs that split over the pool, one inside a loop counted twice (it
 /// runs once per iteration).
 pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
-    let threads = rayon::current_num_threads();
+    let threads = pool::threads();
     // Steps between a label and a jump back to it.
     let looped = |i: usize| {
         plan.steps[..=i].iter().any(|s| {
@@ -139,28 +140,33 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
 /// and the next 6 ms. While the guard lives, a job per other worker spins
 /// in `rayon::yield_now`, which runs the call's parts as soon as they are
 /// spawned (Eigen's pool spins between XLA's parallel ops the same way).
-/// Nothing is spawned for a call from inside the pool (a worker waiting in
-/// a scope could pick up its own spinning job and never return to end it)
-/// or with one thread.
+/// Every worker of the pool spins, so a split wakes no thread (the pool
+/// has one worker fewer than the cores: the caller is the last). Nothing
+/// is spawned for a call from one of the pool's workers (a worker waiting
+/// in a scope could pick up its own spinning job and never return to end
+/// it) or with one thread.
 pub(crate) struct KeepAwake(Option<Arc<AtomicBool>>);
 
 impl KeepAwake {
     /// Starts the spinning jobs when `sections` ≥ 2.
     pub(crate) fn start(sections: usize) -> Self {
-        let threads = rayon::current_num_threads();
-        if sections < 2 || threads < 2 || rayon::current_thread_index().is_some() {
+        let threads = pool::threads();
+        if sections < 2 || threads < 2 || pool::is_worker() {
             return KeepAwake(None);
         }
         let on = Arc::new(AtomicBool::new(true));
         for _ in 1..threads {
             let on = Arc::clone(&on);
-            rayon::spawn(move || {
+            let spun = pool::spawn(move || {
                 while on.load(Ordering::Acquire) {
                     if rayon::yield_now() != Some(rayon::Yield::Executed) {
                         std::hint::spin_loop();
                     }
                 }
             });
+            if spun.is_err() {
+                break;
+            }
         }
         KeepAwake(Some(on))
     }
@@ -212,7 +218,7 @@ fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
     if !opts.threads {
         return format!("threads: {what}: {THREADS_OFF}");
     }
-    match g.dims().split(rayon::current_num_threads()) {
+    match g.dims().split(pool::threads()) {
         GemmSplit::One(reason) => format!("threads: {what}: {reason}"),
         GemmSplit::Batch(n) => {
             format!(

@@ -20,6 +20,7 @@ use tensorlift_runtime::Tensor;
 use tensorlift_runtime::interp;
 use tensorlift_runtime::kernels::gemm;
 use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar};
+use tensorlift_runtime::pool;
 
 use std::sync::Arc;
 
@@ -729,7 +730,7 @@ unsafe extern "C" fn tl_parallel(
     n: i64,
     work: i64,
 ) -> i32 {
-    let threads = rayon::current_num_threads() as i64;
+    let threads = pool::threads() as i64;
     if work < PARALLEL_WORK || n < 2 || threads < 2 {
         // SAFETY: the caller's contract.
         return unsafe { kernel(bufs, ctx, 0, n) };
@@ -745,9 +746,7 @@ unsafe extern "C" fn tl_parallel(
 /// returned. The caller guarantees the parts write disjoint memory.
 ///
 /// The calling thread runs the first part itself while the pool runs the
-/// others (`in_place_scope`): `rayon::scope` from outside the pool would
-/// hand the whole scope to a pool thread and put the caller to sleep, a
-/// wake-up more per call and three threads on a two-core machine.
+/// others ([`pool::run_parts`]).
 fn split_rows(
     bufs: *const *mut u8,
     ctx: *mut CallCtx,
@@ -760,19 +759,14 @@ fn split_rows(
     let (b, c) = (SendPtr(bufs as *mut *mut u8), SendPtr(ctx));
     let r = catch_unwind(AssertUnwindSafe(|| {
         let (b, c) = (&b, &c);
-        let part = |p: i64| {
+        let part = |p: usize| {
+            let p = p as i64;
             let st = run(b.0, c.0, n * p / parts, n * (p + 1) / parts);
             if st != 0 {
                 status.store(st, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        rayon::in_place_scope(|s| {
-            for p in 1..parts {
-                let part = &part;
-                s.spawn(move |_| part(p));
-            }
-            part(0);
-        });
+        pool::run_parts(parts as usize, &part);
     }));
     match r {
         Ok(()) => status.load(std::sync::atomic::Ordering::Relaxed),
@@ -818,7 +812,7 @@ unsafe extern "C" fn tl_row_group(
         }
         0
     };
-    let threads = rayon::current_num_threads() as i64;
+    let threads = pool::threads() as i64;
     if parallel == 0 || threads < 2 || rows < 2 {
         return run(bufs, ctx, 0, rows);
     }

@@ -13,6 +13,7 @@ pub mod interp;
 pub mod kernels;
 mod memory;
 pub mod nest;
+pub mod pool;
 pub use memory::{AllocFailed, trim_buffer_cache};
 #[cfg(feature = "python")]
 pub mod python;

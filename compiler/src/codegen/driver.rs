@@ -546,7 +546,7 @@ impl Pipeline {
     fn new(isa: OwnedTargetIsa, threads: bool) -> Self {
         Self {
             isa,
-            threads: threads && rayon::current_num_threads() > 1,
+            threads: threads && tensorlift_runtime::pool::threads() > 1,
             queue: Arc::default(),
             done: Arc::default(),
             submitted: 0,
@@ -564,7 +564,8 @@ impl Pipeline {
         });
         if self.threads {
             let (isa, queue, done) = (self.isa.clone(), self.queue.clone(), self.done.clone());
-            rayon::spawn(move || {
+            // Without a pool the job stays queued for `finish`.
+            let _ = tensorlift_runtime::pool::spawn(move || {
                 let job = lock(&queue).pop_front();
                 if let Some(job) = job {
                     let order = job.order;

@@ -99,7 +99,7 @@ impl GemmDims {
         }
         if threads < 2 {
             return GemmSplit::One(
-                "one thread: the thread pool has one thread (RAYON_NUM_THREADS, or one core)",
+                "one thread: one thread allowed (RAYON_NUM_THREADS=1, or one core)",
             );
         }
         if self.b >= threads {
@@ -186,7 +186,7 @@ unsafe impl<T> Sync for Ptrs<T> {}
 /// fused with the `add` of an accumulator, outside exact mode: `gemm`
 /// adds each k-block's partial sum to `out` in turn, so when `k` spans
 /// several blocks the rounding differs from adding the finished product);
-/// split over the rayon pool as [`GemmDims::split`] says when `threads`,
+/// split over the threads of [`crate::pool`] as [`GemmDims::split`] says when `threads`,
 /// else on the calling thread. The bits do not depend on `threads` or the
 /// pool's size.
 ///
@@ -214,7 +214,7 @@ pub unsafe fn gemm<T: GemmFloat>(
         return;
     }
     let split = if threads {
-        d.split(rayon::current_num_threads())
+        d.split(crate::pool::threads())
     } else {
         GemmSplit::One("threads off")
     };
@@ -303,7 +303,7 @@ fn row_major_copy<T: GemmFloat>(
         }
     };
     let parts = if threads && b * k * n >= COPY_PARALLEL {
-        rayon::current_num_threads().min(k / BLOCK).max(1)
+        crate::pool::threads().min(k / BLOCK).max(1)
     } else {
         1
     };
@@ -314,7 +314,7 @@ fn row_major_copy<T: GemmFloat>(
             k * i / parts / BLOCK * BLOCK
         }
     };
-    run_parts(parts, &|i| rows(cut(i)..cut(i + 1)));
+    crate::pool::run_parts(parts, &|i| rows(cut(i)..cut(i + 1)));
     Some(copy)
 }
 
@@ -329,7 +329,7 @@ const COPY_PARALLEL: usize = 1 << 16;
 unsafe fn run<T: GemmFloat>(d: &GemmDims, p: Ptrs<T>, split: GemmSplit, parallel: bool) {
     let go = |parts: usize, f: &(dyn Fn(usize) + Sync)| {
         if parallel {
-            run_parts(parts, f);
+            crate::pool::run_parts(parts, f);
         } else {
             (0..parts).for_each(f);
         }
@@ -353,18 +353,6 @@ unsafe fn run<T: GemmFloat>(d: &GemmDims, p: Ptrs<T>, split: GemmSplit, parallel
             block(0..d.b, d.m * i / parts..d.m * (i + 1) / parts, 0..d.n)
         }),
     }
-}
-
-/// Runs `f(0..parts)`, part 0 on the calling thread and the others on the
-/// pool (`in_place_scope`: the caller works instead of sleeping, as the
-/// JIT's kernels split).
-fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
-    rayon::in_place_scope(|s| {
-        for i in 1..parts {
-            s.spawn(move |_| f(i));
-        }
-        f(0);
-    });
 }
 
 /// Rows `rows` × columns `cols` of items `items`.

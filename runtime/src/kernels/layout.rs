@@ -332,14 +332,32 @@ pub fn take_into(out: &mut [u8], x: &Tensor, idx: &Tensor, axis: usize) -> Resul
             }
         }
     };
-    if out.len() >= PARALLEL_COPY_BYTES && rayon::current_num_threads() > 1 {
-        // Over the pool in runs of PARALLEL_COPY_BYTES / 4 (the gathered
-        // rows are copies: the bytes do not depend on the split).
-        use rayon::prelude::*;
+    let threads = crate::pool::threads();
+    if out.len() >= PARALLEL_COPY_BYTES && threads > 1 {
+        // Runs of PARALLEL_COPY_BYTES / 4, each taken by the next thread
+        // free (the gathered rows are copies: the bytes do not depend on
+        // the split).
         let rows = (PARALLEL_COPY_BYTES / 4).div_ceil(inner);
-        out.par_chunks_mut(rows * inner)
-            .enumerate()
-            .for_each(|(c, block)| gather(c * rows, block));
+        let runs = (out.len() / inner).div_ceil(rows);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let base = SendMut(out.as_mut_ptr());
+        let total = out.len();
+        crate::pool::run_parts(threads.min(runs), &|_| {
+            let base = &base;
+            loop {
+                let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if c >= runs {
+                    break;
+                }
+                let start = c * rows * inner;
+                let len = (rows * inner).min(total - start);
+                // SAFETY: run `c` is taken by one thread only (the counter
+                // hands each out once) and lies inside `out`, which stays
+                // borrowed until every part returned.
+                let block = unsafe { std::slice::from_raw_parts_mut(base.0.add(start), len) };
+                gather(c * rows, block);
+            }
+        });
     } else {
         gather(0, out);
     }
@@ -348,6 +366,11 @@ pub fn take_into(out: &mut [u8], x: &Tensor, idx: &Tensor, axis: usize) -> Resul
 
 /// Gathers that write at least this many bytes split over the thread pool.
 const PARALLEL_COPY_BYTES: usize = 1 << 20;
+
+/// A result's base pointer, shared by the threads that write its disjoint runs.
+struct SendMut(*mut u8);
+// SAFETY: only used by `take_into`, whose threads write disjoint runs.
+unsafe impl Sync for SendMut {}
 
 fn iota_with<T: Pod>(dims: &[usize], dim: usize, dtype: DType, f: impl Fn(usize) -> T) -> Tensor {
     let st = strides(dims);
