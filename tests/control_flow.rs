@@ -1320,3 +1320,85 @@ fn aligned_dynamic_slices_are_read_where_they_lie() {
         check("reused", &reused, &[f32s(256, &[16, 16]), y, scalar_i32(i)]);
     }
 }
+
+/// `v = m·v / |m·v|` for `steps` iterations of a `fori_loop`, the matrix
+/// captured (`m` unchanged by the loop) or, with `carried`, carried and
+/// negated every iteration (written by the loop).
+fn matvec_loop(steps: i32, carried: bool) -> Function {
+    function(move |m: Sym, v: Sym| {
+        let out = fori_loop(
+            0,
+            steps,
+            |_, c| {
+                let m = if carried { c[1].clone() } else { m.clone() };
+                let w = m.matmul(&c[0]);
+                let next = &w / (&w * &w).reduce_sum(None, false).sqrt();
+                if carried {
+                    vec![next, m.neg()]
+                } else {
+                    vec![next]
+                }
+            },
+            &if carried { vec![v, m.clone()] } else { vec![v] },
+        );
+        out[0].clone()
+    })
+}
+
+/// A kernel inside a loop that reads a large operand the loop never
+/// writes (a 4 MiB matrix-vector product, memory-bound) is split over
+/// threads, each keeping its rows in its own cache; the same product
+/// outside a loop, or on a matrix the loop writes, stays on one thread.
+/// Every split gives the bits of the unsplit code.
+#[test]
+fn loop_invariant_reads_split_a_kernel_over_threads() {
+    let n = 1024;
+    let m = common::f32s(
+        &(0..n * n)
+            .map(|i| ((i * 7919) % 2003) as f32 / 2003.0 - 0.5)
+            .collect::<Vec<_>>(),
+        &[n, n],
+    );
+    let v = common::f32s(&vec![1.0; n], &[n, 1]);
+    let spec = [
+        TensorSpec::known(DType::F32, &[n, n]),
+        TensorSpec::known(DType::F32, &[n, 1]),
+    ];
+    let threaded = std::thread::available_parallelism().is_ok_and(|p| p.get() >= 2)
+        && std::env::var_os("RAYON_NUM_THREADS").is_none();
+    let resident = |f: &Function| {
+        let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
+        let split = fused
+            .lines()
+            .any(|l| l.contains("kernel 'dot_general'") && l.contains("the loop never writes"));
+        (split, fused)
+    };
+    let (split, fused) = resident(&matvec_loop(5, false).jit_compile(true));
+    assert_eq!(split, threaded, "{fused}");
+    let (split, fused) = resident(&matvec_loop(5, true).jit_compile(true));
+    assert!(!split, "the loop writes the matrix:\n{fused}");
+    let once = function(|m: Sym, v: Sym| m.matmul(&v)).jit_compile(true);
+    let (split, fused) = resident(&once);
+    assert!(!split, "no loop:\n{fused}");
+    for steps in [0, 1, 5] {
+        for carried in [false, true] {
+            let args = [m.clone(), v.clone()];
+            let want = matvec_loop(steps, carried).call(&args).unwrap();
+            let split = matvec_loop(steps, carried)
+                .jit_compile(true)
+                .call(&args)
+                .unwrap();
+            let one = matvec_loop(steps, carried)
+                .jit_compile(true)
+                .jit_options(tensorlift::compiler::JitOptions {
+                    threads: false,
+                    ..Default::default()
+                })
+                .call(&args)
+                .unwrap();
+            let what = format!("{steps} steps, carried {carried}");
+            assert!(common::same_bits(&split[0], &one[0]), "{what}");
+            common::assert_close(&split[0], &want[0], 1e-4, 1e-6, &what);
+        }
+    }
+}

@@ -2,12 +2,12 @@
 //!
 //! Code generation calls a kernel (or runs a row group) through the
 //! parallel runtime helpers exactly when [`kernel_split`] / [`group_split`]
-//! say [`Split::Ranges`], and the fused plan's dump lists every decision
+//! give a split ([`Split::parts`]), and the fused plan's dump lists every decision
 //! with its reason ([`record`]), so a dump says which kernels a call
 //! splits and into how many ranges.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::codegen::{self, JitOptions};
 use crate::fusion::{self, Gemm, Kernel, Plan, RowGroup, Step};
@@ -21,14 +21,36 @@ pub(crate) enum Split {
     /// Split into this many contiguous ranges of its outermost dim, one per
     /// thread of the pool (at most one per row).
     Ranges(usize),
+    /// Split into this many ranges although memory-bound or small: a
+    /// kernel inside a loop reading `bytes` that the loop never writes,
+    /// more than half of one core's L2 cache. Each thread reads the same
+    /// rows every iteration and keeps them in its own cache, where one
+    /// thread would read them all from the shared L3 every iteration
+    /// (docs/compiler.md, "Loop-invariant reads").
+    Resident {
+        /// Ranges.
+        parts: usize,
+        /// The loop-invariant bytes the kernel reads.
+        bytes: usize,
+    },
     /// On the calling thread, for this reason.
     One(&'static str),
 }
 
-/// The decision for a kernel that is not part of a row group. Mirrors
-/// what the runtime helper does at run time with the pool it finds then
-/// (the pool's size at compile time is assumed).
-pub(crate) fn kernel_split(k: &Kernel, opts: &JitOptions) -> Split {
+impl Split {
+    /// The number of ranges, or `None` on the calling thread.
+    pub(crate) fn parts(self) -> Option<usize> {
+        match self {
+            Split::Ranges(n) | Split::Resident { parts: n, .. } => Some(n),
+            Split::One(_) => None,
+        }
+    }
+}
+
+/// The decision for kernel step `i` of `plan` when it is not part of a
+/// row group. Mirrors what the runtime helper does at run time with the
+/// pool it finds then (the pool's size at compile time is assumed).
+pub(crate) fn kernel_split(plan: &Plan, i: usize, k: &Kernel, opts: &JitOptions) -> Split {
     if !opts.threads {
         return Split::One(THREADS_OFF);
     }
@@ -38,6 +60,15 @@ pub(crate) fn kernel_split(k: &Kernel, opts: &JitOptions) -> Split {
         } else {
             "one thread: its outermost dim is reduced"
         });
+    }
+    let bytes = loop_invariant_bytes(plan, i, k);
+    let threads = pool::threads();
+    let rows = k.dims.first().copied().unwrap_or(1);
+    if bytes >= resident_min_bytes() && threads >= 2 && rows >= 2 {
+        return Split::Resident {
+            parts: threads.min(rows),
+            bytes,
+        };
     }
     if !codegen::splittable(k) {
         return Split::One("one thread: memory-bound (too few ops per element)");
@@ -108,12 +139,12 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
     let mut n = 0;
     for (i, step) in plan.steps.iter().enumerate() {
         let split = if let Some(g) = plan.groups.iter().find(|g| g.start == i) {
-            matches!(group_split(plan, g, opts), Split::Ranges(_))
+            group_split(plan, g, opts).parts().is_some()
         } else if plan.groups.iter().any(|g| g.start < i && i < g.end) {
             false
         } else {
             match step {
-                Step::Kernel(k) => matches!(kernel_split(k, opts), Split::Ranges(_)),
+                Step::Kernel(k) => kernel_split(plan, i, k, opts).parts().is_some(),
                 Step::Gemm(g) => {
                     opts.threads && !matches!(g.dims().split(threads), GemmSplit::One(_))
                 }
@@ -193,7 +224,7 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
         } else if let Step::Kernel(k) = step {
             let what = format!("kernel '{}' (step {i})", k.name);
             let rows = k.dims.first().copied().unwrap_or(1);
-            lines.push(line(&what, kernel_split(k, opts), rows));
+            lines.push(line(&what, kernel_split(plan, i, k, opts), rows));
         } else if let Step::Gemm(g) = step {
             lines.push(gemm_line(&format!("gemm '{}' (step {i})", g.name), g, opts));
         }
@@ -239,6 +270,105 @@ fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
 fn line(what: &str, split: Split, rows: usize) -> String {
     match split {
         Split::Ranges(n) => format!("threads: {what}: split into {n} ranges of its {rows} rows"),
+        Split::Resident { parts, bytes } => format!(
+            "threads: {what}: split into {parts} ranges of its {rows} rows: inside a loop, it \
+             reads {} KiB the loop never writes, which each thread keeps in its own cache \
+             (from {} KiB, half of a core's L2)",
+            bytes >> 10,
+            resident_min_bytes() >> 10
+        ),
         Split::One(reason) => format!("threads: {what}: {reason}"),
+    }
+}
+
+/// The bytes kernel step `i` reads from slots that the innermost loop
+/// around it (the steps from a label to the jump back to it) never
+/// writes; 0 outside loops.
+fn loop_invariant_bytes(plan: &Plan, i: usize, k: &Kernel) -> usize {
+    let Some((start, end)) = innermost_loop(plan, i) else {
+        return 0;
+    };
+    // (A loop's copy of its carries back to their slots copies a captured
+    // outer value onto itself: that writes nothing.)
+    let written: Vec<usize> = (plan.steps[start..=end].iter())
+        .flat_map(|s| match s {
+            Step::Copy { from, to } => (from.iter().zip(to))
+                .filter(|(f, t)| f != t)
+                .map(|(_, t)| *t)
+                .collect(),
+            Step::Kernel(_)
+            | Step::Gemm(_)
+            | Step::Runtime { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => fusion::step_slots(s).1,
+        })
+        .collect();
+    let mut read: Vec<usize> = fusion::step_slots(&Step::Kernel(k.clone())).0;
+    read.sort_unstable();
+    read.dedup();
+    (read.into_iter())
+        .filter(|s| !written.contains(s))
+        .map(|s| plan.slots[s].bytes())
+        .sum()
+}
+
+/// The steps `start..=end` of the innermost loop holding step `i`: a
+/// label at `start` and a jump back to it at `end`.
+fn innermost_loop(plan: &Plan, i: usize) -> Option<(usize, usize)> {
+    (0..=i).rev().find_map(|start| {
+        let Step::Label(l) = &plan.steps[start] else {
+            return None;
+        };
+        let end =
+            (i..plan.steps.len()).find(|&j| matches!(&plan.steps[j], Step::Jump(t) if t == l))?;
+        Some((start, end))
+    })
+}
+
+/// Loop-invariant reads from this many bytes split a kernel over threads
+/// ([`Split::Resident`]): half of one core's L2 cache as sysfs gives it,
+/// else 512 KiB (half of a Zen 4's).
+fn resident_min_bytes() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| l2_bytes().map_or(512 << 10, |b| b / 2))
+}
+
+/// The size of cpu0's level-2 data (or unified) cache, from sysfs.
+fn l2_bytes() -> Option<usize> {
+    (0..8).find_map(|i| {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+        let level = read("level")?;
+        let kind = read("type")?;
+        if level.trim() != "2" || kind.trim() == "Instruction" {
+            return None;
+        }
+        cache_size(&read("size")?)
+    })
+}
+
+/// A sysfs cache size (`1024K`, `2M`, `524288`) in bytes.
+fn cache_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, unit) = match t.as_bytes().last()? {
+        b'K' => (&t[..t.len() - 1], 1 << 10),
+        b'M' => (&t[..t.len() - 1], 1 << 20),
+        _ => (t, 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(unit)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(super::cache_size("1024K\n"), Some(1 << 20));
+        assert_eq!(super::cache_size("2M"), Some(2 << 20));
+        assert_eq!(super::cache_size("524288"), Some(512 << 10));
+        assert_eq!(super::cache_size(""), None);
+        assert_eq!(super::cache_size("K"), None);
+        assert_eq!(super::cache_size("lots"), None);
     }
 }

@@ -382,10 +382,9 @@ pub(crate) fn generate(
                     let count = b.ins().iconst(types::I64, n as i64);
                     let rows = b.ins().iconst(types::I64, g.rows as i64);
                     let block = b.ins().iconst(types::I64, g.block as i64);
-                    let par = matches!(
-                        crate::parallel::group_split(plan, g, opts),
-                        crate::parallel::Split::Ranges(_)
-                    );
+                    let par = crate::parallel::group_split(plan, g, opts)
+                        .parts()
+                        .is_some();
                     let par = b.ins().iconst(types::I64, i64::from(par));
                     let call = b
                         .ins()
@@ -396,11 +395,18 @@ pub(crate) fn generate(
                     let f = module.declare_func_in_func(kernel_ids[&i], b.func);
                     let n0 = k.dims.first().copied().unwrap_or(1) as i64;
                     let n = b.ins().iconst(types::I64, n0);
-                    if let crate::parallel::Split::Ranges(_) =
-                        crate::parallel::kernel_split(k, opts)
-                    {
+                    // The runtime helper splits from `PARALLEL_WORK` on; a
+                    // kernel split for its loop-invariant reads passes that.
+                    let work = match crate::parallel::kernel_split(plan, i, k, opts) {
+                        crate::parallel::Split::Ranges(_) => Some(kernel_work(k, opts) as i64),
+                        crate::parallel::Split::Resident { .. } => {
+                            Some((kernel_work(k, opts) as i64).max(crate::rt::PARALLEL_WORK))
+                        }
+                        crate::parallel::Split::One(_) => None,
+                    };
+                    if let Some(work) = work {
                         let addr = b.ins().func_addr(ptr, f);
-                        let work = b.ins().iconst(types::I64, kernel_work(k, opts) as i64);
+                        let work = b.ins().iconst(types::I64, work);
                         let call = b.ins().call(par_ref, &[addr, bufs, ctx, n, work]);
                         b.inst_results(call)[0]
                     } else {
