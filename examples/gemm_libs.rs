@@ -2,7 +2,7 @@
 //! benchmarks run: matrixmultiply (what the JIT called before; its threads
 //! are set by `MATMUL_NUM_THREADS`, read once per process) against the
 //! `gemm` crate on one thread, with its own rayon parallelism, and as the
-//! runtime calls it (`kernels::gemm`: split over the rayon pool by
+//! runtime calls it (`kernels::gemm`: split over `tensorlift_runtime::pool` by
 //! `GemmDims::split`). Every variant runs once per round, the rounds
 //! alternate the variants, and each prints its median of 21 rounds (µs
 //! per call): by the wall clock, then by the CPU time of the process's

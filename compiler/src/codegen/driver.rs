@@ -531,11 +531,12 @@ struct Job {
 
 /// Compiles functions to machine code as they are built. Cranelift
 /// compiles one function per context with no shared state, so with
-/// threads each submitted function is offered to the rayon pool at once
-/// (wasmtime compiles a module's functions the same way) while this thread
-/// builds the next; [`Pipeline::finish`] compiles on this thread whatever
-/// the pool has not started (so a busy or one-thread pool, or a call from
-/// inside the pool, cannot leave it waiting) and returns the code in
+/// threads each submitted function is offered to the thread pool
+/// (`tensorlift_runtime::pool`) at once (wasmtime compiles a module's
+/// functions the same way) while this thread builds the next;
+/// [`Pipeline::finish`] compiles on this thread whatever the pool has not
+/// started (so a busy pool, one thread allowed, or a call from inside the
+/// pool, cannot leave it waiting) and returns the code in
 /// submission order, which the caller defines in the module. The code is
 /// the same either way.
 struct Pipeline {
