@@ -1364,8 +1364,7 @@ fn loop_invariant_reads_split_a_kernel_over_threads() {
         TensorSpec::known(DType::F32, &[n, n]),
         TensorSpec::known(DType::F32, &[n, 1]),
     ];
-    let threaded = std::thread::available_parallelism().is_ok_and(|p| p.get() >= 2)
-        && std::env::var_os("RAYON_NUM_THREADS").is_none();
+    let threaded = tensorlift::runtime::pool::threads() >= 2;
     let resident = |f: &Function| {
         let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
         let split = fused

@@ -6,8 +6,7 @@
 //! with its reason ([`record`]), so a dump says which kernels a call
 //! splits and into how many ranges.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use crate::codegen::{self, JitOptions};
 use crate::fusion::{self, Gemm, Kernel, Plan, RowGroup, Step};
@@ -163,51 +162,18 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
     n
 }
 
-/// Keeps the pool's other workers awake for the length of one call: a call
-/// with several parallel sections (an MLP gradient has seven: five GEMMs, a
-/// row group, a copy) runs one-thread kernels between them, long enough
-/// for rayon's idle workers to go to sleep and be woken for the next
-/// section — 80 context switches per call, whose cost made one call 3.7 ms
-/// and the next 6 ms. While the guard lives, a job per other worker spins
-/// in `rayon::yield_now`, which runs the call's parts as soon as they are
-/// spawned (Eigen's pool spins between XLA's parallel ops the same way).
-/// Every worker of the pool spins, so a split wakes no thread (the pool
-/// has one worker fewer than the cores: the caller is the last). Nothing
-/// is spawned for a call from one of the pool's workers (a worker waiting
-/// in a scope could pick up its own spinning job and never return to end
-/// it) or with one thread.
-pub(crate) struct KeepAwake(Option<Arc<AtomicBool>>);
+/// Keeps the pool's workers awake for the length of one call with two or
+/// more parallel sections (an MLP gradient has seven: five GEMMs, a row
+/// group, a copy): between them it runs one-thread kernels, long enough
+/// for idle workers to go to sleep and be woken for the next section — 80
+/// context switches per call, whose cost made one call 3.7 ms and the next
+/// 6 ms ([`pool::keep_awake`]).
+pub(crate) struct KeepAwake(#[allow(dead_code, reason = "a guard")] Option<pool::Awake>);
 
 impl KeepAwake {
     /// Starts the spinning jobs when `sections` ≥ 2.
     pub(crate) fn start(sections: usize) -> Self {
-        let threads = pool::threads();
-        if sections < 2 || threads < 2 || pool::is_worker() {
-            return KeepAwake(None);
-        }
-        let on = Arc::new(AtomicBool::new(true));
-        for _ in 1..threads {
-            let on = Arc::clone(&on);
-            let spun = pool::spawn(move || {
-                while on.load(Ordering::Acquire) {
-                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                        std::hint::spin_loop();
-                    }
-                }
-            });
-            if spun.is_err() {
-                break;
-            }
-        }
-        KeepAwake(Some(on))
-    }
-}
-
-impl Drop for KeepAwake {
-    fn drop(&mut self) {
-        if let Some(on) = &self.0 {
-            on.store(false, Ordering::Release);
-        }
+        KeepAwake((sections >= 2).then(pool::keep_awake))
     }
 }
 

@@ -13,8 +13,10 @@
 //! included: `RAYON_NUM_THREADS=1` runs everything on the calling thread),
 //! otherwise the machine's available parallelism.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The pool's workers: `None` with one thread in all, or where the threads
@@ -58,6 +60,9 @@ pub fn is_worker() -> bool {
 /// raised again here, after every part finished). Without a pool every
 /// part runs on the calling thread, in order.
 pub fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
+    if parts > 1 && SPINNING.load(Ordering::Acquire) > 0 && BOARD.run(parts, f) {
+        return;
+    }
     match pool() {
         Some(pool) if parts > 1 => {
             let done = AtomicUsize::new(0);
@@ -111,10 +116,194 @@ pub fn spawn<F: FnOnce() + Send + 'static>(job: F) -> Result<(), F> {
     }
 }
 
+/// Keeps every worker of the pool spinning until the guard drops (see
+/// [`keep_awake`]).
+#[derive(Debug)]
+pub struct Awake(Option<Arc<AtomicBool>>);
+
+/// Spawns a spinning job on every worker of the pool, which runs splits
+/// the moment they are posted until the returned guard drops: a call with
+/// several splits runs one-thread code between them, long enough for idle
+/// workers to go to sleep and be woken for the next split (Eigen's pool
+/// spins between XLA's parallel ops the same way). While workers spin,
+/// [`run_parts`] posts its parts on a board they poll instead of going
+/// through rayon's queues. Nothing is spawned from one of the pool's own
+/// workers (a worker waiting in a scope could pick up its own spinning job
+/// and never return to end it) or with one thread.
+pub fn keep_awake() -> Awake {
+    let threads = threads();
+    if threads < 2 || is_worker() {
+        return Awake(None);
+    }
+    let on = Arc::new(AtomicBool::new(true));
+    for _ in 1..threads {
+        let on = Arc::clone(&on);
+        let spun = spawn(move || {
+            SPINNING.fetch_add(1, Ordering::AcqRel);
+            while on.load(Ordering::Acquire) {
+                if BOARD.run_one() {
+                    continue;
+                }
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::hint::spin_loop();
+                }
+            }
+            SPINNING.fetch_sub(1, Ordering::AcqRel);
+        });
+        if spun.is_err() {
+            break;
+        }
+    }
+    Awake(Some(on))
+}
+
+impl Drop for Awake {
+    fn drop(&mut self) {
+        if let Some(on) = &self.0 {
+            on.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Workers spinning in [`keep_awake`]'s jobs.
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+/// The split on the board.
+static BOARD: Board = Board {
+    busy: AtomicBool::new(false),
+    state: AtomicU64::new(0),
+    job: AtomicPtr::new(std::ptr::null_mut()),
+};
+
+/// One split at a time handed to the spinning workers without allocating
+/// or queueing: the caller posts its parts and runs them with whoever
+/// claims them first (a rayon scope allocates a job per part and goes
+/// through the pool's injector, several times the cost; docs/compiler.md).
+struct Board {
+    /// Held by the caller whose split is posted.
+    busy: AtomicBool,
+    /// The posting's generation (bits 32..64), the next part to claim
+    /// (16..32) and the number of parts (0..16): a part is claimed by a
+    /// compare-and-swap of the whole word, so a claim made on a stale
+    /// reading fails instead of taking a part of a later split.
+    state: AtomicU64,
+    /// The posted [`Job`]; read only by the holder of a claimed part,
+    /// whose caller cannot return (and free it) until that part is done.
+    job: AtomicPtr<()>,
+}
+
+/// A posted split, on its caller's stack.
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+    /// Parts not yet finished.
+    unfinished: AtomicUsize,
+    /// The first panic of a part run elsewhere than the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+const PART_BITS: u32 = 16;
+const PART_MASK: u64 = (1 << PART_BITS) - 1;
+
+impl Board {
+    /// Runs `f(0..parts)` through the board: part 0 on the caller, the
+    /// others by whoever claims them (the caller included, so nothing
+    /// waits on a worker that is busy elsewhere). False, having run
+    /// nothing, when another split holds the board or `parts` does not fit.
+    fn run(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) -> bool {
+        if parts as u64 > PART_MASK
+            || (self.busy)
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        let job = Job {
+            f,
+            unfinished: AtomicUsize::new(parts),
+            panic: Mutex::new(None),
+        };
+        let generation = (self.state.load(Ordering::Relaxed) >> (2 * PART_BITS)) + 1;
+        self.job
+            .store((&raw const job).cast_mut().cast::<()>(), Ordering::Release);
+        // Part 0 is the caller's: claims start at 1.
+        self.state.store(
+            (generation << (2 * PART_BITS)) | (1 << PART_BITS) | parts as u64,
+            Ordering::Release,
+        );
+        let first = catch_unwind(AssertUnwindSafe(|| f(0)));
+        job.unfinished.fetch_sub(1, Ordering::AcqRel);
+        while self.run_one() {}
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while job.unfinished.load(Ordering::Acquire) != 0 {
+            std::hint::spin_loop();
+            spins += 1;
+            // A worker preempted in the middle of a part: let it run.
+            if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
+                std::thread::yield_now();
+            }
+        }
+        self.job.store(std::ptr::null_mut(), Ordering::Relaxed);
+        self.busy.store(false, Ordering::Release);
+        if let Err(p) = first {
+            resume_unwind(p);
+        }
+        let panic = job.panic.lock().map_or(None, |mut p| p.take());
+        if let Some(p) = panic {
+            resume_unwind(p);
+        }
+        true
+    }
+
+    /// Claims and runs one part of the posted split; false when none is
+    /// left to claim.
+    fn run_one(&self) -> bool {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            let (next, parts) = ((s >> PART_BITS) & PART_MASK, s & PART_MASK);
+            if next >= parts {
+                return false;
+            }
+            match (self.state).compare_exchange_weak(
+                s,
+                s + (1 << PART_BITS),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break self.run_claimed(next as usize),
+                Err(now) => s = now,
+            }
+        }
+        true
+    }
+
+    /// Runs claimed part `part` of the posted job.
+    fn run_claimed(&self, part: usize) {
+        // SAFETY: the part was claimed from the posting whose job this is
+        // (a posting replaces the job only once every part of the previous
+        // one has finished, and this one has not), and the caller keeps the
+        // job alive on its stack until `unfinished` reaches 0, after the
+        // `fetch_sub` below: the last use of `job` here.
+        let job = unsafe { &*self.job.load(Ordering::Acquire).cast::<Job<'_>>() };
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| (job.f)(part)))
+            && let Ok(mut slot) = job.panic.lock()
+        {
+            slot.get_or_insert(p);
+        }
+        job.unfinished.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
-#[allow(clippy::unwrap_used, reason = "tests")]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
 mod tests {
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn every_part_runs_once_and_the_caller_runs_the_first() {
@@ -132,6 +321,74 @@ mod tests {
             if parts > 0 {
                 assert_eq!(*first.lock().unwrap(), Some(caller), "{parts} parts");
             }
+        }
+    }
+
+    /// `keep_awake`'s guard once its spinners run (`None`: no pool).
+    fn spinning() -> Option<super::Awake> {
+        let awake = super::keep_awake();
+        awake.0.as_ref()?;
+        let start = std::time::Instant::now();
+        while super::SPINNING.load(Ordering::Acquire) == 0 {
+            assert!(start.elapsed().as_secs() < 60, "no spinner started");
+            std::thread::yield_now();
+        }
+        Some(awake)
+    }
+
+    #[test]
+    fn splits_posted_to_spinning_workers_run_every_part_once() {
+        let _awake = spinning();
+        std::thread::scope(|s| {
+            for t in 0..3 {
+                s.spawn(move || {
+                    let caller = std::thread::current().id();
+                    for round in 0..2000 {
+                        let parts = 2 + (round + t) % 7;
+                        let ran: Vec<AtomicUsize> =
+                            (0..parts).map(|_| AtomicUsize::new(0)).collect();
+                        let first = Mutex::new(None);
+                        super::run_parts(parts, &|i| {
+                            ran[i].fetch_add(1, Ordering::Relaxed);
+                            if i == 0 {
+                                *first.lock().unwrap() = Some(std::thread::current().id());
+                            }
+                        });
+                        let counts: Vec<usize> =
+                            ran.iter().map(|r| r.load(Ordering::Relaxed)).collect();
+                        assert_eq!(counts, vec![1; parts], "round {round} of thread {t}");
+                        assert_eq!(*first.lock().unwrap(), Some(caller));
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_panicking_part_is_raised_by_the_caller_and_frees_the_board() {
+        let _awake = spinning();
+        for bad in [0, 1, 3] {
+            let r = std::panic::catch_unwind(|| {
+                super::run_parts(4, &|i| {
+                    if i == bad {
+                        std::panic::panic_any(format!("part {i}"));
+                    }
+                })
+            });
+            let payload = r.expect_err("the panic is raised again");
+            assert_eq!(
+                payload.downcast_ref::<String>().map(String::as_str),
+                Some(format!("part {bad}").as_str())
+            );
+            let ran = AtomicUsize::new(0);
+            super::run_parts(3, &|_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(
+                ran.load(Ordering::Relaxed),
+                3,
+                "after a panic in part {bad}"
+            );
         }
     }
 
