@@ -38,7 +38,7 @@ pub struct Executable {
     consts: Vec<Option<Tensor>>,
     clif: crate::codegen::Clif,
     options: JitOptions,
-    /// Steps that split over the pool per call (see `parallel::KeepAwake`).
+    /// Steps that split over the pool per call (see `parallel::keep_awake`).
     sections: usize,
     /// `NotFound` naming every callback with no callable bound: returned by
     /// every run before anything runs.
@@ -344,7 +344,7 @@ impl Executable {
                 ctx.strings[i] = Some(inputs[*k].clone());
             }
         }
-        let awake = crate::parallel::KeepAwake::start(self.sections);
+        let awake = crate::parallel::keep_awake(self.sections);
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.

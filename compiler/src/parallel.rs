@@ -60,7 +60,7 @@ pub(crate) fn kernel_split(plan: &Plan, i: usize, k: &Kernel, opts: &JitOptions)
             "one thread: its outermost dim is reduced"
         });
     }
-    let bytes = loop_invariant_bytes(plan, i, k);
+    let bytes = loop_invariant_bytes(plan, i);
     let threads = pool::threads();
     let rows = k.dims.first().copied().unwrap_or(1);
     if bytes >= resident_min_bytes() && threads >= 2 && rows >= 2 {
@@ -126,15 +126,6 @@ fn decide(work: usize, rows: usize) -> Split {
 /// runs once per iteration).
 pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
     let threads = pool::threads();
-    // Steps between a label and a jump back to it.
-    let looped = |i: usize| {
-        plan.steps[..=i].iter().any(|s| {
-            let Step::Label(l) = s else { return false };
-            plan.steps[i..]
-                .iter()
-                .any(|t| matches!(t, Step::Jump(j) if j == l))
-        })
-    };
     let mut n = 0;
     for (i, step) in plan.steps.iter().enumerate() {
         let split = if let Some(g) = plan.groups.iter().find(|g| g.start == i) {
@@ -156,7 +147,11 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
             }
         };
         if split {
-            n += if looped(i) { 2 } else { 1 };
+            n += if innermost_loop(plan, i).is_some() {
+                2
+            } else {
+                1
+            };
         }
     }
     n
@@ -167,14 +162,9 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
 /// group, a copy): between them it runs one-thread kernels, long enough
 /// for idle workers to go to sleep and be woken for the next section — 80
 /// context switches per call, whose cost made one call 3.7 ms and the next
-/// 6 ms ([`pool::keep_awake`]).
-pub(crate) struct KeepAwake(#[allow(dead_code, reason = "a guard")] Option<pool::Awake>);
-
-impl KeepAwake {
-    /// Starts the spinning jobs when `sections` ≥ 2.
-    pub(crate) fn start(sections: usize) -> Self {
-        KeepAwake((sections >= 2).then(pool::keep_awake))
-    }
+/// 6 ms ([`pool::keep_awake`]). The workers spin until the guard drops.
+pub(crate) fn keep_awake(sections: usize) -> Option<pool::Awake> {
+    (sections >= 2).then(pool::keep_awake)
 }
 
 /// Appends one `threads:` decision per kernel step and row group to the
@@ -250,7 +240,7 @@ fn line(what: &str, split: Split, rows: usize) -> String {
 /// The bytes kernel step `i` reads from slots that the innermost loop
 /// around it (the steps from a label to the jump back to it) never
 /// writes; 0 outside loops.
-fn loop_invariant_bytes(plan: &Plan, i: usize, k: &Kernel) -> usize {
+fn loop_invariant_bytes(plan: &Plan, i: usize) -> usize {
     let Some((start, end)) = innermost_loop(plan, i) else {
         return 0;
     };
@@ -271,7 +261,7 @@ fn loop_invariant_bytes(plan: &Plan, i: usize, k: &Kernel) -> usize {
             | Step::Switch { .. } => fusion::step_slots(s).1,
         })
         .collect();
-    let mut read: Vec<usize> = fusion::step_slots(&Step::Kernel(k.clone())).0;
+    let mut read = fusion::step_slots(&plan.steps[i]).0;
     read.sort_unstable();
     read.dedup();
     (read.into_iter())

@@ -82,22 +82,24 @@ pub fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
     }
 }
 
-/// Spins until `ready` or for at most [`SPIN`], whichever comes first.
+/// Spins until `ready` (true) or for at most [`SPIN`] (false), whichever
+/// comes first.
 /// The scope's own wait puts the caller to sleep when its part finishes
 /// first, and a split then costs two context switches, where the other
 /// parts of a balanced split finish microseconds later (a loop of small
 /// splits, as the RNN's steps, paid them every iteration). A part that
 /// runs longer (or panics) still ends in the scope's sleeping wait.
-fn wait_briefly(ready: impl Fn() -> bool) {
+fn wait_briefly(ready: impl Fn() -> bool) -> bool {
     let start = Instant::now();
     let mut spins = 0u32;
     while !ready() {
         std::hint::spin_loop();
         spins += 1;
         if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
-            return;
+            return false;
         }
     }
+    true
 }
 
 /// How long the caller spins for the other parts of a split (a context
@@ -233,15 +235,10 @@ impl Board {
         let first = catch_unwind(AssertUnwindSafe(|| f(0)));
         job.unfinished.fetch_sub(1, Ordering::AcqRel);
         while self.run_one() {}
-        let start = Instant::now();
-        let mut spins = 0u32;
-        while job.unfinished.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
-            spins += 1;
-            // A worker preempted in the middle of a part: let it run.
-            if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
-                std::thread::yield_now();
-            }
+        // (Past the spin, a worker preempted in the middle of a part: let
+        // it run.)
+        while !wait_briefly(|| job.unfinished.load(Ordering::Acquire) == 0) {
+            std::thread::yield_now();
         }
         self.job.store(std::ptr::null_mut(), Ordering::Relaxed);
         self.busy.store(false, Ordering::Release);
