@@ -28,6 +28,9 @@ fn host_has_wide() -> bool {
     tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx2
 }
 
+/// What the Cranelift dump says of a kernel emitted as AVX-512 code.
+const NATIVE: &str = "AVX-512 machine code";
+
 /// Runs `f` with and without wide math and requires the same bits (any
 /// NaN for a NaN).
 fn same_both_ways(
@@ -55,11 +58,21 @@ fn both_ways(
         .collect();
     let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
     let clif = wide.compiler_ir(&specs, IrStage::Cranelift).unwrap();
-    assert_eq!(
-        clif.contains("tl_wide_"),
-        wide_row && host_has_wide(),
-        "{name}: wide routines used only where the host has them"
+    // A plain loop of f32 functions runs as AVX-512 machine code where the
+    // host has it (`codegen/zmm.rs`), at any length; elsewhere, long rows
+    // run through the wide routines.
+    let native = clif.contains(NATIVE);
+    assert!(
+        !native || tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx512,
+        "{name}: AVX-512 code only where the host has it"
     );
+    if !native {
+        assert_eq!(
+            clif.contains("tl_wide_"),
+            wide_row && host_has_wide(),
+            "{name}: wide routines used only where the host has them"
+        );
+    }
     let plain = function(move |xs: &[Sym]| f(xs))
         .jit_compile(true)
         .jit_options(narrow());
@@ -410,7 +423,7 @@ fn fused_rows_match_inline() {
                     .compiler_ir(&specs, IrStage::Cranelift)
                     .unwrap();
                 assert_eq!(
-                    clif.contains("tl_wide_row_f32"),
+                    clif.contains("tl_wide_row_f32") || clif.contains(NATIVE),
                     fused && host_has_wide(),
                     "{name}"
                 );
@@ -600,7 +613,14 @@ fn softmax_exp_row_prefetches_the_next_block() {
         .jit_compile(true)
         .compiler_ir(&spec, IrStage::Cranelift)
         .unwrap();
-    assert_eq!(row_calls_prefetching(&alone), [false], "{alone}");
+    // A loop alone has no next block to prefetch (and where the host has
+    // AVX-512 it is machine code of its own, with no row calls).
+    let want: &[bool] = if alone.contains(NATIVE) {
+        &[]
+    } else {
+        &[false]
+    };
+    assert_eq!(row_calls_prefetching(&alone), want, "{alone}");
 }
 
 /// f64 `pow` through `tl_wide_pow_f64` (both operands in the chunk
@@ -1029,4 +1049,85 @@ fn dot_rows_in_row_groups_and_exact_mode() {
             .unwrap();
         assert_eq!(clif.contains("tl_wide_dot_f32"), host_has_wide());
     }
+}
+
+/// Loops of f32 functions emitted as AVX-512 machine code
+/// (`codegen/zmm.rs`) give the inline code's bits: every length around a
+/// vector (the masked tail), rows split over threads whose ranges are not
+/// whole vectors, scalar operands broadcast, constants on either side of
+/// each operation, a value used twice; and kernels that do not qualify
+/// (more slots than address registers, a row-broadcast operand, f64, no
+/// function) still compile and match, as Cranelift code.
+#[test]
+fn avx512_kernels_match_inline() {
+    let avx512 = tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx512;
+    let check = |name: &str, native: bool, f: fn(&[Sym]) -> Sym, inputs: &[Tensor]| {
+        let specs: Vec<TensorSpec> = inputs
+            .iter()
+            .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+            .collect();
+        let clif = function(move |xs: &[Sym]| f(xs))
+            .jit_compile(true)
+            .compiler_ir(&specs, IrStage::Cranelift)
+            .unwrap();
+        assert_eq!(clif.contains(NATIVE), native && avx512, "{name}\n{clif}");
+        let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
+        let plain = function(move |xs: &[Sym]| f(xs))
+            .jit_compile(true)
+            .jit_options(narrow());
+        let (a, b) = (wide.call(inputs).unwrap(), plain.call(inputs).unwrap());
+        if let Some((i, w, n)) = first_difference(&a[0], &b[0]) {
+            panic!("{name}: element {i}: AVX-512 {w:e}, inline {n:e}");
+        }
+    };
+    let chain: fn(&[Sym]) -> Sym = |x| {
+        let a = (-(&x[0] * &x[0])).exp() * x[0].tanh() + x[0].abs().sqrt();
+        let b = (2.0 - a.sigmoid()) / (&a * &a + 1.0);
+        &b * (a.log1p() - 0.5) + (&x[0] * 0.25).expm1() + x[0].abs().log()
+    };
+    let with_scalar: fn(&[Sym]) -> Sym = |x| (&x[0] * &x[1]).tanh() * &x[1] - x[1].exp();
+    for n in [0usize, 1, 7, 15, 16, 17, 31, 33, 100, 4099] {
+        let mut v = ramp(n, 10.0);
+        for (i, s) in common::F32_SPECIALS.iter().enumerate().take(n) {
+            v[(i * 13) % n] = *s;
+        }
+        let x = common::f32s(&v, &[n]);
+        check(&format!("chain n={n}"), true, chain, std::slice::from_ref(&x));
+        let s = common::f32s(&[0.75], &[]);
+        check(&format!("scalar n={n}"), true, with_scalar, &[x, s]);
+    }
+    // 1M elements in rows of 33: split over the threads by rows, no part
+    // a whole number of vectors.
+    for (rows, cols) in [(3usize, 5usize), (30_000, 33), (7, 1000)] {
+        let x = common::f32s(&ramp(rows * cols, 6.0), &[rows, cols]);
+        check(&format!("chain {rows}x{cols}"), true, chain, &[x]);
+    }
+    let x = |seed: usize| common::f32s(&ramp(1000 + seed, 4.0)[seed..], &[1000]);
+    let inputs: Vec<Tensor> = (0..9).map(x).collect();
+    check(
+        "nine inputs",
+        false,
+        |x| x.iter().fold(x[0].exp(), |acc, v| acc + v.tanh()),
+        &inputs,
+    );
+    check(
+        "eight inputs",
+        true,
+        |x| x[..7].iter().fold(x[0].exp(), |acc, v| acc + v.tanh()),
+        &inputs[..7],
+    );
+    let rows = common::f32s(&ramp(64 * 40, 3.0), &[64, 40]);
+    let per_row = common::f32s(&ramp(40, 1.0), &[40]);
+    check(
+        "row broadcast",
+        false,
+        |x| (&x[0] * &x[1]).exp(),
+        &[rows.clone(), per_row],
+    );
+    check("no function", false, |x| &x[0] * 3.0 + 1.0, &[rows]);
+    let f64s = Tensor::from(
+        ndarray::ArrayD::from_shape_vec(vec![100], (0..100).map(|i| f64::from(i) * 0.1).collect())
+            .unwrap(),
+    );
+    check("f64", false, |x| x[0].exp(), &[f64s]);
 }

@@ -455,10 +455,21 @@ pub(crate) fn generate(
     let mut ctx = module.make_context();
     ctx.func = func;
     pipeline.submit(main_id, "main".into(), ctx);
+    let mut natives = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if let Step::Kernel(k) = step
             && has_function(i, k)
         {
+            if let Some(native) = super::zmm::compile(plan, k, opts)? {
+                clif.text(format!(
+                    "; kernel '{}' (step {i}): AVX-512 machine code, {} bytes (codegen/zmm.rs)\n{}\n",
+                    k.name,
+                    native.bytes.len(),
+                    native.listing
+                ));
+                natives.push((kernel_ids[&i], native.bytes));
+                continue;
+            }
             let mut func =
                 Function::with_name_signature(UserFuncName::user(0, i as u32), ksig.clone());
             {
@@ -503,6 +514,11 @@ pub(crate) fn generate(
         let (id, align, bytes, relocs) = code?;
         module
             .define_function_bytes(id, align, &bytes, &relocs)
+            .map_err(cg_err)?;
+    }
+    for (id, bytes) in natives {
+        module
+            .define_function_bytes(id, 64, &bytes, &[])
             .map_err(cg_err)?;
     }
     module.finalize_definitions().map_err(cg_err)?;

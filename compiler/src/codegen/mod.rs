@@ -12,7 +12,8 @@
 //! its nodes lowered one by one (`lower`, with the approximations of
 //! `math`; a lowering also says which forms have vector code, by refusing
 //! the others); `target` says what the host has, `cost` what a kernel
-//! costs.
+//! costs. `zmm` emits the plain loops of f32 functions that qualify as
+//! AVX-512 machine code instead, with the same ABI.
 
 use std::collections::HashMap;
 
@@ -36,6 +37,7 @@ pub(crate) mod math;
 mod reduce;
 mod target;
 mod wide_rows;
+mod zmm;
 
 pub(crate) use cost::{kernel_work, splittable};
 use driver::Helpers;

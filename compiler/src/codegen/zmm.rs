@@ -1,0 +1,1053 @@
+//! Elementwise f32 kernels with transcendental functions as AVX-512
+//! machine code, emitted directly (iced-x86's assembler) instead of
+//! through Cranelift, whose x64 backend has 128-bit vectors only.
+//!
+//! A kernel qualifies when it is a plain loop (no reduction, no stash)
+//! over a contiguous f32 output, every load is contiguous at the output's
+//! index or a scalar, every node is an f32 operation listed in [`record`]
+//! and at least one is an approximated function (the kernels that
+//! otherwise run as chunk passes around the wide routines). Its nodes are
+//! recorded as a straight line of 16-lane instructions (the
+//! approximations through the same [`approx::Ops`] the inline code and
+//! the wide routines use, so the three give the same bits), given
+//! registers by a linear scan over that line (32 zmm, k2–k7 for lane
+//! masks; a kernel that would need more stays with Cranelift), and
+//! emitted as one loop of whole vectors plus one masked tail vector.
+//! Constants are broadcast from a pool after the code (`{1to16}`
+//! operands), so they hold no register.
+//!
+//! The function has the kernel ABI (`mod.rs`) and is position
+//! independent: the driver defines its bytes as the kernel's function in
+//! the JIT module, so `main`, the thread pool and row groups call it as
+//! any other kernel.
+
+use std::collections::HashMap;
+
+use iced_x86::code_asm::{
+    AsmRegister64, AsmRegisterK, AsmRegisterZmm, CodeAssembler, dword_bcst, dword_ptr, k0, k1, k2,
+    k3, k4, k5, k6, k7, ptr, qword_ptr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbx, rcx, rdi,
+    rdx, rsi, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12,
+    zmm13, zmm14, zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25,
+    zmm26, zmm27, zmm28, zmm29, zmm30, zmm31, zmmword_ptr,
+};
+use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, Formatter, IntelFormatter};
+use tensorlift_ir::{BinaryOp, DType, Error, Result, UnaryOp};
+
+use crate::approx;
+use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId};
+
+use super::JitOptions;
+
+/// f32 lanes per vector.
+const LANES: i32 = 16;
+
+/// A kernel as machine code, and its listing for the dumps.
+pub(super) struct Native {
+    pub bytes: Vec<u8>,
+    pub listing: String,
+}
+
+/// `k` as AVX-512 machine code, or `None` where it does not qualify (see
+/// the module docs) or the host or options rule it out.
+pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Option<Native>> {
+    if !crate::isa::has_avx512() || opts.exact || !opts.vectorize || !opts.wide_math {
+        return Ok(None);
+    }
+    let Some(rec) = record(plan, k).filter(|r| r.slots.len() <= SLOT_GPRS.len()) else {
+        return Ok(None);
+    };
+    let Some(phys) = allocate(&rec) else {
+        return Ok(None);
+    };
+    let inner: i64 = k.dims.iter().skip(1).map(|&d| d as i64).product();
+    emit(&rec, &phys, inner).map(Some)
+}
+
+/// An operand: a vector value, or a constant broadcast from the pool (its
+/// 32 bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum O {
+    R(u32),
+    C(u32),
+}
+
+/// Vector operations of two operands (the second may be a constant).
+#[derive(Clone, Copy, Debug)]
+enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    IAdd,
+    ISub,
+    And,
+    Or,
+    Xor,
+}
+
+/// Vector operations of one register operand.
+#[derive(Clone, Copy, Debug)]
+enum Un {
+    Sqrt,
+    /// `vrndscaleps` with this rounding immediate.
+    Round(i32),
+    /// i32 lanes to f32.
+    ToFloat,
+    Shl(u32),
+    Sar(u32),
+    Shr(u32),
+}
+
+/// Mask operations.
+#[derive(Clone, Copy, Debug)]
+enum KOp {
+    And,
+    Or,
+}
+
+/// One instruction of the recorded line. Values are virtual registers
+/// (`u32`), vectors and masks numbered together.
+#[derive(Clone, Copy, Debug)]
+enum Inst {
+    /// 16 contiguous elements of slot `slot` (an index into
+    /// `Rec::slots`) at the loop index plus `disp` bytes.
+    Load {
+        dst: u32,
+        slot: usize,
+        disp: i32,
+    },
+    /// One element of a slot, broadcast.
+    Splat {
+        dst: u32,
+        slot: usize,
+        disp: i32,
+    },
+    /// A constant in a register (where no operand may be a constant).
+    Const {
+        dst: u32,
+        bits: u32,
+    },
+    Bin {
+        op: Bin,
+        dst: u32,
+        a: u32,
+        b: O,
+    },
+    Un {
+        op: Un,
+        dst: u32,
+        a: u32,
+    },
+    /// `a·b + c` fused; `a` a register, at most one of `b`, `c` a constant.
+    Fma {
+        dst: u32,
+        a: u32,
+        b: O,
+        c: O,
+    },
+    /// A mask of `vcmpps` predicate `pred`.
+    Cmp {
+        pred: i32,
+        dst: u32,
+        a: u32,
+        b: O,
+    },
+    /// A mask of the lanes whose bits are not zero.
+    TestNz {
+        dst: u32,
+        a: u32,
+    },
+    /// `m ? a : b`.
+    Blend {
+        dst: u32,
+        m: u32,
+        a: O,
+        b: u32,
+    },
+    KBin {
+        op: KOp,
+        dst: u32,
+        a: u32,
+        b: u32,
+    },
+    KNot {
+        dst: u32,
+        a: u32,
+    },
+    /// The output at the loop index.
+    Store {
+        a: u32,
+    },
+}
+
+impl Inst {
+    /// The registers read.
+    fn srcs(&self) -> Vec<u32> {
+        let o = |o: O| match o {
+            O::R(r) => Some(r),
+            O::C(_) => None,
+        };
+        match *self {
+            Inst::Load { .. } | Inst::Splat { .. } | Inst::Const { .. } => vec![],
+            Inst::Bin { a, b, .. } | Inst::Cmp { a, b, .. } => {
+                [Some(a), o(b)].into_iter().flatten().collect()
+            }
+            Inst::Un { a, .. }
+            | Inst::TestNz { a, .. }
+            | Inst::KNot { a, .. }
+            | Inst::Store { a } => vec![a],
+            Inst::Fma { a, b, c, .. } => [Some(a), o(b), o(c)].into_iter().flatten().collect(),
+            Inst::Blend { m, a, b, .. } => [Some(m), o(a), Some(b)].into_iter().flatten().collect(),
+            Inst::KBin { a, b, .. } => vec![a, b],
+        }
+    }
+
+    /// The register written.
+    fn dst(&self) -> Option<u32> {
+        match *self {
+            Inst::Load { dst, .. }
+            | Inst::Splat { dst, .. }
+            | Inst::Const { dst, .. }
+            | Inst::Bin { dst, .. }
+            | Inst::Un { dst, .. }
+            | Inst::Fma { dst, .. }
+            | Inst::Cmp { dst, .. }
+            | Inst::TestNz { dst, .. }
+            | Inst::Blend { dst, .. }
+            | Inst::KBin { dst, .. }
+            | Inst::KNot { dst, .. } => Some(dst),
+            Inst::Store { .. } => None,
+        }
+    }
+}
+
+/// The recorded line of a kernel.
+#[derive(Default)]
+struct Rec {
+    insts: Vec<Inst>,
+    /// Per virtual register: a mask (else a vector).
+    mask: Vec<bool>,
+    /// The slots read or written, in order of first use; the output first.
+    slots: Vec<SlotId>,
+    /// An operation the recorder cannot express was asked for.
+    unsupported: bool,
+}
+
+impl Rec {
+    fn new_v(&mut self) -> u32 {
+        self.mask.push(false);
+        (self.mask.len() - 1) as u32
+    }
+
+    fn new_m(&mut self) -> u32 {
+        self.mask.push(true);
+        (self.mask.len() - 1) as u32
+    }
+
+    fn slot(&mut self, s: SlotId) -> usize {
+        match self.slots.iter().position(|&t| t == s) {
+            Some(i) => i,
+            None => {
+                self.slots.push(s);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// `o` in a register.
+    fn reg(&mut self, o: O) -> u32 {
+        match o {
+            O::R(r) => r,
+            O::C(bits) => {
+                let dst = self.new_v();
+                self.insts.push(Inst::Const { dst, bits });
+                dst
+            }
+        }
+    }
+
+    fn bin(&mut self, op: Bin, a: O, b: O, commutes: bool) -> O {
+        let (a, b) = if commutes && matches!(a, O::C(_)) {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        let a = self.reg(a);
+        let dst = self.new_v();
+        self.insts.push(Inst::Bin { op, dst, a, b });
+        O::R(dst)
+    }
+
+    fn un(&mut self, op: Un, a: O) -> O {
+        let a = self.reg(a);
+        let dst = self.new_v();
+        self.insts.push(Inst::Un { op, dst, a });
+        O::R(dst)
+    }
+
+    fn cmp(&mut self, pred: i32, a: O, b: O) -> u32 {
+        let a = self.reg(a);
+        let dst = self.new_m();
+        self.insts.push(Inst::Cmp { pred, dst, a, b });
+        dst
+    }
+}
+
+/// `vcmpps` predicates.
+const LT_OS: i32 = 1;
+const LE_OS: i32 = 2;
+const EQ_OQ: i32 = 0;
+const NGE_US: i32 = 9;
+const GE_OS: i32 = 13;
+
+impl approx::Ops for Rec {
+    type V = O;
+    type M = u32;
+    type I = O;
+
+    fn f64(&self) -> bool {
+        false
+    }
+    fn c(&mut self, v: f64) -> O {
+        O::C((v as f32).to_bits())
+    }
+    fn add(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::Add, a, b, true)
+    }
+    fn sub(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::Sub, a, b, false)
+    }
+    fn mul(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::Mul, a, b, true)
+    }
+    fn div(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::Div, a, b, false)
+    }
+    fn fma(&mut self, a: O, b: O, c: O) -> O {
+        // The product commutes exactly: a constant goes to `b`.
+        let (a, b) = if matches!(a, O::C(_)) { (b, a) } else { (a, b) };
+        let a = self.reg(a);
+        let c = if matches!((b, c), (O::C(_), O::C(_))) {
+            O::R(self.reg(c))
+        } else {
+            c
+        };
+        let dst = self.new_v();
+        self.insts.push(Inst::Fma { dst, a, b, c });
+        O::R(dst)
+    }
+    fn abs(&mut self, a: O) -> O {
+        self.bin(Bin::And, a, O::C(0x7fff_ffff), false)
+    }
+    fn neg(&mut self, a: O) -> O {
+        self.bin(Bin::Xor, a, O::C(0x8000_0000), false)
+    }
+    fn lt(&mut self, a: O, b: O) -> u32 {
+        self.cmp(LT_OS, a, b)
+    }
+    fn le(&mut self, a: O, b: O) -> u32 {
+        self.cmp(LE_OS, a, b)
+    }
+    fn ge(&mut self, a: O, b: O) -> u32 {
+        self.cmp(GE_OS, a, b)
+    }
+    fn eq(&mut self, a: O, b: O) -> u32 {
+        self.cmp(EQ_OQ, a, b)
+    }
+    fn ult(&mut self, a: O, b: O) -> u32 {
+        self.cmp(NGE_US, a, b)
+    }
+    fn select(&mut self, m: u32, a: O, b: O) -> O {
+        let b = self.reg(b);
+        let dst = self.new_v();
+        self.insts.push(Inst::Blend { dst, m, a, b });
+        O::R(dst)
+    }
+    fn bits(&mut self, a: O) -> O {
+        a
+    }
+    fn of_bits(&mut self, i: O) -> O {
+        i
+    }
+    fn ic(&mut self, v: i64) -> O {
+        O::C(v as u32)
+    }
+    fn iadd(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::IAdd, a, b, true)
+    }
+    fn isub(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::ISub, a, b, false)
+    }
+    fn iand(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::And, a, b, true)
+    }
+    fn ior(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::Or, a, b, true)
+    }
+    fn ishl(&mut self, a: O, k: u32) -> O {
+        self.un(Un::Shl(k), a)
+    }
+    fn isshr(&mut self, a: O, k: u32) -> O {
+        self.un(Un::Sar(k), a)
+    }
+    fn ixor(&mut self, a: O, b: O) -> O {
+        self.bin(Bin::Xor, a, b, true)
+    }
+    fn inz(&mut self, a: O) -> u32 {
+        let a = self.reg(a);
+        let dst = self.new_m();
+        self.insts.push(Inst::TestNz { dst, a });
+        dst
+    }
+    fn iushr(&mut self, a: O, k: u32) -> O {
+        self.un(Un::Shr(k), a)
+    }
+    fn to_float(&mut self, a: O) -> O {
+        self.un(Un::ToFloat, a)
+    }
+    fn nearest(&mut self, a: O) -> O {
+        self.un(Un::Round(0), a)
+    }
+    fn and(&mut self, a: u32, b: u32) -> u32 {
+        let dst = self.new_m();
+        self.insts.push(Inst::KBin {
+            op: KOp::And,
+            dst,
+            a,
+            b,
+        });
+        dst
+    }
+    fn or(&mut self, a: u32, b: u32) -> u32 {
+        let dst = self.new_m();
+        self.insts.push(Inst::KBin {
+            op: KOp::Or,
+            dst,
+            a,
+            b,
+        });
+        dst
+    }
+    fn not(&mut self, a: u32) -> u32 {
+        let dst = self.new_m();
+        self.insts.push(Inst::KNot { dst, a });
+        dst
+    }
+    fn in_f64<F: approx::InF64>(&mut self, xs: &[O], _f: &F) -> O {
+        // No f64 halves here (f32 `erf` and `pow` do not qualify).
+        self.unsupported = true;
+        xs.first().copied().unwrap_or(O::C(0))
+    }
+}
+
+/// Whether the strides are those of a contiguous row-major array of `dims`.
+fn contiguous(dims: &[usize], strides: &[i64]) -> bool {
+    let mut want = 1i64;
+    for (&d, &s) in dims.iter().zip(strides).rev() {
+        if d > 1 && s != want {
+            return false;
+        }
+        want = want.saturating_mul(d as i64);
+    }
+    dims.len() == strides.len()
+}
+
+/// Byte displacement of element `offset`, if it fits an instruction.
+fn disp(offset: i64) -> Option<i32> {
+    i32::try_from(offset.checked_mul(4)?).ok()
+}
+
+/// The kernel's nodes as a line of instructions, or `None` where it does
+/// not qualify.
+fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
+    if k.kind != KernelKind::Loop
+        || k.stash.is_some()
+        || k.dims.is_empty()
+        || plan.slots[k.out].dtype != DType::F32
+        || !contiguous(&k.dims, &k.out_strides)
+    {
+        return None;
+    }
+    let mut rec = Rec::default();
+    rec.slot(k.out);
+    let mut approximated = false;
+    let mut vals: Vec<O> = Vec::with_capacity(k.nodes.len());
+    for n in &k.nodes {
+        if n.dtype() != DType::F32 {
+            return None;
+        }
+        let v = match n {
+            ENode::Load {
+                slot,
+                offset,
+                strides,
+                ..
+            } => {
+                let disp = disp(*offset)?;
+                let s = rec.slot(*slot);
+                let dst = rec.new_v();
+                if strides.iter().all(|&s| s == 0) {
+                    rec.insts.push(Inst::Splat { dst, slot: s, disp });
+                } else if *strides == k.out_strides {
+                    rec.insts.push(Inst::Load { dst, slot: s, disp });
+                } else {
+                    return None;
+                }
+                O::R(dst)
+            }
+            ENode::Const(l) => {
+                let b = l.bytes();
+                O::C(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            }
+            ENode::Unary(u, x, _) => {
+                let x = vals[*x];
+                match u {
+                    UnaryOp::Neg => approx::Ops::neg(&mut rec, x),
+                    UnaryOp::Abs => approx::Ops::abs(&mut rec, x),
+                    UnaryOp::Square => approx::Ops::mul(&mut rec, x, x),
+                    UnaryOp::Floor => rec.un(Un::Round(1), x),
+                    UnaryOp::Ceil => rec.un(Un::Round(2), x),
+                    UnaryOp::Round => rec.un(Un::Round(0), x),
+                    UnaryOp::Sqrt => rec.un(Un::Sqrt, x),
+                    UnaryOp::Rsqrt => {
+                        let s = rec.un(Un::Sqrt, x);
+                        rec.bin(Bin::Div, O::C(1f32.to_bits()), s, false)
+                    }
+                    UnaryOp::Reciprocal => rec.bin(Bin::Div, O::C(1f32.to_bits()), x, false),
+                    UnaryOp::Exp => {
+                        approximated = true;
+                        approx::exp(&mut rec, x)
+                    }
+                    UnaryOp::Expm1 => {
+                        approximated = true;
+                        approx::expm1(&mut rec, x)
+                    }
+                    UnaryOp::Log => {
+                        approximated = true;
+                        approx::ln(&mut rec, x)
+                    }
+                    UnaryOp::Log1p => {
+                        approximated = true;
+                        approx::log1p(&mut rec, x)
+                    }
+                    UnaryOp::Tanh => {
+                        approximated = true;
+                        approx::tanh(&mut rec, x)
+                    }
+                    UnaryOp::Logistic => {
+                        approximated = true;
+                        approx::logistic(&mut rec, x)
+                    }
+                    // A libm path for large arguments (sin, cos), f64
+                    // halves (erf), no f32 result (not, is_finite), or
+                    // selects the inline code makes another way (sign).
+                    UnaryOp::Sin
+                    | UnaryOp::Cos
+                    | UnaryOp::Erf
+                    | UnaryOp::Sign
+                    | UnaryOp::Not
+                    | UnaryOp::IsFinite => return None,
+                }
+            }
+            ENode::Binary(op, x, y, _) => {
+                let (x, y) = (vals[*x], vals[*y]);
+                match op {
+                    BinaryOp::Add => rec.bin(Bin::Add, x, y, true),
+                    BinaryOp::Sub => rec.bin(Bin::Sub, x, y, false),
+                    BinaryOp::Mul => rec.bin(Bin::Mul, x, y, true),
+                    BinaryOp::Div => rec.bin(Bin::Div, x, y, false),
+                    BinaryOp::Rem
+                    | BinaryOp::Pow
+                    | BinaryOp::Max
+                    | BinaryOp::Min
+                    | BinaryOp::And
+                    | BinaryOp::Or
+                    | BinaryOp::Xor
+                    | BinaryOp::ShiftLeft
+                    | BinaryOp::ShiftRightLogical
+                    | BinaryOp::ShiftRightArithmetic => return None,
+                }
+            }
+            ENode::Iota { .. }
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => return None,
+        };
+        vals.push(v);
+    }
+    if !approximated || rec.unsupported {
+        return None;
+    }
+    let root = rec.reg(vals[k.root]);
+    rec.insts.push(Inst::Store { a: root });
+    Some(rec)
+}
+
+/// Vector registers.
+const ZMM: [AsmRegisterZmm; 32] = [
+    zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14,
+    zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25, zmm26, zmm27,
+    zmm28, zmm29, zmm30, zmm31,
+];
+
+/// Mask registers (k1 holds the tail's lanes; k0 cannot mask).
+const KREG: [AsmRegisterK; 8] = [k0, k1, k2, k3, k4, k5, k6, k7];
+const BODY_MASKS: std::ops::Range<u8> = 2..8;
+
+/// Registers holding slot addresses, in order of use (the callee-saved
+/// ones are pushed).
+const SLOT_GPRS: [AsmRegister64; 8] = [r8, r9, r10, rbx, r12, r13, r14, r15];
+const SAVED: usize = 3;
+
+/// `z` with its writes masked by `k`.
+fn masked(z: AsmRegisterZmm, k: u8) -> AsmRegisterZmm {
+    match k {
+        1 => z.k1(),
+        2 => z.k2(),
+        3 => z.k3(),
+        4 => z.k4(),
+        5 => z.k5(),
+        6 => z.k6(),
+        _ => z.k7(),
+    }
+}
+
+/// How an instruction's fused multiply-add is encoded.
+#[derive(Clone, Copy, Debug)]
+enum FmaForm {
+    /// `d = s·d + t` (`vfmadd213ps d, s, t`).
+    F213,
+    /// `d = d·t + s` (`vfmadd132ps d, s, t`).
+    F132,
+    /// `d = s·t + d` (`vfmadd231ps d, s, t`).
+    F231,
+}
+
+/// A physical operand: a register, or a constant's byte offset in the pool.
+#[derive(Clone, Copy, Debug)]
+enum P {
+    R(u8),
+    C(i32),
+}
+
+/// One instruction with physical registers.
+#[derive(Clone, Copy, Debug)]
+enum PInst {
+    Load { d: u8, slot: usize, disp: i32 },
+    Splat { d: u8, slot: usize, disp: i32 },
+    Const { d: u8, at: i32 },
+    Move { d: u8, s: u8 },
+    Bin { op: Bin, d: u8, a: u8, b: P },
+    Un { op: Un, d: u8, a: u8 },
+    Fma { form: FmaForm, d: u8, s: u8, t: P },
+    Cmp { pred: i32, d: u8, a: u8, b: P },
+    TestNz { d: u8, a: u8 },
+    Blend { d: u8, m: u8, a: P, b: u8 },
+    KBin { op: KOp, d: u8, a: u8, b: u8 },
+    KNot { d: u8, a: u8 },
+    Store { a: u8 },
+}
+
+/// The line with physical registers and the constant pool.
+struct Phys {
+    insts: Vec<PInst>,
+    pool: Vec<u32>,
+}
+
+/// The constants, each once, by byte offset.
+#[derive(Default)]
+struct Pool {
+    bits: Vec<u32>,
+    at: HashMap<u32, i32>,
+}
+
+impl Pool {
+    fn at(&mut self, bits: u32) -> i32 {
+        *self.at.entry(bits).or_insert_with(|| {
+            self.bits.push(bits);
+            ((self.bits.len() - 1) * 4) as i32
+        })
+    }
+
+    /// `o` with its register, or its constant's offset.
+    fn operand(&mut self, o: O, reg: &[Option<u8>]) -> Option<P> {
+        Some(match o {
+            O::R(v) => P::R(reg[v as usize]?),
+            O::C(bits) => P::C(self.at(bits)),
+        })
+    }
+}
+
+/// Register allocation by a linear scan over the line: a value's register
+/// is free after its last read. `None` when the line needs more registers
+/// than there are.
+fn allocate(rec: &Rec) -> Option<Phys> {
+    let n = rec.mask.len();
+    let mut last = vec![usize::MAX; n];
+    for (i, inst) in rec.insts.iter().enumerate() {
+        for s in inst.srcs() {
+            last[s as usize] = i;
+        }
+    }
+    let mut pool = Pool::default();
+    let mut free_z: Vec<u8> = (0..32).rev().collect();
+    let mut free_k: Vec<u8> = BODY_MASKS.rev().collect();
+    let mut reg: Vec<Option<u8>> = vec![None; n];
+    let mut out = Vec::with_capacity(rec.insts.len());
+    for (i, inst) in rec.insts.iter().enumerate() {
+        let r = |v: u32| reg[v as usize];
+        let dying: Vec<u32> = {
+            let mut d: Vec<u32> = inst
+                .srcs()
+                .into_iter()
+                .filter(|&s| last[s as usize] == i)
+                .collect();
+            d.sort_unstable();
+            d.dedup();
+            d
+        };
+        let release = |v: u32, free_z: &mut Vec<u8>, free_k: &mut Vec<u8>, reg: &[Option<u8>]| {
+            if let Some(p) = reg[v as usize] {
+                if rec.mask[v as usize] {
+                    free_k.push(p);
+                } else {
+                    free_z.push(p);
+                }
+            }
+        };
+        if let Inst::Fma { dst, a, b, c } = *inst {
+            // Destructive: the destination takes over a dying operand's
+            // register, or a fresh one holding a copy.
+            let dies = |v: u32| dying.contains(&v);
+            let ra = r(a)?;
+            let (d, form, s, t, taken) = match (b, c) {
+                (_, O::C(_)) => {
+                    if dies(a) {
+                        (ra, FmaForm::F213, b, c, Some(a))
+                    } else if let O::R(vb) = b
+                        && dies(vb)
+                    {
+                        (r(vb)?, FmaForm::F213, O::R(a), c, Some(vb))
+                    } else {
+                        let d = free_z.pop()?;
+                        out.push(PInst::Move { d, s: ra });
+                        (d, FmaForm::F213, b, c, None)
+                    }
+                }
+                (O::C(_), O::R(vc)) => {
+                    if dies(a) {
+                        (ra, FmaForm::F132, c, b, Some(a))
+                    } else if dies(vc) {
+                        (r(vc)?, FmaForm::F231, O::R(a), b, Some(vc))
+                    } else {
+                        let d = free_z.pop()?;
+                        out.push(PInst::Move { d, s: ra });
+                        (d, FmaForm::F132, c, b, None)
+                    }
+                }
+                (O::R(vb), O::R(vc)) => {
+                    if dies(a) {
+                        (ra, FmaForm::F213, b, c, Some(a))
+                    } else if dies(vb) {
+                        (r(vb)?, FmaForm::F213, O::R(a), c, Some(vb))
+                    } else if dies(vc) {
+                        (r(vc)?, FmaForm::F231, O::R(a), b, Some(vc))
+                    } else {
+                        let d = free_z.pop()?;
+                        out.push(PInst::Move { d, s: ra });
+                        (d, FmaForm::F213, b, c, None)
+                    }
+                }
+            };
+            let O::R(vs) = s else {
+                return None;
+            };
+            let s = r(vs)?;
+            let t = pool.operand(t, &reg)?;
+            out.push(PInst::Fma { form, d, s, t });
+            for v in dying {
+                if Some(v) != taken {
+                    release(v, &mut free_z, &mut free_k, &reg);
+                }
+            }
+            reg[dst as usize] = Some(d);
+            if last[dst as usize] == usize::MAX {
+                free_z.push(d);
+            }
+            continue;
+        }
+        // Non-destructive forms read their sources before writing: the
+        // destination may reuse a source's register.
+        let pi = {
+            let reg = &reg;
+            match *inst {
+                Inst::Load { slot, disp, .. } => PInst::Load { d: 0, slot, disp },
+                Inst::Splat { slot, disp, .. } => PInst::Splat { d: 0, slot, disp },
+                Inst::Const { bits, .. } => PInst::Const {
+                    d: 0,
+                    at: pool.at(bits),
+                },
+                Inst::Bin { op, a, b, .. } => PInst::Bin {
+                    op,
+                    d: 0,
+                    a: r(a)?,
+                    b: pool.operand(b, reg)?,
+                },
+                Inst::Un { op, a, .. } => PInst::Un { op, d: 0, a: r(a)? },
+                Inst::Cmp { pred, a, b, .. } => PInst::Cmp {
+                    pred,
+                    d: 0,
+                    a: r(a)?,
+                    b: pool.operand(b, reg)?,
+                },
+                Inst::TestNz { a, .. } => PInst::TestNz { d: 0, a: r(a)? },
+                Inst::Blend { m, a, b, .. } => PInst::Blend {
+                    d: 0,
+                    m: r(m)?,
+                    a: pool.operand(a, reg)?,
+                    b: r(b)?,
+                },
+                Inst::KBin { op, a, b, .. } => PInst::KBin {
+                    op,
+                    d: 0,
+                    a: r(a)?,
+                    b: r(b)?,
+                },
+                Inst::KNot { a, .. } => PInst::KNot { d: 0, a: r(a)? },
+                Inst::Store { a } => PInst::Store { a: r(a)? },
+                Inst::Fma { .. } => return None,
+            }
+        };
+        for &v in &dying {
+            release(v, &mut free_z, &mut free_k, &reg);
+        }
+        let pi = match inst.dst() {
+            None => pi,
+            Some(dst) => {
+                let m = rec.mask[dst as usize];
+                let d = if m { free_k.pop()? } else { free_z.pop()? };
+                reg[dst as usize] = Some(d);
+                if last[dst as usize] == usize::MAX {
+                    if m {
+                        free_k.push(d);
+                    } else {
+                        free_z.push(d);
+                    }
+                }
+                with_dst(pi, d)
+            }
+        };
+        out.push(pi);
+    }
+    Some(Phys {
+        insts: out,
+        pool: pool.bits,
+    })
+}
+
+/// `pi` writing register `d`.
+fn with_dst(pi: PInst, d: u8) -> PInst {
+    match pi {
+        PInst::Load { slot, disp, .. } => PInst::Load { d, slot, disp },
+        PInst::Splat { slot, disp, .. } => PInst::Splat { d, slot, disp },
+        PInst::Const { at, .. } => PInst::Const { d, at },
+        PInst::Bin { op, a, b, .. } => PInst::Bin { op, d, a, b },
+        PInst::Un { op, a, .. } => PInst::Un { op, d, a },
+        PInst::Cmp { pred, a, b, .. } => PInst::Cmp { pred, d, a, b },
+        PInst::TestNz { a, .. } => PInst::TestNz { d, a },
+        PInst::Blend { m, a, b, .. } => PInst::Blend { d, m, a, b },
+        PInst::KBin { op, a, b, .. } => PInst::KBin { op, d, a, b },
+        PInst::KNot { a, .. } => PInst::KNot { d, a },
+        PInst::Move { s, .. } => PInst::Move { d, s },
+        PInst::Fma { form, s, t, .. } => PInst::Fma { form, d, s, t },
+        PInst::Store { .. } => pi,
+    }
+}
+
+fn asm_err(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("AVX-512 kernel emission failed: {e}"))
+}
+
+/// The function: prologue, the loop of whole vectors, the masked tail,
+/// the pool.
+fn emit(rec: &Rec, phys: &Phys, inner: i64) -> Result<Native> {
+    if rec.slots.len() > SLOT_GPRS.len() {
+        return Err(asm_err("more slots than address registers"));
+    }
+    let mut a = CodeAssembler::new(64).map_err(asm_err)?;
+    let gprs = &SLOT_GPRS[..rec.slots.len()];
+    let saved = &gprs[gprs.len().min(SAVED)..];
+    let mut pool = a.create_label();
+    let mut top = a.create_label();
+    let mut tail = a.create_label();
+    let mut done = a.create_label();
+    (|| -> std::result::Result<(), iced_x86::IcedError> {
+        // rdi: slot table, rdx: the loop index, rsi: its end.
+        for &g in saved {
+            a.push(g)?;
+        }
+        a.mov(rsi, rcx)?;
+        if inner != 1 {
+            a.mov(rax, inner)?;
+            a.imul_2(rdx, rax)?;
+            a.imul_2(rsi, rax)?;
+        }
+        for (&g, &s) in gprs.iter().zip(&rec.slots) {
+            a.mov(g, qword_ptr(rdi + (s * 8) as i32))?;
+        }
+        a.lea(r11, ptr(pool))?;
+        a.set_label(&mut top)?;
+        a.lea(rax, ptr(rdx + LANES))?;
+        a.cmp(rax, rsi)?;
+        a.ja(tail)?;
+        body(&mut a, phys, gprs, false)?;
+        a.add(rdx, LANES)?;
+        a.jmp(top)?;
+        a.set_label(&mut tail)?;
+        a.cmp(rdx, rsi)?;
+        a.jae(done)?;
+        // k1: the (end - index) < 16 lanes left.
+        a.mov(rcx, rsi)?;
+        a.sub(rcx, rdx)?;
+        a.mov(eax_(), 1)?;
+        a.shl(eax_(), iced_x86::code_asm::cl)?;
+        a.sub(eax_(), 1)?;
+        a.kmovw(k1, eax_())?;
+        body(&mut a, phys, gprs, true)?;
+        a.set_label(&mut done)?;
+        a.vzeroupper()?;
+        for &g in saved.iter().rev() {
+            a.pop(g)?;
+        }
+        a.xor(eax_(), eax_())?;
+        a.ret()?;
+        a.set_label(&mut pool)?;
+        a.dd(&phys.pool)?;
+        Ok(())
+    })()
+    .map_err(asm_err)?;
+    let res = a
+        .assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+        .map_err(asm_err)?;
+    let code_len = res.label_ip(&pool).map_err(asm_err)? as usize;
+    let bytes = res.inner.code_buffer;
+    Ok(Native {
+        listing: listing(&bytes[..code_len.min(bytes.len())]),
+        bytes,
+    })
+}
+
+fn eax_() -> iced_x86::code_asm::AsmRegister32 {
+    iced_x86::code_asm::eax
+}
+
+/// The loop body: 16 lanes at index rdx; `tail`: only the lanes of k1.
+fn body(
+    a: &mut CodeAssembler,
+    phys: &Phys,
+    gprs: &[AsmRegister64],
+    tail: bool,
+) -> std::result::Result<(), iced_x86::IcedError> {
+    let z = |r: u8| ZMM[r as usize];
+    let kk = |r: u8| KREG[r as usize];
+    let c = |at: i32| dword_bcst(r11 + at);
+    for pi in &phys.insts {
+        match *pi {
+            PInst::Load { d, slot, disp } => {
+                let m = zmmword_ptr(gprs[slot] + rdx * 4 + disp);
+                if tail {
+                    a.vmovups(z(d).k1().z(), m)?;
+                } else {
+                    a.vmovups(z(d), m)?;
+                }
+            }
+            PInst::Splat { d, slot, disp } => a.vbroadcastss(z(d), dword_ptr(gprs[slot] + disp))?,
+            PInst::Const { d, at } => a.vbroadcastss(z(d), dword_ptr(r11 + at))?,
+            PInst::Move { d, s } => a.vmovaps(z(d), z(s))?,
+            PInst::Bin { op, d, a: x, b } => {
+                let (d, x) = (z(d), z(x));
+                match (op, b) {
+                    (Bin::Add, P::R(y)) => a.vaddps(d, x, z(y))?,
+                    (Bin::Add, P::C(at)) => a.vaddps(d, x, c(at))?,
+                    (Bin::Sub, P::R(y)) => a.vsubps(d, x, z(y))?,
+                    (Bin::Sub, P::C(at)) => a.vsubps(d, x, c(at))?,
+                    (Bin::Mul, P::R(y)) => a.vmulps(d, x, z(y))?,
+                    (Bin::Mul, P::C(at)) => a.vmulps(d, x, c(at))?,
+                    (Bin::Div, P::R(y)) => a.vdivps(d, x, z(y))?,
+                    (Bin::Div, P::C(at)) => a.vdivps(d, x, c(at))?,
+                    (Bin::IAdd, P::R(y)) => a.vpaddd(d, x, z(y))?,
+                    (Bin::IAdd, P::C(at)) => a.vpaddd(d, x, c(at))?,
+                    (Bin::ISub, P::R(y)) => a.vpsubd(d, x, z(y))?,
+                    (Bin::ISub, P::C(at)) => a.vpsubd(d, x, c(at))?,
+                    (Bin::And, P::R(y)) => a.vpandd(d, x, z(y))?,
+                    (Bin::And, P::C(at)) => a.vpandd(d, x, c(at))?,
+                    (Bin::Or, P::R(y)) => a.vpord(d, x, z(y))?,
+                    (Bin::Or, P::C(at)) => a.vpord(d, x, c(at))?,
+                    (Bin::Xor, P::R(y)) => a.vpxord(d, x, z(y))?,
+                    (Bin::Xor, P::C(at)) => a.vpxord(d, x, c(at))?,
+                }
+            }
+            PInst::Un { op, d, a: x } => {
+                let (d, x) = (z(d), z(x));
+                match op {
+                    Un::Sqrt => a.vsqrtps(d, x)?,
+                    Un::Round(imm) => a.vrndscaleps(d, x, imm)?,
+                    Un::ToFloat => a.vcvtdq2ps(d, x)?,
+                    Un::Shl(k) => a.vpslld(d, x, k as i32)?,
+                    Un::Sar(k) => a.vpsrad(d, x, k as i32)?,
+                    Un::Shr(k) => a.vpsrld(d, x, k as i32)?,
+                }
+            }
+            PInst::Fma { form, d, s, t } => {
+                let (d, s) = (z(d), z(s));
+                match (form, t) {
+                    (FmaForm::F213, P::R(t)) => a.vfmadd213ps(d, s, z(t))?,
+                    (FmaForm::F213, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
+                    (FmaForm::F132, P::R(t)) => a.vfmadd132ps(d, s, z(t))?,
+                    (FmaForm::F132, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
+                    (FmaForm::F231, P::R(t)) => a.vfmadd231ps(d, s, z(t))?,
+                    (FmaForm::F231, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
+                }
+            }
+            PInst::Cmp { pred, d, a: x, b } => match b {
+                P::R(y) => a.vcmpps(kk(d), z(x), z(y), pred)?,
+                P::C(at) => a.vcmpps(kk(d), z(x), c(at), pred)?,
+            },
+            PInst::TestNz { d, a: x } => a.vptestmd(kk(d), z(x), z(x))?,
+            PInst::Blend { d, m, a: x, b } => match x {
+                P::R(x) => a.vblendmps(masked(z(d), m), z(b), z(x))?,
+                P::C(at) => a.vblendmps(masked(z(d), m), z(b), c(at))?,
+            },
+            PInst::KBin { op, d, a: x, b } => match op {
+                KOp::And => a.kandw(kk(d), kk(x), kk(b))?,
+                KOp::Or => a.korw(kk(d), kk(x), kk(b))?,
+            },
+            PInst::KNot { d, a: x } => a.knotw(kk(d), kk(x))?,
+            PInst::Store { a: x } => {
+                let m = zmmword_ptr(gprs[0] + rdx * 4);
+                if tail {
+                    a.vmovups(m.k1(), z(x))?;
+                } else {
+                    a.vmovups(m, z(x))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The code as Intel-syntax assembly, one instruction a line.
+fn listing(code: &[u8]) -> String {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut formatter = IntelFormatter::new();
+    let mut out = String::new();
+    let mut text = String::new();
+    for inst in &mut decoder {
+        text.clear();
+        formatter.format(&inst, &mut text);
+        out.push_str(&format!("  {:04x}  {text}\n", inst.ip()));
+    }
+    out
+}
