@@ -12,7 +12,7 @@
 
 mod common;
 
-use tensorlift::{DType, IrStage, JitOptions, Sym, Tensor, TensorSpec, function};
+use tensorlift::{DType, IrStage, JitOptions, Sym, Tensor, TensorMut, TensorSpec, function};
 
 fn narrow() -> JitOptions {
     JitOptions {
@@ -28,8 +28,9 @@ fn host_has_wide() -> bool {
     tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx2
 }
 
-/// What the Cranelift dump says of a kernel emitted as AVX-512 code.
-const NATIVE: &str = "AVX-512 machine code";
+/// What the Cranelift dump says of a kernel emitted as AVX-512 or AVX2
+/// machine code (`codegen/native.rs`).
+const NATIVE: &str = " machine code, ";
 
 /// Runs `f` with and without wide math and requires the same bits (any
 /// NaN for a NaN).
@@ -58,13 +59,13 @@ fn both_ways(
         .collect();
     let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
     let clif = wide.compiler_ir(&specs, IrStage::Cranelift).unwrap();
-    // A plain loop of f32 functions runs as AVX-512 machine code where the
-    // host has it (`codegen/zmm.rs`), at any length; elsewhere, long rows
-    // run through the wide routines.
+    // A plain loop of f32 functions runs as AVX-512 or AVX2 machine code
+    // where the host has either (`codegen/native.rs`), at any length;
+    // elsewhere, long rows run through the wide routines.
     let native = clif.contains(NATIVE);
     assert!(
-        !native || tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx512,
-        "{name}: AVX-512 code only where the host has it"
+        !native || host_has_wide(),
+        "{name}: machine code only where the host has AVX2 or AVX-512"
     );
     if !native {
         assert_eq!(
@@ -614,7 +615,7 @@ fn softmax_exp_row_prefetches_the_next_block() {
         .compiler_ir(&spec, IrStage::Cranelift)
         .unwrap();
     // A loop alone has no next block to prefetch (and where the host has
-    // AVX-512 it is machine code of its own, with no row calls).
+    // AVX2 or AVX-512 it is machine code of its own, with no row calls).
     let want: &[bool] = if alone.contains(NATIVE) {
         &[]
     } else {
@@ -1051,16 +1052,23 @@ fn dot_rows_in_row_groups_and_exact_mode() {
     }
 }
 
-/// Loops of f32 functions emitted as AVX-512 machine code
-/// (`codegen/zmm.rs`) give the inline code's bits: every length around a
-/// vector (the masked tail), rows split over threads whose ranges are not
-/// whole vectors, scalar operands broadcast, constants on either side of
-/// each operation, a value used twice; and kernels that do not qualify
-/// (more slots than address registers, a row-broadcast operand, f64, no
-/// function) still compile and match, as Cranelift code.
+/// Loops of f32 functions emitted as AVX-512 or AVX2 machine code
+/// (`codegen/native.rs`) give the inline code's bits: every length around
+/// a vector (the masked tail), rows split over the threads whose ranges
+/// are not whole vectors, scalar operands broadcast, constants on either
+/// side of each operation, a value used twice; and kernels that do not
+/// qualify (more slots than address registers, a row-broadcast operand,
+/// f64, no function) still compile and match, as Cranelift code.
+/// `scripts/test.sh` runs this file again with the cap at AVX2.
 #[test]
 fn avx512_kernels_match_inline() {
-    let avx512 = tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx512;
+    let isa = tensorlift::compiler::max_isa();
+    let name = match isa {
+        tensorlift::compiler::IsaLevel::Avx512 => "AVX-512 machine code",
+        tensorlift::compiler::IsaLevel::Avx2 => "AVX2 machine code",
+        tensorlift::compiler::IsaLevel::Sse42 => "no machine code",
+    };
+    let isa_name = name;
     let check = |name: &str, native: bool, f: fn(&[Sym]) -> Sym, inputs: &[Tensor]| {
         let specs: Vec<TensorSpec> = inputs
             .iter()
@@ -1070,14 +1078,22 @@ fn avx512_kernels_match_inline() {
             .jit_compile(true)
             .compiler_ir(&specs, IrStage::Cranelift)
             .unwrap();
-        assert_eq!(clif.contains(NATIVE), native && avx512, "{name}\n{clif}");
+        assert_eq!(
+            clif.contains(NATIVE),
+            native && host_has_wide(),
+            "{name}\n{clif}"
+        );
+        assert!(
+            !clif.contains(NATIVE) || clif.contains(isa_name),
+            "{name}: {isa_name}"
+        );
         let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
         let plain = function(move |xs: &[Sym]| f(xs))
             .jit_compile(true)
             .jit_options(narrow());
         let (a, b) = (wide.call(inputs).unwrap(), plain.call(inputs).unwrap());
         if let Some((i, w, n)) = first_difference(&a[0], &b[0]) {
-            panic!("{name}: element {i}: AVX-512 {w:e}, inline {n:e}");
+            panic!("{name}: element {i}: machine code {w:e}, inline {n:e}");
         }
     };
     let chain: fn(&[Sym]) -> Sym = |x| {
@@ -1092,9 +1108,15 @@ fn avx512_kernels_match_inline() {
             v[(i * 13) % n] = *s;
         }
         let x = common::f32s(&v, &[n]);
-        check(&format!("chain n={n}"), true, chain, std::slice::from_ref(&x));
+        check(
+            &format!("chain n={n}"),
+            true,
+            chain,
+            std::slice::from_ref(&x),
+        );
         let s = common::f32s(&[0.75], &[]);
-        check(&format!("scalar n={n}"), true, with_scalar, &[x, s]);
+        check(&format!("scalar n={n}"), true, with_scalar, &[x.clone(), s]);
+        writes_only_its_output(n, chain, &x);
     }
     // 1M elements in rows of 33: split over the threads by rows, no part
     // a whole number of vectors.
@@ -1130,4 +1152,36 @@ fn avx512_kernels_match_inline() {
             .unwrap(),
     );
     check("f64", false, |x| x[0].exp(), &[f64s]);
+}
+
+/// `f` on `x` (`n` elements) written by `call_into` into an aligned buffer
+/// followed by 64 guard elements: the results are `call`'s and no guard
+/// element changes (a tail that stored a lane past the end would).
+fn writes_only_its_output(n: usize, f: fn(&[Sym]) -> Sym, x: &Tensor) {
+    const GUARD: u32 = 0x7fc0_dead;
+    let want = function(move |xs: &[Sym]| f(xs))
+        .jit_compile(true)
+        .call(std::slice::from_ref(x))
+        .unwrap();
+    // u128 elements: 16-byte aligned.
+    let mut buf = vec![0u128; (n + 64).div_ceil(4)];
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+    for g in bytes.chunks_exact_mut(4) {
+        g.copy_from_slice(&GUARD.to_le_bytes());
+    }
+    let (out, guard) = bytes.split_at_mut(n * 4);
+    let shape = [n];
+    let mut outs = [TensorMut::new(DType::F32, &shape, out).unwrap()];
+    function(move |xs: &[Sym]| f(xs))
+        .jit_compile(true)
+        .call_into(std::slice::from_ref(x), &mut outs)
+        .unwrap();
+    for (i, g) in guard.chunks_exact(4).enumerate() {
+        let g = u32::from_le_bytes([g[0], g[1], g[2], g[3]]);
+        assert_eq!(g, GUARD, "n={n}: guard element {i} written");
+    }
+    let got = common::f32s(bytemuck::cast_slice(&bytes[..n * 4]), &[n]);
+    if let Some((i, a, b)) = first_difference(&got, &want[0]) {
+        panic!("n={n}: call_into element {i}: {a:e}, call {b:e}");
+    }
 }

@@ -460,10 +460,11 @@ pub(crate) fn generate(
         if let Step::Kernel(k) = step
             && has_function(i, k)
         {
-            if let Some(native) = super::zmm::compile(plan, k, opts)? {
+            if let Some(native) = super::native::compile(plan, k, opts)? {
                 clif.text(format!(
-                    "; kernel '{}' (step {i}): AVX-512 machine code, {} bytes (codegen/zmm.rs)\n{}\n",
+                    "; kernel '{}' (step {i}): {} machine code, {} bytes (codegen/native.rs)\n{}\n",
                     k.name,
+                    native.isa,
                     native.bytes.len(),
                     native.listing
                 ));

@@ -12,8 +12,8 @@
 //! its nodes lowered one by one (`lower`, with the approximations of
 //! `math`; a lowering also says which forms have vector code, by refusing
 //! the others); `target` says what the host has, `cost` what a kernel
-//! costs. `zmm` emits the plain loops of f32 functions that qualify as
-//! AVX-512 machine code instead, with the same ABI.
+//! costs. `native` emits the plain loops of f32 functions that qualify as
+//! AVX-512 or AVX2 machine code instead, with the same ABI.
 
 use std::collections::HashMap;
 
@@ -34,10 +34,10 @@ mod driver;
 mod loops;
 mod lower;
 pub(crate) mod math;
+mod native;
 mod reduce;
 mod target;
 mod wide_rows;
-mod zmm;
 
 pub(crate) use cost::{kernel_work, splittable};
 use driver::Helpers;

@@ -1,5 +1,5 @@
-//! Elementwise f32 kernels with transcendental functions as AVX-512
-//! machine code, emitted directly (iced-x86's assembler) instead of
+//! Elementwise f32 kernels with transcendental functions as AVX-512 or
+//! AVX2 machine code, emitted directly (iced-x86's assembler) instead of
 //! through Cranelift, whose x64 backend has 128-bit vectors only.
 //!
 //! A kernel qualifies when it is a plain loop (no reduction, no stash)
@@ -7,14 +7,15 @@
 //! index or a scalar, every node is an f32 operation listed in [`record`]
 //! and at least one is an approximated function (the kernels that
 //! otherwise run as chunk passes around the wide routines). Its nodes are
-//! recorded as a straight line of 16-lane instructions (the
-//! approximations through the same [`approx::Ops`] the inline code and
-//! the wide routines use, so the three give the same bits), given
-//! registers by a linear scan over that line (32 zmm, k2–k7 for lane
-//! masks; a kernel that would need more stays with Cranelift), and
-//! emitted as one loop of whole vectors plus one masked tail vector.
-//! Constants are broadcast from a pool after the code (`{1to16}`
-//! operands), so they hold no register.
+//! recorded as a straight line of vector instructions (the approximations
+//! through the same [`approx::Ops`] the inline code and the wide routines
+//! use, so the three give the same bits), given registers by a linear
+//! scan over that line (AVX-512: 32 zmm, lane masks in k2–k7; AVX2: 15
+//! ymm, masks among them; a kernel that would need more stays with
+//! Cranelift), and emitted as one loop of whole vectors plus one masked
+//! tail vector. Constants live in a pool after the code (AVX-512: one
+//! element each, read as `{1to16}` operands; AVX2: a whole vector each),
+//! so they hold no register.
 //!
 //! The function has the kernel ABI (`mod.rs`) and is position
 //! independent: the driver defines its bytes as the kernel's function in
@@ -24,11 +25,15 @@
 use std::collections::HashMap;
 
 use iced_x86::code_asm::{
-    AsmRegister64, AsmRegisterK, AsmRegisterZmm, CodeAssembler, dword_bcst, dword_ptr, k0, k1, k2,
-    k3, k4, k5, k6, k7, ptr, qword_ptr, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbx, rcx, rdi,
-    rdx, rsi, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12,
-    zmm13, zmm14, zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25,
-    zmm26, zmm27, zmm28, zmm29, zmm30, zmm31, zmmword_ptr,
+    AsmRegister64, AsmRegisterK, AsmRegisterYmm, AsmRegisterZmm, CodeAssembler, dword_bcst,
+    dword_ptr, k0, k1, k2, k3, k4, k5, k6, k7, ptr, qword_ptr, r8, r9, r10, r11, r12, r13, r14,
+    r15, rax, rbx, rcx, rdi, rdx, rsi, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9,
+    zmm10, zmm11, zmm12, zmm13, zmm14, zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22,
+    zmm23, zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30, zmm31, zmmword_ptr,
+};
+use iced_x86::code_asm::{
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
+    ymm15, ymmword_ptr,
 };
 use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, Formatter, IntelFormatter};
 use tensorlift_ir::{BinaryOp, DType, Error, Result, UnaryOp};
@@ -38,29 +43,163 @@ use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId};
 
 use super::JitOptions;
 
-/// f32 lanes per vector.
-const LANES: i32 = 16;
+/// The vector extension a kernel is emitted for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    /// 16 f32 lanes in zmm registers, lane masks in k registers.
+    Avx512,
+    /// 8 f32 lanes in ymm registers (VEX), lane masks in ymm registers.
+    Avx2,
+}
+
+impl Isa {
+    fn lanes(self) -> i32 {
+        match self {
+            Isa::Avx512 => 16,
+            Isa::Avx2 => 8,
+        }
+    }
+
+    /// Vector registers the allocation may use (AVX2: ymm15 holds the
+    /// tail's lane mask).
+    fn vector_regs(self) -> u8 {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 => 15,
+        }
+    }
+
+    /// Bytes per pool entry.
+    fn entry(self) -> i32 {
+        match self {
+            Isa::Avx512 => 4,
+            Isa::Avx2 => 32,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "AVX-512",
+            Isa::Avx2 => "AVX2",
+        }
+    }
+}
 
 /// A kernel as machine code, and its listing for the dumps.
 pub(super) struct Native {
+    /// The extension it uses, as the dumps name it.
+    pub isa: &'static str,
     pub bytes: Vec<u8>,
     pub listing: String,
 }
 
-/// `k` as AVX-512 machine code, or `None` where it does not qualify (see
-/// the module docs) or the host or options rule it out.
+/// `k` as AVX-512 or AVX2 machine code, or `None` where it does not
+/// qualify (see the module docs) or the host or options rule it out.
 pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Option<Native>> {
-    if !crate::isa::has_avx512() || opts.exact || !opts.vectorize || !opts.wide_math {
+    if opts.exact || !opts.vectorize || !opts.wide_math {
         return Ok(None);
     }
+    let isa = if crate::isa::has_avx512() {
+        Isa::Avx512
+    } else if crate::isa::has_avx2() {
+        Isa::Avx2
+    } else {
+        return Ok(None);
+    };
     let Some(rec) = record(plan, k).filter(|r| r.slots.len() <= SLOT_GPRS.len()) else {
         return Ok(None);
     };
-    let Some(phys) = allocate(&rec) else {
+    let mut pool = Pool::default();
+    let Some(phys) = allocate(&rec, isa, &mut pool) else {
         return Ok(None);
     };
+    // Two vectors a step, their instructions interleaved (each line is one
+    // long dependency chain), where the registers allow.
+    let twice = interleave(&rec, isa.lanes() * 4).and_then(|r| allocate(&r, isa, &mut pool));
     let inner: i64 = k.dims.iter().skip(1).map(|&d| d as i64).product();
-    emit(&rec, &phys, inner).map(Some)
+    emit(&rec, &phys, twice.as_ref(), &pool.bits, inner, isa).map(Some)
+}
+
+/// The line for two vectors, the second `bytes` further on: each
+/// instruction followed by its copy on the second vector's registers.
+/// `None` where a displacement would overflow.
+fn interleave(rec: &Rec, bytes: i32) -> Option<Rec> {
+    let n = rec.mask.len() as u32;
+    let mut insts = Vec::with_capacity(rec.insts.len() * 2);
+    let o = |o: O| match o {
+        O::R(r) => O::R(r + n),
+        O::C(_) => o,
+    };
+    for inst in &rec.insts {
+        let copy = match *inst {
+            Inst::Load { dst, slot, disp } => Inst::Load {
+                dst: dst + n,
+                slot,
+                disp: disp.checked_add(bytes)?,
+            },
+            Inst::Splat { dst, slot, disp } => Inst::Splat {
+                dst: dst + n,
+                slot,
+                disp,
+            },
+            Inst::Const { dst, bits } => Inst::Const { dst: dst + n, bits },
+            Inst::Bin { op, dst, a, b } => Inst::Bin {
+                op,
+                dst: dst + n,
+                a: a + n,
+                b: o(b),
+            },
+            Inst::Un { op, dst, a } => Inst::Un {
+                op,
+                dst: dst + n,
+                a: a + n,
+            },
+            Inst::Fma { dst, a, b, c } => Inst::Fma {
+                dst: dst + n,
+                a: a + n,
+                b: o(b),
+                c: o(c),
+            },
+            Inst::Cmp { pred, dst, a, b } => Inst::Cmp {
+                pred,
+                dst: dst + n,
+                a: a + n,
+                b: o(b),
+            },
+            Inst::TestNz { dst, a } => Inst::TestNz {
+                dst: dst + n,
+                a: a + n,
+            },
+            Inst::Blend { dst, m, a, b } => Inst::Blend {
+                dst: dst + n,
+                m: m + n,
+                a: o(a),
+                b: b + n,
+            },
+            Inst::KBin { op, dst, a, b } => Inst::KBin {
+                op,
+                dst: dst + n,
+                a: a + n,
+                b: b + n,
+            },
+            Inst::KNot { dst, a } => Inst::KNot {
+                dst: dst + n,
+                a: a + n,
+            },
+            Inst::Store { a, disp } => Inst::Store {
+                a: a + n,
+                disp: disp.checked_add(bytes)?,
+            },
+        };
+        insts.push(*inst);
+        insts.push(copy);
+    }
+    Some(Rec {
+        insts,
+        mask: rec.mask.iter().chain(&rec.mask).copied().collect(),
+        slots: rec.slots.clone(),
+        unsupported: rec.unsupported,
+    })
 }
 
 /// An operand: a vector value, or a constant broadcast from the pool (its
@@ -177,6 +316,7 @@ enum Inst {
     /// The output at the loop index.
     Store {
         a: u32,
+        disp: i32,
     },
 }
 
@@ -195,7 +335,7 @@ impl Inst {
             Inst::Un { a, .. }
             | Inst::TestNz { a, .. }
             | Inst::KNot { a, .. }
-            | Inst::Store { a } => vec![a],
+            | Inst::Store { a, .. } => vec![a],
             Inst::Fma { a, b, c, .. } => [Some(a), o(b), o(c)].into_iter().flatten().collect(),
             Inst::Blend { m, a, b, .. } => [Some(m), o(a), Some(b)].into_iter().flatten().collect(),
             Inst::KBin { a, b, .. } => vec![a, b],
@@ -581,7 +721,7 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
         return None;
     }
     let root = rec.reg(vals[k.root]);
-    rec.insts.push(Inst::Store { a: root });
+    rec.insts.push(Inst::Store { a: root, disp: 0 });
     Some(rec)
 }
 
@@ -625,7 +765,7 @@ enum FmaForm {
     F231,
 }
 
-/// A physical operand: a register, or a constant's byte offset in the pool.
+/// A physical operand: a register, or a constant's index in the pool.
 #[derive(Clone, Copy, Debug)]
 enum P {
     R(u8),
@@ -647,13 +787,12 @@ enum PInst {
     Blend { d: u8, m: u8, a: P, b: u8 },
     KBin { op: KOp, d: u8, a: u8, b: u8 },
     KNot { d: u8, a: u8 },
-    Store { a: u8 },
+    Store { a: u8, disp: i32 },
 }
 
-/// The line with physical registers and the constant pool.
+/// The line with physical registers.
 struct Phys {
     insts: Vec<PInst>,
-    pool: Vec<u32>,
 }
 
 /// The constants, each once, by byte offset.
@@ -664,10 +803,11 @@ struct Pool {
 }
 
 impl Pool {
+    /// The constant's index in the pool.
     fn at(&mut self, bits: u32) -> i32 {
         *self.at.entry(bits).or_insert_with(|| {
             self.bits.push(bits);
-            ((self.bits.len() - 1) * 4) as i32
+            (self.bits.len() - 1) as i32
         })
     }
 
@@ -683,7 +823,9 @@ impl Pool {
 /// Register allocation by a linear scan over the line: a value's register
 /// is free after its last read. `None` when the line needs more registers
 /// than there are.
-fn allocate(rec: &Rec) -> Option<Phys> {
+fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
+    // Whether a value lives in a k register.
+    let in_k = |v: u32| rec.mask[v as usize] && isa == Isa::Avx512;
     let n = rec.mask.len();
     let mut last = vec![usize::MAX; n];
     for (i, inst) in rec.insts.iter().enumerate() {
@@ -691,8 +833,7 @@ fn allocate(rec: &Rec) -> Option<Phys> {
             last[s as usize] = i;
         }
     }
-    let mut pool = Pool::default();
-    let mut free_z: Vec<u8> = (0..32).rev().collect();
+    let mut free_z: Vec<u8> = (0..isa.vector_regs()).rev().collect();
     let mut free_k: Vec<u8> = BODY_MASKS.rev().collect();
     let mut reg: Vec<Option<u8>> = vec![None; n];
     let mut out = Vec::with_capacity(rec.insts.len());
@@ -710,7 +851,7 @@ fn allocate(rec: &Rec) -> Option<Phys> {
         };
         let release = |v: u32, free_z: &mut Vec<u8>, free_k: &mut Vec<u8>, reg: &[Option<u8>]| {
             if let Some(p) = reg[v as usize] {
-                if rec.mask[v as usize] {
+                if in_k(v) {
                     free_k.push(p);
                 } else {
                     free_z.push(p);
@@ -816,7 +957,7 @@ fn allocate(rec: &Rec) -> Option<Phys> {
                     b: r(b)?,
                 },
                 Inst::KNot { a, .. } => PInst::KNot { d: 0, a: r(a)? },
-                Inst::Store { a } => PInst::Store { a: r(a)? },
+                Inst::Store { a, disp } => PInst::Store { a: r(a)?, disp },
                 Inst::Fma { .. } => return None,
             }
         };
@@ -826,7 +967,7 @@ fn allocate(rec: &Rec) -> Option<Phys> {
         let pi = match inst.dst() {
             None => pi,
             Some(dst) => {
-                let m = rec.mask[dst as usize];
+                let m = in_k(dst);
                 let d = if m { free_k.pop()? } else { free_z.pop()? };
                 reg[dst as usize] = Some(d);
                 if last[dst as usize] == usize::MAX {
@@ -841,10 +982,7 @@ fn allocate(rec: &Rec) -> Option<Phys> {
         };
         out.push(pi);
     }
-    Some(Phys {
-        insts: out,
-        pool: pool.bits,
-    })
+    Some(Phys { insts: out })
 }
 
 /// `pi` writing register `d`.
@@ -872,14 +1010,26 @@ fn asm_err(e: impl std::fmt::Display) -> Error {
 
 /// The function: prologue, the loop of whole vectors, the masked tail,
 /// the pool.
-fn emit(rec: &Rec, phys: &Phys, inner: i64) -> Result<Native> {
+fn emit(
+    rec: &Rec,
+    phys: &Phys,
+    twice: Option<&Phys>,
+    pool_bits: &[u32],
+    inner: i64,
+    isa: Isa,
+) -> Result<Native> {
     if rec.slots.len() > SLOT_GPRS.len() {
         return Err(asm_err("more slots than address registers"));
     }
+    let lanes = isa.lanes();
+    // AVX2: after the constants, 8 lanes of ones then 8 of zeros; the tail's
+    // mask is read at the right offset into them.
+    let ones = pool_bits.len() as i32 * isa.entry();
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
     let gprs = &SLOT_GPRS[..rec.slots.len()];
     let saved = &gprs[gprs.len().min(SAVED)..];
     let mut pool = a.create_label();
+    let mut top2 = a.create_label();
     let mut top = a.create_label();
     let mut tail = a.create_label();
     let mut done = a.create_label();
@@ -898,24 +1048,53 @@ fn emit(rec: &Rec, phys: &Phys, inner: i64) -> Result<Native> {
             a.mov(g, qword_ptr(rdi + (s * 8) as i32))?;
         }
         a.lea(r11, ptr(pool))?;
+        if let Some(twice) = twice {
+            // Two vectors a step while two are left, then one if one is.
+            a.set_label(&mut top2)?;
+            a.lea(rax, ptr(rdx + 2 * lanes))?;
+            a.cmp(rax, rsi)?;
+            a.ja(top)?;
+            match isa {
+                Isa::Avx512 => body512(&mut a, twice, gprs, false)?,
+                Isa::Avx2 => body256(&mut a, twice, gprs, false, ones)?,
+            }
+            a.add(rdx, 2 * lanes)?;
+            a.jmp(top2)?;
+        }
         a.set_label(&mut top)?;
-        a.lea(rax, ptr(rdx + LANES))?;
+        a.lea(rax, ptr(rdx + lanes))?;
         a.cmp(rax, rsi)?;
         a.ja(tail)?;
-        body(&mut a, phys, gprs, false)?;
-        a.add(rdx, LANES)?;
+        match isa {
+            Isa::Avx512 => body512(&mut a, phys, gprs, false)?,
+            Isa::Avx2 => body256(&mut a, phys, gprs, false, ones)?,
+        }
+        a.add(rdx, lanes)?;
         a.jmp(top)?;
         a.set_label(&mut tail)?;
         a.cmp(rdx, rsi)?;
         a.jae(done)?;
-        // k1: the (end - index) < 16 lanes left.
-        a.mov(rcx, rsi)?;
-        a.sub(rcx, rdx)?;
-        a.mov(eax_(), 1)?;
-        a.shl(eax_(), iced_x86::code_asm::cl)?;
-        a.sub(eax_(), 1)?;
-        a.kmovw(k1, eax_())?;
-        body(&mut a, phys, gprs, true)?;
+        match isa {
+            Isa::Avx512 => {
+                // k1: the (end - index) < 16 lanes left.
+                a.mov(rcx, rsi)?;
+                a.sub(rcx, rdx)?;
+                a.mov(eax_(), 1)?;
+                a.shl(eax_(), iced_x86::code_asm::cl)?;
+                a.sub(eax_(), 1)?;
+                a.kmovw(k1, eax_())?;
+                body512(&mut a, phys, gprs, true)?;
+            }
+            Isa::Avx2 => {
+                // ymm15: the (end - index) < 8 lanes left, read from the
+                // ones and zeros at 8 - (end - index) lanes.
+                a.mov(rax, rdx)?;
+                a.sub(rax, rsi)?;
+                a.add(rax, 8)?;
+                a.vmovups(ymm15, ymmword_ptr(r11 + rax * 4 + ones))?;
+                body256(&mut a, phys, gprs, true, ones)?;
+            }
+        }
         a.set_label(&mut done)?;
         a.vzeroupper()?;
         for &g in saved.iter().rev() {
@@ -924,7 +1103,16 @@ fn emit(rec: &Rec, phys: &Phys, inner: i64) -> Result<Native> {
         a.xor(eax_(), eax_())?;
         a.ret()?;
         a.set_label(&mut pool)?;
-        a.dd(&phys.pool)?;
+        match isa {
+            Isa::Avx512 => a.dd(pool_bits)?,
+            Isa::Avx2 => {
+                for &bits in pool_bits {
+                    a.dd(&[bits; 8])?;
+                }
+                a.dd(&[u32::MAX; 8])?;
+                a.dd(&[0; 8])?;
+            }
+        }
         Ok(())
     })()
     .map_err(asm_err)?;
@@ -934,6 +1122,7 @@ fn emit(rec: &Rec, phys: &Phys, inner: i64) -> Result<Native> {
     let code_len = res.label_ip(&pool).map_err(asm_err)? as usize;
     let bytes = res.inner.code_buffer;
     Ok(Native {
+        isa: isa.name(),
         listing: listing(&bytes[..code_len.min(bytes.len())]),
         bytes,
     })
@@ -943,8 +1132,9 @@ fn eax_() -> iced_x86::code_asm::AsmRegister32 {
     iced_x86::code_asm::eax
 }
 
-/// The loop body: 16 lanes at index rdx; `tail`: only the lanes of k1.
-fn body(
+/// The AVX-512 loop body: 16 lanes at index rdx; `tail`: only the lanes
+/// of k1.
+fn body512(
     a: &mut CodeAssembler,
     phys: &Phys,
     gprs: &[AsmRegister64],
@@ -952,7 +1142,7 @@ fn body(
 ) -> std::result::Result<(), iced_x86::IcedError> {
     let z = |r: u8| ZMM[r as usize];
     let kk = |r: u8| KREG[r as usize];
-    let c = |at: i32| dword_bcst(r11 + at);
+    let c = |at: i32| dword_bcst(r11 + at * 4);
     for pi in &phys.insts {
         match *pi {
             PInst::Load { d, slot, disp } => {
@@ -964,7 +1154,7 @@ fn body(
                 }
             }
             PInst::Splat { d, slot, disp } => a.vbroadcastss(z(d), dword_ptr(gprs[slot] + disp))?,
-            PInst::Const { d, at } => a.vbroadcastss(z(d), dword_ptr(r11 + at))?,
+            PInst::Const { d, at } => a.vbroadcastss(z(d), dword_ptr(r11 + at * 4))?,
             PInst::Move { d, s } => a.vmovaps(z(d), z(s))?,
             PInst::Bin { op, d, a: x, b } => {
                 let (d, x) = (z(d), z(x));
@@ -1025,12 +1215,118 @@ fn body(
                 KOp::Or => a.korw(kk(d), kk(x), kk(b))?,
             },
             PInst::KNot { d, a: x } => a.knotw(kk(d), kk(x))?,
-            PInst::Store { a: x } => {
-                let m = zmmword_ptr(gprs[0] + rdx * 4);
+            PInst::Store { a: x, disp } => {
+                let m = zmmword_ptr(gprs[0] + rdx * 4 + disp);
                 if tail {
                     a.vmovups(m.k1(), z(x))?;
                 } else {
                     a.vmovups(m, z(x))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Vector registers of AVX2 (ymm15: the tail's mask).
+const YMM: [AsmRegisterYmm; 16] = [
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
+    ymm15,
+];
+
+/// The AVX2 loop body: 8 lanes at index rdx; `tail`: only the lanes of
+/// ymm15. `ones`: the pool's offset of 8 lanes of ones then 8 of zeros.
+fn body256(
+    a: &mut CodeAssembler,
+    phys: &Phys,
+    gprs: &[AsmRegister64],
+    tail: bool,
+    ones: i32,
+) -> std::result::Result<(), iced_x86::IcedError> {
+    let y = |r: u8| YMM[r as usize];
+    let c = |at: i32| ymmword_ptr(r11 + at * 32);
+    for pi in &phys.insts {
+        match *pi {
+            PInst::Load { d, slot, disp } => {
+                let m = ymmword_ptr(gprs[slot] + rdx * 4 + disp);
+                if tail {
+                    a.vmaskmovps(y(d), ymm15, m)?;
+                } else {
+                    a.vmovups(y(d), m)?;
+                }
+            }
+            PInst::Splat { d, slot, disp } => a.vbroadcastss(y(d), dword_ptr(gprs[slot] + disp))?,
+            PInst::Const { d, at } => a.vmovups(y(d), c(at))?,
+            PInst::Move { d, s } => a.vmovaps(y(d), y(s))?,
+            PInst::Bin { op, d, a: x, b } => {
+                let (d, x) = (y(d), y(x));
+                match (op, b) {
+                    (Bin::Add, P::R(r)) => a.vaddps(d, x, y(r))?,
+                    (Bin::Add, P::C(at)) => a.vaddps(d, x, c(at))?,
+                    (Bin::Sub, P::R(r)) => a.vsubps(d, x, y(r))?,
+                    (Bin::Sub, P::C(at)) => a.vsubps(d, x, c(at))?,
+                    (Bin::Mul, P::R(r)) => a.vmulps(d, x, y(r))?,
+                    (Bin::Mul, P::C(at)) => a.vmulps(d, x, c(at))?,
+                    (Bin::Div, P::R(r)) => a.vdivps(d, x, y(r))?,
+                    (Bin::Div, P::C(at)) => a.vdivps(d, x, c(at))?,
+                    (Bin::IAdd, P::R(r)) => a.vpaddd(d, x, y(r))?,
+                    (Bin::IAdd, P::C(at)) => a.vpaddd(d, x, c(at))?,
+                    (Bin::ISub, P::R(r)) => a.vpsubd(d, x, y(r))?,
+                    (Bin::ISub, P::C(at)) => a.vpsubd(d, x, c(at))?,
+                    (Bin::And, P::R(r)) => a.vpand(d, x, y(r))?,
+                    (Bin::And, P::C(at)) => a.vpand(d, x, c(at))?,
+                    (Bin::Or, P::R(r)) => a.vpor(d, x, y(r))?,
+                    (Bin::Or, P::C(at)) => a.vpor(d, x, c(at))?,
+                    (Bin::Xor, P::R(r)) => a.vpxor(d, x, y(r))?,
+                    (Bin::Xor, P::C(at)) => a.vpxor(d, x, c(at))?,
+                }
+            }
+            PInst::Un { op, d, a: x } => {
+                let (d, x) = (y(d), y(x));
+                match op {
+                    Un::Sqrt => a.vsqrtps(d, x)?,
+                    Un::Round(imm) => a.vroundps(d, x, imm)?,
+                    Un::ToFloat => a.vcvtdq2ps(d, x)?,
+                    Un::Shl(k) => a.vpslld(d, x, k as i32)?,
+                    Un::Sar(k) => a.vpsrad(d, x, k as i32)?,
+                    Un::Shr(k) => a.vpsrld(d, x, k as i32)?,
+                }
+            }
+            PInst::Fma { form, d, s, t } => {
+                let (d, s) = (y(d), y(s));
+                match (form, t) {
+                    (FmaForm::F213, P::R(t)) => a.vfmadd213ps(d, s, y(t))?,
+                    (FmaForm::F213, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
+                    (FmaForm::F132, P::R(t)) => a.vfmadd132ps(d, s, y(t))?,
+                    (FmaForm::F132, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
+                    (FmaForm::F231, P::R(t)) => a.vfmadd231ps(d, s, y(t))?,
+                    (FmaForm::F231, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
+                }
+            }
+            PInst::Cmp { pred, d, a: x, b } => match b {
+                P::R(r) => a.vcmpps(y(d), y(x), y(r), pred)?,
+                P::C(at) => a.vcmpps(y(d), y(x), c(at), pred)?,
+            },
+            PInst::TestNz { d, a: x } => {
+                // Not (x == 0).
+                a.vpcmpeqd(y(d), y(x), ymmword_ptr(r11 + ones + 32))?;
+                a.vpxor(y(d), y(d), ymmword_ptr(r11 + ones))?;
+            }
+            PInst::Blend { d, m, a: x, b } => match x {
+                P::R(x) => a.vblendvps(y(d), y(b), y(x), y(m))?,
+                P::C(at) => a.vblendvps(y(d), y(b), c(at), y(m))?,
+            },
+            PInst::KBin { op, d, a: x, b } => match op {
+                KOp::And => a.vpand(y(d), y(x), y(b))?,
+                KOp::Or => a.vpor(y(d), y(x), y(b))?,
+            },
+            PInst::KNot { d, a: x } => a.vpxor(y(d), y(x), ymmword_ptr(r11 + ones))?,
+            PInst::Store { a: x, disp } => {
+                let m = ymmword_ptr(gprs[0] + rdx * 4 + disp);
+                if tail {
+                    a.vmaskmovps(m, ymm15, y(x))?;
+                } else {
+                    a.vmovups(m, y(x))?;
                 }
             }
         }
