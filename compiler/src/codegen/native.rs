@@ -113,92 +113,101 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
     let Some(phys) = allocate(&rec, isa, &mut pool) else {
         return Ok(None);
     };
-    // Two vectors a step, their instructions interleaved (each line is one
-    // long dependency chain), where the registers allow.
-    let twice = interleave(&rec, isa.lanes() * 4).and_then(|r| allocate(&r, isa, &mut pool));
+    // Several vectors a step, their instructions interleaved (each line is
+    // one long dependency chain): four, three or two, as the registers
+    // allow.
+    let twice = [4, 3, 2].into_iter().find_map(|copies| {
+        let line = interleave(&rec, isa.lanes() * 4, copies)?;
+        Some((copies as i32, allocate(&line, isa, &mut pool)?))
+    });
     let inner: i64 = k.dims.iter().skip(1).map(|&d| d as i64).product();
     emit(&rec, &phys, twice.as_ref(), &pool.bits, inner, isa).map(Some)
 }
 
-/// The line for two vectors, the second `bytes` further on: each
-/// instruction followed by its copy on the second vector's registers.
-/// `None` where a displacement would overflow.
-fn interleave(rec: &Rec, bytes: i32) -> Option<Rec> {
+/// The line for `copies` vectors, each `bytes` after the previous one:
+/// each instruction followed by its copies on the other vectors'
+/// registers. `None` where a displacement would overflow.
+fn interleave(rec: &Rec, bytes: i32, copies: u32) -> Option<Rec> {
     let n = rec.mask.len() as u32;
-    let mut insts = Vec::with_capacity(rec.insts.len() * 2);
+    let mut insts = Vec::with_capacity(rec.insts.len() * copies as usize);
+    for inst in &rec.insts {
+        for j in 0..copies {
+            insts.push(shifted(inst, n * j, bytes.checked_mul(j as i32)?)?);
+        }
+    }
+    Some(Rec {
+        insts,
+        mask: (0..copies).flat_map(|_| rec.mask.iter().copied()).collect(),
+        slots: rec.slots.clone(),
+        unsupported: rec.unsupported,
+    })
+}
+
+/// `inst` on registers `n` further on, its memory `bytes` further on.
+fn shifted(inst: &Inst, n: u32, bytes: i32) -> Option<Inst> {
     let o = |o: O| match o {
         O::R(r) => O::R(r + n),
         O::C(_) => o,
     };
-    for inst in &rec.insts {
-        let copy = match *inst {
-            Inst::Load { dst, slot, disp } => Inst::Load {
-                dst: dst + n,
-                slot,
-                disp: disp.checked_add(bytes)?,
-            },
-            Inst::Splat { dst, slot, disp } => Inst::Splat {
-                dst: dst + n,
-                slot,
-                disp,
-            },
-            Inst::Const { dst, bits } => Inst::Const { dst: dst + n, bits },
-            Inst::Bin { op, dst, a, b } => Inst::Bin {
-                op,
-                dst: dst + n,
-                a: a + n,
-                b: o(b),
-            },
-            Inst::Un { op, dst, a } => Inst::Un {
-                op,
-                dst: dst + n,
-                a: a + n,
-            },
-            Inst::Fma { dst, a, b, c } => Inst::Fma {
-                dst: dst + n,
-                a: a + n,
-                b: o(b),
-                c: o(c),
-            },
-            Inst::Cmp { pred, dst, a, b } => Inst::Cmp {
-                pred,
-                dst: dst + n,
-                a: a + n,
-                b: o(b),
-            },
-            Inst::TestNz { dst, a } => Inst::TestNz {
-                dst: dst + n,
-                a: a + n,
-            },
-            Inst::Blend { dst, m, a, b } => Inst::Blend {
-                dst: dst + n,
-                m: m + n,
-                a: o(a),
-                b: b + n,
-            },
-            Inst::KBin { op, dst, a, b } => Inst::KBin {
-                op,
-                dst: dst + n,
-                a: a + n,
-                b: b + n,
-            },
-            Inst::KNot { dst, a } => Inst::KNot {
-                dst: dst + n,
-                a: a + n,
-            },
-            Inst::Store { a, disp } => Inst::Store {
-                a: a + n,
-                disp: disp.checked_add(bytes)?,
-            },
-        };
-        insts.push(*inst);
-        insts.push(copy);
-    }
-    Some(Rec {
-        insts,
-        mask: rec.mask.iter().chain(&rec.mask).copied().collect(),
-        slots: rec.slots.clone(),
-        unsupported: rec.unsupported,
+    Some(match *inst {
+        Inst::Load { dst, slot, disp } => Inst::Load {
+            dst: dst + n,
+            slot,
+            disp: disp.checked_add(bytes)?,
+        },
+        Inst::Splat { dst, slot, disp } => Inst::Splat {
+            dst: dst + n,
+            slot,
+            disp,
+        },
+        Inst::Const { dst, bits } => Inst::Const { dst: dst + n, bits },
+        Inst::Bin { op, dst, a, b } => Inst::Bin {
+            op,
+            dst: dst + n,
+            a: a + n,
+            b: o(b),
+        },
+        Inst::Un { op, dst, a } => Inst::Un {
+            op,
+            dst: dst + n,
+            a: a + n,
+        },
+        Inst::Fma { dst, a, b, c } => Inst::Fma {
+            dst: dst + n,
+            a: a + n,
+            b: o(b),
+            c: o(c),
+        },
+        Inst::Cmp { pred, dst, a, b } => Inst::Cmp {
+            pred,
+            dst: dst + n,
+            a: a + n,
+            b: o(b),
+        },
+        Inst::TestNz { dst, a } => Inst::TestNz {
+            dst: dst + n,
+            a: a + n,
+        },
+        Inst::Blend { dst, m, a, b } => Inst::Blend {
+            dst: dst + n,
+            m: m + n,
+            a: o(a),
+            b: b + n,
+        },
+        Inst::KBin { op, dst, a, b } => Inst::KBin {
+            op,
+            dst: dst + n,
+            a: a + n,
+            b: b + n,
+        },
+        Inst::KNot { dst, a } => Inst::KNot {
+            dst: dst + n,
+            a: a + n,
+        },
+        Inst::Store { a, disp } => Inst::Store {
+            a: a + n,
+            disp: disp.checked_add(bytes)?,
+        },
     })
 }
 
@@ -1013,7 +1022,7 @@ fn asm_err(e: impl std::fmt::Display) -> Error {
 fn emit(
     rec: &Rec,
     phys: &Phys,
-    twice: Option<&Phys>,
+    twice: Option<&(i32, Phys)>,
     pool_bits: &[u32],
     inner: i64,
     isa: Isa,
@@ -1048,17 +1057,18 @@ fn emit(
             a.mov(g, qword_ptr(rdi + (s * 8) as i32))?;
         }
         a.lea(r11, ptr(pool))?;
-        if let Some(twice) = twice {
-            // Two vectors a step while two are left, then one if one is.
+        if let Some((copies, line)) = twice {
+            // Several vectors a step while as many are left, then one at a
+            // time.
             a.set_label(&mut top2)?;
-            a.lea(rax, ptr(rdx + 2 * lanes))?;
+            a.lea(rax, ptr(rdx + copies * lanes))?;
             a.cmp(rax, rsi)?;
             a.ja(top)?;
             match isa {
-                Isa::Avx512 => body512(&mut a, twice, gprs, false)?,
-                Isa::Avx2 => body256(&mut a, twice, gprs, false, ones)?,
+                Isa::Avx512 => body512(&mut a, line, gprs, false)?,
+                Isa::Avx2 => body256(&mut a, line, gprs, false, ones)?,
             }
-            a.add(rdx, 2 * lanes)?;
+            a.add(rdx, copies * lanes)?;
             a.jmp(top2)?;
         }
         a.set_label(&mut top)?;
