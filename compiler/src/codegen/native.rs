@@ -4,7 +4,8 @@
 //!
 //! A kernel qualifies when it is a plain loop (no reduction, no stash)
 //! over a contiguous f32 output, every load is contiguous at the output's
-//! index or a scalar, every node is an f32 operation listed in [`record`]
+//! index, a scalar, or (over rows and columns) a row broadcast or a value
+//! per row, every node is an f32 operation listed in [`record`]
 //! and at least one is an approximated function (the kernels that
 //! otherwise run as chunk passes around the wide routines). Its nodes are
 //! recorded as a straight line of vector instructions (the approximations
@@ -121,7 +122,15 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
         Some((copies as i32, allocate(&line, isa, &mut pool)?))
     });
     let inner: i64 = k.dims.iter().skip(1).map(|&d| d as i64).product();
-    emit(&rec, &phys, twice.as_ref(), &pool.bits, inner, isa).map(Some)
+    // Row by row: the columns are an immediate operand.
+    let cols = match rec.rows {
+        true => match i32::try_from(inner) {
+            Ok(c) if c < i32::MAX / 2 => Some(c),
+            _ => return Ok(None),
+        },
+        false => None,
+    };
+    emit(&rec, &phys, twice.as_ref(), &pool.bits, inner, cols, isa).map(Some)
 }
 
 /// The line for `copies` vectors, each `bytes` after the previous one:
@@ -140,6 +149,7 @@ fn interleave(rec: &Rec, bytes: i32, copies: u32) -> Option<Rec> {
         mask: (0..copies).flat_map(|_| rec.mask.iter().copied()).collect(),
         slots: rec.slots.clone(),
         unsupported: rec.unsupported,
+        rows: rec.rows,
     })
 }
 
@@ -150,15 +160,27 @@ fn shifted(inst: &Inst, n: u32, bytes: i32) -> Option<Inst> {
         O::C(_) => o,
     };
     Some(match *inst {
-        Inst::Load { dst, slot, disp } => Inst::Load {
+        Inst::Load {
+            dst,
+            slot,
+            disp,
+            col,
+        } => Inst::Load {
             dst: dst + n,
             slot,
             disp: disp.checked_add(bytes)?,
+            col,
         },
-        Inst::Splat { dst, slot, disp } => Inst::Splat {
+        Inst::Splat {
+            dst,
+            slot,
+            disp,
+            row,
+        } => Inst::Splat {
             dst: dst + n,
             slot,
             disp,
+            row,
         },
         Inst::Const { dst, bits } => Inst::Const { dst: dst + n, bits },
         Inst::Bin { op, dst, a, b } => Inst::Bin {
@@ -257,18 +279,21 @@ enum KOp {
 /// (`u32`), vectors and masks numbered together.
 #[derive(Clone, Copy, Debug)]
 enum Inst {
-    /// 16 contiguous elements of slot `slot` (an index into
-    /// `Rec::slots`) at the loop index plus `disp` bytes.
+    /// A vector of contiguous elements of slot `slot` (an index into
+    /// `Rec::slots`) at the loop index (`col`: the column index) plus
+    /// `disp` bytes.
     Load {
         dst: u32,
         slot: usize,
         disp: i32,
+        col: bool,
     },
-    /// One element of a slot, broadcast.
+    /// One element of a slot (`row`: the row index's), broadcast.
     Splat {
         dst: u32,
         slot: usize,
         disp: i32,
+        row: bool,
     },
     /// A constant in a register (where no operand may be a constant).
     Const {
@@ -380,6 +405,9 @@ struct Rec {
     slots: Vec<SlotId>,
     /// An operation the recorder cannot express was asked for.
     unsupported: bool,
+    /// Some load is indexed by the column (a row broadcast along the rows)
+    /// or by the row (one value per row): the loop runs row by row.
+    rows: bool,
 }
 
 impl Rec {
@@ -635,13 +663,41 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
                 let disp = disp(*offset)?;
                 let s = rec.slot(*slot);
                 let dst = rec.new_v();
-                if strides.iter().all(|&s| s == 0) {
-                    rec.insts.push(Inst::Splat { dst, slot: s, disp });
+                let two_d = k.dims.len() == 2;
+                let inst = if strides.iter().all(|&s| s == 0) {
+                    Inst::Splat {
+                        dst,
+                        slot: s,
+                        disp,
+                        row: false,
+                    }
                 } else if *strides == k.out_strides {
-                    rec.insts.push(Inst::Load { dst, slot: s, disp });
+                    Inst::Load {
+                        dst,
+                        slot: s,
+                        disp,
+                        col: false,
+                    }
+                } else if two_d && strides[..] == [0, 1] {
+                    rec.rows = true;
+                    Inst::Load {
+                        dst,
+                        slot: s,
+                        disp,
+                        col: true,
+                    }
+                } else if two_d && strides[..] == [1, 0] {
+                    rec.rows = true;
+                    Inst::Splat {
+                        dst,
+                        slot: s,
+                        disp,
+                        row: true,
+                    }
                 } else {
                     return None;
-                }
+                };
+                rec.insts.push(inst);
                 O::R(dst)
             }
             ENode::Const(l) => {
@@ -784,19 +840,73 @@ enum P {
 /// One instruction with physical registers.
 #[derive(Clone, Copy, Debug)]
 enum PInst {
-    Load { d: u8, slot: usize, disp: i32 },
-    Splat { d: u8, slot: usize, disp: i32 },
-    Const { d: u8, at: i32 },
-    Move { d: u8, s: u8 },
-    Bin { op: Bin, d: u8, a: u8, b: P },
-    Un { op: Un, d: u8, a: u8 },
-    Fma { form: FmaForm, d: u8, s: u8, t: P },
-    Cmp { pred: i32, d: u8, a: u8, b: P },
-    TestNz { d: u8, a: u8 },
-    Blend { d: u8, m: u8, a: P, b: u8 },
-    KBin { op: KOp, d: u8, a: u8, b: u8 },
-    KNot { d: u8, a: u8 },
-    Store { a: u8, disp: i32 },
+    Load {
+        d: u8,
+        slot: usize,
+        disp: i32,
+        col: bool,
+    },
+    Splat {
+        d: u8,
+        slot: usize,
+        disp: i32,
+        row: bool,
+    },
+    Const {
+        d: u8,
+        at: i32,
+    },
+    Move {
+        d: u8,
+        s: u8,
+    },
+    Bin {
+        op: Bin,
+        d: u8,
+        a: u8,
+        b: P,
+    },
+    Un {
+        op: Un,
+        d: u8,
+        a: u8,
+    },
+    Fma {
+        form: FmaForm,
+        d: u8,
+        s: u8,
+        t: P,
+    },
+    Cmp {
+        pred: i32,
+        d: u8,
+        a: u8,
+        b: P,
+    },
+    TestNz {
+        d: u8,
+        a: u8,
+    },
+    Blend {
+        d: u8,
+        m: u8,
+        a: P,
+        b: u8,
+    },
+    KBin {
+        op: KOp,
+        d: u8,
+        a: u8,
+        b: u8,
+    },
+    KNot {
+        d: u8,
+        a: u8,
+    },
+    Store {
+        a: u8,
+        disp: i32,
+    },
 }
 
 /// The line with physical registers.
@@ -933,8 +1043,22 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
         let pi = {
             let reg = &reg;
             match *inst {
-                Inst::Load { slot, disp, .. } => PInst::Load { d: 0, slot, disp },
-                Inst::Splat { slot, disp, .. } => PInst::Splat { d: 0, slot, disp },
+                Inst::Load {
+                    slot, disp, col, ..
+                } => PInst::Load {
+                    d: 0,
+                    slot,
+                    disp,
+                    col,
+                },
+                Inst::Splat {
+                    slot, disp, row, ..
+                } => PInst::Splat {
+                    d: 0,
+                    slot,
+                    disp,
+                    row,
+                },
                 Inst::Const { bits, .. } => PInst::Const {
                     d: 0,
                     at: pool.at(bits),
@@ -997,8 +1121,12 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
 /// `pi` writing register `d`.
 fn with_dst(pi: PInst, d: u8) -> PInst {
     match pi {
-        PInst::Load { slot, disp, .. } => PInst::Load { d, slot, disp },
-        PInst::Splat { slot, disp, .. } => PInst::Splat { d, slot, disp },
+        PInst::Load {
+            slot, disp, col, ..
+        } => PInst::Load { d, slot, disp, col },
+        PInst::Splat {
+            slot, disp, row, ..
+        } => PInst::Splat { d, slot, disp, row },
         PInst::Const { at, .. } => PInst::Const { d, at },
         PInst::Bin { op, a, b, .. } => PInst::Bin { op, d, a, b },
         PInst::Un { op, a, .. } => PInst::Un { op, d, a },
@@ -1025,6 +1153,7 @@ fn emit(
     twice: Option<&(i32, Phys)>,
     pool_bits: &[u32],
     inner: i64,
+    cols: Option<i32>,
     isa: Isa,
 ) -> Result<Native> {
     if rec.slots.len() > SLOT_GPRS.len() {
@@ -1048,62 +1177,86 @@ fn emit(
             a.push(g)?;
         }
         a.mov(rsi, rcx)?;
-        if inner != 1 {
-            a.mov(rax, inner)?;
-            a.imul_2(rdx, rax)?;
-            a.imul_2(rsi, rax)?;
-        }
         for (&g, &s) in gprs.iter().zip(&rec.slots) {
             a.mov(g, qword_ptr(rdi + (s * 8) as i32))?;
         }
         a.lea(r11, ptr(pool))?;
-        if let Some((copies, line)) = twice {
-            // Several vectors a step while as many are left, then one at a
-            // time.
-            a.set_label(&mut top2)?;
-            a.lea(rax, ptr(rdx + copies * lanes))?;
+        let body = |a: &mut CodeAssembler, line: &Phys, tail: bool| match isa {
+            Isa::Avx512 => body512(a, line, gprs, tail),
+            Isa::Avx2 => body256(a, line, gprs, tail, ones),
+        };
+        if let Some(cols) = cols {
+            // Row by row (rdi: the row, rdx: the element, rcx: the column),
+            // each row's last cols % lanes elements masked (the mask is the
+            // same for every row).
+            let rest = cols % lanes;
+            if rest != 0 {
+                tail_mask(&mut a, isa, ones, Some(rest))?;
+            }
+            a.mov(rdi, rdx)?;
+            a.imul_3(rdx, rdx, cols)?;
+            let mut row = a.create_label();
+            let mut one = a.create_label();
+            let mut row_end = a.create_label();
+            a.set_label(&mut row)?;
+            a.cmp(rdi, rsi)?;
+            a.jae(done)?;
+            a.xor(iced_x86::code_asm::ecx, iced_x86::code_asm::ecx)?;
+            if let Some((copies, line)) = twice {
+                a.set_label(&mut top2)?;
+                a.lea(rax, ptr(rcx + copies * lanes))?;
+                a.cmp(rax, cols)?;
+                a.jg(one)?;
+                body(&mut a, line, false)?;
+                a.add(rcx, copies * lanes)?;
+                a.add(rdx, copies * lanes)?;
+                a.jmp(top2)?;
+            }
+            a.set_label(&mut one)?;
+            a.lea(rax, ptr(rcx + lanes))?;
+            a.cmp(rax, cols)?;
+            a.jg(row_end)?;
+            body(&mut a, phys, false)?;
+            a.add(rcx, lanes)?;
+            a.add(rdx, lanes)?;
+            a.jmp(one)?;
+            a.set_label(&mut row_end)?;
+            if rest != 0 {
+                body(&mut a, phys, true)?;
+                a.add(rdx, rest)?;
+            }
+            a.add(rdi, 1)?;
+            a.jmp(row)?;
+        } else {
+            // The flat range [begin * inner, end * inner).
+            if inner != 1 {
+                a.mov(rax, inner)?;
+                a.imul_2(rdx, rax)?;
+                a.imul_2(rsi, rax)?;
+            }
+            if let Some((copies, line)) = twice {
+                // Several vectors a step while as many are left, then one
+                // at a time.
+                a.set_label(&mut top2)?;
+                a.lea(rax, ptr(rdx + copies * lanes))?;
+                a.cmp(rax, rsi)?;
+                a.ja(top)?;
+                body(&mut a, line, false)?;
+                a.add(rdx, copies * lanes)?;
+                a.jmp(top2)?;
+            }
+            a.set_label(&mut top)?;
+            a.lea(rax, ptr(rdx + lanes))?;
             a.cmp(rax, rsi)?;
-            a.ja(top)?;
-            match isa {
-                Isa::Avx512 => body512(&mut a, line, gprs, false)?,
-                Isa::Avx2 => body256(&mut a, line, gprs, false, ones)?,
-            }
-            a.add(rdx, copies * lanes)?;
-            a.jmp(top2)?;
-        }
-        a.set_label(&mut top)?;
-        a.lea(rax, ptr(rdx + lanes))?;
-        a.cmp(rax, rsi)?;
-        a.ja(tail)?;
-        match isa {
-            Isa::Avx512 => body512(&mut a, phys, gprs, false)?,
-            Isa::Avx2 => body256(&mut a, phys, gprs, false, ones)?,
-        }
-        a.add(rdx, lanes)?;
-        a.jmp(top)?;
-        a.set_label(&mut tail)?;
-        a.cmp(rdx, rsi)?;
-        a.jae(done)?;
-        match isa {
-            Isa::Avx512 => {
-                // k1: the (end - index) < 16 lanes left.
-                a.mov(rcx, rsi)?;
-                a.sub(rcx, rdx)?;
-                a.mov(eax_(), 1)?;
-                a.shl(eax_(), iced_x86::code_asm::cl)?;
-                a.sub(eax_(), 1)?;
-                a.kmovw(k1, eax_())?;
-                body512(&mut a, phys, gprs, true)?;
-            }
-            Isa::Avx2 => {
-                // ymm15: the (end - index) < 8 lanes left, read from the
-                // ones and zeros at 8 - (end - index) lanes.
-                a.mov(rax, rdx)?;
-                a.sub(rax, rsi)?;
-                a.add(rax, 8)?;
-                a.vmovups(ymm15, ymmword_ptr(r11 + rax * 4 + ones))?;
-                body256(&mut a, phys, gprs, true, ones)?;
-            }
+            a.ja(tail)?;
+            body(&mut a, phys, false)?;
+            a.add(rdx, lanes)?;
+            a.jmp(top)?;
+            a.set_label(&mut tail)?;
+            a.cmp(rdx, rsi)?;
+            a.jae(done)?;
+            tail_mask(&mut a, isa, ones, None)?;
+            body(&mut a, phys, true)?;
         }
         a.set_label(&mut done)?;
         a.vzeroupper()?;
@@ -1138,6 +1291,48 @@ fn emit(
     })
 }
 
+/// The tail's lane mask (AVX-512: k1; AVX2: ymm15): the first `rest`
+/// lanes, or (`None`) the first `rsi - rdx` (fewer than a vector).
+fn tail_mask(
+    a: &mut CodeAssembler,
+    isa: Isa,
+    ones: i32,
+    rest: Option<i32>,
+) -> std::result::Result<(), iced_x86::IcedError> {
+    match (isa, rest) {
+        (Isa::Avx512, Some(rest)) => {
+            a.mov(eax_(), (1i32 << rest) - 1)?;
+            a.kmovw(k1, eax_())
+        }
+        (Isa::Avx512, None) => {
+            a.mov(rcx, rsi)?;
+            a.sub(rcx, rdx)?;
+            a.mov(eax_(), 1)?;
+            a.shl(eax_(), iced_x86::code_asm::cl)?;
+            a.sub(eax_(), 1)?;
+            a.kmovw(k1, eax_())
+        }
+        // The ones and zeros read at 8 - (lanes wanted) lanes.
+        (Isa::Avx2, Some(rest)) => a.vmovups(ymm15, ymmword_ptr(r11 + ones + (8 - rest) * 4)),
+        (Isa::Avx2, None) => {
+            a.mov(rax, rdx)?;
+            a.sub(rax, rsi)?;
+            a.add(rax, 8)?;
+            a.vmovups(ymm15, ymmword_ptr(r11 + rax * 4 + ones))
+        }
+    }
+}
+
+/// The element a splat reads: at `base + disp`, or (`row`) at the row
+/// index's element of `base + disp`.
+fn splat_ptr(base: AsmRegister64, disp: i32, row: bool) -> iced_x86::code_asm::AsmMemoryOperand {
+    if row {
+        dword_ptr(base + rdi * 4 + disp)
+    } else {
+        dword_ptr(base + disp)
+    }
+}
+
 fn eax_() -> iced_x86::code_asm::AsmRegister32 {
     iced_x86::code_asm::eax
 }
@@ -1155,15 +1350,18 @@ fn body512(
     let c = |at: i32| dword_bcst(r11 + at * 4);
     for pi in &phys.insts {
         match *pi {
-            PInst::Load { d, slot, disp } => {
-                let m = zmmword_ptr(gprs[slot] + rdx * 4 + disp);
+            PInst::Load { d, slot, disp, col } => {
+                let index = if col { rcx } else { rdx };
+                let m = zmmword_ptr(gprs[slot] + index * 4 + disp);
                 if tail {
                     a.vmovups(z(d).k1().z(), m)?;
                 } else {
                     a.vmovups(z(d), m)?;
                 }
             }
-            PInst::Splat { d, slot, disp } => a.vbroadcastss(z(d), dword_ptr(gprs[slot] + disp))?,
+            PInst::Splat { d, slot, disp, row } => {
+                a.vbroadcastss(z(d), splat_ptr(gprs[slot], disp, row))?
+            }
             PInst::Const { d, at } => a.vbroadcastss(z(d), dword_ptr(r11 + at * 4))?,
             PInst::Move { d, s } => a.vmovaps(z(d), z(s))?,
             PInst::Bin { op, d, a: x, b } => {
@@ -1257,15 +1455,18 @@ fn body256(
     let c = |at: i32| ymmword_ptr(r11 + at * 32);
     for pi in &phys.insts {
         match *pi {
-            PInst::Load { d, slot, disp } => {
-                let m = ymmword_ptr(gprs[slot] + rdx * 4 + disp);
+            PInst::Load { d, slot, disp, col } => {
+                let index = if col { rcx } else { rdx };
+                let m = ymmword_ptr(gprs[slot] + index * 4 + disp);
                 if tail {
                     a.vmaskmovps(y(d), ymm15, m)?;
                 } else {
                     a.vmovups(y(d), m)?;
                 }
             }
-            PInst::Splat { d, slot, disp } => a.vbroadcastss(y(d), dword_ptr(gprs[slot] + disp))?,
+            PInst::Splat { d, slot, disp, row } => {
+                a.vbroadcastss(y(d), splat_ptr(gprs[slot], disp, row))?
+            }
             PInst::Const { d, at } => a.vmovups(y(d), c(at))?,
             PInst::Move { d, s } => a.vmovaps(y(d), y(s))?,
             PInst::Bin { op, d, a: x, b } => {
