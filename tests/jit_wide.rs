@@ -1060,7 +1060,8 @@ fn dot_rows_in_row_groups_and_exact_mode() {
 /// (`codegen/native.rs`) give the inline code's bits: every length around
 /// a vector (the masked tail), rows split over the threads whose ranges
 /// are not whole vectors, scalar operands broadcast, constants on either
-/// side of each operation, a value used twice, row broadcasts and values
+/// side of each operation, a value used twice, max and min over the
+/// specials, row broadcasts and values
 /// per row (the loop row by row); and kernels that do not qualify (more
 /// slots than address registers, f64, no function) still compile and
 /// match, as Cranelift code.
@@ -1123,6 +1124,29 @@ fn avx512_kernels_match_inline() {
         check(&format!("scalar n={n}"), true, with_scalar, &[x.clone(), s]);
         writes_only_its_output(n, chain, &x);
     }
+    // max and min (IEEE maximum/minimum, NaN canonical) against every
+    // special on either side, ±0 against each other included.
+    let sp = common::F32_SPECIALS;
+    let (a, b): (Vec<f32>, Vec<f32>) = sp
+        .iter()
+        .flat_map(|&u| sp.iter().map(move |&v| (u, v)))
+        .chain([(0.0, -0.0), (-0.0, 0.0), (1.5, -2.5)])
+        .unzip();
+    let n = a.len();
+    let (a, b) = (common::f32s(&a, &[n]), common::f32s(&b, &[n]));
+    check(
+        "max and min",
+        true,
+        // 1/±0 = ±inf and tanh(±inf) = ±1: the sign of a zero shows.
+        |x| x[0].maximum(&x[1]).reciprocal().tanh() + x[0].minimum(&x[1]).reciprocal().tanh() * 3.0,
+        &[a.clone(), b.clone()],
+    );
+    check(
+        "clamped exp",
+        true,
+        |x| x[0].maximum(-1.0).minimum(&x[1]).exp(),
+        &[a, b],
+    );
     // 1M elements in rows of 33: split over the threads by rows, no part
     // a whole number of vectors.
     for (rows, cols) in [(3usize, 5usize), (30_000, 33), (7, 1000)] {

@@ -248,6 +248,10 @@ enum Bin {
     Sub,
     Mul,
     Div,
+    /// x86's `maxps`: the second operand where unordered or equal.
+    Max,
+    /// x86's `minps`, likewise.
+    Min,
     IAdd,
     ISub,
     And,
@@ -462,6 +466,26 @@ impl Rec {
         O::R(dst)
     }
 
+    /// IEEE `maximum`/`minimum` as the inline code computes them (Cranelift's
+    /// `fmax`/`fmin`, then the canonical NaN where either operand is NaN):
+    /// x86's `max(x, y)` and `max(y, x)` differ only at ±0 (and NaN), where
+    /// the AND of their bits is +0 (the OR, for `min`, -0).
+    fn max_min(&mut self, max: bool, x: O, y: O) -> O {
+        let op = if max { Bin::Max } else { Bin::Min };
+        let xy = self.bin(op, x, y, false);
+        let yx = self.bin(op, y, x, false);
+        let r = self.bin(if max { Bin::And } else { Bin::Or }, xy, yx, true);
+        let nan = self.cmp(UNORD_Q, x, y);
+        self.select_bits(nan, O::C(f32::NAN.to_bits()), r)
+    }
+
+    fn select_bits(&mut self, m: u32, a: O, b: O) -> O {
+        let b = self.reg(b);
+        let dst = self.new_v();
+        self.insts.push(Inst::Blend { dst, m, a, b });
+        O::R(dst)
+    }
+
     fn cmp(&mut self, pred: i32, a: O, b: O) -> u32 {
         let a = self.reg(a);
         let dst = self.new_m();
@@ -474,6 +498,7 @@ impl Rec {
 const LT_OS: i32 = 1;
 const LE_OS: i32 = 2;
 const EQ_OQ: i32 = 0;
+const UNORD_Q: i32 = 3;
 const NGE_US: i32 = 9;
 const GE_OS: i32 = 13;
 
@@ -761,10 +786,10 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
                     BinaryOp::Sub => rec.bin(Bin::Sub, x, y, false),
                     BinaryOp::Mul => rec.bin(Bin::Mul, x, y, true),
                     BinaryOp::Div => rec.bin(Bin::Div, x, y, false),
+                    BinaryOp::Max => rec.max_min(true, x, y),
+                    BinaryOp::Min => rec.max_min(false, x, y),
                     BinaryOp::Rem
                     | BinaryOp::Pow
-                    | BinaryOp::Max
-                    | BinaryOp::Min
                     | BinaryOp::And
                     | BinaryOp::Or
                     | BinaryOp::Xor
@@ -1385,6 +1410,10 @@ fn body512(
                     (Bin::Or, P::C(at)) => a.vpord(d, x, c(at))?,
                     (Bin::Xor, P::R(y)) => a.vpxord(d, x, z(y))?,
                     (Bin::Xor, P::C(at)) => a.vpxord(d, x, c(at))?,
+                    (Bin::Max, P::R(y)) => a.vmaxps(d, x, z(y))?,
+                    (Bin::Max, P::C(at)) => a.vmaxps(d, x, c(at))?,
+                    (Bin::Min, P::R(y)) => a.vminps(d, x, z(y))?,
+                    (Bin::Min, P::C(at)) => a.vminps(d, x, c(at))?,
                 }
             }
             PInst::Un { op, d, a: x } => {
@@ -1490,6 +1519,10 @@ fn body256(
                     (Bin::Or, P::C(at)) => a.vpor(d, x, c(at))?,
                     (Bin::Xor, P::R(r)) => a.vpxor(d, x, y(r))?,
                     (Bin::Xor, P::C(at)) => a.vpxor(d, x, c(at))?,
+                    (Bin::Max, P::R(r)) => a.vmaxps(d, x, y(r))?,
+                    (Bin::Max, P::C(at)) => a.vmaxps(d, x, c(at))?,
+                    (Bin::Min, P::R(r)) => a.vminps(d, x, y(r))?,
+                    (Bin::Min, P::C(at)) => a.vminps(d, x, c(at))?,
                 }
             }
             PInst::Un { op, d, a: x } => {
