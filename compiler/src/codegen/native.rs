@@ -726,8 +726,8 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
                 O::R(dst)
             }
             ENode::Const(l) => {
-                let b = l.bytes();
-                O::C(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                let b: [u8; 4] = l.bytes().get(..4)?.try_into().ok()?;
+                O::C(u32::from_le_bytes(b))
             }
             ENode::Unary(u, x, _) => {
                 let x = vals[*x];
