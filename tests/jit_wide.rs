@@ -1060,8 +1060,8 @@ fn dot_rows_in_row_groups_and_exact_mode() {
 /// (`codegen/native.rs`) give the inline code's bits: every length around
 /// a vector (the masked tail), rows split over the threads whose ranges
 /// are not whole vectors, scalar operands broadcast, constants on either
-/// side of each operation, a value used twice, max and min over the
-/// specials, row broadcasts and values
+/// side of each operation, a value used twice, max, min, clamps and
+/// comparisons feeding selects over the specials, row broadcasts and values
 /// per row (the loop row by row); and kernels that do not qualify (more
 /// slots than address registers, f64, no function) still compile and
 /// match, as Cranelift code.
@@ -1145,7 +1145,40 @@ fn avx512_kernels_match_inline() {
         "clamped exp",
         true,
         |x| x[0].maximum(-1.0).minimum(&x[1]).exp(),
-        &[a, b],
+        &[a.clone(), b.clone()],
+    );
+    // Comparisons feeding selects (ELU, a branch on each side of zero, NaN
+    // through every predicate) and clamps.
+    check(
+        "elu",
+        true,
+        |x| x[0].greater(0.0).select(&x[0], &(x[0].expm1() * 1.5)),
+        std::slice::from_ref(&a),
+    );
+    // Each predicate picks between two clean values, so a NaN operand
+    // shows which way it went.
+    let clean = common::f32s(&ramp(n, 2.0), &[n]);
+    check(
+        "every comparison",
+        true,
+        |x| {
+            let (u, v, c) = (&x[0], &x[1], &x[2]);
+            let pick = |m: Sym, k: f64| m.select(c * k, c * -k);
+            pick(u.equal(v), 1.0)
+                + pick(u.not_equal(v), 2.0)
+                + pick(u.less(v), 4.0)
+                + pick(u.less_equal(v), 8.0)
+                + pick(u.greater(v), 16.0)
+                + pick(u.greater_equal(v), 32.0)
+                + c.exp()
+        },
+        &[a.clone(), b.clone(), clean],
+    );
+    check(
+        "clamp",
+        true,
+        |x| x[0].clamp(&x[1], 2.0).exp(),
+        &[a.clone(), b.clone()],
     );
     // 1M elements in rows of 33: split over the threads by rows, no part
     // a whole number of vectors.

@@ -5,7 +5,8 @@
 //! A kernel qualifies when it is a plain loop (no reduction, no stash)
 //! over a contiguous f32 output, every load is contiguous at the output's
 //! index, a scalar, or (over rows and columns) a row broadcast or a value
-//! per row, every node is an f32 operation listed in [`record`]
+//! per row, every node is an f32 operation listed in [`record`] (or an f32
+//! comparison read by selects)
 //! and at least one is an approximated function (the kernels that
 //! otherwise run as chunk passes around the wide routines). Its nodes are
 //! recorded as a straight line of vector instructions (the approximations
@@ -37,7 +38,7 @@ use iced_x86::code_asm::{
     ymm15, ymmword_ptr,
 };
 use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, Formatter, IntelFormatter};
-use tensorlift_ir::{BinaryOp, DType, Error, Result, UnaryOp};
+use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, Result, UnaryOp};
 
 use crate::approx;
 use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId};
@@ -499,6 +500,8 @@ const LT_OS: i32 = 1;
 const LE_OS: i32 = 2;
 const EQ_OQ: i32 = 0;
 const UNORD_Q: i32 = 3;
+const NEQ_UQ: i32 = 4;
+const GT_OS: i32 = 14;
 const NGE_US: i32 = 9;
 const GE_OS: i32 = 13;
 
@@ -675,7 +678,9 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
     let mut approximated = false;
     let mut vals: Vec<O> = Vec::with_capacity(k.nodes.len());
     for n in &k.nodes {
-        if n.dtype() != DType::F32 {
+        // Bool values are lane masks of f32 comparisons, read only by
+        // selects.
+        if n.dtype() != DType::F32 && !matches!(n, ENode::Compare(.., DType::F32)) {
             return None;
         }
         let v = match n {
@@ -798,16 +803,39 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
                     | BinaryOp::ShiftRightArithmetic => return None,
                 }
             }
-            ENode::Iota { .. }
-            | ENode::Compare(..)
-            | ENode::Select(..)
-            | ENode::Clamp(..)
-            | ENode::Convert(..)
-            | ENode::Bitcast(..) => return None,
+            ENode::Compare(c, x, y, _) => {
+                // Cranelift's float conditions: ordered, but `ne` (true
+                // where unordered).
+                let pred = match c {
+                    CmpOp::Eq => EQ_OQ,
+                    CmpOp::Ne => NEQ_UQ,
+                    CmpOp::Lt => LT_OS,
+                    CmpOp::Le => LE_OS,
+                    CmpOp::Gt => GT_OS,
+                    CmpOp::Ge => GE_OS,
+                };
+                O::R(rec.cmp(pred, vals[*x], vals[*y]))
+            }
+            ENode::Select(p, x, y, _) => match vals[*p] {
+                O::R(m) if rec.mask[m as usize] => rec.select_bits(m, vals[*x], vals[*y]),
+                O::R(_) | O::C(_) => return None,
+            },
+            // max then min, each with the canonical NaN: the inline code's
+            // `fmax`, `fmin` and one canonical NaN give the same bits.
+            ENode::Clamp(x, lo, hi, _) => {
+                let m = rec.max_min(true, vals[*x], vals[*lo]);
+                rec.max_min(false, m, vals[*hi])
+            }
+            ENode::Iota { .. } | ENode::Convert(..) | ENode::Bitcast(..) => return None,
         };
         vals.push(v);
     }
     if !approximated || rec.unsupported {
+        return None;
+    }
+    if let O::R(r) = vals[k.root]
+        && rec.mask[r as usize]
+    {
         return None;
     }
     let root = rec.reg(vals[k.root]);
