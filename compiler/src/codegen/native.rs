@@ -118,7 +118,7 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
     // Several vectors a step, their instructions interleaved (each line is
     // one long dependency chain): four, three or two, as the registers
     // allow.
-    let twice = [4, 3, 2].into_iter().find_map(|copies| {
+    let several = [4, 3, 2].into_iter().find_map(|copies| {
         let line = interleave(&rec, isa.lanes() * 4, copies)?;
         Some((copies as i32, allocate(&line, isa, &mut pool)?))
     });
@@ -131,7 +131,7 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
         },
         false => None,
     };
-    emit(&rec, &phys, twice.as_ref(), &pool.bits, inner, cols, isa).map(Some)
+    emit(&rec, &phys, several.as_ref(), &pool.bits, inner, cols, isa).map(Some)
 }
 
 /// The line for `copies` vectors, each `bytes` after the previous one:
@@ -480,6 +480,7 @@ impl Rec {
         self.select_bits(nan, O::C(f32::NAN.to_bits()), r)
     }
 
+    /// `m ? a : b`.
     fn select_bits(&mut self, m: u32, a: O, b: O) -> O {
         let b = self.reg(b);
         let dst = self.new_v();
@@ -563,10 +564,7 @@ impl approx::Ops for Rec {
         self.cmp(NGE_US, a, b)
     }
     fn select(&mut self, m: u32, a: O, b: O) -> O {
-        let b = self.reg(b);
-        let dst = self.new_v();
-        self.insts.push(Inst::Blend { dst, m, a, b });
-        O::R(dst)
+        self.select_bits(m, a, b)
     }
     fn bits(&mut self, a: O) -> O {
         a
@@ -1092,70 +1090,16 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
             continue;
         }
         // Non-destructive forms read their sources before writing: the
-        // destination may reuse a source's register.
-        let pi = {
-            let reg = &reg;
-            match *inst {
-                Inst::Load {
-                    slot, disp, col, ..
-                } => PInst::Load {
-                    d: 0,
-                    slot,
-                    disp,
-                    col,
-                },
-                Inst::Splat {
-                    slot, disp, row, ..
-                } => PInst::Splat {
-                    d: 0,
-                    slot,
-                    disp,
-                    row,
-                },
-                Inst::Const { bits, .. } => PInst::Const {
-                    d: 0,
-                    at: pool.at(bits),
-                },
-                Inst::Bin { op, a, b, .. } => PInst::Bin {
-                    op,
-                    d: 0,
-                    a: r(a)?,
-                    b: pool.operand(b, reg)?,
-                },
-                Inst::Un { op, a, .. } => PInst::Un { op, d: 0, a: r(a)? },
-                Inst::Cmp { pred, a, b, .. } => PInst::Cmp {
-                    pred,
-                    d: 0,
-                    a: r(a)?,
-                    b: pool.operand(b, reg)?,
-                },
-                Inst::TestNz { a, .. } => PInst::TestNz { d: 0, a: r(a)? },
-                Inst::Blend { m, a, b, .. } => PInst::Blend {
-                    d: 0,
-                    m: r(m)?,
-                    a: pool.operand(a, reg)?,
-                    b: r(b)?,
-                },
-                Inst::KBin { op, a, b, .. } => PInst::KBin {
-                    op,
-                    d: 0,
-                    a: r(a)?,
-                    b: r(b)?,
-                },
-                Inst::KNot { a, .. } => PInst::KNot { d: 0, a: r(a)? },
-                Inst::Store { a, disp } => PInst::Store { a: r(a)?, disp },
-                Inst::Fma { .. } => return None,
-            }
-        };
+        // destination may reuse a dying source's register (`release` only
+        // frees it; `reg` still names it for the sources below).
         for &v in &dying {
             release(v, &mut free_z, &mut free_k, &reg);
         }
-        let pi = match inst.dst() {
-            None => pi,
+        let d = match inst.dst() {
+            None => 0,
             Some(dst) => {
                 let m = in_k(dst);
                 let d = if m { free_k.pop()? } else { free_z.pop()? };
-                reg[dst as usize] = Some(d);
                 if last[dst as usize] == usize::MAX {
                     if m {
                         free_k.push(d);
@@ -1163,35 +1107,56 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
                         free_z.push(d);
                     }
                 }
-                with_dst(pi, d)
+                d
             }
         };
+        let pi = match *inst {
+            Inst::Load {
+                slot, disp, col, ..
+            } => PInst::Load { d, slot, disp, col },
+            Inst::Splat {
+                slot, disp, row, ..
+            } => PInst::Splat { d, slot, disp, row },
+            Inst::Const { bits, .. } => PInst::Const {
+                d,
+                at: pool.at(bits),
+            },
+            Inst::Bin { op, a, b, .. } => PInst::Bin {
+                op,
+                d,
+                a: r(a)?,
+                b: pool.operand(b, &reg)?,
+            },
+            Inst::Un { op, a, .. } => PInst::Un { op, d, a: r(a)? },
+            Inst::Cmp { pred, a, b, .. } => PInst::Cmp {
+                pred,
+                d,
+                a: r(a)?,
+                b: pool.operand(b, &reg)?,
+            },
+            Inst::TestNz { a, .. } => PInst::TestNz { d, a: r(a)? },
+            Inst::Blend { m, a, b, .. } => PInst::Blend {
+                d,
+                m: r(m)?,
+                a: pool.operand(a, &reg)?,
+                b: r(b)?,
+            },
+            Inst::KBin { op, a, b, .. } => PInst::KBin {
+                op,
+                d,
+                a: r(a)?,
+                b: r(b)?,
+            },
+            Inst::KNot { a, .. } => PInst::KNot { d, a: r(a)? },
+            Inst::Store { a, disp } => PInst::Store { a: r(a)?, disp },
+            Inst::Fma { .. } => return None,
+        };
+        if let Some(dst) = inst.dst() {
+            reg[dst as usize] = Some(d);
+        }
         out.push(pi);
     }
     Some(Phys { insts: out })
-}
-
-/// `pi` writing register `d`.
-fn with_dst(pi: PInst, d: u8) -> PInst {
-    match pi {
-        PInst::Load {
-            slot, disp, col, ..
-        } => PInst::Load { d, slot, disp, col },
-        PInst::Splat {
-            slot, disp, row, ..
-        } => PInst::Splat { d, slot, disp, row },
-        PInst::Const { at, .. } => PInst::Const { d, at },
-        PInst::Bin { op, a, b, .. } => PInst::Bin { op, d, a, b },
-        PInst::Un { op, a, .. } => PInst::Un { op, d, a },
-        PInst::Cmp { pred, a, b, .. } => PInst::Cmp { pred, d, a, b },
-        PInst::TestNz { a, .. } => PInst::TestNz { d, a },
-        PInst::Blend { m, a, b, .. } => PInst::Blend { d, m, a, b },
-        PInst::KBin { op, a, b, .. } => PInst::KBin { op, d, a, b },
-        PInst::KNot { a, .. } => PInst::KNot { d, a },
-        PInst::Move { s, .. } => PInst::Move { d, s },
-        PInst::Fma { form, s, t, .. } => PInst::Fma { form, d, s, t },
-        PInst::Store { .. } => pi,
-    }
 }
 
 fn asm_err(e: impl std::fmt::Display) -> Error {
@@ -1203,7 +1168,7 @@ fn asm_err(e: impl std::fmt::Display) -> Error {
 fn emit(
     rec: &Rec,
     phys: &Phys,
-    twice: Option<&(i32, Phys)>,
+    several: Option<&(i32, Phys)>,
     pool_bits: &[u32],
     inner: i64,
     cols: Option<i32>,
@@ -1255,7 +1220,7 @@ fn emit(
             a.cmp(rdi, rsi)?;
             a.jae(done)?;
             a.xor(iced_x86::code_asm::ecx, iced_x86::code_asm::ecx)?;
-            if let Some((copies, line)) = twice {
+            if let Some((copies, line)) = several {
                 a.set_label(&mut top2)?;
                 a.lea(rax, ptr(rcx + copies * lanes))?;
                 a.cmp(rax, cols)?;
@@ -1287,7 +1252,7 @@ fn emit(
                 a.imul_2(rdx, rax)?;
                 a.imul_2(rsi, rax)?;
             }
-            if let Some((copies, line)) = twice {
+            if let Some((copies, line)) = several {
                 // Several vectors a step while as many are left, then one
                 // at a time.
                 a.set_label(&mut top2)?;
