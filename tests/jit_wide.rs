@@ -469,7 +469,8 @@ fn fused_rows_match_inline() {
                 IrStage::Cranelift,
             )
             .unwrap();
-        assert_eq!(div_clif.contains("tl_wide_row_f32"), host_has_wide());
+        // (f32: machine code, `avx512_kernels_match_inline`.)
+        assert_eq!(div_clif.contains(NATIVE), host_has_wide());
     }
 }
 
@@ -589,7 +590,7 @@ fn row_calls_prefetching(clif: &str) -> Vec<bool> {
 
 /// In a row group, the exp row of a softmax prefetches the same row of the
 /// next block (`block` rows × the row's bytes on), which the group's row max
-/// reads next; the group's row max and division, and a fused row outside a
+/// reads next; the group's row max, and a fused row outside a
 /// group, prefetch nothing.
 #[test]
 fn softmax_exp_row_prefetches_the_next_block() {
@@ -610,8 +611,9 @@ fn softmax_exp_row_prefetches_the_next_block() {
         .and_then(|b| b.parse().ok())
         .unwrap_or_else(|| panic!("no row group in\n{fused}"));
     let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
-    // Row max, exp row, division, in kernel order.
-    assert_eq!(row_calls_prefetching(&clif), [false, true, false], "{clif}");
+    // Row max and exp row, in kernel order (the division is machine code).
+    assert_eq!(row_calls_prefetching(&clif), [false, true], "{clif}");
+    assert!(clif.contains(NATIVE), "{clif}");
     let distance = format!("iconst.i64 {:#x}", block * 1024 * 4);
     assert!(clif.contains(&distance), "{distance}");
     let alone = function(|x: Sym| (&x * 2.0).exp())
@@ -1233,8 +1235,43 @@ fn avx512_kernels_match_inline() {
             &[m, bias, per_row],
         );
     }
-    let rows = common::f32s(&ramp(64 * 40, 3.0), &[64, 40]);
-    check("no function", false, |x| &x[0] * 3.0 + 1.0, &[rows]);
+    // Arithmetic alone qualifies too, with no constant at all (an empty
+    // pool) or with some; a layer norm's last kernel (a value per row and
+    // two row broadcasts); a softmax's division by the row sums.
+    for (r, c) in [(64usize, 40usize), (3, 7), (300, 1000)] {
+        let m = common::f32s(&ramp(r * c, 3.0), &[r, c]);
+        let n = common::f32s(&ramp(r * c + 5, 2.0)[5..], &[r, c]);
+        let bias = common::f32s(&ramp(c, 1.0), &[c]);
+        let per_row = common::f32s(&ramp(r + 3, 2.0)[3..], &[r, 1]);
+        check(
+            &format!("no function {r}x{c}"),
+            true,
+            |x| &x[0] * 3.0 + 1.0,
+            std::slice::from_ref(&m),
+        );
+        check(
+            &format!("no constant {r}x{c}"),
+            true,
+            |x| &x[0] * &x[1] - (&x[1] / &x[0]).sqrt(),
+            &[m.clone(), n.clone()],
+        );
+        check(
+            &format!("normalized rows {r}x{c}"),
+            true,
+            |x| (&x[0] - &x[1]) * x[1].rsqrt() * &x[2] + &x[2].reciprocal(),
+            &[m.clone(), per_row.clone(), bias],
+        );
+        check(
+            &format!("divided per row {r}x{c}"),
+            true,
+            |x| &x[0] / &x[1],
+            &[m, per_row],
+        );
+    }
+    for n in [0usize, 1, 15, 17, 4099] {
+        let x = common::f32s(&ramp(n, 10.0), &[n]);
+        writes_only_its_output(n, |x| &x[0] * &x[0] - &x[0], &x);
+    }
     let f64s = Tensor::from(
         ndarray::ArrayD::from_shape_vec(vec![100], (0..100).map(|i| f64::from(i) * 0.1).collect())
             .unwrap(),

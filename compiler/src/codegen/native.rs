@@ -1,14 +1,13 @@
-//! Elementwise f32 kernels with transcendental functions as AVX-512 or
-//! AVX2 machine code, emitted directly (iced-x86's assembler) instead of
-//! through Cranelift, whose x64 backend has 128-bit vectors only.
+//! Elementwise f32 kernels as AVX-512 or AVX2 machine code, emitted
+//! directly (iced-x86's assembler) instead of through Cranelift, whose x64
+//! backend has 128-bit vectors only (and whose compile of a kernel takes
+//! several times as long as this emitter's).
 //!
 //! A kernel qualifies when it is a plain loop (no reduction, no stash)
 //! over a contiguous f32 output, every load is contiguous at the output's
 //! index, a scalar, or (over rows and columns) a row broadcast or a value
-//! per row, every node is an f32 operation listed in [`record`] (or an f32
-//! comparison read by selects)
-//! and at least one is an approximated function (the kernels that
-//! otherwise run as chunk passes around the wide routines). Its nodes are
+//! per row, and every node is an f32 operation listed in [`record`] (or an
+//! f32 comparison read by selects). Its nodes are
 //! recorded as a straight line of vector instructions (the approximations
 //! through the same [`approx::Ops`] the inline code and the wide routines
 //! use, so the three give the same bits), given registers by a linear
@@ -673,7 +672,6 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
     }
     let mut rec = Rec::default();
     rec.slot(k.out);
-    let mut approximated = false;
     let mut vals: Vec<O> = Vec::with_capacity(k.nodes.len());
     for n in &k.nodes {
         // Bool values are lane masks of f32 comparisons, read only by
@@ -747,30 +745,12 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
                         rec.bin(Bin::Div, O::C(1f32.to_bits()), s, false)
                     }
                     UnaryOp::Reciprocal => rec.bin(Bin::Div, O::C(1f32.to_bits()), x, false),
-                    UnaryOp::Exp => {
-                        approximated = true;
-                        approx::exp(&mut rec, x)
-                    }
-                    UnaryOp::Expm1 => {
-                        approximated = true;
-                        approx::expm1(&mut rec, x)
-                    }
-                    UnaryOp::Log => {
-                        approximated = true;
-                        approx::ln(&mut rec, x)
-                    }
-                    UnaryOp::Log1p => {
-                        approximated = true;
-                        approx::log1p(&mut rec, x)
-                    }
-                    UnaryOp::Tanh => {
-                        approximated = true;
-                        approx::tanh(&mut rec, x)
-                    }
-                    UnaryOp::Logistic => {
-                        approximated = true;
-                        approx::logistic(&mut rec, x)
-                    }
+                    UnaryOp::Exp => approx::exp(&mut rec, x),
+                    UnaryOp::Expm1 => approx::expm1(&mut rec, x),
+                    UnaryOp::Log => approx::ln(&mut rec, x),
+                    UnaryOp::Log1p => approx::log1p(&mut rec, x),
+                    UnaryOp::Tanh => approx::tanh(&mut rec, x),
+                    UnaryOp::Logistic => approx::logistic(&mut rec, x),
                     // A libm path for large arguments (sin, cos), f64
                     // halves (erf), no f32 result (not, is_finite), or
                     // selects the inline code makes another way (sign).
@@ -828,7 +808,7 @@ fn record(plan: &Plan, k: &Kernel) -> Option<Rec> {
         };
         vals.push(v);
     }
-    if !approximated || rec.unsupported {
+    if rec.unsupported {
         return None;
     }
     if let O::R(r) = vals[k.root]
@@ -1285,6 +1265,8 @@ fn emit(
         a.ret()?;
         a.set_label(&mut pool)?;
         match isa {
+            // (One entry at least: a label must precede an instruction.)
+            Isa::Avx512 if pool_bits.is_empty() => a.dd(&[0])?,
             Isa::Avx512 => a.dd(pool_bits)?,
             Isa::Avx2 => {
                 for &bits in pool_bits {
