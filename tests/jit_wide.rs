@@ -1110,6 +1110,11 @@ fn avx512_kernels_match_inline() {
         &b * (a.log1p() - 0.5) + (&x[0] * 0.25).expm1() + x[0].abs().log()
     };
     let with_scalar: fn(&[Sym]) -> Sym = |x| (&x[0] * &x[1]).tanh() * &x[1] - x[1].exp();
+    // GELU: `x` waits through the whole `tanh` for `0.5·x`.
+    let gelu: fn(&[Sym]) -> Sym = |x| {
+        let inner = (&x[0] + &x[0] * &x[0] * &x[0] * 0.044715) * 0.797_884_6;
+        &x[0] * 0.5 * (inner.tanh() + 1.0)
+    };
     for n in [0usize, 1, 7, 15, 16, 17, 31, 33, 100, 4099] {
         let mut v = ramp(n, 10.0);
         for (i, s) in common::F32_SPECIALS.iter().enumerate().take(n) {
@@ -1124,7 +1129,9 @@ fn avx512_kernels_match_inline() {
         );
         let s = common::f32s(&[0.75], &[]);
         check(&format!("scalar n={n}"), true, with_scalar, &[x.clone(), s]);
+        check(&format!("gelu n={n}"), true, gelu, std::slice::from_ref(&x));
         writes_only_its_output(n, chain, &x);
+        writes_only_its_output(n, gelu, &x);
     }
     // max and min (IEEE maximum/minimum, NaN canonical) against every
     // special on either side, ±0 against each other included.

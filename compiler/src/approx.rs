@@ -160,12 +160,16 @@ pub(crate) fn scale_by_pow2<O: Ops>(o: &mut O, y: O::V, tm: O::V) -> O::V {
 #[inline(always)]
 fn pow2_of<O: Ops>(o: &mut O, tm: O::V) -> O::V {
     let (mant, bias) = mant_bias(o);
+    // `n + bias` as `(n + magic) - magic + bias`, the two constants as one
+    // (the integer sum wraps the same either way).
+    let magic_bits = if o.f64() {
+        magic(o).to_bits() as i64
+    } else {
+        i64::from((magic(o) as f32).to_bits())
+    };
     let tmi = o.bits(tm);
-    let m = o.c(magic(o));
-    let mi = o.bits(m);
-    let ni = o.isub(tmi, mi);
-    let b = o.ic(bias);
-    let eb = o.iadd(ni, b);
+    let k = o.ic(bias - magic_bits);
+    let eb = o.iadd(tmi, k);
     let eb = o.ishl(eb, mant);
     o.of_bits(eb)
 }
