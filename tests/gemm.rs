@@ -403,3 +403,58 @@ fn gemm_accumulates_into_a_loop_carried_accumulator() {
     };
     check_accumulation("loop accumulator swapped", &swapped, &inputs, true);
 }
+
+/// Attention's scaled scores `(q·kᵀ)·0.125` over (b, h, s, d) operands:
+/// outside exact mode the scale moves into q (`scale_into_dot`), which
+/// is exact for values in the normal range, so the compiled scores, and
+/// the softmax and product after them, are bitwise the interpreter's; a
+/// scale that is not a power of two stays on the product.
+#[test]
+fn a_power_of_two_scale_moves_into_the_smaller_operand_bitwise() {
+    let (q, k, v) = (
+        randoms(&[2, 3, 40, 64], 11),
+        randoms(&[2, 3, 40, 64], 12),
+        randoms(&[2, 3, 40, 64], 13),
+    );
+    let specs: Vec<TensorSpec> = [&q, &k, &v]
+        .iter()
+        .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+        .collect();
+    let dims = tensorlift::ir::DotDims {
+        lhs_batch: vec![0, 1],
+        rhs_batch: vec![0, 1],
+        lhs_contract: vec![3],
+        rhs_contract: vec![3],
+    };
+    for (scale, moves) in [(0.125, true), (-2.0, true), (0.1, false)] {
+        let dd = dims.clone();
+        let make = move || {
+            let dd = dd.clone();
+            function(move |q: Sym, k: Sym, v: Sym| {
+                let s = q.dot_general(&k, dd.clone()) * scale;
+                let e = (&s - s.reduce_max(Some(&[-1]), true)).exp();
+                let p = &e / e.reduce_sum(Some(&[-1]), true);
+                (s, p.matmul(&v))
+            })
+        };
+        let fused = make()
+            .jit_compile(true)
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap();
+        assert_eq!(
+            fused.contains(".scaled' loop"),
+            moves,
+            "scale {scale}:\n{fused}"
+        );
+        let inputs = [q.clone(), k.clone(), v.clone()];
+        let want = make().call(&inputs).unwrap();
+        let got = make().jit_compile(true).call(&inputs).unwrap();
+        if moves {
+            assert!(
+                common::same_bits(&got[0], &want[0]),
+                "scale {scale}: scores not bitwise equal"
+            );
+        }
+        common::assert_close(&got[1], &want[1], 1e-5, 1e-6, &format!("scale {scale}"));
+    }
+}

@@ -123,6 +123,10 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     check(graph)?;
     let mut g = graph.clone();
     interp::optimize(&mut g)?;
+    // (Exact unless a value leaves the normal range: not in exact mode.)
+    if !options.exact && tensorlift_ir::passes::scale_into_dot(&mut g) {
+        interp::optimize(&mut g)?;
+    }
     let mut plan = fusion::plan(&g, options.exact)?;
     if !options.exact {
         fusion::matvec_as_reductions(&mut plan);

@@ -202,12 +202,17 @@ pub fn constant_fold(g: &mut Graph, eval: &dyn ConstEval) -> bool {
     changed
 }
 
-/// The constant `v` holds if it is a constant, possibly broadcast or
-/// reshaped, whose elements all equal `value` bitwise.
-fn is_splat(g: &Graph, mut v: ValueId, value: f64) -> bool {
+/// Whether `v` is a constant, possibly broadcast or reshaped, whose
+/// elements all equal `value` bitwise.
+fn is_splat(g: &Graph, v: ValueId, value: f64) -> bool {
+    splat_source(g, v).is_some_and(|l| l.is_splat_of(value))
+}
+
+/// The constant `v` is, possibly broadcast or reshaped.
+fn splat_source(g: &Graph, mut v: ValueId) -> Option<&Literal> {
     loop {
         match &g.producer(v).op {
-            Op::Constant(l) => return l.is_splat_of(value),
+            Op::Constant(l) => return Some(l),
             Op::BroadcastInDim { .. } | Op::Reshape(_) => v = g.producer(v).inputs[0],
             Op::Parameter { .. }
             | Op::Iota { .. }
@@ -236,7 +241,7 @@ fn is_splat(g: &Graph, mut v: ValueId, value: f64) -> bool {
             | Op::While { .. }
             | Op::Case { .. }
             | Op::StopGradient
-            | Op::CustomVjp { .. } => return false,
+            | Op::CustomVjp { .. } => return None,
         }
     }
 }
@@ -664,6 +669,151 @@ pub fn dot_operand_layout(g: &mut Graph) -> bool {
     }
 }
 
+/// The value of a constant `v` holds, possibly broadcast or reshaped,
+/// when its elements are all one f32/f64 value.
+fn splat_float(g: &Graph, v: ValueId) -> Option<f64> {
+    let l = splat_source(g, v)?;
+    let b = l.bytes();
+    let x = match l.ty().dtype {
+        DType::F32 => f64::from(f32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
+        DType::F64 => f64::from_le_bytes(b.get(..8)?.try_into().ok()?),
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::F16
+        | DType::BF16
+        | DType::C64
+        | DType::C128
+        | DType::String => return None,
+    };
+    l.is_splat_of(x).then_some(x)
+}
+
+/// A scale by a power of two moved into the smaller operand of the
+/// product it scales: `dot(a, b) · c` becomes `dot(a · c, b)` (or
+/// `dot(a, b · c)`), for an f32/f64 `dot_general` read by nothing else and
+/// `c` a splat of ±2^k. Attention's scores `(q·kᵀ)/√d` with d = 64 scale
+/// q (b·h·s·d elements) instead of the scores (b·h·s·s), and the softmax
+/// after them reads the product itself: its row max and exponentials run
+/// as the fused rows of a plain softmax (docs/compiler.md). Scaling by a
+/// power of two is exact, and so is every product and partial sum of the
+/// scaled operand, unless a value leaves the normal range (overflows, or
+/// falls below 2^-126 (f32) where the unscaled one did not): the JIT runs
+/// it outside exact mode only, as XLA's algebraic simplifier moves scalar
+/// multiplies. Not applied inside regions.
+pub fn scale_into_dot(g: &mut Graph) -> bool {
+    let uses = g.use_counts();
+    // The products to scale, by their result (with c), and the multiplies
+    // they replace, by theirs (with the product's position).
+    let mut dots: HashMap<ValueId, f64> = HashMap::new();
+    let mut muls: HashMap<ValueId, usize> = HashMap::new();
+    for n in g.nodes() {
+        if n.op != Op::Binary(BinaryOp::Mul)
+            || n.results.len() != 1
+            || !matches!(g.ty(n.results[0]).dtype, DType::F32 | DType::F64)
+        {
+            continue;
+        }
+        let found = (0..2).find_map(|j| {
+            let p = n.inputs[j];
+            let Op::DotGeneral(_) = g.producer(p).op else {
+                return None;
+            };
+            if uses[p.index()] != 1 || g.ty(p) != g.ty(n.results[0]) || dots.contains_key(&p) {
+                return None;
+            }
+            let c = splat_float(g, n.inputs[1 - j])?;
+            let bits = c.to_bits();
+            let exponent = (bits >> 52) & 0x7ff;
+            let power_of_two = bits & ((1 << 52) - 1) == 0 && exponent != 0 && exponent != 0x7ff;
+            power_of_two.then_some((j, p, c))
+        });
+        if let Some((j, p, c)) = found {
+            dots.insert(p, c);
+            muls.insert(n.results[0], j);
+        }
+    }
+    if dots.is_empty() {
+        return false;
+    }
+    let rewritten = g.rewrite(|ng, node, inputs| {
+        if let Some(&j) = node.results.first().and_then(|r| muls.get(r)) {
+            // The product, scaled already.
+            return Ok(Some(vec![inputs[j]]));
+        }
+        let Some(&c) = node.results.first().and_then(|r| dots.get(r)) else {
+            return Ok(None);
+        };
+        let dtype = g.ty(node.results[0]).dtype;
+        let elements = |v: ValueId| {
+            ng.ty(v)
+                .shape
+                .as_known()
+                .map(|d| d.iter().product::<usize>())
+        };
+        let side = usize::from(elements(inputs[1]) < elements(inputs[0]));
+        let name = |ng: &Graph, what: &str| fresh_name(g, ng, &format!("{}.{what}", node.name));
+        let cname = name(ng, "scale");
+        let scale = ng.add_node(NewNode {
+            op: Op::Constant(Literal::scalar(dtype, c)?),
+            inputs: vec![],
+            name: Some(cname),
+            site: node.site.clone(),
+            effect: Effect::Pure,
+            result_types: None,
+        })?;
+        let scale = ng.node(scale).results[0];
+        let sname = name(ng, "scaled");
+        let scaled = ng.add_node(NewNode {
+            op: Op::Binary(BinaryOp::Mul),
+            inputs: vec![inputs[side], scale],
+            name: Some(sname),
+            site: node.site.clone(),
+            effect: Effect::Pure,
+            result_types: None,
+        })?;
+        let mut operands = inputs.to_vec();
+        operands[side] = ng.node(scaled).results[0];
+        let id = ng.add_node(NewNode {
+            op: node.op.clone(),
+            inputs: operands,
+            name: Some(node.name.clone()),
+            site: node.site.clone(),
+            effect: node.effect,
+            result_types: None,
+        })?;
+        Ok(Some(ng.node(id).results.clone()))
+    });
+    match rewritten {
+        Ok(ng) => {
+            *g = ng;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// `base`, or `base_k` for the first k that makes it a name taken neither
+/// in `ng` nor by a node of `old` that the rewrite has yet to copy.
+fn fresh_name(old: &Graph, ng: &Graph, base: &str) -> String {
+    (0..)
+        .map(|k| {
+            if k == 0 {
+                base.to_string()
+            } else {
+                format!("{base}_{k}")
+            }
+        })
+        .find(|n| !old.has_name(n) && !ng.has_name(n))
+        .unwrap_or_else(|| base.to_string())
+}
+
 /// `transpose(x, perm)` added to `ng`, a rewrite of `old`, for the
 /// product named `user`: named `{user}.layout` (or with a counter) so that
 /// the name is taken neither in `ng` nor by a node of `old` that the
@@ -677,17 +827,7 @@ fn layout_transpose(
     user: &str,
     site: &crate::Site,
 ) -> Result<ValueId> {
-    let base = format!("{user}.layout");
-    let name = (0..)
-        .map(|k| {
-            if k == 0 {
-                base.clone()
-            } else {
-                format!("{base}_{k}")
-            }
-        })
-        .find(|n| !old.has_name(n) && !ng.has_name(n))
-        .unwrap_or(base);
+    let name = fresh_name(old, ng, &format!("{user}.layout"));
     let id = ng.add_node(NewNode {
         op: Op::Transpose(perm.to_vec()),
         inputs: vec![x],
