@@ -1,7 +1,7 @@
 //! Elementwise f32 kernels as AVX-512 or AVX2 machine code, emitted
 //! directly (iced-x86's assembler) instead of through Cranelift, whose x64
-//! backend has 128-bit vectors only (and whose compile of a kernel takes
-//! several times as long as this emitter's).
+//! backend has 128-bit vectors only (and whose compile of a kernel costs
+//! more; docs/benchmarks.md, "Arithmetic alone as machine code").
 //!
 //! A kernel qualifies when it is a plain loop (no reduction, no stash)
 //! over a contiguous f32 output, every load is contiguous at the output's
