@@ -1144,7 +1144,12 @@ fn asm_err(e: impl std::fmt::Display) -> Error {
 }
 
 /// The function: prologue, the loop of whole vectors, the masked tail,
-/// the pool.
+/// the pool. AVX2's pool starts on a 64-byte boundary (the function is
+/// defined 64-byte aligned): AVX2 reads each constant as a 32-byte
+/// operand, and one that straddles two cache lines is a split load on
+/// every use (AVX-512 reads 4-byte elements, which never straddle). The
+/// code is assembled once to find where it ends, then again with `int3`
+/// bytes before the pool (after the last instruction: no branch changes).
 fn emit(
     rec: &Rec,
     phys: &Phys,
@@ -1157,6 +1162,33 @@ fn emit(
     if rec.slots.len() > SLOT_GPRS.len() {
         return Err(asm_err("more slots than address registers"));
     }
+    let (native, code_len) = assemble(rec, phys, several, pool_bits, inner, cols, isa, 0)?;
+    let gap = (64 - code_len % 64) % 64;
+    if isa == Isa::Avx512 || gap == 0 {
+        return Ok(native);
+    }
+    let (native, at) = assemble(rec, phys, several, pool_bits, inner, cols, isa, gap)?;
+    if at % 64 != 0 {
+        return Err(asm_err(format!(
+            "the pool at offset {at}, not on a 64-byte boundary"
+        )));
+    }
+    Ok(native)
+}
+
+/// [`emit`]'s assembly with `gap` bytes of `int3` between the code and
+/// the pool; returns the function and the pool's offset.
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    rec: &Rec,
+    phys: &Phys,
+    several: Option<&(i32, Phys)>,
+    pool_bits: &[u32],
+    inner: i64,
+    cols: Option<i32>,
+    isa: Isa,
+    gap: usize,
+) -> Result<(Native, usize)> {
     let lanes = isa.lanes();
     // AVX2: after the constants, 8 lanes of ones then 8 of zeros; the tail's
     // mask is read at the right offset into them.
@@ -1263,6 +1295,9 @@ fn emit(
         }
         a.xor(eax_(), eax_())?;
         a.ret()?;
+        if gap > 0 {
+            a.db(&vec![0xcc; gap])?;
+        }
         a.set_label(&mut pool)?;
         match isa {
             // (One entry at least: a label must precede an instruction.)
@@ -1284,11 +1319,16 @@ fn emit(
         .map_err(asm_err)?;
     let code_len = res.label_ip(&pool).map_err(asm_err)? as usize;
     let bytes = res.inner.code_buffer;
-    Ok(Native {
-        isa: isa.name(),
-        listing: listing(&bytes[..code_len.min(bytes.len())]),
-        bytes,
-    })
+    // (The listing stops at the last instruction, before the gap.)
+    let listed = code_len.saturating_sub(gap).min(bytes.len());
+    Ok((
+        Native {
+            isa: isa.name(),
+            listing: listing(&bytes[..listed]),
+            bytes,
+        },
+        code_len,
+    ))
 }
 
 /// The tail's lane mask (AVX-512: k1; AVX2: ymm15): the first `rest`
