@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::{
-    BinaryOp, DType, Effect, Graph, Literal, NewNode, Node, NodeId, Op, Result, TensorType,
+    BinaryOp, DType, Effect, Graph, Literal, NewNode, Node, NodeId, Op, Result, Scalar, TensorType,
     UnaryOp, ValueId,
 };
 
@@ -670,29 +670,16 @@ pub fn dot_operand_layout(g: &mut Graph) -> bool {
 }
 
 /// The value of a constant `v` holds, possibly broadcast or reshaped,
-/// when its elements are all one f32/f64 value.
+/// when its elements are all one float value.
 fn splat_float(g: &Graph, v: ValueId) -> Option<f64> {
     let l = splat_source(g, v)?;
-    let b = l.bytes();
-    let x = match l.ty().dtype {
-        DType::F32 => f64::from(f32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
-        DType::F64 => f64::from_le_bytes(b.get(..8)?.try_into().ok()?),
-        DType::Bool
-        | DType::I8
-        | DType::I16
-        | DType::I32
-        | DType::I64
-        | DType::U8
-        | DType::U16
-        | DType::U32
-        | DType::U64
-        | DType::F16
-        | DType::BF16
-        | DType::C64
-        | DType::C128
-        | DType::String => return None,
-    };
-    l.is_splat_of(x).then_some(x)
+    if l.is_empty() {
+        return None;
+    }
+    match l.element(0) {
+        Scalar::Float(x, _) => l.is_splat_of(x).then_some(x),
+        Scalar::Bool(_) | Scalar::Int(_) | Scalar::Complex(..) => None,
+    }
 }
 
 /// A scale by a power of two moved into the smaller operand of the
