@@ -1286,6 +1286,71 @@ fn avx512_kernels_match_inline() {
     check("f64", false, |x| x[0].exp(), &[f64s]);
 }
 
+/// Where the host's kernels are machine code, a bound of `exp` (its clamp)
+/// or `tanh` (the floor of its exp argument) is one `vmaxps`/`vminps`
+/// with the bound first, not a compare and a blend, and `tanh`'s
+/// `1 - 2^n - 2^n·y` one `vfnmadd` (`approx::Ops::at_least`, `at_most`,
+/// `fnma`); the bits are those of the inline code
+/// (`avx512_kernels_match_inline` runs both functions over the specials,
+/// NaN and values past either bound among them).
+#[test]
+fn bounds_and_negated_products_are_single_instructions() {
+    if !host_has_wide() {
+        return;
+    }
+    let spec = [TensorSpec::known(DType::F32, &[1024])];
+    let listing = |f: fn(Sym) -> Sym| {
+        function(f)
+            .jit_compile(true)
+            .compiler_ir(&spec, IrStage::Cranelift)
+            .unwrap()
+    };
+    let exp = listing(|x| x.exp());
+    assert!(exp.contains(NATIVE), "{exp}");
+    assert!(!exp.contains("vcmp"), "exp: a compare left\n{exp}");
+    assert!(exp.contains("vmaxps") && exp.contains("vminps"), "{exp}");
+    let tanh = listing(|x| x.tanh());
+    assert!(tanh.contains(NATIVE), "{tanh}");
+    assert!(!tanh.contains("vcmp"), "tanh: a compare left\n{tanh}");
+    assert!(
+        tanh.contains("vmaxps") && tanh.contains("vfnmadd"),
+        "{tanh}"
+    );
+    let x = common::f32s(
+        &[
+            f32::NAN,
+            -200.0,
+            -18.0,
+            -9.5,
+            -0.0,
+            0.0,
+            1e-30,
+            0.5,
+            9.5,
+            90.0,
+            f32::INFINITY,
+        ],
+        &[11],
+    );
+    for (name, f) in [
+        ("exp", (|x: Sym| x.exp()) as fn(Sym) -> Sym),
+        ("tanh", |x| x.tanh()),
+    ] {
+        let wide = function(f)
+            .jit_compile(true)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        let plain = function(f)
+            .jit_compile(true)
+            .jit_options(narrow())
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        if let Some((i, w, n)) = first_difference(&wide[0], &plain[0]) {
+            panic!("{name}: element {i}: machine code {w:e}, inline {n:e}");
+        }
+    }
+}
+
 /// `f` on `x` (`n` elements) written by `call_into` into an aligned buffer
 /// followed by 64 guard elements: the results are `call`'s and no guard
 /// element changes (a tail that stored a lane past the end would).

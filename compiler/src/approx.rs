@@ -56,6 +56,23 @@ pub(crate) trait Ops {
     fn ult(&mut self, a: Self::V, b: Self::V) -> Self::M;
     /// `m ? a : b`.
     fn select(&mut self, m: Self::M, a: Self::V, b: Self::V) -> Self::V;
+    /// `x < lo ? lo : x` (NaN falls through): x86's `max(lo, x)` exactly,
+    /// which an emitter with it may use instead of compare and select.
+    fn at_least(&mut self, x: Self::V, lo: Self::V) -> Self::V {
+        let below = self.lt(x, lo);
+        self.select(below, lo, x)
+    }
+    /// `hi < x ? hi : x` (NaN falls through): x86's `min(hi, x)` exactly.
+    fn at_most(&mut self, x: Self::V, hi: Self::V) -> Self::V {
+        let above = self.lt(hi, x);
+        self.select(above, hi, x)
+    }
+    /// `c - a·b`, fused: `fma(-a, b, c)` (negation is exact, so the same
+    /// bits), which an emitter with a fused negated multiply-add may use.
+    fn fnma(&mut self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        let na = self.neg(a);
+        self.fma(na, b, c)
+    }
     /// The bits of `a`.
     fn bits(&mut self, a: Self::V) -> Self::I;
     /// The value with bits `i`.
@@ -109,15 +126,13 @@ fn magic<O: Ops>(o: &O) -> f64 {
     1.5 * 2f64.powi(mant_bias(o).0 as i32)
 }
 
-/// `x` clamped to `[lo, hi]` by compare and select (`hi < x ? hi : x`,
-/// then `x < lo ? lo : x`), so that NaN falls through.
+/// `x` clamped to `[lo, hi]`: `hi < x ? hi : x`, then `x < lo ? lo : x`,
+/// so that NaN falls through ([`Ops::at_most`], [`Ops::at_least`]).
 #[inline(always)]
 pub(crate) fn clamp<O: Ops>(o: &mut O, x: O::V, lo: f64, hi: f64) -> O::V {
     let (hi, lo) = (o.c(hi), o.c(lo));
-    let above = o.lt(hi, x);
-    let x = o.select(above, hi, x);
-    let below = o.lt(x, lo);
-    o.select(below, lo, x)
+    let x = o.at_most(x, hi);
+    o.at_least(x, lo)
 }
 
 /// `c[0]·z^(n-1) + … + c[n-1]` by Horner's rule with fused multiply-adds.
@@ -292,14 +307,12 @@ pub(crate) fn tanh<O: Ops>(o: &mut O, x: O::V) -> O::V {
         let m2 = o.c(-2.0);
         let t = o.mul(a, m2);
         let lo = o.c(TANH_F32_LOW);
-        let below = o.lt(t, lo);
-        let t = o.select(below, lo, t);
+        let t = o.at_least(t, lo);
         let (y, tm, _) = exp_reduced_f32(o, t);
         let p2 = pow2_of(o, tm);
         let one = o.c(1.0);
         let hi = o.sub(one, p2);
-        let np2 = o.neg(p2);
-        let s = o.fma(np2, y, hi);
+        let s = o.fnma(p2, y, hi);
         let two = o.c(2.0);
         let d = o.sub(two, s);
         let r = o.div(s, d);

@@ -194,7 +194,8 @@ fn shifted(inst: &Inst, n: u32, bytes: i32) -> Option<Inst> {
             dst: dst + n,
             a: a + n,
         },
-        Inst::Fma { dst, a, b, c } => Inst::Fma {
+        Inst::Fma { dst, a, b, c, neg } => Inst::Fma {
+            neg,
             dst: dst + n,
             a: a + n,
             b: o(b),
@@ -315,8 +316,10 @@ enum Inst {
         dst: u32,
         a: u32,
     },
-    /// `a·b + c` fused; `a` a register, at most one of `b`, `c` a constant.
+    /// `a·b + c` fused (`neg`: `c - a·b`); `a` a register, at most one of
+    /// `b`, `c` a constant.
     Fma {
+        neg: bool,
         dst: u32,
         a: u32,
         b: O,
@@ -479,6 +482,21 @@ impl Rec {
         self.select_bits(nan, O::C(f32::NAN.to_bits()), r)
     }
 
+    /// `a·b + c` fused (`neg`: `c - a·b`).
+    fn fused(&mut self, neg: bool, a: O, b: O, c: O) -> O {
+        // The product commutes exactly: a constant goes to `b`.
+        let (a, b) = if matches!(a, O::C(_)) { (b, a) } else { (a, b) };
+        let a = self.reg(a);
+        let c = if matches!((b, c), (O::C(_), O::C(_))) {
+            O::R(self.reg(c))
+        } else {
+            c
+        };
+        let dst = self.new_v();
+        self.insts.push(Inst::Fma { neg, dst, a, b, c });
+        O::R(dst)
+    }
+
     /// `m ? a : b`.
     fn select_bits(&mut self, m: u32, a: O, b: O) -> O {
         let b = self.reg(b);
@@ -529,17 +547,16 @@ impl approx::Ops for Rec {
         self.bin(Bin::Div, a, b, false)
     }
     fn fma(&mut self, a: O, b: O, c: O) -> O {
-        // The product commutes exactly: a constant goes to `b`.
-        let (a, b) = if matches!(a, O::C(_)) { (b, a) } else { (a, b) };
-        let a = self.reg(a);
-        let c = if matches!((b, c), (O::C(_), O::C(_))) {
-            O::R(self.reg(c))
-        } else {
-            c
-        };
-        let dst = self.new_v();
-        self.insts.push(Inst::Fma { dst, a, b, c });
-        O::R(dst)
+        self.fused(false, a, b, c)
+    }
+    fn fnma(&mut self, a: O, b: O, c: O) -> O {
+        self.fused(true, a, b, c)
+    }
+    fn at_least(&mut self, x: O, lo: O) -> O {
+        self.bin(Bin::Max, lo, x, false)
+    }
+    fn at_most(&mut self, x: O, hi: O) -> O {
+        self.bin(Bin::Min, hi, x, false)
     }
     fn abs(&mut self, a: O) -> O {
         self.bin(Bin::And, a, O::C(0x7fff_ffff), false)
@@ -904,6 +921,8 @@ enum PInst {
     },
     Fma {
         form: FmaForm,
+        /// The product negated (`vfnmadd`).
+        neg: bool,
         d: u8,
         s: u8,
         t: P,
@@ -1008,7 +1027,7 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
                 }
             }
         };
-        if let Inst::Fma { dst, a, b, c } = *inst {
+        if let Inst::Fma { dst, a, b, c, neg } = *inst {
             // Destructive: the destination takes over a dying operand's
             // register, or a fresh one holding a copy.
             let dies = |v: u32| dying.contains(&v);
@@ -1057,7 +1076,7 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
             };
             let s = r(vs)?;
             let t = pool.operand(t, &reg)?;
-            out.push(PInst::Fma { form, d, s, t });
+            out.push(PInst::Fma { form, neg, d, s, t });
             for v in dying {
                 if Some(v) != taken {
                     release(v, &mut free_z, &mut free_k, &reg);
@@ -1442,15 +1461,21 @@ fn body512(
                     Un::Shr(k) => a.vpsrld(d, x, k as i32)?,
                 }
             }
-            PInst::Fma { form, d, s, t } => {
+            PInst::Fma { form, neg, d, s, t } => {
                 let (d, s) = (z(d), z(s));
-                match (form, t) {
-                    (FmaForm::F213, P::R(t)) => a.vfmadd213ps(d, s, z(t))?,
-                    (FmaForm::F213, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
-                    (FmaForm::F132, P::R(t)) => a.vfmadd132ps(d, s, z(t))?,
-                    (FmaForm::F132, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
-                    (FmaForm::F231, P::R(t)) => a.vfmadd231ps(d, s, z(t))?,
-                    (FmaForm::F231, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
+                match (form, neg, t) {
+                    (FmaForm::F213, false, P::R(t)) => a.vfmadd213ps(d, s, z(t))?,
+                    (FmaForm::F213, false, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
+                    (FmaForm::F132, false, P::R(t)) => a.vfmadd132ps(d, s, z(t))?,
+                    (FmaForm::F132, false, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
+                    (FmaForm::F231, false, P::R(t)) => a.vfmadd231ps(d, s, z(t))?,
+                    (FmaForm::F231, false, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
+                    (FmaForm::F213, true, P::R(t)) => a.vfnmadd213ps(d, s, z(t))?,
+                    (FmaForm::F213, true, P::C(at)) => a.vfnmadd213ps(d, s, c(at))?,
+                    (FmaForm::F132, true, P::R(t)) => a.vfnmadd132ps(d, s, z(t))?,
+                    (FmaForm::F132, true, P::C(at)) => a.vfnmadd132ps(d, s, c(at))?,
+                    (FmaForm::F231, true, P::R(t)) => a.vfnmadd231ps(d, s, z(t))?,
+                    (FmaForm::F231, true, P::C(at)) => a.vfnmadd231ps(d, s, c(at))?,
                 }
             }
             PInst::Cmp { pred, d, a: x, b } => match b {
@@ -1551,15 +1576,21 @@ fn body256(
                     Un::Shr(k) => a.vpsrld(d, x, k as i32)?,
                 }
             }
-            PInst::Fma { form, d, s, t } => {
+            PInst::Fma { form, neg, d, s, t } => {
                 let (d, s) = (y(d), y(s));
-                match (form, t) {
-                    (FmaForm::F213, P::R(t)) => a.vfmadd213ps(d, s, y(t))?,
-                    (FmaForm::F213, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
-                    (FmaForm::F132, P::R(t)) => a.vfmadd132ps(d, s, y(t))?,
-                    (FmaForm::F132, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
-                    (FmaForm::F231, P::R(t)) => a.vfmadd231ps(d, s, y(t))?,
-                    (FmaForm::F231, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
+                match (form, neg, t) {
+                    (FmaForm::F213, false, P::R(t)) => a.vfmadd213ps(d, s, y(t))?,
+                    (FmaForm::F213, false, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
+                    (FmaForm::F132, false, P::R(t)) => a.vfmadd132ps(d, s, y(t))?,
+                    (FmaForm::F132, false, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
+                    (FmaForm::F231, false, P::R(t)) => a.vfmadd231ps(d, s, y(t))?,
+                    (FmaForm::F231, false, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
+                    (FmaForm::F213, true, P::R(t)) => a.vfnmadd213ps(d, s, y(t))?,
+                    (FmaForm::F213, true, P::C(at)) => a.vfnmadd213ps(d, s, c(at))?,
+                    (FmaForm::F132, true, P::R(t)) => a.vfnmadd132ps(d, s, y(t))?,
+                    (FmaForm::F132, true, P::C(at)) => a.vfnmadd132ps(d, s, c(at))?,
+                    (FmaForm::F231, true, P::R(t)) => a.vfnmadd231ps(d, s, y(t))?,
+                    (FmaForm::F231, true, P::C(at)) => a.vfnmadd231ps(d, s, c(at))?,
                 }
             }
             PInst::Cmp { pred, d, a: x, b } => match b {
@@ -1605,4 +1636,56 @@ fn listing(code: &[u8]) -> String {
         out.push_str(&format!("  {:04x}  {text}\n", inst.ip()));
     }
     out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "test")]
+mod tests {
+    use super::*;
+
+    /// `f` of one contiguous load, stored, as a recorded line.
+    fn line(f: fn(&mut Rec, O) -> O) -> Rec {
+        let mut rec = Rec::default();
+        rec.slot(0);
+        let slot = rec.slot(1);
+        let dst = rec.new_v();
+        rec.insts.push(Inst::Load {
+            dst,
+            slot,
+            disp: 0,
+            col: false,
+        });
+        let y = f(&mut rec, O::R(dst));
+        let a = rec.reg(y);
+        rec.insts.push(Inst::Store { a, disp: 0 });
+        rec
+    }
+
+    /// Both emitters assemble `exp` and `tanh` whatever the host (the
+    /// AVX-512 one is otherwise exercised only on AVX-512 hosts), their
+    /// bounds as `vmaxps`/`vminps` and `tanh`'s negated product as
+    /// `vfnmadd` in the listing, and no compare left.
+    #[test]
+    fn bounds_and_negated_products_assemble_at_both_levels() {
+        let exp: fn(&mut Rec, O) -> O = |r, x| approx::exp(r, x);
+        let tanh: fn(&mut Rec, O) -> O = |r, x| approx::tanh(r, x);
+        for isa in [Isa::Avx512, Isa::Avx2] {
+            for (name, f, want) in [
+                ("exp", exp, &["vmaxps", "vminps"][..]),
+                ("tanh", tanh, &["vmaxps", "vfnmadd"][..]),
+            ] {
+                let rec = line(f);
+                let mut pool = Pool::default();
+                let phys = allocate(&rec, isa, &mut pool).unwrap();
+                let several = interleave(&rec, isa.lanes() * 4, 2)
+                    .and_then(|l| Some((2, allocate(&l, isa, &mut pool)?)));
+                let native = emit(&rec, &phys, several.as_ref(), &pool.bits, 1, None, isa).unwrap();
+                let text = &native.listing;
+                for w in want {
+                    assert!(text.contains(w), "{name} at {}: no {w}\n{text}", isa.name());
+                }
+                assert!(!text.contains("vcmp"), "{name} at {}\n{text}", isa.name());
+            }
+        }
+    }
 }
