@@ -1351,6 +1351,30 @@ fn bounds_and_negated_products_are_single_instructions() {
     }
 }
 
+/// GELU holds `0.5·x` through its whole `tanh` in the kernel's order, so
+/// AVX2's 15 registers fit two interleaved vectors; the lean line (nodes
+/// in Sethi–Ullman order, `x` loaded again where it is read late) fits
+/// three, and the emitter takes it (`codegen/native.rs`, `schedule`).
+/// Its bits are checked by `avx512_kernels_match_inline`'s GELU cases.
+#[test]
+fn gelu_runs_three_vectors_a_step_at_avx2() {
+    if tensorlift::compiler::max_isa() != tensorlift::compiler::IsaLevel::Avx2 {
+        return;
+    }
+    let spec = [TensorSpec::known(DType::F32, &[4096])];
+    let gelu = |x: Sym| {
+        let inner = (&x + &x * &x * &x * 0.044715) * 0.797_884_6;
+        &x * 0.5 * (inner.tanh() + 1.0)
+    };
+    let clif = function(gelu)
+        .jit_compile(true)
+        .compiler_ir(&spec, IrStage::Cranelift)
+        .unwrap();
+    assert!(clif.contains("AVX2 machine code"), "{clif}");
+    // 3 vectors of 8 lanes a step.
+    assert!(clif.contains("add rdx,18h"), "{clif}");
+}
+
 /// `f` on `x` (`n` elements) written by `call_into` into an aligned buffer
 /// followed by 64 guard elements: the results are `call`'s and no guard
 /// element changes (a tail that stored a lane past the end would).
