@@ -14,7 +14,9 @@
 //! scan over that line (AVX-512: 32 zmm, lane masks in k2–k7; AVX2: 15
 //! ymm, masks among them; a kernel that would need more stays with
 //! Cranelift), and emitted as one loop of whole vectors plus one masked
-//! tail vector. Constants live in a pool after the code (AVX-512: one
+//! tail vector. The line is recorded twice, in the kernel's order and
+//! lean ([`record`], [`schedule`]), and the one that runs more vectors a
+//! step is kept. Constants live in a pool after the code (AVX-512: one
 //! element each, read as `{1to16}` operands; AVX2: a whole vector each),
 //! so they hold no register.
 //!
