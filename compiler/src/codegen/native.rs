@@ -927,48 +927,15 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
 }
 
 /// The kernel's nodes reachable from its root, each after its operands,
-/// the operand with the larger tree first (Sethi–Ullman: a function
-/// weighs as much as its ~25 instructions), so that a value is computed
+/// the operand with the larger tree first (Sethi–Ullman, each node
+/// weighing its `fusion::node_cost`), so that a value is computed
 /// close to its use instead of waiting in a register (GELU's `0.5·x`
 /// through the whole `tanh`).
 fn schedule(k: &Kernel) -> Vec<usize> {
     let n = k.nodes.len();
     let mut weight = vec![0u64; n];
     for (i, node) in k.nodes.iter().enumerate() {
-        let own = match node {
-            ENode::Unary(u, ..) => match u {
-                UnaryOp::Exp
-                | UnaryOp::Expm1
-                | UnaryOp::Log
-                | UnaryOp::Log1p
-                | UnaryOp::Tanh
-                | UnaryOp::Logistic
-                | UnaryOp::Sin
-                | UnaryOp::Cos
-                | UnaryOp::Erf => 25,
-                UnaryOp::Neg
-                | UnaryOp::Abs
-                | UnaryOp::Sign
-                | UnaryOp::Floor
-                | UnaryOp::Ceil
-                | UnaryOp::Round
-                | UnaryOp::Sqrt
-                | UnaryOp::Rsqrt
-                | UnaryOp::Not
-                | UnaryOp::IsFinite
-                | UnaryOp::Square
-                | UnaryOp::Reciprocal => 1,
-            },
-            ENode::Load { .. }
-            | ENode::Const(_)
-            | ENode::Iota { .. }
-            | ENode::Binary(..)
-            | ENode::Compare(..)
-            | ENode::Select(..)
-            | ENode::Clamp(..)
-            | ENode::Convert(..)
-            | ENode::Bitcast(..) => 1,
-        };
+        let own = crate::fusion::node_cost(node) as u64;
         weight[i] = crate::fusion::enode_operands(node)
             .iter()
             .fold(own, |w, &j| w.saturating_add(weight[j]));
