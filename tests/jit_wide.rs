@@ -1058,6 +1058,59 @@ fn dot_rows_in_row_groups_and_exact_mode() {
     }
 }
 
+/// Each comparison of `x[0]` with `x[1]` choosing between multiples of
+/// the clean `x[2]`, so a NaN operand shows which way it went.
+fn every_comparison(x: &[Sym]) -> Sym {
+    let (u, v, c) = (&x[0], &x[1], &x[2]);
+    let pick = |m: Sym, k: f64| m.select(c * k, c * -k);
+    pick(u.equal(v), 1.0)
+        + pick(u.not_equal(v), 2.0)
+        + pick(u.less(v), 4.0)
+        + pick(u.less_equal(v), 8.0)
+        + pick(u.greater(v), 16.0)
+        + pick(u.greater_equal(v), 32.0)
+}
+
+/// The extension the dumps name for this host's machine-code kernels.
+fn native_name() -> &'static str {
+    match tensorlift::compiler::max_isa() {
+        tensorlift::compiler::IsaLevel::Avx512 => "AVX-512 machine code",
+        tensorlift::compiler::IsaLevel::Avx2 => "AVX2 machine code",
+        tensorlift::compiler::IsaLevel::Sse42 => "no machine code",
+    }
+}
+
+/// `f`'s kernel is machine code exactly where `native` and the host has
+/// AVX2 or AVX-512, and gives the inline code's bits (any NaN for a NaN).
+fn check_native(name: &str, native: bool, f: fn(&[Sym]) -> Sym, inputs: &[Tensor]) {
+    let specs: Vec<TensorSpec> = inputs
+        .iter()
+        .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+        .collect();
+    let clif = function(move |xs: &[Sym]| f(xs))
+        .jit_compile(true)
+        .compiler_ir(&specs, IrStage::Cranelift)
+        .unwrap();
+    assert_eq!(
+        clif.contains(NATIVE),
+        native && host_has_wide(),
+        "{name}\n{clif}"
+    );
+    assert!(
+        !clif.contains(NATIVE) || clif.contains(native_name()),
+        "{name}: {}",
+        native_name()
+    );
+    let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
+    let plain = function(move |xs: &[Sym]| f(xs))
+        .jit_compile(true)
+        .jit_options(narrow());
+    let (a, b) = (wide.call(inputs).unwrap(), plain.call(inputs).unwrap());
+    if let Some((i, w, n)) = first_difference(&a[0], &b[0]) {
+        panic!("{name}: element {i}: machine code {w:e}, inline {n:e}");
+    }
+}
+
 /// Loops of f32 functions emitted as AVX-512 or AVX2 machine code
 /// (`codegen/native.rs`) give the inline code's bits: every length around
 /// a vector (the masked tail), rows split over the threads whose ranges
@@ -1070,40 +1123,7 @@ fn dot_rows_in_row_groups_and_exact_mode() {
 /// `scripts/test.sh` runs this file again with the cap at AVX2.
 #[test]
 fn avx512_kernels_match_inline() {
-    let isa = tensorlift::compiler::max_isa();
-    let name = match isa {
-        tensorlift::compiler::IsaLevel::Avx512 => "AVX-512 machine code",
-        tensorlift::compiler::IsaLevel::Avx2 => "AVX2 machine code",
-        tensorlift::compiler::IsaLevel::Sse42 => "no machine code",
-    };
-    let isa_name = name;
-    let check = |name: &str, native: bool, f: fn(&[Sym]) -> Sym, inputs: &[Tensor]| {
-        let specs: Vec<TensorSpec> = inputs
-            .iter()
-            .map(|t| TensorSpec::known(t.dtype(), t.shape()))
-            .collect();
-        let clif = function(move |xs: &[Sym]| f(xs))
-            .jit_compile(true)
-            .compiler_ir(&specs, IrStage::Cranelift)
-            .unwrap();
-        assert_eq!(
-            clif.contains(NATIVE),
-            native && host_has_wide(),
-            "{name}\n{clif}"
-        );
-        assert!(
-            !clif.contains(NATIVE) || clif.contains(isa_name),
-            "{name}: {isa_name}"
-        );
-        let wide = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
-        let plain = function(move |xs: &[Sym]| f(xs))
-            .jit_compile(true)
-            .jit_options(narrow());
-        let (a, b) = (wide.call(inputs).unwrap(), plain.call(inputs).unwrap());
-        if let Some((i, w, n)) = first_difference(&a[0], &b[0]) {
-            panic!("{name}: element {i}: machine code {w:e}, inline {n:e}");
-        }
-    };
+    let check = check_native;
     let chain: fn(&[Sym]) -> Sym = |x| {
         let a = (-(&x[0] * &x[0])).exp() * x[0].tanh() + x[0].abs().sqrt();
         let b = (2.0 - a.sigmoid()) / (&a * &a + 1.0);
@@ -1170,17 +1190,7 @@ fn avx512_kernels_match_inline() {
     check(
         "every comparison",
         true,
-        |x| {
-            let (u, v, c) = (&x[0], &x[1], &x[2]);
-            let pick = |m: Sym, k: f64| m.select(c * k, c * -k);
-            pick(u.equal(v), 1.0)
-                + pick(u.not_equal(v), 2.0)
-                + pick(u.less(v), 4.0)
-                + pick(u.less_equal(v), 8.0)
-                + pick(u.greater(v), 16.0)
-                + pick(u.greater_equal(v), 32.0)
-                + c.exp()
-        },
+        |x| every_comparison(x) + x[2].exp(),
         &[a.clone(), b.clone(), clean],
     );
     check(
@@ -1286,6 +1296,117 @@ fn avx512_kernels_match_inline() {
     check("f64", false, |x| x[0].exp(), &[f64s]);
 }
 
+/// f64 kernels of arithmetic, comparisons and selects are machine code
+/// too (4 lanes at AVX2, 8 at AVX-512) and give the inline code's bits:
+/// every length around a vector and a several-vector step (the masked
+/// tail), the specials on either side of max, min, clamps and every
+/// comparison, a scalar operand, a row broadcast and a value per row (the
+/// loop row by row), rows split over the threads, and `call_into` writing
+/// nothing past the output. f64 transcendentals stay with Cranelift.
+#[test]
+fn f64_kernels_match_inline() {
+    let f64s = |v: Vec<f64>, shape: &[usize]| {
+        Tensor::from(ndarray::ArrayD::from_shape_vec(shape.to_vec(), v).unwrap())
+    };
+    let ramp64 =
+        |n: usize, scale: f32| -> Vec<f64> { ramp(n, scale).into_iter().map(f64::from).collect() };
+    let specials: Vec<f64> = common::F32_SPECIALS
+        .iter()
+        .map(|&x| f64::from(x))
+        .chain([
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            5e-324,
+            -5e-324,
+            1e300,
+            -1e-300,
+            f64::from_bits(0x7ff0_0000_0000_0001),
+        ])
+        .collect();
+    // The suite's arith chain, and every other arithmetic function.
+    let arith: fn(&[Sym]) -> Sym = |x| ((&x[0] * 1.5 + 0.25) * &x[0] - 0.75) * 0.5 + &x[0];
+    let rational: fn(&[Sym]) -> Sym = |x| {
+        let x = &x[0];
+        (x.abs().sqrt() + x.rsqrt()) / (x * x + 1.0) - x.reciprocal() * x.floor()
+            + x.ceil() * x.round()
+            - (-x).square()
+    };
+    let with_scalar: fn(&[Sym]) -> Sym = |x| &x[0] * &x[1] - &x[1] / 3.0;
+    for n in [0usize, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 100, 4099] {
+        let mut v = ramp64(n, 10.0);
+        for (i, s) in specials.iter().enumerate().take(n) {
+            v[(i * 13) % n] = *s;
+        }
+        let x = f64s(v, &[n]);
+        check_native(
+            &format!("f64 arith n={n}"),
+            true,
+            arith,
+            std::slice::from_ref(&x),
+        );
+        check_native(
+            &format!("f64 rational n={n}"),
+            true,
+            rational,
+            std::slice::from_ref(&x),
+        );
+        let s = f64s(vec![0.75], &[]);
+        check_native(
+            &format!("f64 scalar n={n}"),
+            true,
+            with_scalar,
+            &[x.clone(), s],
+        );
+        writes_only_its_output(n, arith, &x);
+    }
+    let (a, b): (Vec<f64>, Vec<f64>) = specials
+        .iter()
+        .flat_map(|&u| specials.iter().map(move |&v| (u, v)))
+        .chain([(0.0, -0.0), (-0.0, 0.0), (1.5, -2.5)])
+        .unzip();
+    let n = a.len();
+    let (a, b) = (f64s(a, &[n]), f64s(b, &[n]));
+    check_native(
+        "f64 max and min",
+        true,
+        // 1/±0 = ±inf: the sign of a zero shows.
+        |x| x[0].maximum(&x[1]).reciprocal() + x[0].minimum(&x[1]).reciprocal() * 3.0,
+        &[a.clone(), b.clone()],
+    );
+    check_native(
+        "f64 clamp",
+        true,
+        |x| x[0].clamp(&x[1], 2.0) * 3.0,
+        &[a.clone(), b.clone()],
+    );
+    let clean = f64s(ramp64(n, 2.0), &[n]);
+    check_native(
+        "f64 every comparison",
+        true,
+        every_comparison,
+        &[a, b, clean],
+    );
+    for (r, c) in [(3usize, 7usize), (5, 8), (2, 17), (30_000, 33), (300, 1000)] {
+        let m = f64s(ramp64(r * c, 3.0), &[r, c]);
+        let bias = f64s(ramp64(c, 1.0), &[c]);
+        let per_row = f64s(ramp64(r + 3, 2.0)[3..].to_vec(), &[r, 1]);
+        check_native(
+            &format!("f64 chain {r}x{c}"),
+            true,
+            arith,
+            std::slice::from_ref(&m),
+        );
+        check_native(
+            &format!("f64 normalized rows {r}x{c}"),
+            true,
+            |x| (&x[0] - &x[1]) * x[1].rsqrt() * &x[2] + &x[2].reciprocal(),
+            &[m, per_row, bias],
+        );
+    }
+    let x = f64s(ramp64(100, 1.0), &[100]);
+    check_native("f64 exp", false, |x| x[0].exp(), &[x]);
+}
+
 /// Where the host's kernels are machine code, a bound of `exp` (its clamp)
 /// or `tanh` (the floor of its exp argument) is one `vmaxps`/`vminps`
 /// with the bound first, not a compare and a blend, and `tanh`'s
@@ -1384,24 +1505,30 @@ fn writes_only_its_output(n: usize, f: fn(&[Sym]) -> Sym, x: &Tensor) {
         .jit_compile(true)
         .call(std::slice::from_ref(x))
         .unwrap();
+    let size = want[0].dtype().size();
     // u128 elements: 16-byte aligned.
-    let mut buf = vec![0u128; (n + 64).div_ceil(4)];
+    let mut buf = vec![0u128; (n + 64).div_ceil(16 / size)];
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
     for g in bytes.chunks_exact_mut(4) {
         g.copy_from_slice(&GUARD.to_le_bytes());
     }
-    let (out, guard) = bytes.split_at_mut(n * 4);
+    let (out, guard) = bytes.split_at_mut(n * size);
     let shape = [n];
-    let mut outs = [TensorMut::new(DType::F32, &shape, out).unwrap()];
+    let mut outs = [TensorMut::new(want[0].dtype(), &shape, out).unwrap()];
     function(move |xs: &[Sym]| f(xs))
         .jit_compile(true)
         .call_into(std::slice::from_ref(x), &mut outs)
         .unwrap();
     for (i, g) in guard.chunks_exact(4).enumerate() {
         let g = u32::from_le_bytes([g[0], g[1], g[2], g[3]]);
-        assert_eq!(g, GUARD, "n={n}: guard element {i} written");
+        assert_eq!(g, GUARD, "n={n}: guard word {i} written");
     }
-    let got = common::f32s(bytemuck::cast_slice(&bytes[..n * 4]), &[n]);
+    let got = if want[0].dtype() == DType::F64 {
+        let v: &[f64] = bytemuck::cast_slice(&bytes[..n * size]);
+        Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], v.to_vec()).unwrap())
+    } else {
+        common::f32s(bytemuck::cast_slice(&bytes[..n * size]), &[n])
+    };
     if let Some((i, a, b)) = first_difference(&got, &want[0]) {
         panic!("n={n}: call_into element {i}: {a:e}, call {b:e}");
     }

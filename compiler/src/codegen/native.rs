@@ -1,13 +1,17 @@
-//! Elementwise f32 kernels as AVX-512 or AVX2 machine code, emitted
-//! directly (iced-x86's assembler) instead of through Cranelift, whose x64
-//! backend has 128-bit vectors only (and whose compile of a kernel costs
-//! more; docs/benchmarks.md, "Arithmetic alone as machine code").
+//! Elementwise f32 and f64 kernels as AVX-512 or AVX2 machine code,
+//! emitted directly (iced-x86's assembler) instead of through Cranelift,
+//! whose x64 backend has 128-bit vectors only (and whose compile of a
+//! kernel costs more; docs/benchmarks.md, "Arithmetic alone as machine
+//! code").
 //!
 //! A kernel qualifies when it is a plain loop (no reduction, no stash)
-//! over a contiguous f32 output, every load is contiguous at the output's
-//! index, a scalar, or (over rows and columns) a row broadcast or a value
-//! per row, and every node is an f32 operation listed in [`record`] (or an
-//! f32 comparison read by selects). Its nodes are
+//! over a contiguous f32 or f64 output, every load is contiguous at the
+//! output's index, a scalar, or (over rows and columns) a row broadcast or
+//! a value per row, and every node is an operation of the output's type
+//! listed in [`record`] (or a comparison of that type read by selects);
+//! f64 kernels take no approximation (those need 64-bit integer lanes
+//! and conversions AVX2 lacks), so f64 `exp`, `tanh`... stay with
+//! Cranelift and the wide routines. Its nodes are
 //! recorded as a straight line of vector instructions (the approximations
 //! through the same [`approx::Ops`] the inline code and the wide routines
 //! use, so the three give the same bits), given registers by a linear
@@ -16,9 +20,9 @@
 //! Cranelift), and emitted as one loop of whole vectors plus one masked
 //! tail vector. The line is recorded twice, in the kernel's order and
 //! lean ([`record`], [`schedule`]), and the one that runs more vectors a
-//! step is kept. Constants live in a pool after the code (AVX-512: one
-//! element each, read as `{1to16}` operands; AVX2: a whole vector each),
-//! so they hold no register.
+//! step is kept. Constants live in a 64-byte aligned pool after the code
+//! (AVX-512: one element each, read as `{1to16}` or `{1to8}` operands;
+//! AVX2: a whole vector each), so they hold no register.
 //!
 //! The function has the kernel ABI (`mod.rs`) and is position
 //! independent: the driver defines its bytes as the kernel's function in
@@ -29,10 +33,10 @@ use std::collections::HashMap;
 
 use iced_x86::code_asm::{
     AsmRegister64, AsmRegisterK, AsmRegisterYmm, AsmRegisterZmm, CodeAssembler, dword_bcst,
-    dword_ptr, k0, k1, k2, k3, k4, k5, k6, k7, ptr, qword_ptr, r8, r9, r10, r11, r12, r13, r14,
-    r15, rax, rbx, rcx, rdi, rdx, rsi, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9,
-    zmm10, zmm11, zmm12, zmm13, zmm14, zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22,
-    zmm23, zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30, zmm31, zmmword_ptr,
+    dword_ptr, k0, k1, k2, k3, k4, k5, k6, k7, ptr, qword_bcst, qword_ptr, r8, r9, r10, r11, r12,
+    r13, r14, r15, rax, rbx, rcx, rdi, rdx, rsi, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7,
+    zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14, zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21,
+    zmm22, zmm23, zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30, zmm31, zmmword_ptr,
 };
 use iced_x86::code_asm::{
     ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
@@ -49,18 +53,25 @@ use super::JitOptions;
 /// The vector extension a kernel is emitted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Isa {
-    /// 16 f32 lanes in zmm registers, lane masks in k registers.
+    /// 16 f32 or 8 f64 lanes in zmm registers, lane masks in k
+    /// registers.
     Avx512,
-    /// 8 f32 lanes in ymm registers (VEX), lane masks in ymm registers.
+    /// 8 f32 or 4 f64 lanes in ymm registers (VEX), lane masks in ymm
+    /// registers.
     Avx2,
 }
 
 impl Isa {
-    fn lanes(self) -> i32 {
+    /// Bytes per vector register.
+    fn vector_bytes(self) -> i32 {
         match self {
-            Isa::Avx512 => 16,
-            Isa::Avx2 => 8,
+            Isa::Avx512 => 64,
+            Isa::Avx2 => 32,
         }
+    }
+
+    fn lanes(self, e: Elem) -> i32 {
+        self.vector_bytes() / e.bytes()
     }
 
     /// Vector registers the allocation may use (AVX2: ymm15 holds the
@@ -72,10 +83,11 @@ impl Isa {
         }
     }
 
-    /// Bytes per pool entry.
-    fn entry(self) -> i32 {
+    /// Bytes per pool entry: AVX-512 broadcasts one element, AVX2 reads a
+    /// whole vector.
+    fn entry(self, e: Elem) -> i32 {
         match self {
-            Isa::Avx512 => 4,
+            Isa::Avx512 => e.bytes(),
             Isa::Avx2 => 32,
         }
     }
@@ -84,6 +96,56 @@ impl Isa {
         match self {
             Isa::Avx512 => "AVX-512",
             Isa::Avx2 => "AVX2",
+        }
+    }
+}
+
+/// The element type of a kernel's lanes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Elem {
+    #[default]
+    F32,
+    F64,
+}
+
+impl Elem {
+    fn of(d: DType) -> Option<Elem> {
+        if d == DType::F32 {
+            Some(Elem::F32)
+        } else if d == DType::F64 {
+            Some(Elem::F64)
+        } else {
+            None
+        }
+    }
+
+    fn dtype(self) -> DType {
+        match self {
+            Elem::F32 => DType::F32,
+            Elem::F64 => DType::F64,
+        }
+    }
+
+    fn bytes(self) -> i32 {
+        match self {
+            Elem::F32 => 4,
+            Elem::F64 => 8,
+        }
+    }
+
+    /// The bits of `v` rounded to this type, as an operand's constant.
+    fn bits(self, v: f64) -> u64 {
+        match self {
+            Elem::F32 => u64::from((v as f32).to_bits()),
+            Elem::F64 => v.to_bits(),
+        }
+    }
+
+    /// The sign bit.
+    fn sign(self) -> u64 {
+        match self {
+            Elem::F32 => 0x8000_0000,
+            Elem::F64 => 1 << 63,
         }
     }
 }
@@ -165,7 +227,7 @@ impl Lines {
         // line is one long dependency chain): four, three or two, as the
         // registers allow.
         let several = (2..=MAX_COPIES).rev().find_map(|copies| {
-            let line = interleave(&rec, isa.lanes() * 4, copies)?;
+            let line = interleave(&rec, isa.vector_bytes(), copies)?;
             Some((copies as i32, allocate(&line, isa, &mut pool)?))
         });
         Some(Lines {
@@ -199,6 +261,7 @@ fn interleave(rec: &Rec, bytes: i32, copies: u32) -> Option<Rec> {
         slots: rec.slots.clone(),
         unsupported: rec.unsupported,
         rows: rec.rows,
+        elem: rec.elem,
     })
 }
 
@@ -284,11 +347,11 @@ fn shifted(inst: &Inst, n: u32, bytes: i32) -> Option<Inst> {
 }
 
 /// An operand: a vector value, or a constant broadcast from the pool (its
-/// 32 bits).
+/// bits, in the low 32 for f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum O {
     R(u32),
-    C(u32),
+    C(u64),
 }
 
 /// Vector operations of two operands (the second may be a constant).
@@ -352,7 +415,7 @@ enum Inst {
     /// A constant in a register (where no operand may be a constant).
     Const {
         dst: u32,
-        bits: u32,
+        bits: u64,
     },
     Bin {
         op: Bin,
@@ -464,6 +527,8 @@ struct Rec {
     /// Some load is indexed by the column (a row broadcast along the rows)
     /// or by the row (one value per row): the loop runs row by row.
     rows: bool,
+    /// The lanes' type.
+    elem: Elem,
 }
 
 impl Rec {
@@ -528,7 +593,8 @@ impl Rec {
         let yx = self.bin(op, y, x, false);
         let r = self.bin(if max { Bin::And } else { Bin::Or }, xy, yx, true);
         let nan = self.cmp(UNORD_Q, x, y);
-        self.select_bits(nan, O::C(f32::NAN.to_bits()), r)
+        let canonical = O::C(self.elem.bits(f64::NAN));
+        self.select_bits(nan, canonical, r)
     }
 
     /// `a·b + c` fused (`neg`: `c - a·b`).
@@ -560,6 +626,15 @@ impl Rec {
         self.insts.push(Inst::Cmp { pred, dst, a, b });
         dst
     }
+
+    /// Integer lanes are the approximations' (f32 only: the f64 ones
+    /// need 64-bit conversions AVX2 lacks): with f64 lanes, the kernel
+    /// does not qualify.
+    fn ints(&mut self) {
+        if self.elem == Elem::F64 {
+            self.unsupported = true;
+        }
+    }
 }
 
 /// `vcmpps` predicates.
@@ -578,10 +653,10 @@ impl approx::Ops for Rec {
     type I = O;
 
     fn f64(&self) -> bool {
-        false
+        self.elem == Elem::F64
     }
     fn c(&mut self, v: f64) -> O {
-        O::C((v as f32).to_bits())
+        O::C(self.elem.bits(v))
     }
     fn add(&mut self, a: O, b: O) -> O {
         self.bin(Bin::Add, a, b, true)
@@ -608,10 +683,12 @@ impl approx::Ops for Rec {
         self.bin(Bin::Min, hi, x, false)
     }
     fn abs(&mut self, a: O) -> O {
-        self.bin(Bin::And, a, O::C(0x7fff_ffff), false)
+        let magnitude = self.elem.sign() - 1;
+        self.bin(Bin::And, a, O::C(magnitude), false)
     }
     fn neg(&mut self, a: O) -> O {
-        self.bin(Bin::Xor, a, O::C(0x8000_0000), false)
+        let sign = self.elem.sign();
+        self.bin(Bin::Xor, a, O::C(sign), false)
     }
     fn lt(&mut self, a: O, b: O) -> u32 {
         self.cmp(LT_OS, a, b)
@@ -638,39 +715,50 @@ impl approx::Ops for Rec {
         i
     }
     fn ic(&mut self, v: i64) -> O {
-        O::C(v as u32)
+        self.ints();
+        O::C(u64::from(v as u32))
     }
     fn iadd(&mut self, a: O, b: O) -> O {
+        self.ints();
         self.bin(Bin::IAdd, a, b, true)
     }
     fn isub(&mut self, a: O, b: O) -> O {
+        self.ints();
         self.bin(Bin::ISub, a, b, false)
     }
     fn iand(&mut self, a: O, b: O) -> O {
+        self.ints();
         self.bin(Bin::And, a, b, true)
     }
     fn ior(&mut self, a: O, b: O) -> O {
+        self.ints();
         self.bin(Bin::Or, a, b, true)
     }
     fn ishl(&mut self, a: O, k: u32) -> O {
+        self.ints();
         self.un(Un::Shl(k), a)
     }
     fn isshr(&mut self, a: O, k: u32) -> O {
+        self.ints();
         self.un(Un::Sar(k), a)
     }
     fn ixor(&mut self, a: O, b: O) -> O {
+        self.ints();
         self.bin(Bin::Xor, a, b, true)
     }
     fn inz(&mut self, a: O) -> u32 {
+        self.ints();
         let a = self.reg(a);
         let dst = self.new_m();
         self.insts.push(Inst::TestNz { dst, a });
         dst
     }
     fn iushr(&mut self, a: O, k: u32) -> O {
+        self.ints();
         self.un(Un::Shr(k), a)
     }
     fn to_float(&mut self, a: O) -> O {
+        self.ints();
         self.un(Un::ToFloat, a)
     }
     fn nearest(&mut self, a: O) -> O {
@@ -721,8 +809,8 @@ fn contiguous(dims: &[usize], strides: &[i64]) -> bool {
 }
 
 /// Byte displacement of element `offset`, if it fits an instruction.
-fn disp(offset: i64) -> Option<i32> {
-    i32::try_from(offset.checked_mul(4)?).ok()
+fn disp(offset: i64, e: Elem) -> Option<i32> {
+    i32::try_from(offset.checked_mul(i64::from(e.bytes()))?).ok()
 }
 
 /// Instructions after which a [`record`]ed `lean` line loads an element
@@ -734,15 +822,18 @@ const RELOAD_AFTER: usize = 8;
 /// more than [`RELOAD_AFTER`] instructions after it is issued again (a
 /// load costs no register), so that fewer values are live at once.
 fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
+    let elem = Elem::of(plan.slots[k.out].dtype)?;
     if k.kind != KernelKind::Loop
         || k.stash.is_some()
         || k.dims.is_empty()
-        || plan.slots[k.out].dtype != DType::F32
         || !contiguous(&k.dims, &k.out_strides)
     {
         return None;
     }
-    let mut rec = Rec::default();
+    let mut rec = Rec {
+        elem,
+        ..Rec::default()
+    };
     rec.slot(k.out);
     let order: Vec<usize> = match lean {
         true => schedule(k),
@@ -776,9 +867,10 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                 }
             }
         }
-        // Bool values are lane masks of f32 comparisons, read only by
-        // selects.
-        if n.dtype() != DType::F32 && !matches!(n, ENode::Compare(.., DType::F32)) {
+        // Bool values are lane masks of comparisons of the lanes' type,
+        // read only by selects.
+        let float = elem.dtype();
+        if n.dtype() != float && !matches!(n, ENode::Compare(.., d) if *d == float) {
             return None;
         }
         let v = match n {
@@ -788,7 +880,7 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                 strides,
                 ..
             } => {
-                let disp = disp(*offset)?;
+                let disp = disp(*offset, elem)?;
                 let s = rec.slot(*slot);
                 let dst = rec.new_v();
                 let two_d = k.dims.len() == 2;
@@ -828,10 +920,16 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                 rec.insts.push(inst);
                 O::R(dst)
             }
-            ENode::Const(l) => {
-                let b: [u8; 4] = l.bytes().get(..4)?.try_into().ok()?;
-                O::C(u32::from_le_bytes(b))
-            }
+            ENode::Const(l) => match elem {
+                Elem::F32 => {
+                    let b: [u8; 4] = l.bytes().get(..4)?.try_into().ok()?;
+                    O::C(u64::from(u32::from_le_bytes(b)))
+                }
+                Elem::F64 => {
+                    let b: [u8; 8] = l.bytes().get(..8)?.try_into().ok()?;
+                    O::C(u64::from_le_bytes(b))
+                }
+            },
             ENode::Unary(u, x, _) => {
                 let x = vals[*x];
                 match u {
@@ -844,9 +942,9 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                     UnaryOp::Sqrt => rec.un(Un::Sqrt, x),
                     UnaryOp::Rsqrt => {
                         let s = rec.un(Un::Sqrt, x);
-                        rec.bin(Bin::Div, O::C(1f32.to_bits()), s, false)
+                        rec.bin(Bin::Div, O::C(elem.bits(1.0)), s, false)
                     }
-                    UnaryOp::Reciprocal => rec.bin(Bin::Div, O::C(1f32.to_bits()), x, false),
+                    UnaryOp::Reciprocal => rec.bin(Bin::Div, O::C(elem.bits(1.0)), x, false),
                     UnaryOp::Exp => approx::exp(&mut rec, x),
                     UnaryOp::Expm1 => approx::expm1(&mut rec, x),
                     UnaryOp::Log => approx::ln(&mut rec, x),
@@ -1092,13 +1190,13 @@ struct Phys {
 /// The constants, each once, by byte offset.
 #[derive(Default)]
 struct Pool {
-    bits: Vec<u32>,
-    at: HashMap<u32, i32>,
+    bits: Vec<u64>,
+    at: HashMap<u64, i32>,
 }
 
 impl Pool {
     /// The constant's index in the pool.
-    fn at(&mut self, bits: u32) -> i32 {
+    fn at(&mut self, bits: u64) -> i32 {
         *self.at.entry(bits).or_insert_with(|| {
             self.bits.push(bits);
             (self.bits.len() - 1) as i32
@@ -1291,14 +1389,14 @@ fn asm_err(e: impl std::fmt::Display) -> Error {
 /// the pool. AVX2's pool starts on a 64-byte boundary (the function is
 /// defined 64-byte aligned): AVX2 reads each constant as a 32-byte
 /// operand, and one that straddles two cache lines is a split load on
-/// every use (AVX-512 reads 4-byte elements, which never straddle). The
-/// code is assembled once to find where it ends, then again with `int3`
+/// every use (AVX-512 reads one element, which then never straddles
+/// either). The code is assembled once to find where it ends, then again with `int3`
 /// bytes before the pool (after the last instruction: no branch changes).
 fn emit(
     rec: &Rec,
     phys: &Phys,
     several: Option<&(i32, Phys)>,
-    pool_bits: &[u32],
+    pool_bits: &[u64],
     inner: i64,
     cols: Option<i32>,
     isa: Isa,
@@ -1308,7 +1406,7 @@ fn emit(
     }
     let (native, code_len) = assemble(rec, phys, several, pool_bits, inner, cols, isa, 0)?;
     let gap = (64 - code_len % 64) % 64;
-    if isa == Isa::Avx512 || gap == 0 {
+    if gap == 0 {
         return Ok(native);
     }
     let (native, at) = assemble(rec, phys, several, pool_bits, inner, cols, isa, gap)?;
@@ -1327,16 +1425,17 @@ fn assemble(
     rec: &Rec,
     phys: &Phys,
     several: Option<&(i32, Phys)>,
-    pool_bits: &[u32],
+    pool_bits: &[u64],
     inner: i64,
     cols: Option<i32>,
     isa: Isa,
     gap: usize,
 ) -> Result<(Native, usize)> {
-    let lanes = isa.lanes();
-    // AVX2: after the constants, 8 lanes of ones then 8 of zeros; the tail's
-    // mask is read at the right offset into them.
-    let ones = pool_bits.len() as i32 * isa.entry();
+    let e = rec.elem;
+    let lanes = isa.lanes(e);
+    // AVX2: after the constants, 32 bytes of ones then 32 of zeros; the
+    // tail's mask is read at the right offset into them.
+    let ones = pool_bits.len() as i32 * isa.entry(e);
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
     let gprs = &SLOT_GPRS[..rec.slots.len()];
     let saved = &gprs[gprs.len().min(SAVED)..];
@@ -1345,7 +1444,7 @@ fn assemble(
     let mut top = a.create_label();
     let mut tail = a.create_label();
     let mut done = a.create_label();
-    (|| -> std::result::Result<(), iced_x86::IcedError> {
+    (|| -> std::result::Result<(), BodyError> {
         // rdi: slot table, rdx: the loop index, rsi: its end.
         for &g in saved {
             a.push(g)?;
@@ -1356,8 +1455,8 @@ fn assemble(
         }
         a.lea(r11, ptr(pool))?;
         let body = |a: &mut CodeAssembler, line: &Phys, tail: bool| match isa {
-            Isa::Avx512 => body512(a, line, gprs, tail),
-            Isa::Avx2 => body256(a, line, gprs, tail, ones),
+            Isa::Avx512 => body512(a, line, gprs, tail, e),
+            Isa::Avx2 => body256(a, line, gprs, tail, ones, e),
         };
         if let Some(cols) = cols {
             // Row by row (rdi: the row, rdx: the element, rcx: the column),
@@ -1365,7 +1464,7 @@ fn assemble(
             // same for every row).
             let rest = cols % lanes;
             if rest != 0 {
-                tail_mask(&mut a, isa, ones, Some(rest))?;
+                tail_mask(&mut a, isa, e, ones, Some(rest))?;
             }
             a.mov(rdi, rdx)?;
             a.imul_3(rdx, rdx, cols)?;
@@ -1429,7 +1528,7 @@ fn assemble(
             a.set_label(&mut tail)?;
             a.cmp(rdx, rsi)?;
             a.jae(done)?;
-            tail_mask(&mut a, isa, ones, None)?;
+            tail_mask(&mut a, isa, e, ones, None)?;
             body(&mut a, phys, true)?;
         }
         a.set_label(&mut done)?;
@@ -1446,10 +1545,19 @@ fn assemble(
         match isa {
             // (One entry at least: a label must precede an instruction.)
             Isa::Avx512 if pool_bits.is_empty() => a.dd(&[0])?,
-            Isa::Avx512 => a.dd(pool_bits)?,
+            Isa::Avx512 => match e {
+                Elem::F32 => {
+                    let low: Vec<u32> = pool_bits.iter().map(|&b| b as u32).collect();
+                    a.dd(&low)?
+                }
+                Elem::F64 => a.dq(pool_bits)?,
+            },
             Isa::Avx2 => {
                 for &bits in pool_bits {
-                    a.dd(&[bits; 8])?;
+                    match e {
+                        Elem::F32 => a.dd(&[bits as u32; 8])?,
+                        Elem::F64 => a.dq(&[bits; 4])?,
+                    }
                 }
                 a.dd(&[u32::MAX; 8])?;
                 a.dd(&[0; 8])?;
@@ -1480,9 +1588,11 @@ fn assemble(
 fn tail_mask(
     a: &mut CodeAssembler,
     isa: Isa,
+    e: Elem,
     ones: i32,
     rest: Option<i32>,
 ) -> std::result::Result<(), iced_x86::IcedError> {
+    let (lanes, size) = (isa.lanes(e), e.bytes());
     match (isa, rest) {
         (Isa::Avx512, Some(rest)) => {
             a.mov(eax_(), (1i32 << rest) - 1)?;
@@ -1496,24 +1606,34 @@ fn tail_mask(
             a.sub(eax_(), 1)?;
             a.kmovw(k1, eax_())
         }
-        // The ones and zeros read at 8 - (lanes wanted) lanes.
-        (Isa::Avx2, Some(rest)) => a.vmovups(ymm15, ymmword_ptr(r11 + ones + (8 - rest) * 4)),
+        // The ones and zeros read at (lanes - lanes wanted) lanes.
+        (Isa::Avx2, Some(rest)) => {
+            a.vmovups(ymm15, ymmword_ptr(r11 + ones + (lanes - rest) * size))
+        }
         (Isa::Avx2, None) => {
             a.mov(rax, rdx)?;
             a.sub(rax, rsi)?;
-            a.add(rax, 8)?;
-            a.vmovups(ymm15, ymmword_ptr(r11 + rax * 4 + ones))
+            a.add(rax, lanes)?;
+            a.vmovups(ymm15, ymmword_ptr(r11 + rax * (size as u32) + ones))
         }
     }
 }
 
 /// The element a splat reads: at `base + disp`, or (`row`) at the row
 /// index's element of `base + disp`.
-fn splat_ptr(base: AsmRegister64, disp: i32, row: bool) -> iced_x86::code_asm::AsmMemoryOperand {
-    if row {
-        dword_ptr(base + rdi * 4 + disp)
-    } else {
-        dword_ptr(base + disp)
+fn splat_ptr(
+    base: AsmRegister64,
+    disp: i32,
+    row: bool,
+    e: Elem,
+) -> iced_x86::code_asm::AsmMemoryOperand {
+    let at = match row {
+        true => base + rdi * (e.bytes() as u32) + disp,
+        false => base + disp,
+    };
+    match e {
+        Elem::F32 => dword_ptr(at),
+        Elem::F64 => qword_ptr(at),
     }
 }
 
@@ -1521,96 +1641,162 @@ fn eax_() -> iced_x86::code_asm::AsmRegister32 {
     iced_x86::code_asm::eax
 }
 
-/// The AVX-512 loop body: 16 lanes at index rdx; `tail`: only the lanes
-/// of k1.
+/// `a.$ps(args)` on f32 lanes, `a.$pd(args)` on f64 lanes.
+macro_rules! by_elem {
+    ($a:ident, $e:expr, $ps:ident | $pd:ident ($($arg:expr),*)) => {
+        match $e {
+            Elem::F32 => $a.$ps($($arg),*),
+            Elem::F64 => $a.$pd($($arg),*),
+        }
+    };
+}
+
+/// Why a loop body could not be emitted.
+enum BodyError {
+    Iced(iced_x86::IcedError),
+    /// The instruction has no form for these lanes.
+    NoForm(&'static str),
+}
+
+impl From<iced_x86::IcedError> for BodyError {
+    fn from(e: iced_x86::IcedError) -> Self {
+        BodyError::Iced(e)
+    }
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::Iced(e) => write!(f, "{e}"),
+            BodyError::NoForm(what) => write!(f, "no {what} instruction for these lanes"),
+        }
+    }
+}
+
+/// The AVX-512 loop body: 16 (f32) or 8 (f64) lanes at index rdx;
+/// `tail`: only the lanes of k1.
 fn body512(
     a: &mut CodeAssembler,
     phys: &Phys,
     gprs: &[AsmRegister64],
     tail: bool,
-) -> std::result::Result<(), iced_x86::IcedError> {
+    e: Elem,
+) -> std::result::Result<(), BodyError> {
     let z = |r: u8| ZMM[r as usize];
     let kk = |r: u8| KREG[r as usize];
-    let c = |at: i32| dword_bcst(r11 + at * 4);
+    let size = e.bytes();
+    let c = |at: i32| match e {
+        Elem::F32 => dword_bcst(r11 + at * size),
+        Elem::F64 => qword_bcst(r11 + at * size),
+    };
     for pi in &phys.insts {
         match *pi {
             PInst::Load { d, slot, disp, col } => {
                 let index = if col { rcx } else { rdx };
-                let m = zmmword_ptr(gprs[slot] + index * 4 + disp);
+                let m = zmmword_ptr(gprs[slot] + index * (size as u32) + disp);
                 if tail {
-                    a.vmovups(z(d).k1().z(), m)?;
+                    by_elem!(a, e, vmovups | vmovupd(z(d).k1().z(), m))?;
                 } else {
-                    a.vmovups(z(d), m)?;
+                    by_elem!(a, e, vmovups | vmovupd(z(d), m))?;
                 }
             }
             PInst::Splat { d, slot, disp, row } => {
-                a.vbroadcastss(z(d), splat_ptr(gprs[slot], disp, row))?
+                let m = splat_ptr(gprs[slot], disp, row, e);
+                by_elem!(a, e, vbroadcastss | vbroadcastsd(z(d), m))?
             }
-            PInst::Const { d, at } => a.vbroadcastss(z(d), dword_ptr(r11 + at * 4))?,
+            PInst::Const { d, at } => {
+                let m = splat_ptr(r11, at * size, false, e);
+                by_elem!(a, e, vbroadcastss | vbroadcastsd(z(d), m))?
+            }
             PInst::Move { d, s } => a.vmovaps(z(d), z(s))?,
             PInst::Bin { op, d, a: x, b } => {
                 let (d, x) = (z(d), z(x));
                 match (op, b) {
-                    (Bin::Add, P::R(y)) => a.vaddps(d, x, z(y))?,
-                    (Bin::Add, P::C(at)) => a.vaddps(d, x, c(at))?,
-                    (Bin::Sub, P::R(y)) => a.vsubps(d, x, z(y))?,
-                    (Bin::Sub, P::C(at)) => a.vsubps(d, x, c(at))?,
-                    (Bin::Mul, P::R(y)) => a.vmulps(d, x, z(y))?,
-                    (Bin::Mul, P::C(at)) => a.vmulps(d, x, c(at))?,
-                    (Bin::Div, P::R(y)) => a.vdivps(d, x, z(y))?,
-                    (Bin::Div, P::C(at)) => a.vdivps(d, x, c(at))?,
-                    (Bin::IAdd, P::R(y)) => a.vpaddd(d, x, z(y))?,
-                    (Bin::IAdd, P::C(at)) => a.vpaddd(d, x, c(at))?,
-                    (Bin::ISub, P::R(y)) => a.vpsubd(d, x, z(y))?,
-                    (Bin::ISub, P::C(at)) => a.vpsubd(d, x, c(at))?,
-                    (Bin::And, P::R(y)) => a.vpandd(d, x, z(y))?,
-                    (Bin::And, P::C(at)) => a.vpandd(d, x, c(at))?,
-                    (Bin::Or, P::R(y)) => a.vpord(d, x, z(y))?,
-                    (Bin::Or, P::C(at)) => a.vpord(d, x, c(at))?,
-                    (Bin::Xor, P::R(y)) => a.vpxord(d, x, z(y))?,
-                    (Bin::Xor, P::C(at)) => a.vpxord(d, x, c(at))?,
-                    (Bin::Max, P::R(y)) => a.vmaxps(d, x, z(y))?,
-                    (Bin::Max, P::C(at)) => a.vmaxps(d, x, c(at))?,
-                    (Bin::Min, P::R(y)) => a.vminps(d, x, z(y))?,
-                    (Bin::Min, P::C(at)) => a.vminps(d, x, c(at))?,
+                    (Bin::Add, P::R(y)) => by_elem!(a, e, vaddps | vaddpd(d, x, z(y)))?,
+                    (Bin::Add, P::C(at)) => by_elem!(a, e, vaddps | vaddpd(d, x, c(at)))?,
+                    (Bin::Sub, P::R(y)) => by_elem!(a, e, vsubps | vsubpd(d, x, z(y)))?,
+                    (Bin::Sub, P::C(at)) => by_elem!(a, e, vsubps | vsubpd(d, x, c(at)))?,
+                    (Bin::Mul, P::R(y)) => by_elem!(a, e, vmulps | vmulpd(d, x, z(y)))?,
+                    (Bin::Mul, P::C(at)) => by_elem!(a, e, vmulps | vmulpd(d, x, c(at)))?,
+                    (Bin::Div, P::R(y)) => by_elem!(a, e, vdivps | vdivpd(d, x, z(y)))?,
+                    (Bin::Div, P::C(at)) => by_elem!(a, e, vdivps | vdivpd(d, x, c(at)))?,
+                    (Bin::IAdd, P::R(y)) => by_elem!(a, e, vpaddd | vpaddq(d, x, z(y)))?,
+                    (Bin::IAdd, P::C(at)) => by_elem!(a, e, vpaddd | vpaddq(d, x, c(at)))?,
+                    (Bin::ISub, P::R(y)) => by_elem!(a, e, vpsubd | vpsubq(d, x, z(y)))?,
+                    (Bin::ISub, P::C(at)) => by_elem!(a, e, vpsubd | vpsubq(d, x, c(at)))?,
+                    (Bin::And, P::R(y)) => by_elem!(a, e, vpandd | vpandq(d, x, z(y)))?,
+                    (Bin::And, P::C(at)) => by_elem!(a, e, vpandd | vpandq(d, x, c(at)))?,
+                    (Bin::Or, P::R(y)) => by_elem!(a, e, vpord | vporq(d, x, z(y)))?,
+                    (Bin::Or, P::C(at)) => by_elem!(a, e, vpord | vporq(d, x, c(at)))?,
+                    (Bin::Xor, P::R(y)) => by_elem!(a, e, vpxord | vpxorq(d, x, z(y)))?,
+                    (Bin::Xor, P::C(at)) => by_elem!(a, e, vpxord | vpxorq(d, x, c(at)))?,
+                    (Bin::Max, P::R(y)) => by_elem!(a, e, vmaxps | vmaxpd(d, x, z(y)))?,
+                    (Bin::Max, P::C(at)) => by_elem!(a, e, vmaxps | vmaxpd(d, x, c(at)))?,
+                    (Bin::Min, P::R(y)) => by_elem!(a, e, vminps | vminpd(d, x, z(y)))?,
+                    (Bin::Min, P::C(at)) => by_elem!(a, e, vminps | vminpd(d, x, c(at)))?,
                 }
             }
             PInst::Un { op, d, a: x } => {
                 let (d, x) = (z(d), z(x));
-                match op {
-                    Un::Sqrt => a.vsqrtps(d, x)?,
-                    Un::Round(imm) => a.vrndscaleps(d, x, imm)?,
-                    Un::ToFloat => a.vcvtdq2ps(d, x)?,
-                    Un::Shl(k) => a.vpslld(d, x, k as i32)?,
-                    Un::Sar(k) => a.vpsrad(d, x, k as i32)?,
-                    Un::Shr(k) => a.vpsrld(d, x, k as i32)?,
+                match (op, e) {
+                    (Un::Sqrt, _) => by_elem!(a, e, vsqrtps | vsqrtpd(d, x))?,
+                    (Un::Round(imm), _) => by_elem!(a, e, vrndscaleps | vrndscalepd(d, x, imm))?,
+                    (Un::ToFloat, Elem::F32) => a.vcvtdq2ps(d, x)?,
+                    (Un::ToFloat, Elem::F64) => return Err(BodyError::NoForm("i64 to f64")),
+                    (Un::Shl(k), _) => by_elem!(a, e, vpslld | vpsllq(d, x, k as i32))?,
+                    (Un::Sar(k), _) => by_elem!(a, e, vpsrad | vpsraq(d, x, k as i32))?,
+                    (Un::Shr(k), _) => by_elem!(a, e, vpsrld | vpsrlq(d, x, k as i32))?,
                 }
             }
             PInst::Fma { form, neg, d, s, t } => {
                 let (d, s) = (z(d), z(s));
                 match (form, neg, t) {
-                    (FmaForm::F213, false, P::R(t)) => a.vfmadd213ps(d, s, z(t))?,
-                    (FmaForm::F213, false, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
-                    (FmaForm::F132, false, P::R(t)) => a.vfmadd132ps(d, s, z(t))?,
-                    (FmaForm::F132, false, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
-                    (FmaForm::F231, false, P::R(t)) => a.vfmadd231ps(d, s, z(t))?,
-                    (FmaForm::F231, false, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
-                    (FmaForm::F213, true, P::R(t)) => a.vfnmadd213ps(d, s, z(t))?,
-                    (FmaForm::F213, true, P::C(at)) => a.vfnmadd213ps(d, s, c(at))?,
-                    (FmaForm::F132, true, P::R(t)) => a.vfnmadd132ps(d, s, z(t))?,
-                    (FmaForm::F132, true, P::C(at)) => a.vfnmadd132ps(d, s, c(at))?,
-                    (FmaForm::F231, true, P::R(t)) => a.vfnmadd231ps(d, s, z(t))?,
-                    (FmaForm::F231, true, P::C(at)) => a.vfnmadd231ps(d, s, c(at))?,
+                    (FmaForm::F213, false, P::R(t)) => {
+                        by_elem!(a, e, vfmadd213ps | vfmadd213pd(d, s, z(t)))?
+                    }
+                    (FmaForm::F213, false, P::C(at)) => {
+                        by_elem!(a, e, vfmadd213ps | vfmadd213pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F132, false, P::R(t)) => {
+                        by_elem!(a, e, vfmadd132ps | vfmadd132pd(d, s, z(t)))?
+                    }
+                    (FmaForm::F132, false, P::C(at)) => {
+                        by_elem!(a, e, vfmadd132ps | vfmadd132pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F231, false, P::R(t)) => {
+                        by_elem!(a, e, vfmadd231ps | vfmadd231pd(d, s, z(t)))?
+                    }
+                    (FmaForm::F231, false, P::C(at)) => {
+                        by_elem!(a, e, vfmadd231ps | vfmadd231pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F213, true, P::R(t)) => {
+                        by_elem!(a, e, vfnmadd213ps | vfnmadd213pd(d, s, z(t)))?
+                    }
+                    (FmaForm::F213, true, P::C(at)) => {
+                        by_elem!(a, e, vfnmadd213ps | vfnmadd213pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F132, true, P::R(t)) => {
+                        by_elem!(a, e, vfnmadd132ps | vfnmadd132pd(d, s, z(t)))?
+                    }
+                    (FmaForm::F132, true, P::C(at)) => {
+                        by_elem!(a, e, vfnmadd132ps | vfnmadd132pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F231, true, P::R(t)) => {
+                        by_elem!(a, e, vfnmadd231ps | vfnmadd231pd(d, s, z(t)))?
+                    }
+                    (FmaForm::F231, true, P::C(at)) => {
+                        by_elem!(a, e, vfnmadd231ps | vfnmadd231pd(d, s, c(at)))?
+                    }
                 }
             }
             PInst::Cmp { pred, d, a: x, b } => match b {
-                P::R(y) => a.vcmpps(kk(d), z(x), z(y), pred)?,
-                P::C(at) => a.vcmpps(kk(d), z(x), c(at), pred)?,
+                P::R(y) => by_elem!(a, e, vcmpps | vcmppd(kk(d), z(x), z(y), pred))?,
+                P::C(at) => by_elem!(a, e, vcmpps | vcmppd(kk(d), z(x), c(at), pred))?,
             },
-            PInst::TestNz { d, a: x } => a.vptestmd(kk(d), z(x), z(x))?,
+            PInst::TestNz { d, a: x } => by_elem!(a, e, vptestmd | vptestmq(kk(d), z(x), z(x)))?,
             PInst::Blend { d, m, a: x, b } => match x {
-                P::R(x) => a.vblendmps(masked(z(d), m), z(b), z(x))?,
-                P::C(at) => a.vblendmps(masked(z(d), m), z(b), c(at))?,
+                P::R(x) => by_elem!(a, e, vblendmps | vblendmpd(masked(z(d), m), z(b), z(x)))?,
+                P::C(at) => by_elem!(a, e, vblendmps | vblendmpd(masked(z(d), m), z(b), c(at)))?,
             },
             PInst::KBin { op, d, a: x, b } => match op {
                 KOp::And => a.kandw(kk(d), kk(x), kk(b))?,
@@ -1618,11 +1804,11 @@ fn body512(
             },
             PInst::KNot { d, a: x } => a.knotw(kk(d), kk(x))?,
             PInst::Store { a: x, disp } => {
-                let m = zmmword_ptr(gprs[0] + rdx * 4 + disp);
+                let m = zmmword_ptr(gprs[0] + rdx * (size as u32) + disp);
                 if tail {
-                    a.vmovups(m.k1(), z(x))?;
+                    by_elem!(a, e, vmovups | vmovupd(m.k1(), z(x)))?;
                 } else {
-                    a.vmovups(m, z(x))?;
+                    by_elem!(a, e, vmovups | vmovupd(m, z(x)))?;
                 }
             }
         }
@@ -1636,100 +1822,131 @@ const YMM: [AsmRegisterYmm; 16] = [
     ymm15,
 ];
 
-/// The AVX2 loop body: 8 lanes at index rdx; `tail`: only the lanes of
-/// ymm15. `ones`: the pool's offset of 8 lanes of ones then 8 of zeros.
+/// The AVX2 loop body: 8 (f32) or 4 (f64) lanes at index rdx; `tail`:
+/// only the lanes of ymm15. `ones`: the pool's offset of 32 bytes of ones
+/// then 32 of zeros.
 fn body256(
     a: &mut CodeAssembler,
     phys: &Phys,
     gprs: &[AsmRegister64],
     tail: bool,
     ones: i32,
-) -> std::result::Result<(), iced_x86::IcedError> {
+    e: Elem,
+) -> std::result::Result<(), BodyError> {
     let y = |r: u8| YMM[r as usize];
     let c = |at: i32| ymmword_ptr(r11 + at * 32);
+    let size = e.bytes() as u32;
     for pi in &phys.insts {
         match *pi {
             PInst::Load { d, slot, disp, col } => {
                 let index = if col { rcx } else { rdx };
-                let m = ymmword_ptr(gprs[slot] + index * 4 + disp);
+                let m = ymmword_ptr(gprs[slot] + index * size + disp);
                 if tail {
-                    a.vmaskmovps(y(d), ymm15, m)?;
+                    by_elem!(a, e, vmaskmovps | vmaskmovpd(y(d), ymm15, m))?;
                 } else {
-                    a.vmovups(y(d), m)?;
+                    by_elem!(a, e, vmovups | vmovupd(y(d), m))?;
                 }
             }
             PInst::Splat { d, slot, disp, row } => {
-                a.vbroadcastss(y(d), splat_ptr(gprs[slot], disp, row))?
+                let m = splat_ptr(gprs[slot], disp, row, e);
+                by_elem!(a, e, vbroadcastss | vbroadcastsd(y(d), m))?
             }
             PInst::Const { d, at } => a.vmovups(y(d), c(at))?,
             PInst::Move { d, s } => a.vmovaps(y(d), y(s))?,
             PInst::Bin { op, d, a: x, b } => {
                 let (d, x) = (y(d), y(x));
                 match (op, b) {
-                    (Bin::Add, P::R(r)) => a.vaddps(d, x, y(r))?,
-                    (Bin::Add, P::C(at)) => a.vaddps(d, x, c(at))?,
-                    (Bin::Sub, P::R(r)) => a.vsubps(d, x, y(r))?,
-                    (Bin::Sub, P::C(at)) => a.vsubps(d, x, c(at))?,
-                    (Bin::Mul, P::R(r)) => a.vmulps(d, x, y(r))?,
-                    (Bin::Mul, P::C(at)) => a.vmulps(d, x, c(at))?,
-                    (Bin::Div, P::R(r)) => a.vdivps(d, x, y(r))?,
-                    (Bin::Div, P::C(at)) => a.vdivps(d, x, c(at))?,
-                    (Bin::IAdd, P::R(r)) => a.vpaddd(d, x, y(r))?,
-                    (Bin::IAdd, P::C(at)) => a.vpaddd(d, x, c(at))?,
-                    (Bin::ISub, P::R(r)) => a.vpsubd(d, x, y(r))?,
-                    (Bin::ISub, P::C(at)) => a.vpsubd(d, x, c(at))?,
+                    (Bin::Add, P::R(r)) => by_elem!(a, e, vaddps | vaddpd(d, x, y(r)))?,
+                    (Bin::Add, P::C(at)) => by_elem!(a, e, vaddps | vaddpd(d, x, c(at)))?,
+                    (Bin::Sub, P::R(r)) => by_elem!(a, e, vsubps | vsubpd(d, x, y(r)))?,
+                    (Bin::Sub, P::C(at)) => by_elem!(a, e, vsubps | vsubpd(d, x, c(at)))?,
+                    (Bin::Mul, P::R(r)) => by_elem!(a, e, vmulps | vmulpd(d, x, y(r)))?,
+                    (Bin::Mul, P::C(at)) => by_elem!(a, e, vmulps | vmulpd(d, x, c(at)))?,
+                    (Bin::Div, P::R(r)) => by_elem!(a, e, vdivps | vdivpd(d, x, y(r)))?,
+                    (Bin::Div, P::C(at)) => by_elem!(a, e, vdivps | vdivpd(d, x, c(at)))?,
+                    (Bin::IAdd, P::R(r)) => by_elem!(a, e, vpaddd | vpaddq(d, x, y(r)))?,
+                    (Bin::IAdd, P::C(at)) => by_elem!(a, e, vpaddd | vpaddq(d, x, c(at)))?,
+                    (Bin::ISub, P::R(r)) => by_elem!(a, e, vpsubd | vpsubq(d, x, y(r)))?,
+                    (Bin::ISub, P::C(at)) => by_elem!(a, e, vpsubd | vpsubq(d, x, c(at)))?,
                     (Bin::And, P::R(r)) => a.vpand(d, x, y(r))?,
                     (Bin::And, P::C(at)) => a.vpand(d, x, c(at))?,
                     (Bin::Or, P::R(r)) => a.vpor(d, x, y(r))?,
                     (Bin::Or, P::C(at)) => a.vpor(d, x, c(at))?,
                     (Bin::Xor, P::R(r)) => a.vpxor(d, x, y(r))?,
                     (Bin::Xor, P::C(at)) => a.vpxor(d, x, c(at))?,
-                    (Bin::Max, P::R(r)) => a.vmaxps(d, x, y(r))?,
-                    (Bin::Max, P::C(at)) => a.vmaxps(d, x, c(at))?,
-                    (Bin::Min, P::R(r)) => a.vminps(d, x, y(r))?,
-                    (Bin::Min, P::C(at)) => a.vminps(d, x, c(at))?,
+                    (Bin::Max, P::R(r)) => by_elem!(a, e, vmaxps | vmaxpd(d, x, y(r)))?,
+                    (Bin::Max, P::C(at)) => by_elem!(a, e, vmaxps | vmaxpd(d, x, c(at)))?,
+                    (Bin::Min, P::R(r)) => by_elem!(a, e, vminps | vminpd(d, x, y(r)))?,
+                    (Bin::Min, P::C(at)) => by_elem!(a, e, vminps | vminpd(d, x, c(at)))?,
                 }
             }
             PInst::Un { op, d, a: x } => {
                 let (d, x) = (y(d), y(x));
-                match op {
-                    Un::Sqrt => a.vsqrtps(d, x)?,
-                    Un::Round(imm) => a.vroundps(d, x, imm)?,
-                    Un::ToFloat => a.vcvtdq2ps(d, x)?,
-                    Un::Shl(k) => a.vpslld(d, x, k as i32)?,
-                    Un::Sar(k) => a.vpsrad(d, x, k as i32)?,
-                    Un::Shr(k) => a.vpsrld(d, x, k as i32)?,
+                match (op, e) {
+                    (Un::Sqrt, _) => by_elem!(a, e, vsqrtps | vsqrtpd(d, x))?,
+                    (Un::Round(imm), _) => by_elem!(a, e, vroundps | vroundpd(d, x, imm))?,
+                    (Un::ToFloat, Elem::F32) => a.vcvtdq2ps(d, x)?,
+                    (Un::ToFloat, Elem::F64) => return Err(BodyError::NoForm("i64 to f64")),
+                    (Un::Shl(k), _) => by_elem!(a, e, vpslld | vpsllq(d, x, k as i32))?,
+                    (Un::Sar(k), Elem::F32) => a.vpsrad(d, x, k as i32)?,
+                    (Un::Sar(_), Elem::F64) => return Err(BodyError::NoForm("i64 shift")),
+                    (Un::Shr(k), _) => by_elem!(a, e, vpsrld | vpsrlq(d, x, k as i32))?,
                 }
             }
             PInst::Fma { form, neg, d, s, t } => {
                 let (d, s) = (y(d), y(s));
                 match (form, neg, t) {
-                    (FmaForm::F213, false, P::R(t)) => a.vfmadd213ps(d, s, y(t))?,
-                    (FmaForm::F213, false, P::C(at)) => a.vfmadd213ps(d, s, c(at))?,
-                    (FmaForm::F132, false, P::R(t)) => a.vfmadd132ps(d, s, y(t))?,
-                    (FmaForm::F132, false, P::C(at)) => a.vfmadd132ps(d, s, c(at))?,
-                    (FmaForm::F231, false, P::R(t)) => a.vfmadd231ps(d, s, y(t))?,
-                    (FmaForm::F231, false, P::C(at)) => a.vfmadd231ps(d, s, c(at))?,
-                    (FmaForm::F213, true, P::R(t)) => a.vfnmadd213ps(d, s, y(t))?,
-                    (FmaForm::F213, true, P::C(at)) => a.vfnmadd213ps(d, s, c(at))?,
-                    (FmaForm::F132, true, P::R(t)) => a.vfnmadd132ps(d, s, y(t))?,
-                    (FmaForm::F132, true, P::C(at)) => a.vfnmadd132ps(d, s, c(at))?,
-                    (FmaForm::F231, true, P::R(t)) => a.vfnmadd231ps(d, s, y(t))?,
-                    (FmaForm::F231, true, P::C(at)) => a.vfnmadd231ps(d, s, c(at))?,
+                    (FmaForm::F213, false, P::R(t)) => {
+                        by_elem!(a, e, vfmadd213ps | vfmadd213pd(d, s, y(t)))?
+                    }
+                    (FmaForm::F213, false, P::C(at)) => {
+                        by_elem!(a, e, vfmadd213ps | vfmadd213pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F132, false, P::R(t)) => {
+                        by_elem!(a, e, vfmadd132ps | vfmadd132pd(d, s, y(t)))?
+                    }
+                    (FmaForm::F132, false, P::C(at)) => {
+                        by_elem!(a, e, vfmadd132ps | vfmadd132pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F231, false, P::R(t)) => {
+                        by_elem!(a, e, vfmadd231ps | vfmadd231pd(d, s, y(t)))?
+                    }
+                    (FmaForm::F231, false, P::C(at)) => {
+                        by_elem!(a, e, vfmadd231ps | vfmadd231pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F213, true, P::R(t)) => {
+                        by_elem!(a, e, vfnmadd213ps | vfnmadd213pd(d, s, y(t)))?
+                    }
+                    (FmaForm::F213, true, P::C(at)) => {
+                        by_elem!(a, e, vfnmadd213ps | vfnmadd213pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F132, true, P::R(t)) => {
+                        by_elem!(a, e, vfnmadd132ps | vfnmadd132pd(d, s, y(t)))?
+                    }
+                    (FmaForm::F132, true, P::C(at)) => {
+                        by_elem!(a, e, vfnmadd132ps | vfnmadd132pd(d, s, c(at)))?
+                    }
+                    (FmaForm::F231, true, P::R(t)) => {
+                        by_elem!(a, e, vfnmadd231ps | vfnmadd231pd(d, s, y(t)))?
+                    }
+                    (FmaForm::F231, true, P::C(at)) => {
+                        by_elem!(a, e, vfnmadd231ps | vfnmadd231pd(d, s, c(at)))?
+                    }
                 }
             }
             PInst::Cmp { pred, d, a: x, b } => match b {
-                P::R(r) => a.vcmpps(y(d), y(x), y(r), pred)?,
-                P::C(at) => a.vcmpps(y(d), y(x), c(at), pred)?,
+                P::R(r) => by_elem!(a, e, vcmpps | vcmppd(y(d), y(x), y(r), pred))?,
+                P::C(at) => by_elem!(a, e, vcmpps | vcmppd(y(d), y(x), c(at), pred))?,
             },
             PInst::TestNz { d, a: x } => {
                 // Not (x == 0).
-                a.vpcmpeqd(y(d), y(x), ymmword_ptr(r11 + ones + 32))?;
+                let zeros = ymmword_ptr(r11 + ones + 32);
+                by_elem!(a, e, vpcmpeqd | vpcmpeqq(y(d), y(x), zeros))?;
                 a.vpxor(y(d), y(d), ymmword_ptr(r11 + ones))?;
             }
             PInst::Blend { d, m, a: x, b } => match x {
-                P::R(x) => a.vblendvps(y(d), y(b), y(x), y(m))?,
-                P::C(at) => a.vblendvps(y(d), y(b), c(at), y(m))?,
+                P::R(x) => by_elem!(a, e, vblendvps | vblendvpd(y(d), y(b), y(x), y(m)))?,
+                P::C(at) => by_elem!(a, e, vblendvps | vblendvpd(y(d), y(b), c(at), y(m)))?,
             },
             PInst::KBin { op, d, a: x, b } => match op {
                 KOp::And => a.vpand(y(d), y(x), y(b))?,
@@ -1737,11 +1954,11 @@ fn body256(
             },
             PInst::KNot { d, a: x } => a.vpxor(y(d), y(x), ymmword_ptr(r11 + ones))?,
             PInst::Store { a: x, disp } => {
-                let m = ymmword_ptr(gprs[0] + rdx * 4 + disp);
+                let m = ymmword_ptr(gprs[0] + rdx * size + disp);
                 if tail {
-                    a.vmaskmovps(m, ymm15, y(x))?;
+                    by_elem!(a, e, vmaskmovps | vmaskmovpd(m, ymm15, y(x)))?;
                 } else {
-                    a.vmovups(m, y(x))?;
+                    by_elem!(a, e, vmovups | vmovupd(m, y(x)))?;
                 }
             }
         }
@@ -1770,7 +1987,15 @@ mod tests {
 
     /// `f` of one contiguous load, stored, as a recorded line.
     fn line(f: fn(&mut Rec, O) -> O) -> Rec {
-        let mut rec = Rec::default();
+        line_of(Elem::F32, f)
+    }
+
+    /// [`line`] on lanes of `elem`.
+    fn line_of(elem: Elem, f: fn(&mut Rec, O) -> O) -> Rec {
+        let mut rec = Rec {
+            elem,
+            ..Rec::default()
+        };
         rec.slot(0);
         let slot = rec.slot(1);
         let dst = rec.new_v();
@@ -1802,7 +2027,7 @@ mod tests {
                 let rec = line(f);
                 let mut pool = Pool::default();
                 let phys = allocate(&rec, isa, &mut pool).unwrap();
-                let several = interleave(&rec, isa.lanes() * 4, 2)
+                let several = interleave(&rec, isa.vector_bytes(), 2)
                     .and_then(|l| Some((2, allocate(&l, isa, &mut pool)?)));
                 let native = emit(&rec, &phys, several.as_ref(), &pool.bits, 1, None, isa).unwrap();
                 let text = &native.listing;
@@ -1812,5 +2037,58 @@ mod tests {
                 assert!(!text.contains("vcmp"), "{name} at {}\n{text}", isa.name());
             }
         }
+    }
+
+    /// f64 lines assemble at both levels whatever the host: `pd` forms,
+    /// 8-byte elements, 64-bit constants (AVX-512: `{1to8}`) and masks;
+    /// the f64 approximations (64-bit integer lanes) do not qualify.
+    #[test]
+    fn f64_lines_assemble_at_both_levels() {
+        use approx::Ops;
+        let arith: fn(&mut Rec, O) -> O = |r, x| {
+            let c = r.c(1.5);
+            let y = r.mul(x, c);
+            let m = r.max_min(true, y, x);
+            let s = r.abs(m);
+            let n = r.neg(s);
+            r.div(n, x)
+        };
+        for isa in [Isa::Avx512, Isa::Avx2] {
+            let rec = line_of(Elem::F64, arith);
+            assert!(!rec.unsupported);
+            let mut pool = Pool::default();
+            let phys = allocate(&rec, isa, &mut pool).unwrap();
+            assert!(pool.bits.contains(&1.5f64.to_bits()), "{:x?}", pool.bits);
+            assert!(pool.bits.contains(&(1u64 << 63)), "{:x?}", pool.bits);
+            let several = interleave(&rec, isa.vector_bytes(), 2)
+                .and_then(|l| Some((2, allocate(&l, isa, &mut pool)?)));
+            let native = emit(&rec, &phys, several.as_ref(), &pool.bits, 1, None, isa).unwrap();
+            let text = &native.listing;
+            for w in [
+                "vmulpd",
+                "vmaxpd",
+                "vcmpunordpd",
+                "vdivpd",
+                "vmovupd",
+                "*8]",
+            ] {
+                assert!(text.contains(w), "{}: no {w}\n{text}", isa.name());
+            }
+            for w in [
+                "vmulps",
+                "vmaxps",
+                "vcmpunordps",
+                "vdivps",
+                "blendvps",
+                "dword",
+            ] {
+                assert!(!text.contains(w), "{}: {w}\n{text}", isa.name());
+            }
+            if isa == Isa::Avx512 {
+                assert!(text.contains("1to8"), "{text}");
+            }
+        }
+        let exp = line_of(Elem::F64, approx::exp);
+        assert!(exp.unsupported);
     }
 }
