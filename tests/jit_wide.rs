@@ -354,7 +354,9 @@ fn reductions_and_stashes_match_inline() {
 /// A fused row (`tl_wide_row_*`: one call per row for `f(x)`, `f(x - s)`,
 /// `f(x + s)`, `f(x · s)` or `x / s`, `s` fixed for the row) gives the
 /// bits of the inline code, for every function with a row routine, f32
-/// and f64, at lengths around the 64-element block, stored or summed; `s -
+/// and f64, at lengths around the 64-element block and the machine-code
+/// rows' flushes, stored or summed (f32 sums as machine code where the
+/// host has AVX2 or AVX-512: `codegen/native.rs`, `compile_row`); `s -
 /// x` (whose zero would be -0 through the row's `(x - a)·b`) is not fused
 /// and still matches.
 #[test]
@@ -391,6 +393,10 @@ fn fused_rows_match_inline() {
         (1, 128),
         (3, 1000),
         (1, 4099),
+        // Around the machine-code rows' flushes (16 steps of 3 vectors at
+        // AVX2, of 4 at AVX-512).
+        (1, 385),
+        (2, 1025),
     ] {
         // Specials, and elements equal to their row's `s` (zeros of
         // `x - s`).
@@ -439,8 +445,19 @@ fn fused_rows_match_inline() {
                     body,
                     &[xd.clone(), sd.clone()],
                 );
-                // Summed: the sum reordered.
+                // Summed: the sum reordered. Where the host has AVX2 or
+                // AVX-512, the fused f32 row is machine code (but `erf`,
+                // whose f32 approximation takes f64 halves).
                 let sum = move |x: &[Sym]| f(&shape(x)).reduce_sum(Some(&[-1]), true);
+                let sum_clif = function(move |xs: &[Sym]| sum(xs))
+                    .jit_compile(true)
+                    .compiler_ir(&specs, IrStage::Cranelift)
+                    .unwrap();
+                assert_eq!(
+                    sum_clif.contains("tl_native_row_"),
+                    fused && host_has_wide() && fname != "erf",
+                    "sum of {name}\n{sum_clif}"
+                );
                 both_ways(&format!("sum of {name}"), true, sum, &inputs, Some(1e-5));
             }
         }
@@ -547,8 +564,10 @@ fn row_max_matches_inline() {
     }
 }
 
-/// Whether each `tl_wide_row_*` call of `clif` passes a non-null `ahead`
-/// (its last argument), in order. A call's callee is `fnK`, declared in
+/// Whether each fused row call of `clif` (`tl_wide_row_*`, or a row
+/// emitted as machine code, `tl_native_row_*`, which takes the same
+/// arguments) passes a non-null `ahead` (its last argument), in order.
+/// A call's callee is `fnK`, declared in
 /// its function as `fnK = u0:N sig..`, and the dump ends with `; u0:N =
 /// name`; CLIF's comment after a call names its constant arguments (`v9 =
 /// 0` for a null one).
@@ -574,7 +593,7 @@ fn row_calls_prefetching(clif: &str) -> Vec<bool> {
         let args: Vec<&str> = args.split(['(', ')', ',']).map(str::trim).collect();
         if !callees
             .get(args[0])
-            .is_some_and(|n| n.starts_with("tl_wide_row_"))
+            .is_some_and(|n| n.starts_with("tl_wide_row_") || n.starts_with("tl_native_row_"))
         {
             continue;
         }

@@ -199,6 +199,8 @@ pub(crate) fn generate(
     let mut clif = Clif::default();
     let mut helpers = Helpers {
         ids: HashMap::new(),
+        rows: HashMap::new(),
+        row_code: Vec::new(),
     };
     let mut fctx = FunctionBuilderContext::new();
     // Kernel functions: declared first, so `main` (which calls them) is
@@ -506,6 +508,7 @@ pub(crate) fn generate(
     // The functions the code imports, by the names the dump shows them as.
     let mut imports: Vec<(u32, &str)> = (helpers.ids.iter())
         .map(|(f, id)| (id.as_u32(), f.name()))
+        .chain((helpers.row_code.iter()).map(|(id, name, _)| (id.as_u32(), name.as_str())))
         .collect();
     imports.sort_unstable();
     for (id, name) in imports {
@@ -520,6 +523,18 @@ pub(crate) fn generate(
     for (id, bytes) in natives {
         module
             .define_function_bytes(id, 64, &bytes, &[])
+            .map_err(cg_err)?;
+    }
+    for (id, name, native) in helpers.row_code {
+        clif.text(format!(
+            "; fused row '{name}' (u0:{}): {} machine code, {} bytes (codegen/native.rs)\n{}\n",
+            id.as_u32(),
+            native.isa,
+            native.bytes.len(),
+            native.listing
+        ));
+        module
+            .define_function_bytes(id, 64, &native.bytes, &[])
             .map_err(cg_err)?;
     }
     module.finalize_definitions().map_err(cg_err)?;
@@ -651,12 +666,47 @@ fn compile_job(isa: &dyn TargetIsa, mut job: Job) -> Result<MachineCode> {
     compiled.unwrap_or_else(|_| Err(cg_err(format!("{what}: Cranelift panicked"))))
 }
 
-/// The runtime functions a module imports.
+/// The runtime functions a module imports, and the fused rows it defines
+/// as machine code (`native::compile_row`).
 pub(super) struct Helpers {
     ids: HashMap<RtFn, FuncId>,
+    /// Per fused f32 row (function, stored, prefetched): its function,
+    /// or `None` where it is not machine code.
+    rows: HashMap<(Option<tensorlift_ir::UnaryOp>, bool, bool), Option<FuncId>>,
+    /// The rows' code, defined with the kernels'.
+    row_code: Vec<(FuncId, String, super::native::Native)>,
 }
 
 impl Helpers {
+    /// The fused f32 row `f((x - a)·b)` (`u` None: `x / b`) as a function
+    /// of `m` with `tl_wide_row_f32`'s signature, emitted as machine code
+    /// on first use; `None` where it does not qualify.
+    pub(super) fn native_row(
+        &mut self,
+        m: &mut JITModule,
+        key: (Option<tensorlift_ir::UnaryOp>, bool, bool),
+        opts: &JitOptions,
+    ) -> Result<Option<FuncId>> {
+        if let Some(id) = self.rows.get(&key) {
+            return Ok(*id);
+        }
+        let (u, store, prefetch) = key;
+        let id = match super::native::compile_row(u, store, prefetch, opts)? {
+            Some(native) => {
+                let sig = RtFn::WideRowF32.signature(m.isa().default_call_conv());
+                let name = format!("tl_native_row_{}", self.row_code.len());
+                let id = m
+                    .declare_function(&name, Linkage::Local, &sig)
+                    .map_err(cg_err)?;
+                self.row_code.push((id, name, native));
+                Some(id)
+            }
+            None => None,
+        };
+        self.rows.insert(key, id);
+        Ok(id)
+    }
+
     /// `f`, declared as an import of `m` on first use.
     pub(super) fn get(&mut self, m: &mut JITModule, f: RtFn) -> Result<FuncId> {
         if let Some(id) = self.ids.get(&f) {

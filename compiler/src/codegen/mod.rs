@@ -316,6 +316,25 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         Ok(self.b.inst_results(inst).to_vec())
     }
 
+    /// The fused f32 row of `Helpers::native_row`, as a function this
+    /// kernel may call, where it is machine code (never in a dry run).
+    fn native_row(
+        &mut self,
+        u: Option<tensorlift_ir::UnaryOp>,
+        store: bool,
+        prefetch: bool,
+    ) -> Result<Option<cranelift_codegen::ir::FuncRef>> {
+        match &mut self.imports {
+            Imports::Module(m, helpers) => Ok(
+                match helpers.native_row(m, (u, store, prefetch), self.opts)? {
+                    Some(id) => Some(m.declare_func_in_func(id, self.b.func)),
+                    None => None,
+                },
+            ),
+            Imports::DryRun(_) => Ok(None),
+        }
+    }
+
     /// The stored dtype: the output slot's, or `u16` for a kernel that
     /// copies f16/bf16 bits (see `fusion::copy_halves_as_bits`).
     fn out_dtype(&self) -> DType {

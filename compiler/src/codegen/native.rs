@@ -39,8 +39,8 @@ use iced_x86::code_asm::{
     zmm22, zmm23, zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30, zmm31, zmmword_ptr,
 };
 use iced_x86::code_asm::{
-    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
-    ymm15, ymmword_ptr,
+    rbp, rsp, xmm0, xmm1, ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11,
+    ymm12, ymm13, ymm14, ymm15, ymmword_ptr,
 };
 use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, Formatter, IntelFormatter};
 use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, Result, UnaryOp};
@@ -49,6 +49,16 @@ use crate::approx;
 use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId};
 
 use super::JitOptions;
+
+/// `a.$ps(args)` on f32 lanes, `a.$pd(args)` on f64 lanes.
+macro_rules! by_elem {
+    ($a:ident, $e:expr, $ps:ident | $pd:ident ($($arg:expr),*)) => {
+        match $e {
+            Elem::F32 => $a.$ps($($arg),*),
+            Elem::F64 => $a.$pd($($arg),*),
+        }
+    };
+}
 
 /// The vector extension a kernel is emitted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +107,12 @@ impl Isa {
             Isa::Avx512 => "AVX-512",
             Isa::Avx2 => "AVX2",
         }
+    }
+
+    /// The register of accumulator `acc`: the last ones below the tail's
+    /// mask, which `allocate` keeps out of its scan.
+    fn acc_reg(self, acc: u8) -> u8 {
+        self.vector_regs() - 1 - acc
     }
 }
 
@@ -161,14 +177,7 @@ pub(super) struct Native {
 /// `k` as AVX-512 or AVX2 machine code, or `None` where it does not
 /// qualify (see the module docs) or the host or options rule it out.
 pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Option<Native>> {
-    if opts.exact || !opts.vectorize || !opts.wide_math {
-        return Ok(None);
-    }
-    let isa = if crate::isa::has_avx512() {
-        Isa::Avx512
-    } else if crate::isa::has_avx2() {
-        Isa::Avx2
-    } else {
+    let Some(isa) = host_isa(opts) else {
         return Ok(None);
     };
     let fits = |r: &Rec| r.slots.len() <= SLOT_GPRS.len();
@@ -204,7 +213,115 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
         },
         false => None,
     };
-    emit(&rec, &phys, several.as_ref(), &pool.bits, inner, cols, isa).map(Some)
+    let frame = Frame::Kernel { inner, cols };
+    emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).map(Some)
+}
+
+/// A fused f32 row (`wide::tl_wide_row_f32`'s contract, its `op` argument
+/// ignored) as AVX-512 or AVX2 machine code: `f((x - a)·b)` (`u`: `f`), or
+/// `x / b` (`u` None), each value stored where `store`, all summed in
+/// accumulators held in registers (one per vector of a step), and the
+/// lines of `ahead` prefetched where `prefetch`. `None` where `f` does
+/// not qualify (as in a kernel) or the host or options rule it out.
+pub(super) fn compile_row(
+    u: Option<UnaryOp>,
+    store: bool,
+    prefetch: bool,
+    opts: &JitOptions,
+) -> Result<Option<Native>> {
+    let Some(isa) = host_isa(opts) else {
+        return Ok(None);
+    };
+    if u.is_some_and(|u| !crate::wide::has_row_routine(u)) {
+        return Ok(None);
+    }
+    let Some(rec) = record_row(u, store) else {
+        return Ok(None);
+    };
+    // As many vectors a step as the registers allow, each with its
+    // accumulator (reserved through the whole loop, the one-vector line's
+    // included).
+    let mut pool = Pool::default();
+    let picked = (1..=MAX_COPIES).rev().find_map(|copies| {
+        let accs = copies as u8;
+        let one = allocate(&rec, isa, &mut pool, accs)?;
+        let several = match copies {
+            1 => None,
+            _ => {
+                let line = interleave(&rec, isa.vector_bytes(), copies)?;
+                Some((copies as i32, allocate(&line, isa, &mut pool, accs)?))
+            }
+        };
+        Some((accs, one, several))
+    });
+    let Some((accs, phys, several)) = picked else {
+        return Ok(None);
+    };
+    let frame = Frame::Row { prefetch, accs };
+    emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).map(Some)
+}
+
+/// The line of [`compile_row`]'s row: slot 0 the destination, 1 the
+/// source, 2 `a` then `b` (their addresses).
+fn record_row(u: Option<UnaryOp>, store: bool) -> Option<Rec> {
+    let mut rec = Rec::default();
+    for s in 0..3 {
+        rec.slot(s);
+    }
+    let load = |rec: &mut Rec, inst: fn(u32) -> Inst| {
+        let dst = rec.new_v();
+        rec.insts.push(inst(dst));
+        O::R(dst)
+    };
+    let x = load(&mut rec, |dst| Inst::Load {
+        dst,
+        slot: 1,
+        disp: 0,
+        col: false,
+    });
+    let b = load(&mut rec, |dst| Inst::Splat {
+        dst,
+        slot: 2,
+        disp: 4,
+        row: false,
+    });
+    let v = match u {
+        None => rec.bin(Bin::Div, x, b, false),
+        Some(u) => {
+            let a = load(&mut rec, |dst| Inst::Splat {
+                dst,
+                slot: 2,
+                disp: 0,
+                row: false,
+            });
+            let d = rec.bin(Bin::Sub, x, a, false);
+            let p = rec.bin(Bin::Mul, d, b, true);
+            unary(&mut rec, u, p)?
+        }
+    };
+    if rec.unsupported {
+        return None;
+    }
+    let v = rec.reg(v);
+    if store {
+        rec.insts.push(Inst::Store { a: v, disp: 0 });
+    }
+    rec.insts.push(Inst::Acc { a: v, acc: 0 });
+    Some(rec)
+}
+
+/// The extension this host's machine code is emitted for, within the
+/// options (none in exact mode or without wide math).
+fn host_isa(opts: &JitOptions) -> Option<Isa> {
+    if opts.exact || !opts.vectorize || !opts.wide_math {
+        None
+    } else if crate::isa::has_avx512() {
+        Some(Isa::Avx512)
+    } else if crate::isa::has_avx2() {
+        Some(Isa::Avx2)
+    } else {
+        None
+    }
 }
 
 /// The most vectors a loop step runs.
@@ -222,13 +339,13 @@ struct Lines {
 impl Lines {
     fn of(rec: Rec, isa: Isa) -> Option<Lines> {
         let mut pool = Pool::default();
-        let phys = allocate(&rec, isa, &mut pool)?;
+        let phys = allocate(&rec, isa, &mut pool, 0)?;
         // Several vectors a step, their instructions interleaved (each
         // line is one long dependency chain): four, three or two, as the
         // registers allow.
         let several = (2..=MAX_COPIES).rev().find_map(|copies| {
             let line = interleave(&rec, isa.vector_bytes(), copies)?;
-            Some((copies as i32, allocate(&line, isa, &mut pool)?))
+            Some((copies as i32, allocate(&line, isa, &mut pool, 0)?))
         });
         Some(Lines {
             rec,
@@ -252,7 +369,7 @@ fn interleave(rec: &Rec, bytes: i32, copies: u32) -> Option<Rec> {
     let mut insts = Vec::with_capacity(rec.insts.len() * copies as usize);
     for inst in &rec.insts {
         for j in 0..copies {
-            insts.push(shifted(inst, n * j, bytes.checked_mul(j as i32)?)?);
+            insts.push(shifted(inst, j, n * j, bytes.checked_mul(j as i32)?)?);
         }
     }
     Some(Rec {
@@ -265,8 +382,9 @@ fn interleave(rec: &Rec, bytes: i32, copies: u32) -> Option<Rec> {
     })
 }
 
-/// `inst` on registers `n` further on, its memory `bytes` further on.
-fn shifted(inst: &Inst, n: u32, bytes: i32) -> Option<Inst> {
+/// `inst` of copy `j`: on registers `n` further on, its memory `bytes`
+/// further on, into accumulator `j`.
+fn shifted(inst: &Inst, j: u32, n: u32, bytes: i32) -> Option<Inst> {
     let o = |o: O| match o {
         O::R(r) => O::R(r + n),
         O::C(_) => o,
@@ -342,6 +460,10 @@ fn shifted(inst: &Inst, n: u32, bytes: i32) -> Option<Inst> {
         Inst::Store { a, disp } => Inst::Store {
             a: a + n,
             disp: disp.checked_add(bytes)?,
+        },
+        Inst::Acc { a, acc } => Inst::Acc {
+            a: a + n,
+            acc: acc + u8::try_from(j).ok()?,
         },
     })
 }
@@ -471,6 +593,12 @@ enum Inst {
         a: u32,
         disp: i32,
     },
+    /// `a` added into the row's accumulator `acc` (a register reserved for
+    /// it through the whole loop; in the tail, only the tail's lanes).
+    Acc {
+        a: u32,
+        acc: u8,
+    },
 }
 
 impl Inst {
@@ -488,7 +616,8 @@ impl Inst {
             Inst::Un { a, .. }
             | Inst::TestNz { a, .. }
             | Inst::KNot { a, .. }
-            | Inst::Store { a, .. } => vec![a],
+            | Inst::Store { a, .. }
+            | Inst::Acc { a, .. } => vec![a],
             Inst::Fma { a, b, c, .. } => [Some(a), o(b), o(c)].into_iter().flatten().collect(),
             Inst::Blend { m, a, b, .. } => [Some(m), o(a), Some(b)].into_iter().flatten().collect(),
             Inst::KBin { a, b, .. } => vec![a, b],
@@ -509,7 +638,7 @@ impl Inst {
             | Inst::Blend { dst, .. }
             | Inst::KBin { dst, .. }
             | Inst::KNot { dst, .. } => Some(dst),
-            Inst::Store { .. } => None,
+            Inst::Store { .. } | Inst::Acc { .. } => None,
         }
     }
 }
@@ -930,38 +1059,7 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                     O::C(u64::from_le_bytes(b))
                 }
             },
-            ENode::Unary(u, x, _) => {
-                let x = vals[*x];
-                match u {
-                    UnaryOp::Neg => approx::Ops::neg(&mut rec, x),
-                    UnaryOp::Abs => approx::Ops::abs(&mut rec, x),
-                    UnaryOp::Square => approx::Ops::mul(&mut rec, x, x),
-                    UnaryOp::Floor => rec.un(Un::Round(1), x),
-                    UnaryOp::Ceil => rec.un(Un::Round(2), x),
-                    UnaryOp::Round => rec.un(Un::Round(0), x),
-                    UnaryOp::Sqrt => rec.un(Un::Sqrt, x),
-                    UnaryOp::Rsqrt => {
-                        let s = rec.un(Un::Sqrt, x);
-                        rec.bin(Bin::Div, O::C(elem.bits(1.0)), s, false)
-                    }
-                    UnaryOp::Reciprocal => rec.bin(Bin::Div, O::C(elem.bits(1.0)), x, false),
-                    UnaryOp::Exp => approx::exp(&mut rec, x),
-                    UnaryOp::Expm1 => approx::expm1(&mut rec, x),
-                    UnaryOp::Log => approx::ln(&mut rec, x),
-                    UnaryOp::Log1p => approx::log1p(&mut rec, x),
-                    UnaryOp::Tanh => approx::tanh(&mut rec, x),
-                    UnaryOp::Logistic => approx::logistic(&mut rec, x),
-                    // A libm path for large arguments (sin, cos), f64
-                    // halves (erf), no f32 result (not, is_finite), or
-                    // selects the inline code makes another way (sign).
-                    UnaryOp::Sin
-                    | UnaryOp::Cos
-                    | UnaryOp::Erf
-                    | UnaryOp::Sign
-                    | UnaryOp::Not
-                    | UnaryOp::IsFinite => return None,
-                }
-            }
+            ENode::Unary(u, x, _) => unary(&mut rec, *u, vals[*x])?,
             ENode::Binary(op, x, y, _) => {
                 let (x, y) = (vals[*x], vals[*y]);
                 match op {
@@ -1022,6 +1120,40 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
     let root = rec.reg(vals[k.root]);
     rec.insts.push(Inst::Store { a: root, disp: 0 });
     Some(rec)
+}
+
+/// `u` of `x` on the line, or `None` where the line cannot express it.
+fn unary(rec: &mut Rec, u: UnaryOp, x: O) -> Option<O> {
+    let one = O::C(rec.elem.bits(1.0));
+    Some(match u {
+        UnaryOp::Neg => approx::Ops::neg(rec, x),
+        UnaryOp::Abs => approx::Ops::abs(rec, x),
+        UnaryOp::Square => approx::Ops::mul(rec, x, x),
+        UnaryOp::Floor => rec.un(Un::Round(1), x),
+        UnaryOp::Ceil => rec.un(Un::Round(2), x),
+        UnaryOp::Round => rec.un(Un::Round(0), x),
+        UnaryOp::Sqrt => rec.un(Un::Sqrt, x),
+        UnaryOp::Rsqrt => {
+            let s = rec.un(Un::Sqrt, x);
+            rec.bin(Bin::Div, one, s, false)
+        }
+        UnaryOp::Reciprocal => rec.bin(Bin::Div, one, x, false),
+        UnaryOp::Exp => approx::exp(rec, x),
+        UnaryOp::Expm1 => approx::expm1(rec, x),
+        UnaryOp::Log => approx::ln(rec, x),
+        UnaryOp::Log1p => approx::log1p(rec, x),
+        UnaryOp::Tanh => approx::tanh(rec, x),
+        UnaryOp::Logistic => approx::logistic(rec, x),
+        // A libm path for large arguments (sin, cos), f64
+        // halves (erf), no f32 result (not, is_finite), or
+        // selects the inline code makes another way (sign).
+        UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Erf
+        | UnaryOp::Sign
+        | UnaryOp::Not
+        | UnaryOp::IsFinite => return None,
+    })
 }
 
 /// The kernel's nodes reachable from its root, each after its operands,
@@ -1180,6 +1312,11 @@ enum PInst {
         a: u8,
         disp: i32,
     },
+    /// Into the register reserved for accumulator `acc`.
+    Acc {
+        a: u8,
+        acc: u8,
+    },
 }
 
 /// The line with physical registers.
@@ -1213,9 +1350,10 @@ impl Pool {
 }
 
 /// Register allocation by a linear scan over the line: a value's register
-/// is free after its last read. `None` when the line needs more registers
-/// than there are.
-fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
+/// is free after its last read; the last `reserved` registers are the
+/// accumulators'. `None` when the line needs more registers than there
+/// are.
+fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool, reserved: u8) -> Option<Phys> {
     // Whether a value lives in a k register.
     let in_k = |v: u32| rec.mask[v as usize] && isa == Isa::Avx512;
     let n = rec.mask.len();
@@ -1225,7 +1363,9 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
             last[s as usize] = i;
         }
     }
-    let mut free_z: Vec<u8> = (0..isa.vector_regs()).rev().collect();
+    let mut free_z: Vec<u8> = (0..isa.vector_regs().checked_sub(reserved)?)
+        .rev()
+        .collect();
     let mut free_k: Vec<u8> = BODY_MASKS.rev().collect();
     let mut reg: Vec<Option<u8>> = vec![None; n];
     let mut out = Vec::with_capacity(rec.insts.len());
@@ -1371,7 +1511,8 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool) -> Option<Phys> {
             },
             Inst::KNot { a, .. } => PInst::KNot { d, a: r(a)? },
             Inst::Store { a, disp } => PInst::Store { a: r(a)?, disp },
-            Inst::Fma { .. } => return None,
+            Inst::Acc { a, acc } if acc < reserved => PInst::Acc { a: r(a)?, acc },
+            Inst::Acc { .. } | Inst::Fma { .. } => return None,
         };
         if let Some(dst) = inst.dst() {
             reg[dst as usize] = Some(d);
@@ -1397,19 +1538,18 @@ fn emit(
     phys: &Phys,
     several: Option<&(i32, Phys)>,
     pool_bits: &[u64],
-    inner: i64,
-    cols: Option<i32>,
+    frame: Frame,
     isa: Isa,
 ) -> Result<Native> {
     if rec.slots.len() > SLOT_GPRS.len() {
         return Err(asm_err("more slots than address registers"));
     }
-    let (native, code_len) = assemble(rec, phys, several, pool_bits, inner, cols, isa, 0)?;
+    let (native, code_len) = assemble(rec, phys, several, pool_bits, frame, isa, 0)?;
     let gap = (64 - code_len % 64) % 64;
     if gap == 0 {
         return Ok(native);
     }
-    let (native, at) = assemble(rec, phys, several, pool_bits, inner, cols, isa, gap)?;
+    let (native, at) = assemble(rec, phys, several, pool_bits, frame, isa, gap)?;
     if at % 64 != 0 {
         return Err(asm_err(format!(
             "the pool at offset {at}, not on a 64-byte boundary"
@@ -1420,14 +1560,12 @@ fn emit(
 
 /// [`emit`]'s assembly with `gap` bytes of `int3` between the code and
 /// the pool; returns the function and the pool's offset.
-#[allow(clippy::too_many_arguments)]
 fn assemble(
     rec: &Rec,
     phys: &Phys,
     several: Option<&(i32, Phys)>,
     pool_bits: &[u64],
-    inner: i64,
-    cols: Option<i32>,
+    frame: Frame,
     isa: Isa,
     gap: usize,
 ) -> Result<(Native, usize)> {
@@ -1444,14 +1582,47 @@ fn assemble(
     let mut top = a.create_label();
     let mut tail = a.create_label();
     let mut done = a.create_label();
+    let (inner, cols) = match frame {
+        Frame::Kernel { inner, cols } => (inner, cols),
+        Frame::Row { .. } => (1, None),
+    };
     (|| -> std::result::Result<(), BodyError> {
-        // rdi: slot table, rdx: the loop index, rsi: its end.
         for &g in saved {
             a.push(g)?;
         }
-        a.mov(rsi, rcx)?;
-        for (&g, &s) in gprs.iter().zip(&rec.slots) {
-            a.mov(g, qword_ptr(rdi + (s * 8) as i32))?;
+        match frame {
+            // rdi: slot table, rdx: the loop index, rsi: its end.
+            Frame::Kernel { .. } => {
+                a.mov(rsi, rcx)?;
+                for (&g, &s) in gprs.iter().zip(&rec.slots) {
+                    a.mov(g, qword_ptr(rdi + (s * 8) as i32))?;
+                }
+            }
+            // (op: edi, src: rsi, n: rdx, a: xmm0, b: xmm1, dst: rcx,
+            // ahead: r8) → dst r8, src r9, a and b on the stack at r10,
+            // ahead rcx (src where null: prefetching it is harmless), the
+            // index rdx from 0 to rsi, steps to the next flush edi.
+            Frame::Row { accs, .. } => {
+                a.push(rbp)?;
+                a.mov(rbp, rsp)?;
+                a.sub(rsp, ROW_STACK)?;
+                a.mov(r9, rsi)?;
+                a.mov(rsi, rdx)?;
+                a.xor(iced_x86::code_asm::edx, iced_x86::code_asm::edx)?;
+                a.mov(rax, r8)?;
+                a.mov(r8, rcx)?;
+                a.mov(rcx, rax)?;
+                a.test(rcx, rcx)?;
+                a.cmovz(rcx, r9)?;
+                a.vmovss(dword_ptr(rsp), xmm0)?;
+                a.vmovss(dword_ptr(rsp + 4), xmm1)?;
+                a.mov(r10, rsp)?;
+                for j in 0..accs {
+                    acc_op(&mut a, isa, e, j, AccOp::Zero)?;
+                    acc_op(&mut a, isa, e, j, AccOp::Spill)?;
+                }
+                a.mov(iced_x86::code_asm::edi, FLUSH_STEPS)?;
+            }
         }
         a.lea(r11, ptr(pool))?;
         let body = |a: &mut CodeAssembler, line: &Phys, tail: bool| match isa {
@@ -1514,8 +1685,22 @@ fn assemble(
                 a.lea(rax, ptr(rdx + copies * lanes))?;
                 a.cmp(rax, rsi)?;
                 a.ja(top)?;
+                if let Frame::Row { prefetch: true, .. } = frame {
+                    for line in 0..copies * isa.vector_bytes() / 64 {
+                        let at = rcx + rdx * (e.bytes() as u32) + line * 64;
+                        a.prefetcht1(iced_x86::code_asm::byte_ptr(at))?;
+                    }
+                }
                 body(&mut a, line, false)?;
                 a.add(rdx, copies * lanes)?;
+                if let Frame::Row { accs, .. } = frame {
+                    a.dec(iced_x86::code_asm::edi)?;
+                    a.jnz(top2)?;
+                    for j in 0..accs {
+                        acc_op(&mut a, isa, e, j, AccOp::Flush)?;
+                    }
+                    a.mov(iced_x86::code_asm::edi, FLUSH_STEPS)?;
+                }
                 a.jmp(top2)?;
             }
             a.set_label(&mut top)?;
@@ -1532,11 +1717,21 @@ fn assemble(
             body(&mut a, phys, true)?;
         }
         a.set_label(&mut done)?;
+        match frame {
+            Frame::Kernel { .. } => a.xor(eax_(), eax_())?,
+            Frame::Row { accs, .. } => {
+                for j in 0..accs {
+                    acc_op(&mut a, isa, e, j, AccOp::Gather)?;
+                }
+                row_sum(&mut a, isa, e, accs)?;
+                a.mov(rsp, rbp)?;
+                a.pop(rbp)?;
+            }
+        }
         a.vzeroupper()?;
         for &g in saved.iter().rev() {
             a.pop(g)?;
         }
-        a.xor(eax_(), eax_())?;
         a.ret()?;
         if gap > 0 {
             a.db(&vec![0xcc; gap])?;
@@ -1581,6 +1776,111 @@ fn assemble(
         },
         code_len,
     ))
+}
+
+/// What a machine-code function is.
+#[derive(Clone, Copy)]
+enum Frame {
+    /// A kernel (the kernel ABI): `inner` elements per index of its range,
+    /// row by row with `cols` columns where its loads need it.
+    Kernel { inner: i64, cols: Option<i32> },
+    /// A fused row (`tl_wide_row_f32`'s signature): `accs` accumulators,
+    /// `prefetch`: the lines of `ahead` prefetched as the row is read.
+    Row { prefetch: bool, accs: u8 },
+}
+
+/// Bytes of a fused row's stack frame: `a` and `b`, then (from byte 64)
+/// the accumulators' partial sums, 64 bytes each.
+const ROW_STACK: i32 = 64 + 64 * MAX_COPIES as i32;
+
+/// Steps of a fused row's loop between flushes of its accumulators into
+/// their partial sums: each lane adds at most this many values before
+/// its sum joins the partial's (the error of a long row's sum grows with
+/// the values a lane adds in sequence).
+const FLUSH_STEPS: i32 = 16;
+
+/// What [`acc_op`] does with an accumulator.
+#[derive(Clone, Copy)]
+enum AccOp {
+    /// Set it to zero.
+    Zero,
+    /// Store it as its partial sum.
+    Spill,
+    /// Add it into its partial sum and zero it.
+    Flush,
+    /// Add its partial sum into it.
+    Gather,
+}
+
+/// `op` on accumulator `j` and its partial sum at `rsp + 64 + 64·j`.
+fn acc_op(
+    a: &mut CodeAssembler,
+    isa: Isa,
+    e: Elem,
+    j: u8,
+    op: AccOp,
+) -> std::result::Result<(), BodyError> {
+    let r = isa.acc_reg(j) as usize;
+    let at = rsp + 64 + 64 * i32::from(j);
+    match (isa, op) {
+        (Isa::Avx512, AccOp::Zero) => a.vpxord(ZMM[r], ZMM[r], ZMM[r])?,
+        (Isa::Avx2, AccOp::Zero) => a.vpxor(YMM[r], YMM[r], YMM[r])?,
+        (Isa::Avx512, AccOp::Spill) => a.vmovups(zmmword_ptr(at), ZMM[r])?,
+        (Isa::Avx2, AccOp::Spill) => a.vmovups(ymmword_ptr(at), YMM[r])?,
+        (Isa::Avx512, AccOp::Gather) => {
+            by_elem!(a, e, vaddps | vaddpd(ZMM[r], ZMM[r], zmmword_ptr(at)))?
+        }
+        (Isa::Avx2, AccOp::Gather) => {
+            by_elem!(a, e, vaddps | vaddpd(YMM[r], YMM[r], ymmword_ptr(at)))?
+        }
+        (_, AccOp::Flush) => {
+            acc_op(a, isa, e, j, AccOp::Gather)?;
+            acc_op(a, isa, e, j, AccOp::Spill)?;
+            acc_op(a, isa, e, j, AccOp::Zero)?;
+        }
+    }
+    Ok(())
+}
+
+/// The sum of the `accs` accumulators' lanes into xmm0, the return
+/// value: the accumulators added into the first, then its halves
+/// pairwise.
+fn row_sum(
+    a: &mut CodeAssembler,
+    isa: Isa,
+    e: Elem,
+    accs: u8,
+) -> std::result::Result<(), BodyError> {
+    if e != Elem::F32 {
+        return Err(BodyError::NoForm("f64 row sum"));
+    }
+    let first = isa.acc_reg(0) as usize;
+    match isa {
+        Isa::Avx512 => {
+            for j in 1..accs {
+                let r = ZMM[isa.acc_reg(j) as usize];
+                a.vaddps(ZMM[first], ZMM[first], r)?;
+            }
+            // (zmm16–31 have no VEX forms: the sum moves to zmm0 first.)
+            a.vmovaps(zmm0, ZMM[first])?;
+            a.vextractf64x4(ymm1, zmm0, 1)?;
+            a.vaddps(ymm0, ymm0, ymm1)?;
+        }
+        Isa::Avx2 => {
+            for j in 1..accs {
+                let r = YMM[isa.acc_reg(j) as usize];
+                a.vaddps(YMM[first], YMM[first], r)?;
+            }
+            a.vmovaps(ymm0, YMM[first])?;
+        }
+    }
+    a.vextractf128(xmm1, ymm0, 1)?;
+    a.vaddps(xmm0, xmm0, xmm1)?;
+    a.vmovhlps(xmm1, xmm0, xmm0)?;
+    a.vaddps(xmm0, xmm0, xmm1)?;
+    a.vmovshdup(xmm1, xmm0)?;
+    a.vaddss(xmm0, xmm0, xmm1)?;
+    Ok(())
 }
 
 /// The tail's lane mask (AVX-512: k1; AVX2: ymm15): the first `rest`
@@ -1639,16 +1939,6 @@ fn splat_ptr(
 
 fn eax_() -> iced_x86::code_asm::AsmRegister32 {
     iced_x86::code_asm::eax
-}
-
-/// `a.$ps(args)` on f32 lanes, `a.$pd(args)` on f64 lanes.
-macro_rules! by_elem {
-    ($a:ident, $e:expr, $ps:ident | $pd:ident ($($arg:expr),*)) => {
-        match $e {
-            Elem::F32 => $a.$ps($($arg),*),
-            Elem::F64 => $a.$pd($($arg),*),
-        }
-    };
 }
 
 /// Why a loop body could not be emitted.
@@ -1811,6 +2101,14 @@ fn body512(
                     by_elem!(a, e, vmovups | vmovupd(m, z(x)))?;
                 }
             }
+            PInst::Acc { a: x, acc } => {
+                let s = z(Isa::Avx512.acc_reg(acc));
+                if tail {
+                    by_elem!(a, e, vaddps | vaddpd(s.k1(), s, z(x)))?;
+                } else {
+                    by_elem!(a, e, vaddps | vaddpd(s, s, z(x)))?;
+                }
+            }
         }
     }
     Ok(())
@@ -1961,6 +2259,15 @@ fn body256(
                     by_elem!(a, e, vmovups | vmovupd(m, y(x)))?;
                 }
             }
+            PInst::Acc { a: x, acc } => {
+                let s = y(Isa::Avx2.acc_reg(acc));
+                if tail {
+                    // The value's last read: its lanes past the tail zeroed
+                    // in place.
+                    a.vandps(y(x), y(x), ymm15)?;
+                }
+                by_elem!(a, e, vaddps | vaddpd(s, s, y(x)))?;
+            }
         }
     }
     Ok(())
@@ -2026,10 +2333,14 @@ mod tests {
             ] {
                 let rec = line(f);
                 let mut pool = Pool::default();
-                let phys = allocate(&rec, isa, &mut pool).unwrap();
+                let phys = allocate(&rec, isa, &mut pool, 0).unwrap();
                 let several = interleave(&rec, isa.vector_bytes(), 2)
-                    .and_then(|l| Some((2, allocate(&l, isa, &mut pool)?)));
-                let native = emit(&rec, &phys, several.as_ref(), &pool.bits, 1, None, isa).unwrap();
+                    .and_then(|l| Some((2, allocate(&l, isa, &mut pool, 0)?)));
+                let frame = Frame::Kernel {
+                    inner: 1,
+                    cols: None,
+                };
+                let native = emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).unwrap();
                 let text = &native.listing;
                 for w in want {
                     assert!(text.contains(w), "{name} at {}: no {w}\n{text}", isa.name());
@@ -2057,12 +2368,16 @@ mod tests {
             let rec = line_of(Elem::F64, arith);
             assert!(!rec.unsupported);
             let mut pool = Pool::default();
-            let phys = allocate(&rec, isa, &mut pool).unwrap();
+            let phys = allocate(&rec, isa, &mut pool, 0).unwrap();
             assert!(pool.bits.contains(&1.5f64.to_bits()), "{:x?}", pool.bits);
             assert!(pool.bits.contains(&(1u64 << 63)), "{:x?}", pool.bits);
             let several = interleave(&rec, isa.vector_bytes(), 2)
-                .and_then(|l| Some((2, allocate(&l, isa, &mut pool)?)));
-            let native = emit(&rec, &phys, several.as_ref(), &pool.bits, 1, None, isa).unwrap();
+                .and_then(|l| Some((2, allocate(&l, isa, &mut pool, 0)?)));
+            let frame = Frame::Kernel {
+                inner: 1,
+                cols: None,
+            };
+            let native = emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).unwrap();
             let text = &native.listing;
             for w in [
                 "vmulpd",
@@ -2090,5 +2405,43 @@ mod tests {
         }
         let exp = line_of(Elem::F64, approx::exp);
         assert!(exp.unsupported);
+    }
+
+    /// A fused row assembles at both levels whatever the host: `exp` of
+    /// `(x - a)·b` stored and summed, each vector of a step into its own
+    /// accumulator (AVX-512: the tail's through k1; AVX2: its lanes past
+    /// the end zeroed first), the accumulators flushed into their partial
+    /// sums, the next block prefetched, the sum returned in xmm0; `erf`
+    /// (f64 halves) does not qualify.
+    #[test]
+    fn fused_rows_assemble_at_both_levels() {
+        for isa in [Isa::Avx512, Isa::Avx2] {
+            let rec = record_row(Some(UnaryOp::Exp), true).unwrap();
+            let mut pool = Pool::default();
+            let phys = allocate(&rec, isa, &mut pool, 2).unwrap();
+            let line = interleave(&rec, isa.vector_bytes(), 2).unwrap();
+            let several = (2, allocate(&line, isa, &mut pool, 2).unwrap());
+            let frame = Frame::Row {
+                prefetch: true,
+                accs: 2,
+            };
+            let native = emit(&rec, &phys, Some(&several), &pool.bits, frame, isa).unwrap();
+            let text = &native.listing;
+            let (acc0, acc1, tail) = match isa {
+                Isa::Avx512 => ("vaddps zmm31,zmm31,", "vaddps zmm30,zmm30,", "zmm31{k1}"),
+                Isa::Avx2 => ("vaddps ymm14,ymm14,", "vaddps ymm13,ymm13,", "ymm15"),
+            };
+            for w in [
+                acc0,
+                acc1,
+                tail,
+                "prefetcht1",
+                "vmovups [r8+rdx*4",
+                "vaddss xmm0",
+            ] {
+                assert!(text.contains(w), "{}: no {w}\n{text}", isa.name());
+            }
+        }
+        assert!(record_row(Some(UnaryOp::Erf), false).is_none());
     }
 }

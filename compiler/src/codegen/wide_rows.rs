@@ -410,7 +410,21 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         } else {
             RtFn::WideRowF32
         };
-        let r = self.call(row, &[code, src, count, a, b, dst, ahead])?[0];
+        let args = [code, src, count, a, b, dst, ahead];
+        let native = match (t == types::F32, fr.op) {
+            (true, RowOp::Map(u)) => {
+                self.native_row(Some(u), fr.dst.is_some(), fr.ahead.is_some())?
+            }
+            (true, RowOp::Div) => self.native_row(None, fr.dst.is_some(), fr.ahead.is_some())?,
+            (true, RowOp::Max | RowOp::Dot(_)) | (false, _) => None,
+        };
+        let r = match native {
+            Some(fref) => {
+                let inst = self.b.ins().call(fref, &args);
+                self.b.inst_results(inst)[0]
+            }
+            None => self.call(row, &args)?[0],
+        };
         if let Some(a) = acc {
             let cur = self.b.use_var(a);
             let fold = match fr.op {
