@@ -22,8 +22,8 @@ fn narrow() -> JitOptions {
 }
 
 /// Whether this host runs the wide routines (AVX2 or AVX-512, with FMA),
-/// within `TENSORLIFT_MAX_ISA` (`scripts/test.sh` also runs this file with
-/// the cap at avx2, and with `--long` at sse4.2).
+/// within `TENSORLIFT_MAX_ISA` (`scripts/test.sh` also runs this file
+/// capped at sse4.2, and on AVX-512 hosts at avx2).
 fn host_has_wide() -> bool {
     tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx2
 }
@@ -1139,7 +1139,8 @@ fn check_native(name: &str, native: bool, f: fn(&[Sym]) -> Sym, inputs: &[Tensor
 /// per row (the loop row by row); and kernels that do not qualify (more
 /// slots than address registers, f64, no function) still compile and
 /// match, as Cranelift code.
-/// `scripts/test.sh` runs this file again with the cap at AVX2.
+/// `scripts/test.sh` runs this file again with the cap at AVX2 on AVX-512
+/// hosts.
 #[test]
 fn avx512_kernels_match_inline() {
     let check = check_native;
