@@ -44,6 +44,9 @@ pub(crate) struct Clif(Vec<ClifPart>);
 enum ClifPart {
     Text(String),
     Function(String, Box<Function>),
+    /// Machine code emitted directly (`native.rs`): its header, bytes and
+    /// where its instructions start, listed when printed.
+    Machine(String, Vec<u8>, usize),
 }
 
 impl Clif {
@@ -55,6 +58,11 @@ impl Clif {
         self.0.push(ClifPart::Function(header, Box::new(f.clone())));
     }
 
+    fn machine(&mut self, header: String, native: &super::native::Native) {
+        let part = ClifPart::Machine(header, native.bytes.clone(), native.code_at);
+        self.0.push(part);
+    }
+
     /// The text: each function after its header.
     pub fn print(&self) -> String {
         let mut out = String::new();
@@ -62,6 +70,10 @@ impl Clif {
             match p {
                 ClifPart::Text(t) => out.push_str(t),
                 ClifPart::Function(h, f) => out.push_str(&format!("{h}\n{}\n", f.display())),
+                ClifPart::Machine(h, bytes, at) => {
+                    let listing = super::native::Native::listing(bytes, *at);
+                    out.push_str(&format!("{h}\n{listing}\n"));
+                }
             }
         }
         out
@@ -463,13 +475,15 @@ pub(crate) fn generate(
             && has_function(i, k)
         {
             if let Some(native) = super::native::compile(plan, k, opts)? {
-                clif.text(format!(
-                    "; kernel '{}' (step {i}): {} machine code, {} bytes (codegen/native.rs)\n{}\n",
-                    k.name,
-                    native.isa,
-                    native.bytes.len(),
-                    native.listing
-                ));
+                clif.machine(
+                    format!(
+                        "; kernel '{}' (step {i}): {} machine code, {} bytes (codegen/native.rs)",
+                        k.name,
+                        native.isa,
+                        native.bytes.len(),
+                    ),
+                    &native,
+                );
                 natives.push((kernel_ids[&i], native.bytes));
                 continue;
             }
@@ -526,13 +540,15 @@ pub(crate) fn generate(
             .map_err(cg_err)?;
     }
     for (id, name, native) in helpers.row_code {
-        clif.text(format!(
-            "; fused row '{name}' (u0:{}): {} machine code, {} bytes (codegen/native.rs)\n{}\n",
-            id.as_u32(),
-            native.isa,
-            native.bytes.len(),
-            native.listing
-        ));
+        clif.machine(
+            format!(
+                "; fused row '{name}' (u0:{}): {} machine code, {} bytes (codegen/native.rs)",
+                id.as_u32(),
+                native.isa,
+                native.bytes.len(),
+            ),
+            &native,
+        );
         module
             .define_function_bytes(id, 64, &native.bytes, &[])
             .map_err(cg_err)?;

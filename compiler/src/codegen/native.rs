@@ -20,9 +20,10 @@
 //! Cranelift), and emitted as one loop of whole vectors plus one masked
 //! tail vector. The line is recorded twice, in the kernel's order and
 //! lean ([`record`], [`schedule`]), and the one that runs more vectors a
-//! step is kept. Constants live in a 64-byte aligned pool after the code
-//! (AVX-512: one element each, read as `{1to16}` or `{1to8}` operands;
-//! AVX2: a whole vector each), so they hold no register.
+//! step is kept. Constants live in a pool 64 bytes into the function,
+//! which starts with a jump over it (AVX-512: one element each, read as
+//! `{1to16}` or `{1to8}` operands; AVX2: a whole vector each), so they
+//! hold no register.
 //!
 //! The function has the kernel ABI (`mod.rs`) and is position
 //! independent: the driver defines its bytes as the kernel's function in
@@ -166,12 +167,32 @@ impl Elem {
     }
 }
 
-/// A kernel as machine code, and its listing for the dumps.
+/// A kernel as machine code.
 pub(super) struct Native {
     /// The extension it uses, as the dumps name it.
     pub isa: &'static str,
     pub bytes: Vec<u8>,
-    pub listing: String,
+    /// Where the instructions start (after the entry's jump and the pool).
+    pub code_at: usize,
+}
+
+impl Native {
+    /// The instructions as Intel-syntax assembly, one a line, for the
+    /// dumps (formatted only when a dump is printed: see
+    /// `driver::Clif`).
+    pub(super) fn listing(bytes: &[u8], code_at: usize) -> String {
+        let code = bytes.get(code_at..).unwrap_or_default();
+        let mut decoder = Decoder::with_ip(64, code, code_at as u64, DecoderOptions::NONE);
+        let mut formatter = IntelFormatter::new();
+        let mut out = format!("  0000  jmp {code_at:04x}h (over the pool at {POOL_AT:04x}h)\n");
+        let mut text = String::new();
+        for inst in &mut decoder {
+            text.clear();
+            formatter.format(&inst, &mut text);
+            out.push_str(&format!("  {:04x}  {text}\n", inst.ip()));
+        }
+        out
+    }
 }
 
 /// `k` as AVX-512 or AVX2 machine code, or `None` where it does not
@@ -1526,13 +1547,14 @@ fn asm_err(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("AVX-512 kernel emission failed: {e}"))
 }
 
-/// The function: prologue, the loop of whole vectors, the masked tail,
-/// the pool. AVX2's pool starts on a 64-byte boundary (the function is
-/// defined 64-byte aligned): AVX2 reads each constant as a 32-byte
-/// operand, and one that straddles two cache lines is a split load on
-/// every use (AVX-512 reads one element, which then never straddles
-/// either). The code is assembled once to find where it ends, then again with `int3`
-/// bytes before the pool (after the last instruction: no branch changes).
+/// The function: a jump over the pool, the pool, then the code —
+/// prologue, the loop of whole vectors, the masked tail. The pool starts
+/// 64 bytes in, on a 64-byte boundary (the function is defined 64-byte
+/// aligned): AVX2 reads each constant as a 32-byte operand, and one that
+/// straddles two cache lines is a split load on every use (AVX-512 reads
+/// one element, which then never straddles either). With the pool first,
+/// its place does not depend on the code's length, so the code is
+/// assembled once.
 fn emit(
     rec: &Rec,
     phys: &Phys,
@@ -1544,22 +1566,10 @@ fn emit(
     if rec.slots.len() > SLOT_GPRS.len() {
         return Err(asm_err("more slots than address registers"));
     }
-    let (native, code_len) = assemble(rec, phys, several, pool_bits, frame, isa, 0)?;
-    let gap = (64 - code_len % 64) % 64;
-    if gap == 0 {
-        return Ok(native);
-    }
-    let (native, at) = assemble(rec, phys, several, pool_bits, frame, isa, gap)?;
-    if at % 64 != 0 {
-        return Err(asm_err(format!(
-            "the pool at offset {at}, not on a 64-byte boundary"
-        )));
-    }
-    Ok(native)
+    assemble(rec, phys, several, pool_bits, frame, isa)
 }
 
-/// [`emit`]'s assembly with `gap` bytes of `int3` between the code and
-/// the pool; returns the function and the pool's offset.
+/// [`emit`]'s assembly.
 fn assemble(
     rec: &Rec,
     phys: &Phys,
@@ -1567,13 +1577,17 @@ fn assemble(
     pool_bits: &[u64],
     frame: Frame,
     isa: Isa,
-    gap: usize,
-) -> Result<(Native, usize)> {
+) -> Result<Native> {
     let e = rec.elem;
     let lanes = isa.lanes(e);
     // AVX2: after the constants, 32 bytes of ones then 32 of zeros; the
     // tail's mask is read at the right offset into them.
     let ones = pool_bits.len() as i32 * isa.entry(e);
+    let pool_len = match isa {
+        Isa::Avx512 => ones as usize,
+        Isa::Avx2 => ones as usize + 64,
+    };
+    let code_at = POOL_AT + pool_len;
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
     let gprs = &SLOT_GPRS[..rec.slots.len()];
     let saved = &gprs[gprs.len().min(SAVED)..];
@@ -1587,6 +1601,32 @@ fn assemble(
         Frame::Row { .. } => (1, None),
     };
     (|| -> std::result::Result<(), BodyError> {
+        // The entry jumps over the pool, which starts 64 bytes in (the
+        // function is defined 64-byte aligned).
+        let mut jump = [0xcc_u8; POOL_AT];
+        jump[0] = 0xe9;
+        jump[1..5].copy_from_slice(&(code_at as i32 - 5).to_le_bytes());
+        a.db(&jump)?;
+        a.set_label(&mut pool)?;
+        match isa {
+            Isa::Avx512 => match e {
+                Elem::F32 => {
+                    let low: Vec<u32> = pool_bits.iter().map(|&b| b as u32).collect();
+                    a.dd(&low)?
+                }
+                Elem::F64 => a.dq(pool_bits)?,
+            },
+            Isa::Avx2 => {
+                for &bits in pool_bits {
+                    match e {
+                        Elem::F32 => a.dd(&[bits as u32; 8])?,
+                        Elem::F64 => a.dq(&[bits; 4])?,
+                    }
+                }
+                a.dd(&[u32::MAX; 8])?;
+                a.dd(&[0; 8])?;
+            }
+        }
         for &g in saved {
             a.push(g)?;
         }
@@ -1733,50 +1773,29 @@ fn assemble(
             a.pop(g)?;
         }
         a.ret()?;
-        if gap > 0 {
-            a.db(&vec![0xcc; gap])?;
-        }
-        a.set_label(&mut pool)?;
-        match isa {
-            // (One entry at least: a label must precede an instruction.)
-            Isa::Avx512 if pool_bits.is_empty() => a.dd(&[0])?,
-            Isa::Avx512 => match e {
-                Elem::F32 => {
-                    let low: Vec<u32> = pool_bits.iter().map(|&b| b as u32).collect();
-                    a.dd(&low)?
-                }
-                Elem::F64 => a.dq(pool_bits)?,
-            },
-            Isa::Avx2 => {
-                for &bits in pool_bits {
-                    match e {
-                        Elem::F32 => a.dd(&[bits as u32; 8])?,
-                        Elem::F64 => a.dq(&[bits; 4])?,
-                    }
-                }
-                a.dd(&[u32::MAX; 8])?;
-                a.dd(&[0; 8])?;
-            }
-        }
         Ok(())
     })()
     .map_err(asm_err)?;
     let res = a
         .assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
         .map_err(asm_err)?;
-    let code_len = res.label_ip(&pool).map_err(asm_err)? as usize;
+    let at = res.label_ip(&pool).map_err(asm_err)? as usize;
     let bytes = res.inner.code_buffer;
-    // (The listing stops at the last instruction, before the gap.)
-    let listed = code_len.saturating_sub(gap).min(bytes.len());
-    Ok((
-        Native {
-            isa: isa.name(),
-            listing: listing(&bytes[..listed]),
-            bytes,
-        },
-        code_len,
-    ))
+    if at != POOL_AT || bytes.len() < code_at {
+        return Err(asm_err(format!(
+            "the pool at {at}, the code at {code_at} of {} bytes",
+            bytes.len()
+        )));
+    }
+    Ok(Native {
+        isa: isa.name(),
+        bytes,
+        code_at,
+    })
 }
+
+/// Where the pool starts in a machine-code function.
+const POOL_AT: usize = 64;
 
 /// What a machine-code function is.
 #[derive(Clone, Copy)]
@@ -2273,20 +2292,6 @@ fn body256(
     Ok(())
 }
 
-/// The code as Intel-syntax assembly, one instruction a line.
-fn listing(code: &[u8]) -> String {
-    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
-    let mut formatter = IntelFormatter::new();
-    let mut out = String::new();
-    let mut text = String::new();
-    for inst in &mut decoder {
-        text.clear();
-        formatter.format(&inst, &mut text);
-        out.push_str(&format!("  {:04x}  {text}\n", inst.ip()));
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, reason = "test")]
 mod tests {
@@ -2341,7 +2346,7 @@ mod tests {
                     cols: None,
                 };
                 let native = emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).unwrap();
-                let text = &native.listing;
+                let text = &Native::listing(&native.bytes, native.code_at);
                 for w in want {
                     assert!(text.contains(w), "{name} at {}: no {w}\n{text}", isa.name());
                 }
@@ -2378,7 +2383,7 @@ mod tests {
                 cols: None,
             };
             let native = emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).unwrap();
-            let text = &native.listing;
+            let text = &Native::listing(&native.bytes, native.code_at);
             for w in [
                 "vmulpd",
                 "vmaxpd",
@@ -2426,7 +2431,7 @@ mod tests {
                 accs: 2,
             };
             let native = emit(&rec, &phys, Some(&several), &pool.bits, frame, isa).unwrap();
-            let text = &native.listing;
+            let text = &Native::listing(&native.bytes, native.code_at);
             let (acc0, acc1, tail) = match isa {
                 Isa::Avx512 => ("vaddps zmm31,zmm31,", "vaddps zmm30,zmm30,", "zmm31{k1}"),
                 Isa::Avx2 => ("vaddps ymm14,ymm14,", "vaddps ymm13,ymm13,", "ymm15"),
