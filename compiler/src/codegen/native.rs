@@ -1641,7 +1641,8 @@ fn assemble(
             // (op: edi, src: rsi, n: rdx, a: xmm0, b: xmm1, dst: rcx,
             // ahead: r8) → dst r8, src r9, a and b on the stack at r10,
             // ahead rcx (src where null: prefetching it is harmless), the
-            // index rdx from 0 to rsi, steps to the next flush edi.
+            // index rdx from 0 to rsi (0 where n is negative, as the Rust
+            // routine reads it), steps to the next flush edi.
             Frame::Row { accs, .. } => {
                 a.push(rbp)?;
                 a.mov(rbp, rsp)?;
@@ -1649,6 +1650,8 @@ fn assemble(
                 a.mov(r9, rsi)?;
                 a.mov(rsi, rdx)?;
                 a.xor(iced_x86::code_asm::edx, iced_x86::code_asm::edx)?;
+                a.test(rsi, rsi)?;
+                a.cmovl(rsi, rdx)?;
                 a.mov(rax, r8)?;
                 a.mov(r8, rcx)?;
                 a.mov(rcx, rax)?;
@@ -1874,24 +1877,21 @@ fn row_sum(
         return Err(BodyError::NoForm("f64 row sum"));
     }
     let first = isa.acc_reg(0) as usize;
+    for j in 1..accs {
+        let r = isa.acc_reg(j) as usize;
+        match isa {
+            Isa::Avx512 => a.vaddps(ZMM[first], ZMM[first], ZMM[r])?,
+            Isa::Avx2 => a.vaddps(YMM[first], YMM[first], YMM[r])?,
+        }
+    }
     match isa {
         Isa::Avx512 => {
-            for j in 1..accs {
-                let r = ZMM[isa.acc_reg(j) as usize];
-                a.vaddps(ZMM[first], ZMM[first], r)?;
-            }
             // (zmm16–31 have no VEX forms: the sum moves to zmm0 first.)
             a.vmovaps(zmm0, ZMM[first])?;
             a.vextractf64x4(ymm1, zmm0, 1)?;
             a.vaddps(ymm0, ymm0, ymm1)?;
         }
-        Isa::Avx2 => {
-            for j in 1..accs {
-                let r = YMM[isa.acc_reg(j) as usize];
-                a.vaddps(YMM[first], YMM[first], r)?;
-            }
-            a.vmovaps(ymm0, YMM[first])?;
-        }
+        Isa::Avx2 => a.vmovaps(ymm0, YMM[first])?,
     }
     a.vextractf128(xmm1, ymm0, 1)?;
     a.vaddps(xmm0, xmm0, xmm1)?;
