@@ -21,9 +21,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   "maturin>=1.9,<2" numpy ml_dtypes pytest cloudpickle "dask[array]" distributed
-echo "== building the Python package (maturin develop --release)"
+echo "== building the Python package (maturin develop --release, +${SECONDS}s)"
 VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release --quiet -m python/Cargo.toml
 if [ "$test" -eq 1 ]; then
-  echo "== pytest python/tests"
+  echo "== pytest python/tests (+${SECONDS}s)"
   "$venv/bin/python" -m pytest -q python/tests "$@"
 fi

@@ -16,6 +16,8 @@
 # The last line is a total over every test binary and pytest: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each section's header says when it began (bash's SECONDS: since the start).
+section() { echo "== $* (+${SECONDS}s)"; }
 
 cases=256
 long=0
@@ -42,23 +44,23 @@ bash scripts/setup-python.sh
 # keep them when iterating.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
-echo "== cargo fmt --check"
+section "cargo fmt --check"
 cargo fmt --all -- --check
 cargo fmt --manifest-path python/Cargo.toml -- --check
-echo "== cargo clippy (workspace lints, warnings are errors)"
+section "cargo clippy (workspace lints, warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The Python package's extension crate is its own workspace (python/).
 cargo clippy --manifest-path python/Cargo.toml --quiet -- -D warnings
 
-echo "== cargo check without the python feature"
+section "cargo check without the python feature"
 cargo check --workspace --all-targets --no-default-features --quiet
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-echo "== cargo test (PROPTEST_CASES=$cases)"
+section "cargo test (PROPTEST_CASES=$cases)"
 PROPTEST_CASES=$cases cargo test --workspace --all-targets 2>&1 | tee -a "$log" || status=1
-echo "== doc tests"
+section "doc tests"
 cargo test --workspace --doc 2>&1 | tee -a "$log" || status=1
 # What an AVX2-only and an SSE4.2-only host compile (Cranelift's flags and
 # legacy SSE encodings, the wide routines' module, vector legality),
@@ -71,17 +73,17 @@ if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
 else
   isas="sse4.2"
 fi
-echo "== the JIT's code for narrower hosts (TENSORLIFT_MAX_ISA=${isas// /, then })"
+section "the JIT's code for narrower hosts (TENSORLIFT_MAX_ISA=${isas// /, then })"
 for isa in $isas; do
   TENSORLIFT_MAX_ISA=$isa PROPTEST_CASES=$cases cargo test --test jit_wide --test jit_math \
     --test jit_differential --test op_fixtures --test jit_api 2>&1 | tee -a "$log" || status=1
 done
 if [ "$long" -eq 1 ]; then
-  echo "== soak tests (1M callbacks, 10k compile/drop cycles; resident memory flat)"
+  section "soak tests (1M callbacks, 10k compile/drop cycles; resident memory flat)"
   cargo test --test soak -- --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$log" || status=1
 fi
 
-echo "== fuzz (seed ${FUZZ_SEED:-1}; findings in target/fuzz/findings)"
+section "fuzz (seed ${FUZZ_SEED:-1}; findings in target/fuzz/findings)"
 # Graphs three ways: the property tests' values; signalling and payload
 # NaNs (bits compared through bitcast_convert); loops and branches.
 for t in "tlir $fuzz_tlir" "npy $fuzz_npy" "graph $fuzz_graph" \
@@ -101,7 +103,7 @@ for isa in $isas; do
   done
 done
 
-echo "== the Python package (scripts/python-package.sh --test)"
+section "the Python package (scripts/python-package.sh --test)"
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
 bash scripts/python-package.sh --test -rfE 2>&1 | tee "$pylog" || status=1
@@ -114,5 +116,6 @@ pyfailed=$(grep -Eo '(^|, )[0-9]+ failed' "$pylog" | grep -Eo '[0-9]+' | tail -1
 passed=$((passed + ${pypassed:-0}))
 failed=$((failed + ${pyfailed:-0}))
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "== done (+${SECONDS}s)"
 echo "tests: $passed passed, $failed failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]
