@@ -277,6 +277,7 @@ fn row_major_copy<T: GemmFloat>(
         out: copy.as_mut_ptr().cast::<T>(),
         accumulate: false,
     };
+    let avx = std::mem::size_of::<T>() == 4 && has_avx();
     // (`move`: the sizes as the closure's own values, which the stores
     // through raw pointers cannot alias, and the whole `Ptrs`, which is
     // Sync, not its raw pointer fields.)
@@ -285,8 +286,29 @@ fn row_major_copy<T: GemmFloat>(
         for bi in 0..b {
             for j0 in (0..n).step_by(BLOCK) {
                 for k0 in part.clone().step_by(BLOCK) {
-                    for j in j0..(j0 + BLOCK).min(n) {
-                        for kk in k0..(k0 + BLOCK).min(part.end) {
+                    let (j1, k1) = ((j0 + BLOCK).min(n), (k0 + BLOCK).min(part.end));
+                    if avx && j1 - j0 == BLOCK && k1 - k0 == BLOCK {
+                        for (jj, kk) in [(0, 0), (0, 8), (8, 0), (8, 8)] {
+                            let (j, kk) = (j0 + jj, k0 + kk);
+                            // SAFETY: AVX is present (`has_avx`); the 8×8
+                            // tile at (bi, kk.., j..) lies inside the operand
+                            // and inside this part's rows of `copy`, and T
+                            // is f32 (4 bytes, the only such GemmFloat).
+                            unsafe {
+                                transpose_8x8_f32(
+                                    dst.rhs
+                                        .offset(bi as isize * rb + kk as isize + j as isize * rn)
+                                        .cast::<f32>(),
+                                    rn,
+                                    dst.out.add((bi * k + kk) * n + j).cast::<f32>(),
+                                    n,
+                                )
+                            };
+                        }
+                        continue;
+                    }
+                    for j in j0..j1 {
+                        for kk in k0..k1 {
                             // SAFETY: (bi, kk, j) lies inside the operand the
                             // caller of `gemm` describes, and inside `copy`,
                             // which parts write in disjoint ranges of `k`.
@@ -320,6 +342,73 @@ fn row_major_copy<T: GemmFloat>(
 
 /// Elements from which [`row_major_copy`] splits over the pool.
 const COPY_PARALLEL: usize = 1 << 16;
+
+/// Whether this host runs AVX (the 8×8 f32 transposes of
+/// [`row_major_copy`]).
+fn has_avx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Writes the 8×8 block of f32 whose row `r` (8 contiguous values) starts
+/// at `src + r·src_stride` transposed: row `c` of the result, at `dst +
+/// c·dst_stride`, holds element `c` of every source row. The values keep
+/// their bits (moves and shuffles only).
+///
+/// # Safety
+/// The host has AVX; the 8 source rows are readable and the 8 destination
+/// rows writable, 8 elements each.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_8x8_f32(src: *const f32, src_stride: isize, dst: *mut f32, dst_stride: usize) {
+    use std::arch::x86_64::{
+        _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps,
+        _mm256_storeu_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+    };
+    // (Loops, not closures: a closure would not inherit the AVX feature.)
+    let mut r = [_mm256_setzero_ps(); 8];
+    for (i, row) in r.iter_mut().enumerate() {
+        // SAFETY: the caller's contract for the eight rows read.
+        *row = unsafe { _mm256_loadu_ps(src.offset(i as isize * src_stride)) };
+    }
+    // Pairs of rows interleaved (t[4g + 2p] the low halves of rows 4g + 2p
+    // and 4g + 2p + 1, t[4g + 2p + 1] the high), then pairs of those: s[c]
+    // holds column c of rows 0-3 in its low 128 bits and column c + 4 in
+    // its high, s[4 + c] the same of rows 4-7.
+    let mut t = [_mm256_setzero_ps(); 8];
+    for g in [0, 4] {
+        for p in [0, 2] {
+            t[g + p] = _mm256_unpacklo_ps(r[g + p], r[g + p + 1]);
+            t[g + p + 1] = _mm256_unpackhi_ps(r[g + p], r[g + p + 1]);
+        }
+    }
+    let mut s = [_mm256_setzero_ps(); 8];
+    for g in [0, 4] {
+        for p in [0, 1] {
+            s[g + 2 * p] = _mm256_shuffle_ps::<0x44>(t[g + p], t[g + p + 2]);
+            s[g + 2 * p + 1] = _mm256_shuffle_ps::<0xEE>(t[g + p], t[g + p + 2]);
+        }
+    }
+    for c in 0..4 {
+        let low = _mm256_permute2f128_ps::<0x20>(s[c], s[4 + c]);
+        let high = _mm256_permute2f128_ps::<0x31>(s[c], s[4 + c]);
+        // SAFETY: the caller's contract for the eight rows written.
+        unsafe {
+            _mm256_storeu_ps(dst.add(c * dst_stride), low);
+            _mm256_storeu_ps(dst.add((c + 4) * dst_stride), high);
+        }
+    }
+}
+
+/// Never called: [`has_avx`] is false off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn transpose_8x8_f32(_: *const f32, _: isize, _: *mut f32, _: usize) {}
 
 /// Runs the parts of `split`, on the pool when `parallel`, else one after
 /// the other on the calling thread.
@@ -651,6 +740,50 @@ mod tests {
                         let o = (bi * m + i) * n + j;
                         let expect = dot + if accumulate { f64::from(start[o]) } else { 0.0 };
                         assert!((f64::from(got[o]) - expect).abs() < 1e-4 * k as f64);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The copy of a column-major right operand holds every element in
+    /// its row-major place, bit for bit, whatever the sizes (full 16×16
+    /// blocks take the 8×8 transposes where the host has AVX, the edges
+    /// the element loop), strides wider than the matrix, and splits.
+    #[test]
+    fn row_major_copy_moves_every_element() {
+        for (b, k, n, rn, threads) in [
+            (1, 16, 16, 16, false),
+            (2, 37, 29, 40, false),
+            (1, 512, 130, 515, true),
+            (3, 64, 48, 64, true),
+        ] {
+            let rb = (n * rn) as isize;
+            // NaN payloads and signed zeros too: the copy moves bits.
+            let mut src: Vec<f32> = data(b * n * rn, 7);
+            src[1] = f32::from_bits(0x7fa0_0001);
+            src[2] = -0.0;
+            let d = GemmDims {
+                b,
+                m: 2 * n,
+                k,
+                n,
+                lhs_strides: [0, k as isize, 1],
+                rhs_strides: [rb, 1, rn as isize],
+            };
+            let mut copy = row_major_copy(&d, src.as_ptr(), [rb, rn as isize], threads).unwrap();
+            // SAFETY: the copy holds b·k·n f32, written by `row_major_copy`.
+            let got =
+                unsafe { std::slice::from_raw_parts(copy.as_mut_ptr().cast::<f32>(), b * k * n) };
+            for bi in 0..b {
+                for kk in 0..k {
+                    for j in 0..n {
+                        let want = src[bi * n * rn + kk + j * rn];
+                        assert_eq!(
+                            got[(bi * k + kk) * n + j].to_bits(),
+                            want.to_bits(),
+                            "b={b} k={k} n={n} rn={rn}: ({bi}, {kk}, {j})"
+                        );
                     }
                 }
             }
