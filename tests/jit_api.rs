@@ -720,3 +720,59 @@ fn very_long_chains_compile_without_deep_recursion() {
     }
     assert_eq!(common::to_vec::<f32>(&out[0]), vec![want]);
 }
+
+/// A comparison converted to a number (`cast` of a bool, as the gradient
+/// of a max counts the ties of each row) runs as vector code, summed per
+/// row and elementwise, for f32, f64 and i32 rows, and gives the
+/// interpreter's bits (NaNs compare false; odd row lengths leave tails).
+#[test]
+fn comparisons_cast_to_numbers_are_vector_code() {
+    let (rows, cols) = (7, 37);
+    let values = |i: usize| -> f64 {
+        match i % 11 {
+            3 => f64::NAN,
+            5 => -0.0,
+            _ => ((i * 7919) % 13) as f64 - 6.0,
+        }
+    };
+    let a = ndarray::ArrayD::from_shape_fn(vec![rows, cols], |ix| values(ix[0] * cols + ix[1]));
+    for (x, lanes) in [
+        (Tensor::from(a.mapv(|v| v as f32)), "f32x4"),
+        (Tensor::from(a.clone()), "f64x2"),
+        (
+            Tensor::from(a.mapv(|v| if v.is_nan() { 4 } else { v as i32 })),
+            "i32x4",
+        ),
+    ] {
+        let dt = x.dtype();
+        let ties = move |x: Sym| {
+            let m = x.reduce_max(Some(&[1]), true);
+            let hits = x.equal(&m).cast(dt);
+            (
+                hits.reduce_sum(Some(&[1]), false),
+                x.greater(&(&m - &x)).cast(dt) * &x,
+            )
+        };
+        let jit = function(ties).jit_compile(true).name("ties");
+        let interp = function(ties).jit_compile(false);
+        let (got, want) = (
+            jit.call(std::slice::from_ref(&x)).unwrap(),
+            interp.call(std::slice::from_ref(&x)).unwrap(),
+        );
+        for (g, w) in got.iter().zip(&want) {
+            assert!(common::same_bits(g, w), "{dt:?}: {g:?} against {w:?}");
+        }
+        let spec = [TensorSpec::known(dt, &[rows, cols])];
+        let clif = jit.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+        // The row sum's kernel: its function until the next one.
+        let start = clif.find("; kernel 'reduce_sum").unwrap();
+        let end = clif[start + 1..]
+            .find("\n; ")
+            .map_or(clif.len(), |e| start + 1 + e);
+        let kernel = &clif[start..end];
+        assert!(
+            kernel.contains(lanes),
+            "{dt:?}: the row count is scalar\n{kernel}"
+        );
+    }
+}

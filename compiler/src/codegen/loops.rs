@@ -883,12 +883,13 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             return Ok(None);
         }
         // A comparison's lane mask (of `dt` operands) only feeds selects,
-        // as their predicate: bool lanes of another width never reach
-        // memory.
+        // as their predicate, and conversions to `dt` (1 or 0): bool lanes
+        // of another width never reach memory.
         let mask_only = |i: usize| {
             i != self.k.root
                 && self.k.nodes.iter().all(|u| match u {
                     ENode::Select(_, a, b, _) => *a != i && *b != i,
+                    ENode::Convert(_, _, to) => *to == dt,
                     u @ (ENode::Load { .. }
                     | ENode::Const(_)
                     | ENode::Iota { .. }
@@ -896,7 +897,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     | ENode::Binary(..)
                     | ENode::Compare(..)
                     | ENode::Clamp(..)
-                    | ENode::Convert(..)
                     | ENode::Bitcast(..)) => !crate::fusion::enode_operands(u).contains(&i),
                 })
         };

@@ -1030,6 +1030,27 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         let xt = self.b.func.dfg.value_type(x);
         if xt.is_vector() {
+            // A comparison's lane mask (all ones or all zeros, as wide as
+            // the row's lanes) to 1 or 0: the mask ANDed with 1's bits.
+            if from == DType::Bool {
+                let one = match (to, xt) {
+                    (DType::F32, types::I32X4) => i64::from(1f32.to_bits()),
+                    (DType::F64, types::I64X2) => 1f64.to_bits() as i64,
+                    (DType::I32 | DType::U32, types::I32X4)
+                    | (DType::I64 | DType::U64, types::I64X2) => 1,
+                    _ => return Err(LowerError::NoVectorForm),
+                };
+                let one = self.splat_i(xt, one);
+                let bits = self.b.ins().band(x, one);
+                return Ok(V::S(match vec_ty(to) {
+                    Some(vt) if vt != xt => {
+                        let flags = MemFlagsData::new()
+                            .with_endianness(cranelift_codegen::ir::Endianness::Little);
+                        self.b.ins().bitcast(vt, flags, bits)
+                    }
+                    Some(_) | None => bits,
+                }));
+            }
             return Ok(V::S(match (from, to) {
                 (DType::I32, DType::F32) => self.b.ins().fcvt_from_sint(types::F32X4, x),
                 (DType::U32, DType::F32) => self.b.ins().fcvt_from_uint(types::F32X4, x),
