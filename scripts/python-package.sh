@@ -5,14 +5,25 @@
 # cloudpickle and Dask for the pickling tests).
 # `--test` then runs its pytest suite (python/tests); extra arguments go to
 # pytest. `pip install ./python` installs the same package anywhere else.
+# `--dev` builds the dev profile into the main target directory instead of
+# a release build: with the workspace's profile (python/Cargo.toml) it
+# reuses every dependency `cargo test` compiled, so only pyo3's abi3 build
+# and tensorlift's crates compile again (scripts/test.sh: ~7 minutes of
+# release build on 2 cores saved), and the package runs with debug
+# assertions, as the workspace's tests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 test=0
-if [ "${1:-}" = "--test" ]; then
-  test=1
+profile=(--release)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --test) test=1 ;;
+    --dev) profile=(); export CARGO_TARGET_DIR="$PWD/target" ;;
+    *) break ;;
+  esac
   shift
-fi
+done
 venv=${TENSORLIFT_VENV:-target/python-venv}
 py=${PYO3_PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then
@@ -21,8 +32,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   "maturin>=1.9,<2" numpy ml_dtypes pytest cloudpickle "dask[array]" distributed
-echo "== building the Python package (maturin develop --release, +${SECONDS}s)"
-VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release --quiet -m python/Cargo.toml
+echo "== building the Python package (maturin develop ${profile[*]:---dev profile}, +${SECONDS}s)"
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop "${profile[@]}" --quiet -m python/Cargo.toml
 if [ "$test" -eq 1 ]; then
   echo "== pytest python/tests (+${SECONDS}s)"
   "$venv/bin/python" -m pytest -q python/tests "$@"

@@ -12,7 +12,8 @@
 # random graphs (about 30 min on 2 cores; FUZZ_TLIR_CASES, FUZZ_NPY_CASES,
 # FUZZ_GRAPH_CASES and FUZZ_SEED change them).
 # Then the Python package: built into target/python-venv by
-# scripts/python-package.sh, its pytest suite run.
+# scripts/python-package.sh (the dev profile, reusing the dependencies the
+# tests compiled), its pytest suite run.
 # The last line is a total over every test binary and pytest: "tests: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -103,10 +104,10 @@ for isa in $isas; do
   done
 done
 
-section "the Python package (scripts/python-package.sh --test)"
+section "the Python package (scripts/python-package.sh --dev --test)"
 pylog=$(mktemp)
 trap 'rm -f "$log" "$pylog"' EXIT
-bash scripts/python-package.sh --test -rfE 2>&1 | tee "$pylog" || status=1
+bash scripts/python-package.sh --dev --test -rfE 2>&1 | tee "$pylog" || status=1
 
 passed=$(grep -Eo 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; [0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
