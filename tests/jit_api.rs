@@ -681,11 +681,26 @@ fn column_and_middle_axis_reductions_sum_in_row_order() {
         )
         .unwrap();
     // Split over threads, unless one is allowed (RAYON_NUM_THREADS=1,
-    // a one-core host).
+    // a one-core host), in blocks of 512 columns, narrower (down to 16)
+    // where the pool has more threads than blocks.
+    let block: usize = fused
+        .split("columns in blocks of ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("the column sum was not blocked:\n{fused}"));
+    let threads = tensorlift::runtime::pool::threads();
     assert!(
-        fused.contains("columns in blocks of 512")
-            && (fused.contains("ranges of") || fused.contains("one thread allowed")),
-        "the column sum was not blocked and split:\n{fused}"
+        block <= 512 && (1024 / block >= threads || block == 16),
+        "blocks of {block} for {threads} threads"
+    );
+    assert!(
+        block == 512 || 1024 / (2 * block) < threads,
+        "blocks of {block} narrower than {threads} threads need"
+    );
+    assert!(
+        fused.contains("ranges of") || fused.contains("one thread allowed"),
+        "the column sum was not split:\n{fused}"
     );
 }
 

@@ -107,11 +107,18 @@ fn tile_transpose(k: &mut Kernel, p: usize, q: usize) {
 /// 0.65 (2026-11-25, AVX-512 host).
 const COLUMN_BLOCK_BYTES: usize = 2048;
 
+/// The narrowest block of columns [`column_blocks`] makes to give every
+/// thread of a large pool a block: a cache line.
+const COLUMN_BLOCK_MIN_BYTES: usize = 64;
+
 /// For a reduction whose outermost dim is reduced (it cannot split over
 /// cores) and whose innermost dim is kept: the width of the blocks of
 /// columns that become its outermost dim, when that dim splits into at
-/// least two whole blocks.
-fn column_blocks(k: &Kernel, esize: usize) -> Option<usize> {
+/// least two whole blocks. Blocks of [`COLUMN_BLOCK_BYTES`], halved (down
+/// to a cache line) while there are fewer blocks than `threads` (the pool
+/// the kernel splits over: 16 cores sum 1024 columns in 16 blocks of 64,
+/// not 2 of 512). Each column is still summed over its rows in order.
+fn column_blocks(k: &Kernel, esize: usize, threads: usize) -> Option<usize> {
     let KernelKind::Reduce { reduced, .. } = &k.kind else {
         return None;
     };
@@ -119,9 +126,16 @@ fn column_blocks(k: &Kernel, esize: usize) -> Option<usize> {
     if r < 2 || k.stash.is_some() || reduced[r - 1] || !reduced[0] {
         return None;
     }
-    let block = COLUMN_BLOCK_BYTES / esize.max(1);
+    let esize = esize.max(1);
+    let mut block = COLUMN_BLOCK_BYTES / esize;
     let n = k.dims[r - 1];
-    (n.is_multiple_of(block) && n >= 2 * block).then_some(block)
+    if !(n.is_multiple_of(block) && n >= 2 * block) {
+        return None;
+    }
+    while n / block < threads && block / 2 * esize >= COLUMN_BLOCK_MIN_BYTES {
+        block /= 2;
+    }
+    Some(block)
 }
 
 /// Splits the innermost dim of `k` into blocks of `block` columns and
@@ -163,7 +177,7 @@ pub(crate) fn tile_kernels(plan: &mut Plan) {
                 "{}: tiled {TILE}×{TILE} over loop dims {p} and {q} (a transposed read)",
                 k.name
             ));
-        } else if let Some(block) = column_blocks(k, esize) {
+        } else if let Some(block) = column_blocks(k, esize, tensorlift_runtime::pool::threads()) {
             tile_columns(k, block);
             plan.decisions.push(format!(
                 "{}: columns in blocks of {block}, the blocks outermost (a column reduction)",
