@@ -87,6 +87,12 @@ if [ "$long" -eq 1 ]; then
 fi
 
 section "fuzz (seed ${FUZZ_SEED:-1}; findings in target/fuzz/findings)"
+# The fuzzer binary as `cargo test` built it: `--tests` resolves the
+# features the tests' build has (dev-dependencies included), so this finds
+# it fresh; a plain `cargo run` would compile cranelift and gemm again with
+# the other feature set (~2 minutes).
+cargo build --quiet --tests --bin tensorlift-fuzz || status=1
+fuzzer="${CARGO_TARGET_DIR:-target}/debug/tensorlift-fuzz"
 # Graphs three ways: the property tests' values; signalling and payload
 # NaNs (bits compared through bitcast_convert); loops and branches.
 for t in "tlir $fuzz_tlir" "npy $fuzz_npy" "graph $fuzz_graph" \
@@ -94,14 +100,14 @@ for t in "tlir $fuzz_tlir" "npy $fuzz_npy" "graph $fuzz_graph" \
   set -- $t
   target=$1 cases=$2
   shift 2
-  cargo run --quiet --bin tensorlift-fuzz -- --target "$target" --cases "$cases" \
+  "$fuzzer" --target "$target" --cases "$cases" \
     --seed "${FUZZ_SEED:-1}" "$@" || status=1
 done
 # The graph target again with the JIT's code capped as on narrower hosts
 # (legacy SSE encodings fold memory operands that VEX ones do not).
 for isa in $isas; do
   for flags in "" "--control-flow"; do
-    TENSORLIFT_MAX_ISA=$isa cargo run --quiet --bin tensorlift-fuzz -- --target graph \
+    TENSORLIFT_MAX_ISA=$isa "$fuzzer" --target graph \
       --cases "$fuzz_graph" --seed "${FUZZ_SEED:-1}" $flags || status=1
   done
 done
