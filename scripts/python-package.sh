@@ -5,7 +5,7 @@
 # cloudpickle and Dask for the pickling tests).
 # `--test` then runs its pytest suite (python/tests); extra arguments go to
 # pytest. `pip install ./python` installs the same package anywhere else.
-# `--dev` builds the dev profile into the main target directory instead of
+# `--dev` builds the dev profile into the tests' target directory ($CARGO_TARGET_DIR, else target/) instead of
 # a release build: with the workspace's profile (python/Cargo.toml) it
 # reuses every dependency `cargo test` compiled, so only pyo3's abi3 build
 # and tensorlift's crates compile again (scripts/test.sh: ~7 minutes of
@@ -19,7 +19,7 @@ profile=(--release)
 while [ $# -gt 0 ]; do
   case "$1" in
     --test) test=1 ;;
-    --dev) profile=(); export CARGO_TARGET_DIR="$PWD/target" ;;
+    --dev) profile=(); export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" ;;
     *) break ;;
   esac
   shift

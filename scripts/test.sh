@@ -53,7 +53,7 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The Python package's extension crate is its own workspace (python/);
 # checked in the main target directory, where its dependencies (the same
 # features: python/Cargo.toml) are the ones just checked.
-CARGO_TARGET_DIR="$PWD/target" cargo clippy --manifest-path python/Cargo.toml --quiet -- -D warnings
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" cargo clippy --manifest-path python/Cargo.toml --quiet -- -D warnings
 
 section "cargo check without the python feature"
 cargo check --workspace --all-targets --no-default-features --quiet

@@ -737,8 +737,8 @@ fn very_long_chains_compile_without_deep_recursion() {
 }
 
 /// A comparison converted to a number (`cast` of a bool, as the gradient
-/// of a max counts the ties of each row) runs as vector code, summed per
-/// row and elementwise, for f32, f64 and i32 rows, and gives the
+/// of a max counts the ties of each row) and summed per row runs as vector
+/// code for f32, f64 and i32 rows; summed and elementwise it gives the
 /// interpreter's bits (NaNs compare false; odd row lengths leave tails).
 #[test]
 fn comparisons_cast_to_numbers_are_vector_code() {
