@@ -200,6 +200,25 @@ fn out_of_range_take_is_a_clear_error() {
 }
 
 #[test]
+fn take_of_no_indices_is_empty() {
+    // No indices: an empty result, interpreted and compiled, whether the
+    // take is copied out or read by a kernel.
+    let ids = Tensor::from(ndarray::ArrayD::<i32>::zeros(vec![0]));
+    let x = t(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .reshaped(&[3, 2])
+        .unwrap();
+    for jit in [false, true] {
+        let f = function(|x: Sym, i: Sym| x.take(&i, 0)).jit_compile(jit);
+        let out = f.call(&[x.clone(), ids.clone()]).unwrap();
+        assert_eq!(out[0].shape(), &[0, 2]);
+        let f =
+            function(|x: Sym, i: Sym| x.take(&i, 0).reduce_sum(Some(&[0]), false)).jit_compile(jit);
+        let out = f.call(&[x.clone(), ids.clone()]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![0.0, 0.0]);
+    }
+}
+
+#[test]
 fn scalars_and_zero_sized_tensors() {
     let f = function(|x: Sym| (&x * 2.0 + 1.0).exp().reduce_sum(None, false));
     let out = run1(&f, &[Tensor::from(arr0(0.0f64).into_dyn())]);

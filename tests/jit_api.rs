@@ -791,3 +791,135 @@ fn comparisons_cast_to_numbers_are_vector_code() {
         );
     }
 }
+
+#[test]
+fn gathers_fuse_into_their_consumers() {
+    // A `take` read only by kernels is an index map of theirs: each
+    // element is loaded where it lies in the table (no gathered copy),
+    // after a runtime step checked the indices. The same bits as the
+    // interpreter in exact mode whatever the indices' type, the axis and
+    // the reader.
+    type Body = fn(Sym, Sym) -> Sym;
+    // (table dtype, table dims, index dtype, index dims, axis, program)
+    type Case<'a> = (DType, &'a [usize], DType, &'a [usize], i64, Body);
+    let cases: &[Case] = &[
+        // An embedding bag: rows summed over the bag (a middle-axis sum).
+        (DType::F32, &[300, 64], DType::I32, &[40, 7], 0, |t, i| {
+            t.take(&i, 0).reduce_sum(Some(&[1]), false)
+        }),
+        (DType::F64, &[300, 64], DType::I64, &[40, 7], 0, |t, i| {
+            t.take(&i, 0).reduce_sum(Some(&[1]), false)
+        }),
+        // Rows of odd length (vector body and scalar tail).
+        (DType::F32, &[50, 37], DType::U8, &[9], 0, |t, i| {
+            (t.take(&i, 0) * 0.5).exp()
+        }),
+        // The innermost axis gathered: the index changes along the row.
+        (DType::F32, &[6, 50], DType::I32, &[11], 1, |t, i| {
+            t.take(&i, 1).tanh() + 1.0
+        }),
+        // A middle axis of a rank-3 table at 2-D indices, a row max.
+        (DType::F32, &[4, 30, 20], DType::I64, &[3, 5], 1, |t, i| {
+            t.take(&i, 1).reduce_max(Some(&[-1]), false)
+        }),
+        // One row (rank-0 indices), integers.
+        (DType::I32, &[10, 16], DType::I16, &[], 0, |t, i| {
+            t.take(&i, 0) * 3 + 1
+        }),
+        // Two gathers from one table in one kernel.
+        (DType::F32, &[64, 32], DType::I32, &[16], 0, |t, i| {
+            let j = i.graph().iota(DType::I32, &[16], 0) * 2;
+            &t.take(&i, 0) - &t.take(&j, 0)
+        }),
+    ];
+    for (c, &(tdt, tdims, idt, idims, axis, body)) in cases.iter().enumerate() {
+        let n: usize = tdims.iter().product();
+        let vals: Vec<f64> = (0..n)
+            .map(|j| ((j * 7919 + c * 31) % 2003) as f64 / 97.0 - 10.0)
+            .collect();
+        let t64 = Tensor::from(ndarray::ArrayD::from_shape_vec(tdims.to_vec(), vals).unwrap());
+        let table = function(move |x: Sym| x.cast(tdt)).call(&[t64]).unwrap()[0].clone();
+        let bound = tdims[axis as usize];
+        let m: usize = idims.iter().product();
+        let ids: Vec<i64> = (0..m).map(|j| ((j * 37 + c) % bound) as i64).collect();
+        let ids = Tensor::from(ndarray::ArrayD::from_shape_vec(idims.to_vec(), ids).unwrap());
+        let ids = function(move |x: Sym| x.cast(idt)).call(&[ids]).unwrap()[0].clone();
+        let args = [table.clone(), ids.clone()];
+        let want = function(body).call(&args).unwrap();
+        for exact in [true, false] {
+            let f = function(body).jit_compile(true).jit_options(JitOptions {
+                exact,
+                ..JitOptions::default()
+            });
+            let got = f.call(&args).unwrap();
+            if exact {
+                assert!(
+                    common::same_bits(&got[0], &want[0]),
+                    "case {c} differs from the interpreter"
+                );
+            } else {
+                // Approximated exp and tanh.
+                common::assert_close(&got[0], &want[0], 1e-6, 1e-6, &format!("case {c}"));
+            }
+        }
+        let fused = function(body)
+            .jit_compile(true)
+            .compiler_ir(
+                &[TensorSpec::known(tdt, tdims), TensorSpec::known(idt, idims)],
+                IrStage::Fused,
+            )
+            .unwrap();
+        assert!(
+            fused.contains("fused into its readers as a gather")
+                && !fused.contains("runtime kernel (take"),
+            "case {c}: the take was not fused:\n{fused}"
+        );
+    }
+    // Out-of-range indices are the take's error, before anything is read;
+    // the function keeps working after it.
+    let f =
+        function(|t: Sym, i: Sym| t.take(&i, 0).reduce_sum(Some(&[1]), false)).jit_compile(true);
+    let table = common::f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
+    for bad in [3i64, -1] {
+        let ids = Tensor::from(ndarray::arr2(&[[0i64, 1], [2, bad]]).into_dyn());
+        let e = f.call(&[table.clone(), ids]).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("indices[3] = {bad} is not in [0, 3)"))
+                && msg.contains("take")
+                && msg.contains("jit_api.rs"),
+            "{msg}"
+        );
+    }
+    let ids = Tensor::from(ndarray::arr2(&[[0i64, 1], [2, 2]]).into_dyn());
+    let out = f.call(&[table, ids]).unwrap();
+    assert_eq!(common::to_vec::<f32>(&out[0]), vec![4.0, 6.0, 10.0, 12.0]);
+    // A loop whose carry is gathered from itself (a permutation of its
+    // rows per iteration): no kernel writes the rows it gathers from.
+    let permute = |t: Sym, i: Sym| {
+        tensorlift::fori_loop(0, 5, |_, c| vec![c[0].take(&i, 0) * 2.0 + 1.0], &[t]).remove(0)
+    };
+    let table = common::f32s(&(0..24).map(|v| v as f32).collect::<Vec<_>>(), &[6, 4]);
+    let ids = Tensor::from(ndarray::arr1(&[5i32, 3, 0, 1, 4, 2]).into_dyn());
+    let want = function(permute)
+        .call(&[table.clone(), ids.clone()])
+        .unwrap();
+    let got = function(permute)
+        .jit_compile(true)
+        .call(&[table, ids])
+        .unwrap();
+    assert!(common::same_bits(&got[0], &want[0]), "{got:?} vs {want:?}");
+    // A take the caller gets stays a copy of the rows (a runtime kernel).
+    let f = function(|t: Sym, i: Sym| t.take(&i, 0)).jit_compile(true);
+    let fused = f
+        .compiler_ir(
+            &[
+                TensorSpec::known(DType::F32, &[8, 4]),
+                TensorSpec::known(DType::I32, &[3]),
+            ],
+            IrStage::Fused,
+        )
+        .unwrap();
+    assert!(fused.contains("runtime kernel (take"), "{fused}");
+}

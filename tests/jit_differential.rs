@@ -859,3 +859,95 @@ fn random_graphs_include_the_loop_ops() {
         assert!(seen.contains(op), "no random graph has {op}");
     }
 }
+
+/// One random `take` and a reader it fuses into, from `seed`: the table
+/// (rank 1–3, any non-half dtype), the axis, the indices (rank 0–2, any
+/// integer type; one out of range one time in eight, which must be the
+/// same error on both sides) and the reader (a reversed copy, a cast and
+/// product, a sum or max over random axes, a transpose).
+fn random_gather(seed: u64) -> (tensorlift::Function, [tensorlift::Tensor; 2]) {
+    use common::random_graph::Rng;
+    let mut rng = Rng::new(seed);
+    let tables = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::I16,
+        DType::Bool,
+    ];
+    let ids = [
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+    ];
+    let (tdt, idt) = (*rng.pick(&tables), *rng.pick(&ids));
+    let tdims: Vec<usize> = (0..1 + rng.below(3)).map(|_| 1 + rng.below(9)).collect();
+    let idims: Vec<usize> = (0..rng.below(3)).map(|_| rng.below(6)).collect();
+    let axis = rng.below(tdims.len());
+    let bound = tdims[axis];
+    let m: usize = idims.iter().product();
+    let bad = rng.chance(12);
+    let vals: Vec<f64> = (0..m)
+        .map(
+            |j| match (bad && j + 1 == m, idt.is_signed_int() && rng.chance(50)) {
+                (true, true) => -1.0,
+                (true, false) => bound as f64,
+                (false, _) => rng.below(bound) as f64,
+            },
+        )
+        .collect();
+    let ids =
+        tensorlift::Tensor::from(ndarray::ArrayD::from_shape_vec(idims.clone(), vals).unwrap());
+    let ids = tensorlift::runtime::kernels::elementwise::convert(&ids, idt).unwrap();
+    let n: usize = tdims.iter().product();
+    let tv: Vec<f64> = (0..n).map(|j| ((j * 37 + 11) % 23) as f64 - 7.5).collect();
+    let table =
+        tensorlift::Tensor::from(ndarray::ArrayD::from_shape_vec(tdims.clone(), tv).unwrap());
+    let table = tensorlift::runtime::kernels::elementwise::convert(&table, tdt).unwrap();
+    let rank = tdims.len() - 1 + idims.len();
+    let axes: Vec<i64> = (0..rank as i64).filter(|_| rng.chance(50)).collect();
+    let reader = rng.below(5);
+    let axis = axis as i64;
+    let f = function(move |t: Sym, i: Sym| {
+        let r = t.take(&i, axis);
+        match reader {
+            0 if rank > 0 => r.reverse(&[0]),
+            1 => r.cast(DType::F64) * 3.0,
+            2 => r.cast(DType::F32).reduce_sum(Some(&axes), false),
+            3 => r.cast(DType::I64).reduce_max(Some(&axes), true),
+            _ => {
+                let perm: Vec<usize> = (0..rank).rev().collect();
+                r.transpose(&perm)
+            }
+        }
+    });
+    (f, [table, ids])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_gathers_agree_bitwise_in_exact_mode(seed in any::<u64>()) {
+        let (f, args) = random_gather(seed);
+        let want = f.call(&args);
+        for opts in &EXACT {
+            let got = f.clone().jit_compile(true).jit_options(*opts).call(&args);
+            match (&want, &got) {
+                (Ok(w), Ok(o)) => prop_assert!(
+                    common::same_bits(&o[0], &w[0]),
+                    "seed {seed} ({opts:?}): jit {:?}, interpreter {:?}", o[0], w[0]
+                ),
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (w, o) => prop_assert!(false, "seed {seed}: interpreter {w:?}, jit {o:?}"),
+            }
+        }
+    }
+}

@@ -79,6 +79,28 @@ pub enum ENode {
         /// Stride per loop dim, in elements.
         strides: Vec<i64>,
     },
+    /// Element of a slot at `offset + Σ i[d]·strides[d] + index·scale`,
+    /// `index` being the integer value of node `index`, clamped to
+    /// `[0, bound)`: a `take` fused into its reader (the gathered axis has
+    /// `bound` elements, `scale` apart; the strides address the others). A
+    /// runtime step checked the indices before the kernel runs, so the
+    /// clamp never changes a value; it keeps every address in the slot.
+    Gather {
+        /// The buffer (the table).
+        slot: SlotId,
+        /// Element type.
+        dtype: DType,
+        /// Offset in elements.
+        offset: i64,
+        /// Stride per loop dim, in elements (the gathered axis's excluded).
+        strides: Vec<i64>,
+        /// The node giving the index (a load of the indices' slot).
+        index: usize,
+        /// Elements between consecutive indices.
+        scale: i64,
+        /// Size of the gathered axis.
+        bound: i64,
+    },
     /// A scalar constant.
     Const(Literal),
     /// The integer `offset + Σ i[d]·strides[d]`, converted to `dtype`.
@@ -111,7 +133,9 @@ impl ENode {
     /// The result dtype.
     pub fn dtype(&self) -> DType {
         match self {
-            ENode::Load { dtype, .. } | ENode::Iota { dtype, .. } => *dtype,
+            ENode::Load { dtype, .. } | ENode::Gather { dtype, .. } | ENode::Iota { dtype, .. } => {
+                *dtype
+            }
             ENode::Const(l) => l.dtype,
             ENode::Unary(_, _, d)
             | ENode::Binary(_, _, _, d)
@@ -125,8 +149,26 @@ impl ENode {
     /// The stride per loop dim of a load or iota (none for the others).
     pub fn strides(&self) -> Option<&Vec<i64>> {
         match self {
-            ENode::Load { strides, .. } | ENode::Iota { strides, .. } => Some(strides),
+            ENode::Load { strides, .. }
+            | ENode::Gather { strides, .. }
+            | ENode::Iota { strides, .. } => Some(strides),
             ENode::Const(_)
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => None,
+        }
+    }
+
+    /// The slot a load or gather reads (none for the others).
+    pub fn slot(&self) -> Option<SlotId> {
+        match self {
+            ENode::Load { slot, .. } | ENode::Gather { slot, .. } => Some(*slot),
+            ENode::Const(_)
+            | ENode::Iota { .. }
             | ENode::Unary(..)
             | ENode::Binary(..)
             | ENode::Compare(..)
@@ -140,7 +182,9 @@ impl ENode {
     /// [`ENode::strides`], to rewrite.
     pub fn strides_mut(&mut self) -> Option<&mut Vec<i64>> {
         match self {
-            ENode::Load { strides, .. } | ENode::Iota { strides, .. } => Some(strides),
+            ENode::Load { strides, .. }
+            | ENode::Gather { strides, .. }
+            | ENode::Iota { strides, .. } => Some(strides),
             ENode::Const(_)
             | ENode::Unary(..)
             | ENode::Binary(..)
@@ -260,6 +304,9 @@ pub enum Step {
     Gemm(Gemm),
     /// An op executed by a runtime kernel through the `tl_runtime_step`
     /// symbol: operands are materialized, the result written to `outputs`.
+    /// A `take` with no outputs is a gather's check: its one input, the
+    /// indices, is checked against the table's axis (the take's error)
+    /// before the kernels that gather from it run ([`ENode::Gather`]).
     Runtime {
         /// The graph the node is in: 0 for the plan's graph, `i + 1` for
         /// the region graph `Plan::regions[i]`.
@@ -423,6 +470,12 @@ fn find_row_groups(plan: &mut Plan) {
                         && strides.first() == Some(&r)
                         && inner.is_some_and(|e| e < r.max(1));
                 }
+                // A gather may read any row.
+                if let ENode::Gather { slot, .. } = n
+                    && written.contains_key(slot)
+                {
+                    (shares, local) = (true, false);
+                }
             }
             let Some(r) = row_of(k).filter(|_| local) else {
                 break;
@@ -482,11 +535,23 @@ fn fusible(g: &Graph, n: &Node) -> bool {
         let from = n.inputs.first().map(|x| g.ty(*x).dtype);
         return !(to.is_half() || from.is_some_and(DType::is_half));
     }
+    if let Op::Take { .. } = n.op {
+        return n.inputs.first().is_some_and(|x| gatherable(g.ty(*x).dtype));
+    }
     fusible_op(&n.op)
 }
 
+/// Whether a `take` of a table of `dtype` may be a gather in its readers'
+/// kernels ([`ENode::Gather`]): not strings, and not f16/bf16, which
+/// kernels compute in f32 (a take moves their bits, signalling NaNs
+/// included).
+fn gatherable(dtype: DType) -> bool {
+    dtype != DType::String && !dtype.is_half()
+}
+
 /// Ops a loop kernel computes in place (`KernelBuilder::build_node`): the
-/// elementwise ones, iota, and those that only remap the index.
+/// elementwise ones, iota, and those that only remap the index (and
+/// `take`, as a gather, where [`fusible`] says).
 fn fusible_op(op: &Op) -> bool {
     match op {
         Op::Unary(_)
@@ -576,6 +641,8 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     let needs_buffer = |consumer: &Node, dtype_of_result: DType| -> bool {
         match consumer.op {
             Op::Reduce { .. } => !native_reduce(dtype_of_result),
+            // A gather loads the table and its indices from memory.
+            Op::Take { .. } => true,
             Op::Parameter { .. }
             | Op::Constant(_)
             | Op::Iota { .. }
@@ -595,7 +662,6 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::DotGeneral(_)
-            | Op::Take { .. }
             | Op::DynamicSlice { .. }
             | Op::DynamicUpdateSlice
             | Op::Scatter { .. }
@@ -809,9 +875,27 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             });
             continue;
         };
+        // A kernel computes the node (a gather only as part of a reader).
+        let kernel_op =
+            (fusible(g, n) || is_scalar_const(&n.op)) && !matches!(n.op, Op::Take { .. });
         match &n.op {
             Op::Parameter { .. } | Op::Constant(_)
                 if !(is_output[v.index()] && kind[v.index()] == Kind::Inline) => {}
+            // A take only kernels read: a gather in each of them, after a
+            // step that checks its indices (the take's error, raised
+            // before anything is read; a runtime step with no outputs).
+            Op::Take { .. } if kind[v.index()] == Kind::Inline => {
+                decisions.push(format!(
+                    "{}: fused into its readers as a gather (a runtime step checks the indices first)",
+                    n.name
+                ));
+                steps.push(Step::Runtime {
+                    graph: 0,
+                    node: id,
+                    inputs: slots_of(&slot_of, &n.inputs[1..2])?,
+                    outputs: vec![],
+                });
+            }
             Op::Reduce { op, axes, .. } if native_reduce(g.ty(v).dtype) => {
                 let x = n.inputs[0];
                 let in_dims = g.ty(x).shape.as_known().unwrap_or_default();
@@ -863,7 +947,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                     n.name
                 ));
             }
-            _ if (fusible(g, n) || is_scalar_const(&n.op)) && kind[v.index()] == Kind::Buffer => {
+            _ if kernel_op && kind[v.index()] == Kind::Buffer => {
                 let dims = g.ty(v).shape.as_known().unwrap_or_default();
                 let mut b = KernelBuilder::new(g, &kind, &slot_of, dims.len());
                 b.root = Some(v);
@@ -879,7 +963,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                 );
                 steps.push(Step::Kernel(k));
             }
-            _ if fusible(g, n) || is_scalar_const(&n.op) => {}
+            _ if kernel_op => {}
             op @ (Op::Parameter { .. }
             | Op::Constant(_)
             | Op::Iota { .. }
@@ -1552,7 +1636,7 @@ fn for_each_slot(step: &mut Step, f: &mut dyn FnMut(&mut SlotId)) {
     match step {
         Step::Kernel(k) => {
             for n in &mut k.nodes {
-                if let ENode::Load { slot, .. } = n {
+                if let ENode::Load { slot, .. } | ENode::Gather { slot, .. } = n {
                     f(slot);
                 }
             }
@@ -1804,6 +1888,8 @@ pub(crate) fn node_cost(n: &ENode) -> usize {
         | ENode::Clamp(..)
         | ENode::Convert(..)
         | ENode::Bitcast(..) => 1,
+        // The clamp and the address.
+        ENode::Gather { .. } => 3,
     }
 }
 
@@ -1908,7 +1994,10 @@ pub(crate) const TRANSCENDENTAL_COST: usize = 60;
 pub(crate) fn enode_operands(n: &ENode) -> Vec<usize> {
     match n {
         ENode::Load { .. } | ENode::Const(_) | ENode::Iota { .. } => vec![],
-        ENode::Unary(_, a, _) | ENode::Convert(a, _, _) | ENode::Bitcast(a, _, _) => vec![*a],
+        ENode::Unary(_, a, _)
+        | ENode::Convert(a, _, _)
+        | ENode::Bitcast(a, _, _)
+        | ENode::Gather { index: a, .. } => vec![*a],
         ENode::Binary(_, a, b, _) | ENode::Compare(_, a, b, _) => vec![*a, *b],
         ENode::Select(a, b, c, _) | ENode::Clamp(a, b, c, _) => vec![*a, *b, *c],
     }
@@ -1926,6 +2015,13 @@ fn same_expr(a: &[ENode], i: usize, b: &[ENode], j: usize) -> bool {
             | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
             (ENode::Convert(_, f, t), ENode::Convert(_, g, u))
             | (ENode::Bitcast(_, f, t), ENode::Bitcast(_, g, u)) => f == g && t == u,
+            (ENode::Gather { index: _, .. }, ENode::Gather { index: j, .. }) => {
+                let mut x = x.clone();
+                if let ENode::Gather { index, .. } = &mut x {
+                    *index = *j;
+                }
+                x == *y
+            }
             (x, y) => enode_operands(x).is_empty() && x == y,
         }
     }
@@ -1977,6 +2073,23 @@ fn compact(nodes: &[ENode], root: usize) -> (Vec<ENode>, usize) {
             ENode::Compare(o, a, b, d) => ENode::Compare(*o, map(a), map(b), *d),
             ENode::Select(a, b, c, d) => ENode::Select(map(a), map(b), map(c), *d),
             ENode::Clamp(a, b, c, d) => ENode::Clamp(map(a), map(b), map(c), *d),
+            ENode::Gather {
+                slot,
+                dtype,
+                offset,
+                strides,
+                index,
+                scale,
+                bound,
+            } => ENode::Gather {
+                slot: *slot,
+                dtype: *dtype,
+                offset: *offset,
+                strides: strides.clone(),
+                index: map(index),
+                scale: *scale,
+                bound: *bound,
+            },
             other @ (ENode::Load { .. } | ENode::Const(_) | ENode::Iota { .. }) => other.clone(),
         };
         index[i] = out.len();
@@ -2423,6 +2536,45 @@ impl<'a> KernelBuilder<'a> {
                 }
                 self.resolve(ins[0], &IndexMap::Multi { off: xo, coef: xc })?
             }
+            Op::Take { axis } => {
+                // out[pre, j, post] = x[pre, ids[j], post]: the indices read
+                // at the map's rows of the gathered dims, the table at its
+                // other dims, plus the index times its axis's stride.
+                let IndexMap::Multi { off, coef } = map else {
+                    return Err(bad());
+                };
+                let (x, ids) = (ins[0], ins[1]);
+                let xd = self.g.ty(x).shape.as_known().unwrap_or_default();
+                let ir = self.g.ty(ids).shape.rank().unwrap_or(0);
+                let index = self.resolve(
+                    ids,
+                    &IndexMap::Multi {
+                        off: off[*axis..*axis + ir].to_vec(),
+                        coef: coef[*axis..*axis + ir].to_vec(),
+                    },
+                )?;
+                let mut xo: Vec<i64> = off[..*axis].to_vec();
+                let mut xc: Vec<Vec<i64>> = coef[..*axis].to_vec();
+                xo.push(0);
+                xc.push(vec![0; self.loops]);
+                xo.extend_from_slice(&off[*axis + ir..]);
+                xc.extend_from_slice(&coef[*axis + ir..]);
+                let slot = *self
+                    .slot_of
+                    .get(&x)
+                    .ok_or_else(|| Error::internal(format!("no slot for {x}")))?;
+                let (offset, strides) =
+                    IndexMap::Multi { off: xo, coef: xc }.linear(&xd, self.loops);
+                self.push(ENode::Gather {
+                    slot,
+                    dtype: dt,
+                    offset,
+                    strides,
+                    index,
+                    scale: row_major(&xd)[*axis],
+                    bound: xd[*axis] as i64,
+                })
+            }
             op @ (Op::Parameter { .. }
             | Op::Constant(_)
             | Op::Concatenate { .. }
@@ -2431,7 +2583,6 @@ impl<'a> KernelBuilder<'a> {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::DotGeneral(_)
-            | Op::Take { .. }
             | Op::DynamicSlice { .. }
             | Op::DynamicUpdateSlice
             | Op::Scatter { .. }
@@ -2480,7 +2631,7 @@ impl<'a> KernelBuilder<'a> {
                 dims.remove(b);
                 merge(&mut out_strides);
                 for n in &mut nodes {
-                    if let ENode::Load { strides, .. } | ENode::Iota { strides, .. } = n {
+                    if let Some(strides) = n.strides_mut() {
                         merge(strides);
                     }
                 }
@@ -2643,22 +2794,7 @@ fn aligned_block(dims: &[usize], sizes: &[usize], size: usize) -> bool {
 pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
     match step {
         Step::Kernel(k) => {
-            let reads = k
-                .nodes
-                .iter()
-                .filter_map(|n| match n {
-                    ENode::Load { slot, .. } => Some(*slot),
-                    ENode::Const(_)
-                    | ENode::Iota { .. }
-                    | ENode::Unary(..)
-                    | ENode::Binary(..)
-                    | ENode::Compare(..)
-                    | ENode::Select(..)
-                    | ENode::Clamp(..)
-                    | ENode::Convert(..)
-                    | ENode::Bitcast(..) => None,
-                })
-                .collect();
+            let reads = k.nodes.iter().filter_map(ENode::slot).collect();
             let mut writes = vec![k.out];
             writes.extend(k.stash.as_ref().map(|st| st.slot));
             (reads, writes)
@@ -2756,9 +2892,15 @@ impl Plan {
                     } else {
                         format!(" in @{}", g.name)
                     };
+                    // A gather's check (see `plan_with`).
+                    let what = if matches!(n.op, Op::Take { .. }) && outputs.is_empty() {
+                        " (checks the indices of the gathers)"
+                    } else {
+                        ""
+                    };
                     let _ = writeln!(
                         s,
-                        "  step {i}: runtime {} '{}'{at} {inputs:?} -> {outputs:?}",
+                        "  step {i}: runtime {} '{}'{at} {inputs:?} -> {outputs:?}{what}",
                         n.op.name(),
                         n.name
                     );
@@ -2803,6 +2945,19 @@ fn enode_text(n: &ENode) -> String {
         } => format!(
             "load slot {slot} {} [{offset} + {strides:?}]",
             dtype.short_name()
+        ),
+        ENode::Gather {
+            slot,
+            dtype,
+            offset,
+            strides,
+            index,
+            scale,
+            bound,
+        } => format!(
+            "gather slot {slot} {} [{offset} + {strides:?} + clamp(e{index}, 0, {}) * {scale}]",
+            dtype.short_name(),
+            bound - 1
         ),
         ENode::Const(l) => {
             let mut v = String::new();

@@ -435,6 +435,20 @@ fn run_step(
                 )
                 .map_err(|e| e.at_node(g.node_ref(*node)));
             }
+            // A take fused into its readers as a gather: its step only
+            // checks the indices (its one input), before any kernel reads
+            // the table where they point.
+            if let Op::Take { axis } = &g.node(*node).op
+                && let ([ids], []) = (inputs.as_slice(), outputs.as_slice())
+            {
+                let table = g.ty(g.node(*node).inputs[0]);
+                let n = table.shape.as_known().map_or(0, |d| d[*axis]);
+                let mut keep = None;
+                // SAFETY: slot pointers are valid while main runs.
+                let ids = unsafe { slot_ref(plan, ctx, bufs, *ids, &mut keep)? };
+                return tensorlift_runtime::kernels::layout::check_take_indices(&ids, n)
+                    .map_err(|e| e.at_node(g.node_ref(*node)));
+            }
             if let Op::Take { axis } = &g.node(*node).op
                 && let ([x, ids], [out]) = (inputs.as_slice(), outputs.as_slice())
                 && plan.slots[*out].dtype != DType::String

@@ -44,6 +44,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     offset,
                     strides,
                     ..
+                }
+                | ENode::Gather {
+                    dtype,
+                    offset,
+                    strides,
+                    ..
                 } => Some((i, *offset, strides.clone(), dtype.size() as i64)),
                 ENode::Iota {
                     offset, strides, ..
@@ -101,23 +107,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// pointers from `bufs` (no function of its own: `main` inlines scalar
     /// kernels, see `driver::inline_in_main`).
     pub(super) fn emit_body(&mut self, bufs: Value) -> Result<()> {
-        let mut slots: Vec<usize> = self
-            .k
-            .nodes
-            .iter()
-            .filter_map(|n| match n {
-                ENode::Load { slot, .. } => Some(*slot),
-                ENode::Const(_)
-                | ENode::Iota { .. }
-                | ENode::Unary(..)
-                | ENode::Binary(..)
-                | ENode::Compare(..)
-                | ENode::Select(..)
-                | ENode::Clamp(..)
-                | ENode::Convert(..)
-                | ENode::Bitcast(..) => None,
-            })
-            .collect();
+        let mut slots: Vec<usize> = self.k.nodes.iter().filter_map(ENode::slot).collect();
         slots.push(self.k.out);
         slots.extend(self.k.stash.as_ref().map(|st| st.slot));
         slots.sort_unstable();
@@ -156,7 +146,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 OUT => self.k.out,
                 STASH => return Err(Error::internal("an inline kernel with a stash")),
                 i => match &self.k.nodes[i] {
-                    ENode::Load { slot, .. } => *slot,
+                    ENode::Load { slot, .. } | ENode::Gather { slot, .. } => *slot,
                     ENode::Const(_)
                     | ENode::Unary(..)
                     | ENode::Binary(..)
@@ -516,7 +506,17 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let lanes = vt.lane_count() as i64;
             // Hoist stride-0 loads and constants out of the vector loop.
             self.hoisted.clear();
+            let index_only = gather_indices(&self.k.nodes, self.k.root);
             for (i, node) in self.k.nodes.iter().enumerate() {
+                // A gather's index, fixed for the row: one scalar.
+                if index_only[i]
+                    && let ENode::Load { dtype, .. } = node
+                {
+                    let p = self.b.use_var(self.pos[&i]);
+                    let v = self.b.ins().load(comp_ty(*dtype), trusted(), p, 0);
+                    self.hoisted.insert(i, v);
+                    continue;
+                }
                 if let ENode::Load { strides, dtype, .. } = node
                     && inner_stride(strides) == 0
                 {
@@ -841,7 +841,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
 
     fn load_slot(&self, node: usize) -> usize {
         match &self.k.nodes[node] {
-            ENode::Load { slot, .. } => *slot,
+            ENode::Load { slot, .. } | ENode::Gather { slot, .. } => *slot,
             ENode::Const(_)
             | ENode::Iota { .. }
             | ENode::Unary(..)
@@ -891,6 +891,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     ENode::Select(_, a, b, _) => *a != i && *b != i,
                     ENode::Convert(_, _, to) => *to == dt,
                     u @ (ENode::Load { .. }
+                    | ENode::Gather { .. }
                     | ENode::Const(_)
                     | ENode::Iota { .. }
                     | ENode::Unary(..)
@@ -909,6 +910,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 && self.k.nodes.iter().all(|u| match u {
                     ENode::Convert(..) => true,
                     u @ (ENode::Load { .. }
+                    | ENode::Gather { .. }
                     | ENode::Const(_)
                     | ENode::Iota { .. }
                     | ENode::Unary(..)
@@ -920,11 +922,26 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 })
         };
         // Every value has the row's type but these, and loads walk the row
-        // contiguously or not at all (hoisted and splat).
+        // contiguously or not at all (hoisted and splat); a gather walks a
+        // row of its table (its index fixed for the row, a scalar load).
+        let index_only = gather_indices(&self.k.nodes, self.k.root);
+        let fixed = |i: usize| matches!(&self.k.nodes[i], ENode::Load { strides, .. } if strides[rank - 1] == 0);
         for (i, node) in self.k.nodes.iter().enumerate() {
             let ok = match node {
+                ENode::Load { .. } if index_only[i] => fixed(i),
                 ENode::Load { dtype, strides, .. } => {
                     matches!(strides[rank - 1], 0 | 1) && (*dtype == dt || converted_only(i))
+                }
+                ENode::Gather {
+                    dtype,
+                    strides,
+                    index,
+                    ..
+                } => {
+                    strides[rank - 1] == 1
+                        && index_only[*index]
+                        && fixed(*index)
+                        && (*dtype == dt || converted_only(i))
                 }
                 ENode::Compare(_, _, _, d) => *d == dt && mask_only(i),
                 ENode::Convert(x, from, to) => *to == dt && self.dtype_of(*x) == *from,
@@ -994,4 +1011,25 @@ struct TransposeTile {
     row: i64,
     /// Bytes between the output's elements of consecutive `p`.
     col: i64,
+}
+
+/// Per node: whether it is a load only gathers read, as their index (a
+/// scalar per row in vector code), and neither the root nor stored.
+pub(super) fn gather_indices(nodes: &[ENode], root: usize) -> Vec<bool> {
+    let mut index = vec![false; nodes.len()];
+    let mut other = vec![false; nodes.len()];
+    other[root] = true;
+    for n in nodes {
+        // (`enode_operands` names every other node's operands.)
+        if let ENode::Gather { index: i, .. } = n {
+            index[*i] = true;
+        } else {
+            for i in crate::fusion::enode_operands(n) {
+                other[i] = true;
+            }
+        }
+    }
+    (0..nodes.len())
+        .map(|i| index[i] && !other[i] && matches!(nodes[i], ENode::Load { .. }))
+        .collect()
 }

@@ -205,6 +205,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// form is `LowerError::NoVectorForm` (what `vector_type` asks).
     pub(super) fn eval(&mut self, mode: Mode) -> Lowered<Vec<V>> {
         let nodes = self.k.nodes.clone();
+        let index_only = super::loops::gather_indices(&nodes, self.k.root);
         let mut vals: Vec<V> = Vec::with_capacity(nodes.len());
         let mut unused = None;
         for (i, n) in nodes.iter().enumerate() {
@@ -226,6 +227,11 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 ENode::Load { dtype, slot, .. } => match mode {
                     Mode::Vector(vt) => match self.hoisted.get(&i) {
                         Some(v) => V::S(*v),
+                        // A gather's index: one scalar for the row.
+                        None if index_only[i] => {
+                            let p = self.b.use_var(self.pos[&i]);
+                            self.load(*dtype, p)?
+                        }
                         None => {
                             let p = self.b.use_var(self.pos[&i]);
                             let off = (self.load_off * dtype.size() as i64) as i32;
@@ -241,6 +247,26 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                         }
                     },
                 },
+                ENode::Gather {
+                    dtype,
+                    index,
+                    scale,
+                    bound,
+                    ..
+                } => {
+                    let esize = dtype.size() as i64;
+                    let at = self.gather_offset(vals[*index].s(), self.dtype_of(*index), *bound);
+                    let bytes = self.b.ins().imul_imm_s(at, scale * esize);
+                    let p = self.b.use_var(self.pos[&i]);
+                    let p = self.b.ins().iadd(p, bytes);
+                    match mode {
+                        Mode::Vector(vt) => {
+                            let off = (self.load_off * esize) as i32;
+                            V::S(self.vector_load(*dtype, vt, p, off)?)
+                        }
+                        Mode::Scalar => self.load(*dtype, p)?,
+                    }
+                }
                 ENode::Const(l) => match (mode, self.hoisted.get(&i)) {
                     (Mode::Vector(_), Some(v)) => V::S(*v),
                     (Mode::Vector(_) | Mode::Scalar, _) => self.const_value(l, mode),
@@ -275,6 +301,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                             Mode::Vector(vt) => match nodes[*p] {
                                 ENode::Compare(..) => self.sel(pv, a.s(), c.s(), vt),
                                 ENode::Load { .. }
+                                | ENode::Gather { .. }
                                 | ENode::Const(_)
                                 | ENode::Iota { .. }
                                 | ENode::Unary(..)
@@ -312,6 +339,26 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             vals.push(v);
         }
         Ok(vals)
+    }
+
+    /// A gather's index `x` (an integer of `dt`) as an i64 in `[0, bound)`:
+    /// the runtime step before the kernel rejected any other, so the clamp
+    /// only keeps the address inside the table whatever happens.
+    fn gather_offset(&mut self, x: Value, dt: DType, bound: i64) -> Value {
+        let ty = self.b.func.dfg.value_type(x);
+        let x = match (ty == types::I64, dt.is_signed_int()) {
+            (true, _) => x,
+            (false, true) => self.b.ins().sextend(types::I64, x),
+            (false, false) => self.b.ins().uextend(types::I64, x),
+        };
+        let hi = self.b.ins().iconst(types::I64, (bound - 1).max(0));
+        if dt.is_signed_int() {
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let x = self.b.ins().smax(x, zero);
+            self.b.ins().smin(x, hi)
+        } else {
+            self.b.ins().umin(x, hi)
+        }
     }
 
     fn round_if_half(&mut self, d: DType, v: V) -> Result<V> {

@@ -1123,7 +1123,10 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                 let m = rec.max_min(true, vals[*x], vals[*lo]);
                 rec.max_min(false, m, vals[*hi])
             }
-            ENode::Iota { .. } | ENode::Convert(..) | ENode::Bitcast(..) => return None,
+            // A gather's address is data: the inline code's.
+            ENode::Gather { .. } | ENode::Iota { .. } | ENode::Convert(..) | ENode::Bitcast(..) => {
+                return None;
+            }
         };
         if let (ENode::Load { .. }, Some(inst @ Inst::Load { .. })) = (n, rec.insts.last()) {
             loaded[i] = Some((*inst, rec.insts.len()));

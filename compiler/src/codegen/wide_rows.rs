@@ -82,6 +82,7 @@ pub(super) fn wide_eligible(n: &ENode, dtype_of: impl Fn(usize) -> DType) -> boo
             dtype_of(*x) == DType::F64 && dtype_of(*y) == DType::F64
         }
         ENode::Load { .. }
+        | ENode::Gather { .. }
         | ENode::Const(_)
         | ENode::Iota { .. }
         | ENode::Unary(..)
@@ -99,6 +100,7 @@ fn wide_buffers(n: &ENode) -> usize {
     match n {
         ENode::Binary(..) => 2,
         ENode::Load { .. }
+        | ENode::Gather { .. }
         | ENode::Const(_)
         | ENode::Iota { .. }
         | ENode::Unary(..)
@@ -143,7 +145,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let is_fixed = |i: usize| match &k.nodes[i] {
             ENode::Load { strides, .. } => inner(strides) == 0,
             ENode::Const(l) => matches!(l.element(0), Scalar::Float(..)),
-            ENode::Iota { .. }
+            ENode::Gather { .. }
+            | ENode::Iota { .. }
             | ENode::Unary(..)
             | ENode::Binary(..)
             | ENode::Compare(..)
@@ -202,6 +205,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                 (RowOp::Div, k.root)
             }
             ENode::Load { .. }
+            | ENode::Gather { .. }
             | ENode::Const(_)
             | ENode::Iota { .. }
             | ENode::Unary(..)
@@ -216,6 +220,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             match k.nodes[t] {
                 ENode::Binary(_, x, s, _) => (x, Pre::Div(s)),
                 ENode::Load { .. }
+                | ENode::Gather { .. }
                 | ENode::Const(_)
                 | ENode::Iota { .. }
                 | ENode::Unary(..)
@@ -250,6 +255,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     )
                 }
                 ENode::Load { .. }
+                | ENode::Gather { .. }
                 | ENode::Const(_)
                 | ENode::Iota { .. }
                 | ENode::Unary(..)
@@ -367,6 +373,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             match &s.k.nodes[i] {
                 ENode::Const(l) => s.const_value(l, Mode::Scalar).s(),
                 ENode::Load { .. }
+                | ENode::Gather { .. }
                 | ENode::Iota { .. }
                 | ENode::Unary(..)
                 | ENode::Binary(..)
@@ -580,6 +587,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         let code_of = |w: usize| match k.nodes[w] {
             ENode::Unary(u, ..) => u as i64,
             ENode::Load { .. }
+            | ENode::Gather { .. }
             | ENode::Const(_)
             | ENode::Iota { .. }
             | ENode::Binary(..)
@@ -594,6 +602,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             ENode::Unary(_, x, _) => vec![x],
             ENode::Binary(_, x, y, _) => vec![x, y],
             ENode::Load { .. }
+            | ENode::Gather { .. }
             | ENode::Const(_)
             | ENode::Iota { .. }
             | ENode::Compare(..)

@@ -264,14 +264,35 @@ fn indices(idx: &Tensor, n: usize) -> Result<Vec<usize>> {
         .enumerate()
         .map(|(i, &v)| {
             if v < 0 || v >= n as i128 {
-                Err(Error::invalid(format!(
-                    "take: indices[{i}] = {v} is not in [0, {n})"
-                )))
+                Err(index_out_of_range(i, v, n))
             } else {
                 Ok(v as usize)
             }
         })
         .collect()
+}
+
+/// `take`'s error for `indices[i] = v` outside `[0, n)`.
+fn index_out_of_range(i: usize, v: i128, n: usize) -> Error {
+    Error::invalid(format!("take: indices[{i}] = {v} is not in [0, {n})"))
+}
+
+/// Checks every index of `idx` against an axis of `n` elements: the error
+/// [`take`] raises, for a take the JIT fused into its readers as a gather
+/// (they load the table where the indices point, after this check).
+pub fn check_take_indices(idx: &TensorRef<'_>, n: usize) -> Result<()> {
+    let d = idx.dtype();
+    with_int!(d, T => {
+        let bad = words::<T>(idx.bytes())
+            .iter()
+            .map(|v| v.to_i128())
+            .enumerate()
+            .find(|(_, v)| *v < 0 || *v >= n as i128);
+        match bad {
+            Some((i, v)) => Err(index_out_of_range(i, v, n)),
+            None => Ok(()),
+        }
+    }, else => Err(Error::invalid(format!("take indices must be integers, got {d}"))))
 }
 
 /// Gathers slices along `axis` at `idx`.
@@ -316,7 +337,7 @@ pub fn take_into(out: &mut [u8], x: &Tensor, idx: &Tensor, axis: usize) -> Resul
             outer * ids.len() * inner
         )));
     }
-    if inner == 0 {
+    if out.is_empty() {
         return Ok(());
     }
     // Rows `first..` of the result into `block`.
