@@ -923,3 +923,155 @@ fn gathers_fuse_into_their_consumers() {
         .unwrap();
     assert!(fused.contains("runtime kernel (take"), "{fused}");
 }
+
+#[test]
+fn gemm_epilogues_run_on_each_parts_rows() {
+    // The kernel right after a GEMM, over its rows and reading the product
+    // only from the row it writes (a layer's bias and activation, a row
+    // reduction), runs on each part's rows as the part finishes them. The same bits as
+    // the interpreter in exact mode.
+    type Body = fn(Sym, Sym, Sym) -> Sym;
+    // (x dims, w dims, program, whether the kernel is an epilogue)
+    type Case<'a> = (&'a [usize], &'a [usize], Body, bool);
+    let cases: &[Case] = &[
+        // Split by rows over the pool (39M multiply-adds).
+        (
+            &[256, 512],
+            &[512, 300],
+            |x, w, b| (x.matmul(&w) + b).maximum(0.0),
+            true,
+        ),
+        // Small: one part.
+        (
+            &[5, 16],
+            &[16, 300],
+            |x, w, b| (x.matmul(&w) + b).tanh(),
+            true,
+        ),
+        // The product read transposed: not an epilogue.
+        (
+            &[300, 256],
+            &[256, 300],
+            |x, w, b| x.matmul(&w).transpose(&[1, 0]) + b,
+            false,
+        ),
+        // Dims merged into one (`m·n` indices, a row's length per row).
+        (
+            &[64, 128],
+            &[128, 512],
+            |x, w, _| x.matmul(&w).tanh() * 2.0,
+            true,
+        ),
+        // Row reductions (a softmax's row max, a row sum).
+        (
+            &[256, 512],
+            &[512, 300],
+            |x, w, b| (x.matmul(&w) + b).reduce_max(Some(&[1]), true),
+            true,
+        ),
+        (
+            &[256, 512],
+            &[512, 300],
+            |x, w, _| x.matmul(&w).reduce_sum(Some(&[1]), false),
+            true,
+        ),
+        // A sum over the rows: not an epilogue.
+        (
+            &[256, 512],
+            &[512, 300],
+            |x, w, _| x.matmul(&w).reduce_sum(Some(&[0]), false),
+            false,
+        ),
+        // The product is returned too (its slot an output).
+        (
+            &[200, 128],
+            &[128, 300],
+            |x, w, b| {
+                let p = x.matmul(&w);
+                &p * (&p + b).exp()
+            },
+            true,
+        ),
+    ];
+    for (c, &(xd, wd, body, fused)) in cases.iter().enumerate() {
+        let vals = |n: usize, s: usize| -> Vec<f32> {
+            (0..n)
+                .map(|j| ((j * 7919 + s * 31) % 2003) as f32 / 2003.0 - 0.5)
+                .collect()
+        };
+        let x = common::f32s(&vals(xd.iter().product(), 1), xd);
+        let w = common::f32s(&vals(wd.iter().product(), 2), wd);
+        let b = common::f32s(&vals(wd[1], 3), &[wd[1]]);
+        let args = [x, w, b];
+        let want = function(body).call(&args).unwrap();
+        let f = function(body).jit_compile(true).jit_options(JitOptions {
+            exact: true,
+            ..JitOptions::default()
+        });
+        for _ in 0..3 {
+            let got = f.call(&args).unwrap();
+            assert!(
+                common::same_bits(&got[0], &want[0]),
+                "case {c} differs from the interpreter"
+            );
+        }
+        let specs: Vec<TensorSpec> = args
+            .iter()
+            .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+            .collect();
+        let fused_ir = function(body)
+            .jit_compile(true)
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap();
+        assert_eq!(
+            fused_ir.contains("then on each part's rows"),
+            fused,
+            "case {c}:\n{fused_ir}"
+        );
+    }
+    // In a loop body: h ← tanh(h·W + x), 20 steps.
+    let rnn = |h: Sym, w: Sym, x: Sym| {
+        tensorlift::fori_loop(0, 20, |_, c| vec![(c[0].matmul(&w) + &x).tanh()], &[h]).remove(0)
+    };
+    let h = common::f32s(
+        &(0..128 * 256)
+            .map(|j| (j % 7) as f32 * 0.1)
+            .collect::<Vec<_>>(),
+        &[128, 256],
+    );
+    let w = common::f32s(
+        &(0..256 * 256)
+            .map(|j| ((j * 13) % 17) as f32 * 0.004 - 0.03)
+            .collect::<Vec<_>>(),
+        &[256, 256],
+    );
+    let x = common::f32s(
+        &(0..128 * 256)
+            .map(|j| (j % 5) as f32 * 0.2)
+            .collect::<Vec<_>>(),
+        &[128, 256],
+    );
+    let args = [h, w, x];
+    let specs: Vec<TensorSpec> = args
+        .iter()
+        .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+        .collect();
+    let fused_ir = function(rnn)
+        .jit_compile(true)
+        .compiler_ir(&specs, IrStage::Fused)
+        .unwrap();
+    assert!(
+        fused_ir.contains("then on each part's rows (256 of"),
+        "{fused_ir}"
+    );
+    let want = function(rnn).call(&args).unwrap();
+    let got = function(rnn)
+        .jit_compile(true)
+        .jit_options(JitOptions {
+            exact: true,
+            ..JitOptions::default()
+        })
+        .call(&args)
+        .unwrap();
+    assert!(common::same_bits(&got[0], &want[0]), "the loop differs");
+}

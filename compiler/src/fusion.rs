@@ -16,7 +16,7 @@ use tensorlift_ir::{
     BinaryOp, CmpOp, DType, Error, Graph, Literal, Node, NodeId, Op, ReduceOp, Result, UnaryOp,
     ValueId,
 };
-use tensorlift_runtime::kernels::gemm::GemmDims;
+use tensorlift_runtime::kernels::gemm::{GemmDims, GemmSplit};
 
 /// Index of a buffer slot.
 pub type SlotId = usize;
@@ -279,9 +279,34 @@ pub struct Gemm {
     /// `out += lhs @ rhs`: `out` holds an accumulator the product is added
     /// to (an `add(acc, dot_general(..))` fused by [`accumulate_gemms`]).
     pub accumulate: bool,
+    /// A kernel over the output's rows (a loop, or a reduction keeping
+    /// them) run on each part's rows as the part finishes them (the bias
+    /// and activation of a layer, a softmax's row max; see
+    /// [`gemm_epilogues`]).
+    pub epilogue: Option<Box<Epilogue>>,
+}
+
+/// A GEMM's epilogue ([`Gemm::epilogue`]).
+#[derive(Clone, Debug)]
+pub struct Epilogue {
+    /// The kernel: its outermost dim (kept) has `per_row` indices per row
+    /// of the product.
+    pub kernel: Kernel,
+    /// Indices of the kernel's outermost dim per row of the product (1,
+    /// or the row's length when the kernel's dims merged into one).
+    pub per_row: usize,
 }
 
 impl Gemm {
+    /// How the runtime splits the call over a pool of `threads`: by rows
+    /// first when it has an epilogue.
+    pub fn split(&self, threads: usize) -> GemmSplit {
+        match self.epilogue {
+            Some(_) => self.dims().split_by_rows(threads),
+            None => self.dims().split(threads),
+        }
+    }
+
     /// The call's layout, as the runtime's GEMM takes it.
     pub fn dims(&self) -> GemmDims {
         GemmDims {
@@ -417,6 +442,100 @@ fn inner_extent(strides: &[i64], dims: &[usize]) -> Option<i64> {
         e = e.checked_add(s.checked_mul(*d as i64 - 1)?)?;
     }
     Some(e)
+}
+
+/// A kernel with nothing in it (a placeholder while a step is rewritten).
+fn empty_kernel() -> Kernel {
+    Kernel {
+        name: String::new(),
+        kind: KernelKind::Loop,
+        dims: Vec::new(),
+        nodes: Vec::new(),
+        root: 0,
+        out: 0,
+        out_strides: Vec::new(),
+        stash: None,
+    }
+}
+
+/// Moves the kernel right after a GEMM into the GEMM's step as its
+/// epilogue ([`Gemm::epilogue`]) when it runs over the product's rows (a
+/// loop, or a reduction keeping its outermost dim) and reads the product
+/// only from the row it writes: the runtime splits the
+/// product by rows and runs the kernel on each part's rows as soon as the
+/// part has finished them, on the part's thread, while they are in its
+/// cache — a layer's bias and activation no longer read the product back
+/// from memory after the whole product, on one thread.
+fn gemm_epilogues(plan: &mut Plan) {
+    let mut i = 0;
+    while i + 1 < plan.steps.len() {
+        let (Step::Gemm(g), Step::Kernel(k)) = (&plan.steps[i], &plan.steps[i + 1]) else {
+            i += 1;
+            continue;
+        };
+        // The kernel's outermost dim: `per_row` indices per product row
+        // (dims merged into one: a row's length).
+        let outer = k.dims.first().copied().unwrap_or(0);
+        let per_row = if g.m > 0 && outer % g.m == 0 {
+            outer / g.m
+        } else {
+            0
+        };
+        let (n, f) = (g.n as i64, per_row as i64);
+        // Every read of the product: a load, at each outer index, of its
+        // own `n / per_row` elements of the row being written.
+        let row_local = |node: &ENode| match node {
+            ENode::Load {
+                slot,
+                offset,
+                strides,
+                ..
+            } if *slot == g.out => {
+                let s0 = strides.first().copied().unwrap_or(0);
+                *offset == 0
+                    && s0 > 0
+                    && s0.checked_mul(f) == Some(n)
+                    && inner_extent(strides, &k.dims).is_some_and(|e| e < s0)
+            }
+            ENode::Gather { slot, .. } => *slot != g.out,
+            ENode::Load { .. }
+            | ENode::Const(_)
+            | ENode::Iota { .. }
+            | ENode::Unary(..)
+            | ENode::Binary(..)
+            | ENode::Compare(..)
+            | ENode::Select(..)
+            | ENode::Clamp(..)
+            | ENode::Convert(..)
+            | ENode::Bitcast(..) => true,
+        };
+        let reads_product = k.nodes.iter().any(|e| e.slot() == Some(g.out));
+        let fits = g.b == 1
+            && !g.accumulate
+            && g.epilogue.is_none()
+            && k.stash.is_none()
+            && per_row > 0
+            && range_capable(k)
+            && reads_product
+            && k.nodes.iter().all(row_local)
+            && ![g.lhs, g.rhs, g.out].contains(&k.out);
+        if !fits {
+            i += 1;
+            continue;
+        }
+        let Step::Kernel(k) = plan.steps.remove(i + 1) else {
+            continue;
+        };
+        let Step::Gemm(g) = &mut plan.steps[i] else {
+            continue;
+        };
+        plan.decisions.push(format!(
+            "{}: epilogue of GEMM '{}': run on each part's rows as the part finishes them",
+            k.name, g.name
+        ));
+        g.epilogue = Some(Box::new(Epilogue { kernel: k, per_row }));
+        i += 1;
+    }
 }
 
 /// Finds the row groups of `plan` (see [`RowGroup`]).
@@ -941,6 +1060,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                     rhs_strides: rs,
                     threads: true,
                     accumulate: false,
+                    epilogue: None,
                 }));
                 decisions.push(format!(
                     "{}: GEMM call (tl_gemm: the gemm crate), b={b} m={m} k={k} n={nn}",
@@ -1042,6 +1162,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     write_copies_in_place(&mut plan);
     share_reduced_values(&mut plan);
     copy_halves_as_bits(&mut plan);
+    gemm_epilogues(&mut plan);
     find_row_groups(&mut plan);
     crate::tile::tile_kernels(&mut plan);
     update_in_place(&mut plan, params_writable);
@@ -1649,6 +1770,13 @@ fn for_each_slot(step: &mut Step, f: &mut dyn FnMut(&mut SlotId)) {
             f(&mut g.lhs);
             f(&mut g.rhs);
             f(&mut g.out);
+            if let Some(e) = &mut g.epilogue {
+                let mut step = Step::Kernel(std::mem::replace(&mut e.kernel, empty_kernel()));
+                for_each_slot(&mut step, f);
+                if let Step::Kernel(done) = step {
+                    e.kernel = done;
+                }
+            }
         }
         Step::Runtime {
             inputs, outputs, ..
@@ -1672,7 +1800,7 @@ pub fn matvec_as_reductions(plan: &mut Plan) {
         let Step::Gemm(g) = &plan.steps[i] else {
             continue;
         };
-        if g.n != 1 || g.m == 0 || g.k == 0 {
+        if g.n != 1 || g.m == 0 || g.k == 0 || g.epilogue.is_some() {
             continue;
         }
         let [lb, lm, lk] = g.lhs_strides.map(|s| s as i64);
@@ -2799,8 +2927,19 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
             writes.extend(k.stash.as_ref().map(|st| st.slot));
             (reads, writes)
         }
-        Step::Gemm(g) if g.accumulate => (vec![g.lhs, g.rhs, g.out], vec![g.out]),
-        Step::Gemm(g) => (vec![g.lhs, g.rhs], vec![g.out]),
+        Step::Gemm(g) => {
+            let mut reads = vec![g.lhs, g.rhs];
+            let mut writes = vec![g.out];
+            if g.accumulate {
+                reads.push(g.out);
+            }
+            if let Some(e) = &g.epilogue {
+                let (r, w) = step_slots(&Step::Kernel(e.kernel.clone()));
+                reads.extend(r);
+                writes.extend(w);
+            }
+            (reads, writes)
+        }
         Step::Runtime {
             inputs, outputs, ..
         } => (inputs.clone(), outputs.clone()),
@@ -2839,12 +2978,7 @@ impl Plan {
         for (i, st) in self.steps.iter().enumerate() {
             match st {
                 Step::Kernel(k) => {
-                    let kind = match &k.kind {
-                        KernelKind::Loop => "loop".to_string(),
-                        KernelKind::Reduce { op, reduced } => {
-                            format!("reduce_{} reduced={reduced:?}", op.name())
-                        }
-                    };
+                    let kind = kind_text(&k.kind);
                     let _ = writeln!(
                         s,
                         "  step {i}: kernel '{}' {kind} dims={:?} root=e{} -> slot {} strides={:?}",
@@ -2878,6 +3012,23 @@ impl Plan {
                         if g.accumulate { "+=" } else { "->" },
                         g.out
                     );
+                    if let Some(e) = &g.epilogue {
+                        let k = &e.kernel;
+                        let _ = writeln!(
+                            s,
+                            "    then on each part's rows ({} of its outer dim a row): kernel '{}' {} dims={:?} root=e{} -> slot {} strides={:?}",
+                            e.per_row,
+                            k.name,
+                            kind_text(&k.kind),
+                            k.dims,
+                            k.root,
+                            k.out,
+                            k.out_strides
+                        );
+                        for (j, n) in k.nodes.iter().enumerate() {
+                            let _ = writeln!(s, "      e{j} = {}", enode_text(n));
+                        }
+                    }
                 }
                 Step::Runtime {
                     graph,
@@ -2932,6 +3083,13 @@ impl Plan {
             let _ = writeln!(s, "  decision: {d}");
         }
         s
+    }
+}
+
+fn kind_text(kind: &KernelKind) -> String {
+    match kind {
+        KernelKind::Loop => "loop".to_string(),
+        KernelKind::Reduce { op, reduced } => format!("reduce_{} reduced={reduced:?}", op.name()),
     }
 }
 

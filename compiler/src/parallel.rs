@@ -135,9 +135,7 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
         } else {
             match step {
                 Step::Kernel(k) => kernel_split(plan, i, k, opts).parts().is_some(),
-                Step::Gemm(g) => {
-                    opts.threads && !matches!(g.dims().split(threads), GemmSplit::One(_))
-                }
+                Step::Gemm(g) => opts.threads && !matches!(g.split(threads), GemmSplit::One(_)),
                 Step::Runtime { .. }
                 | Step::Copy { .. }
                 | Step::Label(_)
@@ -205,7 +203,19 @@ fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
     if !opts.threads {
         return format!("threads: {what}: {THREADS_OFF}");
     }
-    match g.dims().split(pool::threads()) {
+    let split = g.split(pool::threads());
+    let then = match (&g.epilogue, split) {
+        (Some(e), GemmSplit::Rows(_)) => {
+            format!("; its epilogue '{}' on each part's rows", e.kernel.name)
+        }
+        (Some(e), GemmSplit::Batch(n) | GemmSplit::Columns(n)) => format!(
+            "; its epilogue '{}' after it, in {n} ranges of rows",
+            e.kernel.name
+        ),
+        (Some(e), GemmSplit::One(_)) => format!("; its epilogue '{}' after it", e.kernel.name),
+        (None, _) => String::new(),
+    };
+    let line = match split {
         GemmSplit::One(reason) => format!("threads: {what}: {reason}"),
         GemmSplit::Batch(n) => {
             format!(
@@ -220,7 +230,8 @@ fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
             )
         }
         GemmSplit::Rows(n) => format!("threads: {what}: split into {n} ranges of its {} rows", g.m),
-    }
+    };
+    line + &then
 }
 
 fn line(what: &str, split: Split, rows: usize) -> String {

@@ -270,11 +270,14 @@ unsafe fn slot_ref<'a>(
     }
 }
 
+/// Runs runtime or GEMM step `step`; `epilogue` is a GEMM step's
+/// epilogue kernel (`Gemm::epilogue`), compiled.
 fn run_step(
     table: &StepTable,
     step: usize,
     bufs: *const *mut u8,
     ctx: &mut CallCtx,
+    epilogue: Option<KernelFn>,
 ) -> Result<(), Error> {
     let plan = &table.plan;
     match plan.steps.get(step) {
@@ -506,17 +509,46 @@ fn run_step(
             // SAFETY: `bufs` holds a pointer for every slot.
             let (a, b, c) = unsafe { (*bufs.add(g.lhs), *bufs.add(g.rhs), *bufs.add(g.out)) };
             let d = g.dims();
+            // The epilogue kernel on each range of rows, its first failing
+            // status kept.
+            let status = std::sync::atomic::AtomicI32::new(0);
+            let (pb, pc) = (
+                SendPtr(bufs as *mut *mut u8),
+                SendPtr(std::ptr::from_mut(ctx)),
+            );
+            let per_row = g.epilogue.as_ref().map_or(1, |e| e.per_row);
+            let run_kernel = |rows: std::ops::Range<usize>| {
+                let (pb, pc) = (&pb, &pc);
+                if let Some(k) = epilogue {
+                    let (lo, hi) = ((rows.start * per_row) as i64, (rows.end * per_row) as i64);
+                    // SAFETY: the kernel is the step's epilogue; the indices
+                    // of its outermost dim over these rows read only them,
+                    // which are final (`gemm_then`), and ranges of its
+                    // outermost dim write disjoint memory.
+                    let st = unsafe { k(pb.0, pc.0, lo, hi) };
+                    if st != 0 {
+                        let _ = status.compare_exchange(
+                            0,
+                            st,
+                            std::sync::atomic::Ordering::Relaxed,
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                }
+            };
+            let then: Option<gemm::Epilogue<'_>> = epilogue.map(|_| &run_kernel as _);
+            let (ga, gb) = (g.threads, g.accumulate);
             match g.dtype {
                 // SAFETY: slot pointers are valid while main runs, the
                 // plan's strides stay inside each operand's slot, and the
                 // output slot (b·m·n elements, holding the accumulator when
                 // `g.accumulate`) is distinct from the operands.
                 DType::F32 => unsafe {
-                    gemm::gemm::<f32>(&d, a.cast(), b.cast(), c.cast(), g.threads, g.accumulate)
+                    gemm::gemm_then::<f32>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then)
                 },
                 // SAFETY: as for f32.
                 DType::F64 => unsafe {
-                    gemm::gemm::<f64>(&d, a.cast(), b.cast(), c.cast(), g.threads, g.accumulate)
+                    gemm::gemm_then::<f64>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then)
                 },
                 DType::Bool
                 | DType::I8
@@ -538,7 +570,13 @@ fn run_step(
                     )));
                 }
             }
-            Ok(())
+            match status.into_inner() {
+                0 => Ok(()),
+                st => Err(Error::internal(format!(
+                    "the epilogue of GEMM '{}' failed (status {st})",
+                    g.name
+                ))),
+            }
         }
         Some(
             Step::Kernel(_)
@@ -677,6 +715,22 @@ unsafe extern "C" fn tl_runtime_step(
     bufs: *const *mut u8,
     ctx: *mut CallCtx,
 ) -> i32 {
+    // SAFETY: same contract.
+    unsafe { enter_step(table, step, bufs, ctx, None) }
+}
+
+/// [`run_step`] from compiled code: a failure or a panic is recorded in
+/// `ctx` (the first one kept) and returned as status 1.
+///
+/// # Safety
+/// As [`tl_runtime_step`]; `epilogue` is the step's compiled epilogue.
+unsafe fn enter_step(
+    table: *const StepTable,
+    step: u64,
+    bufs: *const *mut u8,
+    ctx: *mut CallCtx,
+    epilogue: Option<KernelFn>,
+) -> i32 {
     // SAFETY: ctx is the caller's live CallCtx; runtime steps run one at a
     // time on the thread executing `main`.
     let Some(ctx) = (unsafe { ctx.as_mut() }) else {
@@ -685,7 +739,7 @@ unsafe extern "C" fn tl_runtime_step(
     let r = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the executable owns the table for as long as its code runs.
         let table = unsafe { &*table };
-        run_step(table, step as usize, bufs, ctx)
+        run_step(table, step as usize, bufs, ctx, epilogue)
     }));
     let err = match r {
         Ok(Ok(())) => return 0,
@@ -710,6 +764,22 @@ unsafe extern "C" fn tl_gemm(
 ) -> i32 {
     // SAFETY: same contract.
     unsafe { tl_runtime_step(table, step, bufs, ctx) }
+}
+
+/// Runs GEMM step `step` and its epilogue `kernel` on each range of rows
+/// the product finishes (`kernels::gemm::gemm_then`).
+///
+/// # Safety
+/// As [`tl_runtime_step`]; `kernel` is the step's epilogue, compiled.
+unsafe extern "C" fn tl_gemm_then(
+    table: *const StepTable,
+    step: u64,
+    bufs: *const *mut u8,
+    ctx: *mut CallCtx,
+    kernel: KernelFn,
+) -> i32 {
+    // SAFETY: same contract.
+    unsafe { enter_step(table, step, bufs, ctx, Some(kernel)) }
 }
 
 /// A kernel: `fn(bufs, ctx, begin, end) -> status` over `[begin, end)` of
@@ -904,6 +974,9 @@ runtime_functions! {
     RuntimeStep,
     /// `tl_gemm(table, step, bufs, ctx)`: a GEMM step.
     Gemm,
+    /// `tl_gemm_then(table, step, bufs, ctx, kernel)`: a GEMM step with
+    /// its epilogue kernel.
+    GemmThen,
     /// `tl_parallel(kernel, bufs, ctx, n, work)`: a kernel split across threads.
     Parallel,
     /// `tl_row_group(fns, count, bufs, ctx, rows, block, parallel)`.
@@ -1010,6 +1083,15 @@ impl RtFn {
             }
             RtFn::RuntimeStep => Symbol::of::<StepFn>("tl_runtime_step", tl_runtime_step),
             RtFn::Gemm => Symbol::of::<StepFn>("tl_gemm", tl_gemm),
+            RtFn::GemmThen => Symbol::of::<
+                unsafe extern "C" fn(
+                    *const StepTable,
+                    u64,
+                    *const *mut u8,
+                    *mut CallCtx,
+                    KernelFn,
+                ) -> i32,
+            >("tl_gemm_then", tl_gemm_then),
             RtFn::Parallel => Symbol::of::<
                 unsafe extern "C" fn(KernelFn, *const *mut u8, *mut CallCtx, i64, i64) -> i32,
             >("tl_parallel", tl_parallel),

@@ -185,6 +185,21 @@ fn register_slots(plan: &Plan) -> Vec<SlotId> {
     (0..plan.slots.len()).filter(|&s| ok[s]).collect()
 }
 
+/// The kernel a step compiles to a function of its own: a kernel step's,
+/// or a GEMM's epilogue.
+fn step_kernel(step: &Step) -> Option<&Kernel> {
+    match step {
+        Step::Kernel(k) => Some(k),
+        Step::Gemm(g) => g.epilogue.as_deref().map(|e| &e.kernel),
+        Step::Runtime { .. }
+        | Step::Copy { .. }
+        | Step::Label(_)
+        | Step::Jump(_)
+        | Step::BranchUnless { .. }
+        | Step::Switch { .. } => None,
+    }
+}
+
 /// Copies between slots up to this many bytes are inline loads and stores
 /// (a loop's scalar carries), larger ones `memmove` calls.
 const SMALL_COPY: usize = 64;
@@ -222,7 +237,7 @@ pub(crate) fn generate(
     };
     let mut kernel_ids = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
-        if let Step::Kernel(k) = step
+        if let Some(k) = step_kernel(step)
             && has_function(i, k)
         {
             let id = module
@@ -244,6 +259,16 @@ pub(crate) fn generate(
         let step_ref = module.declare_func_in_func(step_fn, b.func);
         let gemm_fn = helpers.get(&mut module, RtFn::Gemm)?;
         let gemm_ref = module.declare_func_in_func(gemm_fn, b.func);
+        // (Imported only where a GEMM has an epilogue.)
+        let has_epilogue =
+            (plan.steps.iter()).any(|st| matches!(st, Step::Gemm(g) if g.epilogue.is_some()));
+        let gemm_then_ref = match has_epilogue {
+            true => {
+                let f = helpers.get(&mut module, RtFn::GemmThen)?;
+                Some(module.declare_func_in_func(f, b.func))
+            }
+            false => None,
+        };
         let par_fn = helpers.get(&mut module, RtFn::Parallel)?;
         let par_ref = module.declare_func_in_func(par_fn, b.func);
         let group_fn = helpers.get(&mut module, RtFn::RowGroup)?;
@@ -429,6 +454,17 @@ pub(crate) fn generate(
                         b.inst_results(call)[0]
                     }
                 }
+                Step::Gemm(g)
+                    if g.epilogue.is_some()
+                        && let Some(gemm_then_ref) = gemm_then_ref =>
+                {
+                    let t = b.ins().iconst(ptr, table as i64);
+                    let s = b.ins().iconst(types::I64, i as i64);
+                    let f = module.declare_func_in_func(kernel_ids[&i], b.func);
+                    let addr = b.ins().func_addr(ptr, f);
+                    let call = b.ins().call(gemm_then_ref, &[t, s, bufs, ctx, addr]);
+                    b.inst_results(call)[0]
+                }
                 Step::Gemm(_) | Step::Runtime { .. } => {
                     let t = b.ins().iconst(ptr, table as i64);
                     let s = b.ins().iconst(types::I64, i as i64);
@@ -471,7 +507,7 @@ pub(crate) fn generate(
     pipeline.submit(main_id, "main".into(), ctx);
     let mut natives = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
-        if let Step::Kernel(k) = step
+        if let Some(k) = step_kernel(step)
             && has_function(i, k)
         {
             if let Some(native) = super::native::compile(plan, k, opts)? {

@@ -94,6 +94,17 @@ impl GemmDims {
     /// How the product runs with a pool of `threads` threads (the decision
     /// [`gemm`] makes when threads are allowed).
     pub fn split(&self, threads: usize) -> GemmSplit {
+        self.split_for(threads, false)
+    }
+
+    /// [`GemmDims::split`] for a product with an epilogue ([`gemm_then`]):
+    /// ranges of rows before ranges of columns, so that each part hands
+    /// whole rows to the epilogue as it finishes.
+    pub fn split_by_rows(&self, threads: usize) -> GemmSplit {
+        self.split_for(threads, true)
+    }
+
+    fn split_for(&self, threads: usize, rows_first: bool) -> GemmSplit {
         if self.work() < GEMM_PARALLEL_WORK {
             return GemmSplit::One("one thread: too little work to pay for waking the pool");
         }
@@ -108,6 +119,9 @@ impl GemmDims {
         // Other shapes take gemm's paths for thin or tiny products.
         if self.k > 2 && self.m > 4 && self.n > 4 {
             for parts in (2..=threads).rev() {
+                if rows_first && self.m / parts > MIN_PART {
+                    return GemmSplit::Rows(parts);
+                }
                 if column_cuts(self.n, parts)
                     .windows(2)
                     .all(|w| w[1] - w[0] > MIN_PART)
@@ -202,8 +216,43 @@ pub unsafe fn gemm<T: GemmFloat>(
     threads: bool,
     accumulate: bool,
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_then(d, lhs, rhs, out, threads, accumulate, None) }
+}
+
+/// Rows of every item of a product's output, finished: what [`gemm_then`]
+/// hands its epilogue.
+pub type Epilogue<'a> = &'a (dyn Fn(std::ops::Range<usize>) + Sync);
+
+/// [`gemm`], then `then` on ranges of rows `r` (of every batch item) once
+/// they are final, which together cover `0..m` once: split by rows
+/// ([`GemmDims::split_by_rows`]), each part calls it on its rows as soon
+/// as it finishes them, on its thread, while their output is in its cache
+/// (a JIT GEMM's epilogue kernel: the bias and activation after a layer);
+/// split by columns or batch items, on as many ranges of rows over the
+/// pool after the whole product; on one thread, once on `0..m` at the end.
+///
+/// # Safety
+/// As [`gemm`]; `then` may read what the product wrote in its rows.
+pub unsafe fn gemm_then<T: GemmFloat>(
+    d: &GemmDims,
+    lhs: *const T,
+    rhs: *const T,
+    out: *mut T,
+    threads: bool,
+    accumulate: bool,
+    then: Option<Epilogue<'_>>,
+) {
     let total = d.b * d.m * d.n;
+    let done = || {
+        if let Some(f) = then
+            && d.m > 0
+        {
+            f(0..d.m);
+        }
+    };
     if total == 0 {
+        done();
         return;
     }
     if d.k == 0 {
@@ -211,12 +260,13 @@ pub unsafe fn gemm<T: GemmFloat>(
             // SAFETY: `out` holds `total` elements.
             unsafe { std::slice::from_raw_parts_mut(out, total).fill(T::ZERO) };
         }
+        done();
         return;
     }
-    let split = if threads {
-        d.split(crate::pool::threads())
-    } else {
-        GemmSplit::One("threads off")
+    let split = match (threads, then) {
+        (false, _) => GemmSplit::One("threads off"),
+        (true, None) => d.split(crate::pool::threads()),
+        (true, Some(_)) => d.split_by_rows(crate::pool::threads()),
     };
     let [rb, rk, rn] = d.rhs_strides;
     if rk == 1 && rn != 1 && 2 * d.m >= d.n && d.k > 1 {
@@ -238,7 +288,7 @@ pub unsafe fn gemm<T: GemmFloat>(
             };
             // SAFETY: the caller's contract for `lhs` and `out`; `copy` holds
             // the right operand in the strides just set.
-            unsafe { run(&d, p, split, true) };
+            unsafe { run(&d, p, split, true, then) };
             return;
         }
     }
@@ -249,7 +299,7 @@ pub unsafe fn gemm<T: GemmFloat>(
         accumulate,
     };
     // SAFETY: the caller's contract.
-    unsafe { run(d, p, split, true) };
+    unsafe { run(d, p, split, true, then) };
 }
 
 /// The right operand of `d` (contracted dim contiguous: element `(b, k,
@@ -411,11 +461,17 @@ unsafe fn transpose_8x8_f32(src: *const f32, src_stride: isize, dst: *mut f32, d
 unsafe fn transpose_8x8_f32(_: *const f32, _: isize, _: *mut f32, _: usize) {}
 
 /// Runs the parts of `split`, on the pool when `parallel`, else one after
-/// the other on the calling thread.
+/// the other on the calling thread; then `then` as [`gemm_then`] says.
 ///
 /// # Safety
 /// As [`gemm`], with `d.k > 0`.
-unsafe fn run<T: GemmFloat>(d: &GemmDims, p: Ptrs<T>, split: GemmSplit, parallel: bool) {
+unsafe fn run<T: GemmFloat>(
+    d: &GemmDims,
+    p: Ptrs<T>,
+    split: GemmSplit,
+    parallel: bool,
+    then: Option<Epilogue<'_>>,
+) {
     let go = |parts: usize, f: &(dyn Fn(usize) + Sync)| {
         if parallel {
             crate::pool::run_parts(parts, f);
@@ -431,16 +487,35 @@ unsafe fn run<T: GemmFloat>(d: &GemmDims, p: Ptrs<T>, split: GemmSplit, parallel
     };
     match split {
         GemmSplit::One(_) => block(0..d.b, 0..d.m, 0..d.n),
-        GemmSplit::Batch(parts) => go(parts, &|i| {
-            block(d.b * i / parts..d.b * (i + 1) / parts, 0..d.m, 0..d.n)
-        }),
-        GemmSplit::Columns(parts) => {
-            let cuts = column_cuts(d.n, parts);
-            go(parts, &|i| block(0..d.b, 0..d.m, cuts[i]..cuts[i + 1]))
+        GemmSplit::Batch(parts) | GemmSplit::Columns(parts) => {
+            if let GemmSplit::Batch(_) = split {
+                go(parts, &|i| {
+                    block(d.b * i / parts..d.b * (i + 1) / parts, 0..d.m, 0..d.n)
+                });
+            } else {
+                let cuts = column_cuts(d.n, parts);
+                go(parts, &|i| block(0..d.b, 0..d.m, cuts[i]..cuts[i + 1]));
+            }
+            // The epilogue after the whole product, split as many ways by
+            // rows (the pool is awake).
+            if let Some(f) = then {
+                go(parts, &|i| f(d.m * i / parts..d.m * (i + 1) / parts));
+            }
+            return;
         }
-        GemmSplit::Rows(parts) => go(parts, &|i| {
-            block(0..d.b, d.m * i / parts..d.m * (i + 1) / parts, 0..d.n)
-        }),
+        GemmSplit::Rows(parts) => {
+            go(parts, &|i| {
+                let rows = d.m * i / parts..d.m * (i + 1) / parts;
+                block(0..d.b, rows.clone(), 0..d.n);
+                if let Some(f) = then {
+                    f(rows);
+                }
+            });
+            return;
+        }
+    }
+    if let Some(f) = then {
+        f(0..d.m);
     }
 }
 
@@ -643,7 +718,7 @@ mod tests {
                     accumulate,
                 };
                 // SAFETY: the strides describe `l` and `r`; `out` is b·m·n.
-                unsafe { run(&d, p, split, false) };
+                unsafe { run(&d, p, split, false, None) };
                 out
             };
             let whole = |split| product(split, accumulate);
@@ -678,6 +753,66 @@ mod tests {
     /// its row-major copy: the same bits as the row-major product of the
     /// same matrix (batched, accumulating or not, on the pool or not, sizes
     /// not multiples of the copy's blocks), and the product within rounding.
+    #[test]
+    fn epilogues_see_every_row_once_when_final() {
+        // 200×300 by 300×160: rows and columns split in several ways.
+        let (m, k, n) = (200, 300, 160);
+        let d = GemmDims {
+            b: 1,
+            m,
+            k,
+            n,
+            lhs_strides: [0, k as isize, 1],
+            rhs_strides: [0, n as isize, 1],
+        };
+        let (l, r) = (data(m * k, 1), data(k * n, 2));
+        let mut want = vec![0f32; m * n];
+        // SAFETY: the strides describe `l` and `r`; `want` is m·n.
+        unsafe { gemm(&d, l.as_ptr(), r.as_ptr(), want.as_mut_ptr(), false, false) };
+        let splits = [
+            GemmSplit::One("whole"),
+            GemmSplit::Rows(2),
+            GemmSplit::Rows(3),
+            GemmSplit::Columns(2),
+        ];
+        for split in splits {
+            let mut out = vec![0f32; m * n];
+            let base = SendPtr(out.as_mut_ptr());
+            let seen = std::sync::Mutex::new(vec![0usize; m]);
+            let copied = std::sync::Mutex::new(vec![f32::NAN; m * n]);
+            let then = |rows: std::ops::Range<usize>| {
+                let base = &base;
+                for i in rows {
+                    seen.lock().unwrap()[i] += 1;
+                    // SAFETY: row `i` of `out` is final and no part writes it now.
+                    let row = unsafe { std::slice::from_raw_parts(base.0.add(i * n), n) };
+                    copied.lock().unwrap()[i * n..(i + 1) * n].copy_from_slice(row);
+                }
+            };
+            let p = Ptrs {
+                lhs: l.as_ptr(),
+                rhs: r.as_ptr(),
+                out: out.as_mut_ptr(),
+                accumulate: false,
+            };
+            // SAFETY: as above; the epilogue reads rows once they are final.
+            unsafe { run(&d, p, split, true, Some(&then)) };
+            assert!(seen.lock().unwrap().iter().all(|&c| c == 1), "{split:?}");
+            let copied = copied.lock().unwrap();
+            assert!(
+                copied
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{split:?}: the epilogue saw rows before they were final"
+            );
+        }
+    }
+
+    struct SendPtr(*mut f32);
+    // SAFETY: test-only; the epilogue reads rows no part writes any more.
+    unsafe impl Sync for SendPtr {}
+
     #[test]
     fn column_major_rhs_gives_the_row_major_bits() {
         for (b, m, k, n, accumulate, threads) in [
