@@ -982,6 +982,14 @@ fn gemm_epilogues_run_on_each_parts_rows() {
             |x, w, _| x.matmul(&w).reduce_sum(Some(&[0]), false),
             false,
         ),
+        // A product of one column: not an epilogue (it becomes row
+        // reductions outside exact mode).
+        (
+            &[256, 512],
+            &[512, 1],
+            |x, w, b| (x.matmul(&w) + b).maximum(0.0),
+            false,
+        ),
         // The product is returned too (its slot an output).
         (
             &[200, 128],
@@ -1029,6 +1037,48 @@ fn gemm_epilogues_run_on_each_parts_rows() {
             "case {c}:\n{fused_ir}"
         );
     }
+    // A product too thin to split (k = 1) with a costly epilogue: the
+    // kernel still splits over the pool after it, as a step of its own
+    // would.
+    let outer = |x: Sym, y: Sym| x.matmul(&y).exp();
+    let specs = [
+        TensorSpec::known(DType::F32, &[2048, 1]),
+        TensorSpec::known(DType::F32, &[1, 2048]),
+    ];
+    let fused_ir = function(outer)
+        .jit_compile(true)
+        .compiler_ir(&specs, IrStage::Fused)
+        .unwrap();
+    let want = if tensorlift::runtime::pool::threads() > 1 {
+        "its epilogue 'exp' after it, in "
+    } else {
+        "its epilogue 'exp' after it, on one thread"
+    };
+    assert!(fused_ir.contains(want), "{fused_ir}");
+    let x = common::f32s(
+        &(0..2048)
+            .map(|j| (j % 13) as f32 * 0.01)
+            .collect::<Vec<_>>(),
+        &[2048, 1],
+    );
+    let y = common::f32s(
+        &(0..2048).map(|j| (j % 7) as f32 * 0.1).collect::<Vec<_>>(),
+        &[1, 2048],
+    );
+    let args = [x, y];
+    let want = function(outer).call(&args).unwrap();
+    let got = function(outer)
+        .jit_compile(true)
+        .jit_options(JitOptions {
+            exact: true,
+            ..JitOptions::default()
+        })
+        .call(&args)
+        .unwrap();
+    assert!(
+        common::same_bits(&got[0], &want[0]),
+        "the outer product differs"
+    );
     // In a loop body: h ← tanh(h·W + x), 20 steps.
     let rnn = |h: Sym, w: Sym, x: Sym| {
         tensorlift::fori_loop(0, 20, |_, c| vec![(c[0].matmul(&w) + &x).tanh()], &[h]).remove(0)

@@ -295,6 +295,10 @@ pub struct Epilogue {
     /// Indices of the kernel's outermost dim per row of the product (1,
     /// or the row's length when the kernel's dims merged into one).
     pub per_row: usize,
+    /// After a product not split by rows, run over ranges of rows on the
+    /// pool: what the kernel would do as a step of its own (set by
+    /// `parallel::record`).
+    pub split: bool,
 }
 
 impl Gemm {
@@ -510,7 +514,10 @@ fn gemm_epilogues(plan: &mut Plan) {
             | ENode::Bitcast(..) => true,
         };
         let reads_product = k.nodes.iter().any(|e| e.slot() == Some(g.out));
+        // (A product of one column becomes row reductions outside exact
+        // mode: `matvec_as_reductions`.)
         let fits = g.b == 1
+            && g.n > 1
             && !g.accumulate
             && g.epilogue.is_none()
             && k.stash.is_none()
@@ -533,7 +540,11 @@ fn gemm_epilogues(plan: &mut Plan) {
             "{}: epilogue of GEMM '{}': run on each part's rows as the part finishes them",
             k.name, g.name
         ));
-        g.epilogue = Some(Box::new(Epilogue { kernel: k, per_row }));
+        g.epilogue = Some(Box::new(Epilogue {
+            kernel: k,
+            per_row,
+            split: false,
+        }));
         i += 1;
     }
 }

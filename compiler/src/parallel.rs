@@ -60,7 +60,7 @@ pub(crate) fn kernel_split(plan: &Plan, i: usize, k: &Kernel, opts: &JitOptions)
             "one thread: its outermost dim is reduced"
         });
     }
-    let bytes = loop_invariant_bytes(plan, i);
+    let bytes = loop_invariant_bytes(plan, i, k);
     let threads = pool::threads();
     let rows = k.dims.first().copied().unwrap_or(1);
     if bytes >= resident_min_bytes() && threads >= 2 && rows >= 2 {
@@ -180,12 +180,33 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
             let rows = k.dims.first().copied().unwrap_or(1);
             lines.push(line(&what, kernel_split(plan, i, k, opts), rows));
         } else if let Step::Gemm(g) = step {
-            lines.push(gemm_line(&format!("gemm '{}' (step {i})", g.name), g, opts));
+            let what = format!("gemm '{}' (step {i})", g.name);
+            lines.push(gemm_line(plan, i, &what, g, opts));
         }
     }
-    for step in &mut plan.steps {
+    // An epilogue that would split as a kernel step of its own splits
+    // over as many row ranges after a product not split by rows.
+    let epilogue_splits: Vec<bool> = (plan.steps.iter().enumerate())
+        .map(|(i, step)| match step {
+            Step::Gemm(g) => g
+                .epilogue
+                .as_ref()
+                .is_some_and(|e| kernel_split(plan, i, &e.kernel, opts).parts().is_some()),
+            Step::Kernel(_)
+            | Step::Runtime { .. }
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => false,
+        })
+        .collect();
+    for (step, split) in plan.steps.iter_mut().zip(epilogue_splits) {
         if let Step::Gemm(g) = step {
             g.threads = opts.threads;
+            if let Some(e) = &mut g.epilogue {
+                e.split = split;
+            }
         }
     }
     let n = sections(plan, opts);
@@ -199,7 +220,7 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
 
 /// A GEMM step's decision: the runtime's GEMM splits it at run time by the
 /// same rule (`GemmDims::split`) with the pool it finds then.
-fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
+fn gemm_line(plan: &Plan, i: usize, what: &str, g: &Gemm, opts: &JitOptions) -> String {
     if !opts.threads {
         return format!("threads: {what}: {THREADS_OFF}");
     }
@@ -208,11 +229,15 @@ fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
         (Some(e), GemmSplit::Rows(_)) => {
             format!("; its epilogue '{}' on each part's rows", e.kernel.name)
         }
-        (Some(e), GemmSplit::Batch(n) | GemmSplit::Columns(n)) => format!(
-            "; its epilogue '{}' after it, in {n} ranges of rows",
-            e.kernel.name
-        ),
-        (Some(e), GemmSplit::One(_)) => format!("; its epilogue '{}' after it", e.kernel.name),
+        (Some(e), GemmSplit::One(_) | GemmSplit::Batch(_) | GemmSplit::Columns(_)) => {
+            match kernel_split(plan, i, &e.kernel, opts).parts() {
+                Some(n) => format!(
+                    "; its epilogue '{}' after it, in {n} ranges of rows",
+                    e.kernel.name
+                ),
+                None => format!("; its epilogue '{}' after it, on one thread", e.kernel.name),
+            }
+        }
         (None, _) => String::new(),
     };
     let line = match split {
@@ -251,7 +276,7 @@ fn line(what: &str, split: Split, rows: usize) -> String {
 /// The bytes kernel step `i` reads from slots that the innermost loop
 /// around it (the steps from a label to the jump back to it) never
 /// writes; 0 outside loops.
-fn loop_invariant_bytes(plan: &Plan, i: usize) -> usize {
+fn loop_invariant_bytes(plan: &Plan, i: usize, k: &Kernel) -> usize {
     let Some((start, end)) = innermost_loop(plan, i) else {
         return 0;
     };
@@ -272,7 +297,7 @@ fn loop_invariant_bytes(plan: &Plan, i: usize) -> usize {
             | Step::Switch { .. } => fusion::step_slots(s).1,
         })
         .collect();
-    let mut read = fusion::step_slots(&plan.steps[i]).0;
+    let mut read: Vec<usize> = k.nodes.iter().filter_map(fusion::ENode::slot).collect();
     read.sort_unstable();
     read.dedup();
     (read.into_iter())

@@ -537,6 +537,12 @@ fn run_step(
                 }
             };
             let then: Option<gemm::Epilogue<'_>> = epilogue.map(|_| &run_kernel as _);
+            // After a product not split by rows: ranges of rows over the
+            // pool when the kernel would split as a step of its own.
+            let parts = match &g.epilogue {
+                Some(e) if g.threads && e.split => tensorlift_runtime::pool::threads(),
+                Some(_) | None => 1,
+            };
             let (ga, gb) = (g.threads, g.accumulate);
             match g.dtype {
                 // SAFETY: slot pointers are valid while main runs, the
@@ -544,11 +550,11 @@ fn run_step(
                 // output slot (b·m·n elements, holding the accumulator when
                 // `g.accumulate`) is distinct from the operands.
                 DType::F32 => unsafe {
-                    gemm::gemm_then::<f32>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then)
+                    gemm::gemm_then::<f32>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then, parts)
                 },
                 // SAFETY: as for f32.
                 DType::F64 => unsafe {
-                    gemm::gemm_then::<f64>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then)
+                    gemm::gemm_then::<f64>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then, parts)
                 },
                 DType::Bool
                 | DType::I8

@@ -217,7 +217,7 @@ pub unsafe fn gemm<T: GemmFloat>(
     accumulate: bool,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_then(d, lhs, rhs, out, threads, accumulate, None) }
+    unsafe { gemm_then(d, lhs, rhs, out, threads, accumulate, None, 1) }
 }
 
 /// Rows of every item of a product's output, finished: what [`gemm_then`]
@@ -229,8 +229,12 @@ pub type Epilogue<'a> = &'a (dyn Fn(std::ops::Range<usize>) + Sync);
 /// ([`GemmDims::split_by_rows`]), each part calls it on its rows as soon
 /// as it finishes them, on its thread, while their output is in its cache
 /// (a JIT GEMM's epilogue kernel: the bias and activation after a layer);
-/// split by columns or batch items, on as many ranges of rows over the
-/// pool after the whole product; on one thread, once on `0..m` at the end.
+/// otherwise after the whole product, on `then_parts` ranges of rows over
+/// the pool (once on `0..m` for 1).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "gemm's operands, then the epilogue's"
+)]
 ///
 /// # Safety
 /// As [`gemm`]; `then` may read what the product wrote in its rows.
@@ -242,6 +246,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
     threads: bool,
     accumulate: bool,
     then: Option<Epilogue<'_>>,
+    then_parts: usize,
 ) {
     let total = d.b * d.m * d.n;
     let done = || {
@@ -288,7 +293,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
             };
             // SAFETY: the caller's contract for `lhs` and `out`; `copy` holds
             // the right operand in the strides just set.
-            unsafe { run(&d, p, split, true, then) };
+            unsafe { run(&d, p, split, true, then, then_parts) };
             return;
         }
     }
@@ -299,7 +304,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
         accumulate,
     };
     // SAFETY: the caller's contract.
-    unsafe { run(d, p, split, true, then) };
+    unsafe { run(d, p, split, true, then, then_parts) };
 }
 
 /// The right operand of `d` (contracted dim contiguous: element `(b, k,
@@ -471,6 +476,7 @@ unsafe fn run<T: GemmFloat>(
     split: GemmSplit,
     parallel: bool,
     then: Option<Epilogue<'_>>,
+    then_parts: usize,
 ) {
     let go = |parts: usize, f: &(dyn Fn(usize) + Sync)| {
         if parallel {
@@ -487,21 +493,12 @@ unsafe fn run<T: GemmFloat>(
     };
     match split {
         GemmSplit::One(_) => block(0..d.b, 0..d.m, 0..d.n),
-        GemmSplit::Batch(parts) | GemmSplit::Columns(parts) => {
-            if let GemmSplit::Batch(_) = split {
-                go(parts, &|i| {
-                    block(d.b * i / parts..d.b * (i + 1) / parts, 0..d.m, 0..d.n)
-                });
-            } else {
-                let cuts = column_cuts(d.n, parts);
-                go(parts, &|i| block(0..d.b, 0..d.m, cuts[i]..cuts[i + 1]));
-            }
-            // The epilogue after the whole product, split as many ways by
-            // rows (the pool is awake).
-            if let Some(f) = then {
-                go(parts, &|i| f(d.m * i / parts..d.m * (i + 1) / parts));
-            }
-            return;
+        GemmSplit::Batch(parts) => go(parts, &|i| {
+            block(d.b * i / parts..d.b * (i + 1) / parts, 0..d.m, 0..d.n)
+        }),
+        GemmSplit::Columns(parts) => {
+            let cuts = column_cuts(d.n, parts);
+            go(parts, &|i| block(0..d.b, 0..d.m, cuts[i]..cuts[i + 1]));
         }
         GemmSplit::Rows(parts) => {
             go(parts, &|i| {
@@ -514,8 +511,14 @@ unsafe fn run<T: GemmFloat>(
             return;
         }
     }
+    // The epilogue after the whole product.
     if let Some(f) = then {
-        f(0..d.m);
+        let n = then_parts.clamp(1, d.m.max(1));
+        if n > 1 && parallel {
+            go(n, &|i| f(d.m * i / n..d.m * (i + 1) / n));
+        } else {
+            f(0..d.m);
+        }
     }
 }
 
@@ -718,7 +721,7 @@ mod tests {
                     accumulate,
                 };
                 // SAFETY: the strides describe `l` and `r`; `out` is b·m·n.
-                unsafe { run(&d, p, split, false, None) };
+                unsafe { run(&d, p, split, false, None, 1) };
                 out
             };
             let whole = |split| product(split, accumulate);
@@ -775,7 +778,7 @@ mod tests {
             GemmSplit::Rows(3),
             GemmSplit::Columns(2),
         ];
-        for split in splits {
+        for (split, then_parts) in splits.into_iter().flat_map(|s| [(s, 1), (s, 3)]) {
             let mut out = vec![0f32; m * n];
             let base = SendPtr(out.as_mut_ptr());
             let seen = std::sync::Mutex::new(vec![0usize; m]);
@@ -796,7 +799,7 @@ mod tests {
                 accumulate: false,
             };
             // SAFETY: as above; the epilogue reads rows once they are final.
-            unsafe { run(&d, p, split, true, Some(&then)) };
+            unsafe { run(&d, p, split, true, Some(&then), then_parts) };
             assert!(seen.lock().unwrap().iter().all(|&c| c == 1), "{split:?}");
             let copied = copied.lock().unwrap();
             assert!(
