@@ -448,20 +448,6 @@ fn inner_extent(strides: &[i64], dims: &[usize]) -> Option<i64> {
     Some(e)
 }
 
-/// A kernel with nothing in it (a placeholder while a step is rewritten).
-fn empty_kernel() -> Kernel {
-    Kernel {
-        name: String::new(),
-        kind: KernelKind::Loop,
-        dims: Vec::new(),
-        nodes: Vec::new(),
-        root: 0,
-        out: 0,
-        out_strides: Vec::new(),
-        stash: None,
-    }
-}
-
 /// Moves the kernel right after a GEMM into the GEMM's step as its
 /// epilogue ([`Gemm::epilogue`]) when it runs over the product's rows (a
 /// loop, or a reduction keeping its outermost dim) and reads the product
@@ -1763,30 +1749,29 @@ fn accumulate_safe(
     }
 }
 
+/// Calls `f` on every slot kernel `k` names.
+fn for_each_kernel_slot(k: &mut Kernel, f: &mut dyn FnMut(&mut SlotId)) {
+    for n in &mut k.nodes {
+        if let ENode::Load { slot, .. } | ENode::Gather { slot, .. } = n {
+            f(slot);
+        }
+    }
+    f(&mut k.out);
+    if let Some(st) = &mut k.stash {
+        f(&mut st.slot);
+    }
+}
+
 /// Calls `f` on every slot `step` names.
 fn for_each_slot(step: &mut Step, f: &mut dyn FnMut(&mut SlotId)) {
     match step {
-        Step::Kernel(k) => {
-            for n in &mut k.nodes {
-                if let ENode::Load { slot, .. } | ENode::Gather { slot, .. } = n {
-                    f(slot);
-                }
-            }
-            f(&mut k.out);
-            if let Some(st) = &mut k.stash {
-                f(&mut st.slot);
-            }
-        }
+        Step::Kernel(k) => for_each_kernel_slot(k, f),
         Step::Gemm(g) => {
             f(&mut g.lhs);
             f(&mut g.rhs);
             f(&mut g.out);
             if let Some(e) = &mut g.epilogue {
-                let mut step = Step::Kernel(std::mem::replace(&mut e.kernel, empty_kernel()));
-                for_each_slot(&mut step, f);
-                if let Step::Kernel(done) = step {
-                    e.kernel = done;
-                }
+                for_each_kernel_slot(&mut e.kernel, f);
             }
         }
         Step::Runtime {
@@ -2154,13 +2139,26 @@ fn same_expr(a: &[ENode], i: usize, b: &[ENode], j: usize) -> bool {
             | (ENode::Clamp(.., d), ENode::Clamp(.., e)) => d == e,
             (ENode::Convert(_, f, t), ENode::Convert(_, g, u))
             | (ENode::Bitcast(_, f, t), ENode::Bitcast(_, g, u)) => f == g && t == u,
-            (ENode::Gather { index: _, .. }, ENode::Gather { index: j, .. }) => {
-                let mut x = x.clone();
-                if let ENode::Gather { index, .. } = &mut x {
-                    *index = *j;
-                }
-                x == *y
-            }
+            (
+                ENode::Gather {
+                    slot,
+                    dtype,
+                    offset,
+                    strides,
+                    scale,
+                    bound,
+                    index: _,
+                },
+                ENode::Gather {
+                    slot: s,
+                    dtype: d,
+                    offset: o,
+                    strides: t,
+                    scale: c,
+                    bound: b,
+                    index: _,
+                },
+            ) => (slot, dtype, offset, strides, scale, bound) == (s, d, o, t, c, b),
             (x, y) => enode_operands(x).is_empty() && x == y,
         }
     }
@@ -2212,23 +2210,13 @@ fn compact(nodes: &[ENode], root: usize) -> (Vec<ENode>, usize) {
             ENode::Compare(o, a, b, d) => ENode::Compare(*o, map(a), map(b), *d),
             ENode::Select(a, b, c, d) => ENode::Select(map(a), map(b), map(c), *d),
             ENode::Clamp(a, b, c, d) => ENode::Clamp(map(a), map(b), map(c), *d),
-            ENode::Gather {
-                slot,
-                dtype,
-                offset,
-                strides,
-                index,
-                scale,
-                bound,
-            } => ENode::Gather {
-                slot: *slot,
-                dtype: *dtype,
-                offset: *offset,
-                strides: strides.clone(),
-                index: map(index),
-                scale: *scale,
-                bound: *bound,
-            },
+            ENode::Gather { index, .. } => {
+                let mut g = n.clone();
+                if let ENode::Gather { index: i, .. } = &mut g {
+                    *i = map(index);
+                }
+                g
+            }
             other @ (ENode::Load { .. } | ENode::Const(_) | ENode::Iota { .. }) => other.clone(),
         };
         index[i] = out.len();
@@ -2929,13 +2917,19 @@ fn aligned_block(dims: &[usize], sizes: &[usize], size: usize) -> bool {
     whole_after && aligned
 }
 
+/// Appends the slots kernel `k` reads and writes.
+fn kernel_slots(k: &Kernel, reads: &mut Vec<SlotId>, writes: &mut Vec<SlotId>) {
+    reads.extend(k.nodes.iter().filter_map(ENode::slot));
+    writes.push(k.out);
+    writes.extend(k.stash.as_ref().map(|st| st.slot));
+}
+
 /// Slots a step reads and writes.
 pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
     match step {
         Step::Kernel(k) => {
-            let reads = k.nodes.iter().filter_map(ENode::slot).collect();
-            let mut writes = vec![k.out];
-            writes.extend(k.stash.as_ref().map(|st| st.slot));
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            kernel_slots(k, &mut reads, &mut writes);
             (reads, writes)
         }
         Step::Gemm(g) => {
@@ -2945,9 +2939,7 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
                 reads.push(g.out);
             }
             if let Some(e) = &g.epilogue {
-                let (r, w) = step_slots(&Step::Kernel(e.kernel.clone()));
-                reads.extend(r);
-                writes.extend(w);
+                kernel_slots(&e.kernel, &mut reads, &mut writes);
             }
             (reads, writes)
         }

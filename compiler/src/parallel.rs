@@ -168,22 +168,6 @@ pub(crate) fn keep_awake(sections: usize) -> Option<pool::Awake> {
 /// Appends one `threads:` decision per kernel step and row group to the
 /// plan's decisions (the fused-plan dump prints them).
 pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
-    let mut lines = Vec::new();
-    for (i, step) in plan.steps.iter().enumerate() {
-        if let Some(g) = plan.groups.iter().find(|g| g.start == i) {
-            let what = format!("row group steps {}..{}", g.start, g.end);
-            lines.push(line(&what, group_split(plan, g, opts), g.rows));
-        } else if plan.groups.iter().any(|g| g.start < i && i < g.end) {
-            continue;
-        } else if let Step::Kernel(k) = step {
-            let what = format!("kernel '{}' (step {i})", k.name);
-            let rows = k.dims.first().copied().unwrap_or(1);
-            lines.push(line(&what, kernel_split(plan, i, k, opts), rows));
-        } else if let Step::Gemm(g) = step {
-            let what = format!("gemm '{}' (step {i})", g.name);
-            lines.push(gemm_line(plan, i, &what, g, opts));
-        }
-    }
     // An epilogue that would split as a kernel step of its own splits
     // over as many row ranges after a product not split by rows.
     let epilogue_splits: Vec<bool> = (plan.steps.iter().enumerate())
@@ -209,6 +193,21 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
             }
         }
     }
+    let mut lines = Vec::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Some(g) = plan.groups.iter().find(|g| g.start == i) {
+            let what = format!("row group steps {}..{}", g.start, g.end);
+            lines.push(line(&what, group_split(plan, g, opts), g.rows));
+        } else if plan.groups.iter().any(|g| g.start < i && i < g.end) {
+            continue;
+        } else if let Step::Kernel(k) = step {
+            let what = format!("kernel '{}' (step {i})", k.name);
+            let rows = k.dims.first().copied().unwrap_or(1);
+            lines.push(line(&what, kernel_split(plan, i, k, opts), rows));
+        } else if let Step::Gemm(g) = step {
+            lines.push(gemm_line(&format!("gemm '{}' (step {i})", g.name), g, opts));
+        }
+    }
     let n = sections(plan, opts);
     if n >= 2 {
         lines.push(format!(
@@ -220,7 +219,7 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
 
 /// A GEMM step's decision: the runtime's GEMM splits it at run time by the
 /// same rule (`GemmDims::split`) with the pool it finds then.
-fn gemm_line(plan: &Plan, i: usize, what: &str, g: &Gemm, opts: &JitOptions) -> String {
+fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
     if !opts.threads {
         return format!("threads: {what}: {THREADS_OFF}");
     }
@@ -230,12 +229,14 @@ fn gemm_line(plan: &Plan, i: usize, what: &str, g: &Gemm, opts: &JitOptions) -> 
             format!("; its epilogue '{}' on each part's rows", e.kernel.name)
         }
         (Some(e), GemmSplit::One(_) | GemmSplit::Batch(_) | GemmSplit::Columns(_)) => {
-            match kernel_split(plan, i, &e.kernel, opts).parts() {
-                Some(n) => format!(
-                    "; its epilogue '{}' after it, in {n} ranges of rows",
-                    e.kernel.name
+            // (`Epilogue::split`, set by `record`; the runtime's ranges.)
+            match e.split {
+                true => format!(
+                    "; its epilogue '{}' after it, in {} ranges of rows",
+                    e.kernel.name,
+                    pool::threads().min(g.m)
                 ),
-                None => format!("; its epilogue '{}' after it, on one thread", e.kernel.name),
+                false => format!("; its epilogue '{}' after it, on one thread", e.kernel.name),
             }
         }
         (None, _) => String::new(),

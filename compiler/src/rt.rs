@@ -446,9 +446,11 @@ fn run_step(
             {
                 let table = g.ty(g.node(*node).inputs[0]);
                 let n = table.shape.as_known().map_or(0, |d| d[*axis]);
-                let mut keep = None;
-                // SAFETY: slot pointers are valid while main runs.
-                let ids = unsafe { slot_ref(plan, ctx, bufs, *ids, &mut keep)? };
+                let sl = &plan.slots[*ids];
+                // SAFETY: slot pointers are valid while main runs (inputs
+                // and constants included: read where they are).
+                let ids =
+                    TensorRef::new(sl.dtype, &sl.dims, unsafe { slot_bytes(plan, bufs, *ids) })?;
                 return tensorlift_runtime::kernels::layout::check_take_indices(&ids, n)
                     .map_err(|e| e.at_node(g.node_ref(*node)));
             }
@@ -516,10 +518,16 @@ fn run_step(
                 SendPtr(bufs as *mut *mut u8),
                 SendPtr(std::ptr::from_mut(ctx)),
             );
-            let per_row = g.epilogue.as_ref().map_or(1, |e| e.per_row);
-            let run_kernel = |rows: std::ops::Range<usize>| {
-                let (pb, pc) = (&pb, &pc);
-                if let Some(k) = epilogue {
+            let (per_row, parts) = match &g.epilogue {
+                // After a product not split by rows: ranges of rows over
+                // the pool when the kernel would split as a step of its own.
+                Some(e) if g.threads && e.split => (e.per_row, tensorlift_runtime::pool::threads()),
+                Some(e) => (e.per_row, 1),
+                None => (1, 1),
+            };
+            let run_kernel = epilogue.map(|k| {
+                let (pb, pc, status) = (&pb, &pc, &status);
+                move |rows: std::ops::Range<usize>| {
                     let (lo, hi) = ((rows.start * per_row) as i64, (rows.end * per_row) as i64);
                     // SAFETY: the kernel is the step's epilogue; the indices
                     // of its outermost dim over these rows read only them,
@@ -535,14 +543,8 @@ fn run_step(
                         );
                     }
                 }
-            };
-            let then: Option<gemm::Epilogue<'_>> = epilogue.map(|_| &run_kernel as _);
-            // After a product not split by rows: ranges of rows over the
-            // pool when the kernel would split as a step of its own.
-            let parts = match &g.epilogue {
-                Some(e) if g.threads && e.split => tensorlift_runtime::pool::threads(),
-                Some(_) | None => 1,
-            };
+            });
+            let then = run_kernel.as_ref().map(|f| f as gemm::Epilogue<'_>);
             let (ga, gb) = (g.threads, g.accumulate);
             match g.dtype {
                 // SAFETY: slot pointers are valid while main runs, the

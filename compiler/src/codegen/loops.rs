@@ -506,10 +506,9 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let lanes = vt.lane_count() as i64;
             // Hoist stride-0 loads and constants out of the vector loop.
             self.hoisted.clear();
-            let index_only = gather_indices(&self.k.nodes, self.k.root);
             for (i, node) in self.k.nodes.iter().enumerate() {
                 // A gather's index, fixed for the row: one scalar.
-                if index_only[i]
+                if self.gather_index[i]
                     && let ENode::Load { dtype, .. } = node
                 {
                     let p = self.b.use_var(self.pos[&i]);
@@ -924,7 +923,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         // Every value has the row's type but these, and loads walk the row
         // contiguously or not at all (hoisted and splat); a gather walks a
         // row of its table (its index fixed for the row, a scalar load).
-        let index_only = gather_indices(&self.k.nodes, self.k.root);
+        let index_only = &self.gather_index;
         let fixed = |i: usize| matches!(&self.k.nodes[i], ENode::Load { strides, .. } if strides[rank - 1] == 0);
         for (i, node) in self.k.nodes.iter().enumerate() {
             let ok = match node {
@@ -1016,6 +1015,9 @@ struct TransposeTile {
 /// Per node: whether it is a load only gathers read, as their index (a
 /// scalar per row in vector code), and neither the root nor stored.
 pub(super) fn gather_indices(nodes: &[ENode], root: usize) -> Vec<bool> {
+    if !nodes.iter().any(|n| matches!(n, ENode::Gather { .. })) {
+        return vec![false; nodes.len()];
+    }
     let mut index = vec![false; nodes.len()];
     let mut other = vec![false; nodes.len()];
     other[root] = true;

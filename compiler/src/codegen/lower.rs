@@ -205,7 +205,6 @@ impl<'a, 'b> KernelGen<'a, 'b> {
     /// form is `LowerError::NoVectorForm` (what `vector_type` asks).
     pub(super) fn eval(&mut self, mode: Mode) -> Lowered<Vec<V>> {
         let nodes = self.k.nodes.clone();
-        let index_only = super::loops::gather_indices(&nodes, self.k.root);
         let mut vals: Vec<V> = Vec::with_capacity(nodes.len());
         let mut unused = None;
         for (i, n) in nodes.iter().enumerate() {
@@ -228,7 +227,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
                     Mode::Vector(vt) => match self.hoisted.get(&i) {
                         Some(v) => V::S(*v),
                         // A gather's index: one scalar for the row.
-                        None if index_only[i] => {
+                        None if self.gather_index[i] => {
                             let p = self.b.use_var(self.pos[&i]);
                             self.load(*dtype, p)?
                         }

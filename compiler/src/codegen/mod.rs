@@ -220,6 +220,9 @@ struct KernelGen<'a, 'b> {
     pos: HashMap<usize, Variable>,
     frefs: HashMap<RtFn, cranelift_codegen::ir::FuncRef>,
     hoisted: HashMap<usize, Value>,
+    /// Per node: a load only gathers read as their index
+    /// (`loops::gather_indices`).
+    gather_index: Vec<bool>,
     /// Element offset applied to vector loads (unrolled copies).
     load_off: i64,
     /// `[begin, end)` of the outermost dim, for split kernels.
@@ -281,6 +284,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             pos: HashMap::new(),
             frefs: HashMap::new(),
             hoisted: HashMap::new(),
+            gather_index: loops::gather_indices(&k.nodes, k.root),
             load_off: 0,
             range: None,
             wide: None,

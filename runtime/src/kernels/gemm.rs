@@ -231,13 +231,13 @@ pub type Epilogue<'a> = &'a (dyn Fn(std::ops::Range<usize>) + Sync);
 /// (a JIT GEMM's epilogue kernel: the bias and activation after a layer);
 /// otherwise after the whole product, on `then_parts` ranges of rows over
 /// the pool (once on `0..m` for 1).
+///
+/// # Safety
+/// As [`gemm`]; `then` may read what the product wrote in its rows.
 #[allow(
     clippy::too_many_arguments,
     reason = "gemm's operands, then the epilogue's"
 )]
-///
-/// # Safety
-/// As [`gemm`]; `then` may read what the product wrote in its rows.
 pub unsafe fn gemm_then<T: GemmFloat>(
     d: &GemmDims,
     lhs: *const T,
@@ -752,10 +752,6 @@ mod tests {
         assert!(splits > 50, "only {splits} splits exercised");
     }
 
-    /// A column-major right operand with many left rows is multiplied as
-    /// its row-major copy: the same bits as the row-major product of the
-    /// same matrix (batched, accumulating or not, on the pool or not, sizes
-    /// not multiples of the copy's blocks), and the product within rounding.
     #[test]
     fn epilogues_see_every_row_once_when_final() {
         // 200×300 by 300×160: rows and columns split in several ways.
@@ -816,6 +812,10 @@ mod tests {
     // SAFETY: test-only; the epilogue reads rows no part writes any more.
     unsafe impl Sync for SendPtr {}
 
+    /// A column-major right operand with many left rows is multiplied as
+    /// its row-major copy: the same bits as the row-major product of the
+    /// same matrix (batched, accumulating or not, on the pool or not, sizes
+    /// not multiples of the copy's blocks), and the product within rounding.
     #[test]
     fn column_major_rhs_gives_the_row_major_bits() {
         for (b, m, k, n, accumulate, threads) in [
