@@ -925,6 +925,188 @@ fn gathers_fuse_into_their_consumers() {
 }
 
 #[test]
+fn loop_invariant_gemm_operands_are_packed_once() {
+    // A GEMM in a loop whose right operand the loop leaves alone reads it
+    // packed once before the loop; the same bits as the interpreter in
+    // exact mode, with new weights at every call.
+    use tensorlift::{fori_loop, while_loop};
+    type Body = fn(Sym, Sym, Sym) -> Sym;
+    // (h dims, w dims, program, pack steps expected)
+    type Case<'a> = (&'a [usize], &'a [usize], Body, usize);
+    let cases: &[Case] = &[
+        // h ← tanh(h·W + u), split over the pool by rows.
+        (
+            &[64, 512],
+            &[512, 512],
+            |h, w, u| fori_loop(0, 4, |_, c| vec![(c[0].matmul(&w) + &u).tanh()], &[h]).remove(0),
+            1,
+        ),
+        // Odd sizes (panels and row blocks cut short), W read transposed.
+        (
+            &[37, 100],
+            &[100, 100],
+            |h, w, u| {
+                let wt = w.transpose(&[1, 0]);
+                fori_loop(0, 3, |_, c| vec![(c[0].matmul(&wt) + &u).tanh()], &[h]).remove(0)
+            },
+            1,
+        ),
+        // In f64, W a temporary (converted before the loop), and a trip
+        // count that depends on the data.
+        (
+            &[24, 40],
+            &[40, 40],
+            |h, w, u| {
+                let (h, w, u) = (h.cast(DType::F64), w.cast(DType::F64), u.cast(DType::F64));
+                let out = while_loop(
+                    |c| {
+                        (c[0].abs().reduce_sum(None, false))
+                            .less(c[1].abs().reduce_sum(None, false) * 4.0)
+                    },
+                    |c| vec![c[0].matmul(&w) + &u + &c[0] * 1.5, c[1].clone()],
+                    &[h.clone(), h],
+                );
+                out[0].cast(DType::F32)
+            },
+            1,
+        ),
+        // Two products by W in one loop: one packed copy.
+        (
+            &[64, 100],
+            &[100, 100],
+            |h, w, u| {
+                fori_loop(
+                    0,
+                    3,
+                    |_, c| vec![(c[0].matmul(&w) + c[0].tanh().matmul(&w) + &u).tanh()],
+                    &[h],
+                )
+                .remove(0)
+            },
+            1,
+        ),
+        // Nested loops: packed once, before the outer one.
+        (
+            &[32, 64],
+            &[64, 64],
+            |h, w, u| {
+                fori_loop(
+                    0,
+                    3,
+                    |_, c| {
+                        let inner = fori_loop(
+                            0,
+                            2,
+                            |_, d| vec![(d[0].matmul(&w) + &u).tanh()],
+                            &[c[0].clone()],
+                        );
+                        vec![inner[0].clone() * 0.9]
+                    },
+                    &[h],
+                )
+                .remove(0)
+            },
+            1,
+        ),
+        // W changes at every step: not packed.
+        (
+            &[64, 100],
+            &[100, 100],
+            |h, w, u| {
+                fori_loop(
+                    0,
+                    4,
+                    |_, c| vec![(c[0].matmul(&c[1]) + &u).tanh(), c[1].tanh()],
+                    &[h, w],
+                )
+                .remove(0)
+            },
+            0,
+        ),
+        // Deeper than one block of `gemm`'s (512): not packed.
+        (
+            &[8, 600],
+            &[600, 600],
+            |h, w, u| fori_loop(0, 2, |_, c| vec![(c[0].matmul(&w) + &u).tanh()], &[h]).remove(0),
+            0,
+        ),
+        // Not in a loop: not packed.
+        (
+            &[64, 100],
+            &[100, 100],
+            |h, w, u| (h.matmul(&w) + u).tanh(),
+            0,
+        ),
+    ];
+    for (c, &(hd, wd, body, packs)) in cases.iter().enumerate() {
+        let vals = |n: usize, s: usize| -> Vec<f32> {
+            (0..n)
+                .map(|j| ((j * 7919 + s * 31) % 2003) as f32 / 2003.0 - 0.5)
+                .collect()
+        };
+        let ud = [hd[0], wd[1]];
+        let args = |s: usize| {
+            [
+                common::f32s(&vals(hd.iter().product(), s), hd),
+                common::f32s(
+                    &(vals(wd.iter().product(), s + 1).iter())
+                        .map(|v| v * 0.1)
+                        .collect::<Vec<_>>(),
+                    wd,
+                ),
+                common::f32s(&vals(ud.iter().product(), s + 2), &ud),
+            ]
+        };
+        let f = function(body).jit_compile(true).jit_options(JitOptions {
+            exact: true,
+            ..JitOptions::default()
+        });
+        for call in 0..3 {
+            let a = args(call * 10);
+            let want = function(body).call(&a).unwrap();
+            let got = f.call(&a).unwrap();
+            assert!(
+                common::same_bits(&got[0], &want[0]),
+                "case {c}, call {call}: differs from the interpreter"
+            );
+        }
+        let specs: Vec<TensorSpec> = args(0)
+            .iter()
+            .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+            .collect();
+        let fused_ir = function(body)
+            .jit_compile(true)
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap();
+        let steps: Vec<&str> = fused_ir
+            .lines()
+            .filter(|l| l.starts_with("  step "))
+            .collect();
+        let pack_at: Vec<usize> = (steps.iter().enumerate())
+            .filter(|(_, l)| l.contains(": pack '"))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(pack_at.len(), packs, "case {c}:\n{fused_ir}");
+        assert_eq!(
+            fused_ir.matches("rhs packed in slot").count(),
+            if packs > 0 {
+                steps.iter().filter(|l| l.contains(": gemm '")).count()
+            } else {
+                0
+            },
+            "case {c}: every product by W reads the packed copy:\n{fused_ir}"
+        );
+        if let Some(&p) = pack_at.first() {
+            let first_label = steps.iter().position(|l| l.contains(": label ")).unwrap();
+            assert!(
+                p < first_label,
+                "case {c}: packed inside a loop:\n{fused_ir}"
+            );
+        }
+    }
+}
+
+#[test]
 fn gemm_epilogues_run_on_each_parts_rows() {
     // The kernel right after a GEMM, over its rows and reading the product
     // only from the row it writes (a layer's bias and activation, a row

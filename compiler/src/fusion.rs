@@ -16,7 +16,7 @@ use tensorlift_ir::{
     BinaryOp, CmpOp, DType, Error, Graph, Literal, Node, NodeId, Op, ReduceOp, Result, UnaryOp,
     ValueId,
 };
-use tensorlift_runtime::kernels::gemm::{GemmDims, GemmSplit};
+use tensorlift_runtime::kernels::gemm::{self, GemmDims, GemmSplit};
 
 /// Index of a buffer slot.
 pub type SlotId = usize;
@@ -284,6 +284,31 @@ pub struct Gemm {
     /// and activation of a layer, a softmax's row max; see
     /// [`gemm_epilogues`]).
     pub epilogue: Option<Box<Epilogue>>,
+    /// A slot holding `rhs` packed by a [`Step::Pack`] before the loop the
+    /// GEMM is in, `rhs` being the same at every step of it (see
+    /// [`pack_loop_invariant_rhs`]).
+    pub packed: Option<SlotId>,
+}
+
+/// A GEMM's loop-invariant right operand packed for the host's GEMM
+/// micro-kernels, once before the loop ([`Step::Pack`]).
+#[derive(Clone, Debug)]
+pub struct Pack {
+    /// The GEMM's node name.
+    pub name: String,
+    /// f32 or f64.
+    pub dtype: DType,
+    /// The right operand, `(k, n)`, element `(kk, j)` at `kk·strides[0] +
+    /// j·strides[1]`.
+    pub src: SlotId,
+    /// Where it goes (`kernels::gemm::packed_len(k, n)` elements).
+    pub dst: SlotId,
+    /// Contracted.
+    pub k: usize,
+    /// Columns.
+    pub n: usize,
+    /// `src`'s strides.
+    pub strides: [isize; 2],
 }
 
 /// A GEMM's epilogue ([`Gemm::epilogue`]).
@@ -303,11 +328,16 @@ pub struct Epilogue {
 
 impl Gemm {
     /// How the runtime splits the call over a pool of `threads`: by rows
-    /// first when it has an epilogue.
+    /// first when it has an epilogue or reads its right operand packed on
+    /// this host.
     pub fn split(&self, threads: usize) -> GemmSplit {
-        match self.epilogue {
-            Some(_) => self.dims().split_by_rows(threads),
-            None => self.dims().split(threads),
+        let d = self.dims();
+        let packed = self.packed.is_some()
+            && gemm::GemmType::of(self.dtype).is_some_and(|t| t.host_packs(&d));
+        match (packed, &self.epilogue) {
+            (true, _) => d.split_packed(threads),
+            (false, Some(_)) => d.split_by_rows(threads),
+            (false, None) => d.split(threads),
         }
     }
 
@@ -331,6 +361,9 @@ pub enum Step {
     Kernel(Kernel),
     /// A GEMM through the `tl_gemm` runtime symbol.
     Gemm(Gemm),
+    /// A GEMM's right operand packed before the loop that multiplies by it
+    /// at every step (through `tl_gemm` too).
+    Pack(Pack),
     /// An op executed by a runtime kernel through the `tl_runtime_step`
     /// symbol: operands are materialized, the result written to `outputs`.
     /// A `take` with no outputs is a gather's check: its one input, the
@@ -732,7 +765,155 @@ pub fn plan(g: &Graph, exact: bool) -> Result<Plan> {
             )));
         }
     }
-    plan_with(g, false, !exact)
+    let mut plan = plan_with(g, false, !exact)?;
+    pack_loop_invariant_rhs(&mut plan);
+    Ok(plan)
+}
+
+/// A GEMM in a loop whose right operand no step of the loop writes (a
+/// weight matrix an RNN cell multiplies by at every step) reads it packed:
+/// a [`Step::Pack`] before the loop (before the outermost loop around it
+/// that leaves the operand alone) lays it out once for the host's GEMM
+/// micro-kernels, where `gemm` would pack it again at every step
+/// (`kernels::gemm::pack_rhs`; products `kernels::gemm::packs` takes: one
+/// batch item, at most 512 deep). The packed buffer has the arena to
+/// itself. GEMMs of one loop with the same operand share one.
+fn pack_loop_invariant_rhs(plan: &mut Plan) {
+    let mut i = 0;
+    while i < plan.steps.len() {
+        let Step::Gemm(g) = &plan.steps[i] else {
+            i += 1;
+            continue;
+        };
+        let rhs = g.rhs;
+        let written = |plan: &Plan, (start, end)| loop_writes(plan, start, end).contains(&rhs);
+        let mut outer = None;
+        let mut around = innermost_loop(plan, i, i);
+        while let Some(l) = around
+            && !written(plan, l)
+        {
+            outer = Some(l);
+            around =
+                l.0.checked_sub(1)
+                    .and_then(|s| innermost_loop(plan, s, l.1));
+        }
+        let dims = g.dims();
+        let Some((start, _)) = outer else {
+            i += 1;
+            continue;
+        };
+        if g.packed.is_some() || !gemm::packs(&dims) {
+            i += 1;
+            continue;
+        }
+        let (name, dtype, k, n) = (g.name.clone(), g.dtype, g.k, g.n);
+        let strides = [g.rhs_strides[1], g.rhs_strides[2]];
+        // One packed copy per operand and loop.
+        let shared = (plan.steps[..start].iter().rev()).map_while(|st| {
+            if let Step::Pack(p) = st {
+                Some(p)
+            } else {
+                None
+            }
+        });
+        let shared = shared
+            .filter(|p| (p.src, p.k, p.n, p.strides, p.dtype) == (rhs, k, n, strides, dtype))
+            .map(|p| p.dst)
+            .next();
+        let dst = match shared {
+            Some(dst) => dst,
+            None => {
+                let Some(len) = gemm::packed_len(k, n) else {
+                    i += 1;
+                    continue;
+                };
+                let offset = plan.arena_bytes;
+                let slot = Slot {
+                    kind: SlotKind::Temp { offset },
+                    dtype,
+                    dims: vec![len],
+                    name: format!("{name}.packed"),
+                };
+                plan.arena_bytes += slot.bytes().div_ceil(64) * 64;
+                plan.slots.push(slot);
+                let dst = plan.slots.len() - 1;
+                insert_step(
+                    plan,
+                    start,
+                    Step::Pack(Pack {
+                        name: name.clone(),
+                        dtype,
+                        src: rhs,
+                        dst,
+                        k,
+                        n,
+                        strides,
+                    }),
+                );
+                i += 1;
+                plan.decisions.push(format!(
+                    "{name}: its right operand is the same at every step of the loop: packed once before it"
+                ));
+                dst
+            }
+        };
+        if let Step::Gemm(g) = &mut plan.steps[i] {
+            g.packed = Some(dst);
+        }
+        i += 1;
+    }
+}
+
+/// The steps `start..=end` of the innermost loop holding steps `i..=j`: a
+/// label at `start` and a jump back to it at `end`.
+pub(crate) fn innermost_loop(plan: &Plan, i: usize, j: usize) -> Option<(usize, usize)> {
+    (0..=i).rev().find_map(|start| {
+        let Step::Label(l) = &plan.steps[start] else {
+            return None;
+        };
+        let end =
+            (j..plan.steps.len()).find(|&e| matches!(&plan.steps[e], Step::Jump(t) if t == l))?;
+        Some((start, end))
+    })
+}
+
+/// The slots steps `start..=end` write (a loop's copy of a captured value
+/// onto itself writes nothing).
+pub(crate) fn loop_writes(plan: &Plan, start: usize, end: usize) -> Vec<SlotId> {
+    (plan.steps[start..=end].iter())
+        .flat_map(|s| match s {
+            Step::Copy { from, to } => (from.iter().zip(to))
+                .filter(|(f, t)| f != t)
+                .map(|(_, t)| *t)
+                .collect(),
+            Step::Kernel(_)
+            | Step::Gemm(_)
+            | Step::Pack(_)
+            | Step::Runtime { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => step_slots(s).1,
+        })
+        .collect()
+}
+
+/// Inserts `step` before step `at`, moving what refers to later steps.
+fn insert_step(plan: &mut Plan, at: usize, step: Step) {
+    for g in &mut plan.groups {
+        if g.start >= at {
+            g.start += 1;
+            g.end += 1;
+        }
+    }
+    for sl in &mut plan.slots {
+        if let SlotKind::HandOff { to } = &mut sl.kind
+            && *to >= at
+        {
+            *to += 1;
+        }
+    }
+    plan.steps.insert(at, step);
 }
 
 /// [`plan`], for a program whose parameters' buffers it may overwrite
@@ -1058,6 +1239,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                     threads: true,
                     accumulate: false,
                     epilogue: None,
+                    packed: None,
                 }));
                 decisions.push(format!(
                     "{}: GEMM call (tl_gemm: the gemm crate), b={b} m={m} k={k} n={nn}",
@@ -1433,6 +1615,7 @@ fn write_copies_in_place(plan: &mut Plan) {
             Step::Kernel(k) => whole_copy(plan, k).map(|src| (src, k.out, k.name.clone())),
             Step::Runtime { .. }
             | Step::Gemm(_)
+            | Step::Pack(_)
             | Step::Copy { .. }
             | Step::Label(_)
             | Step::Jump(_)
@@ -1472,6 +1655,7 @@ fn write_copies_in_place(plan: &mut Plan) {
             }
             Step::Gemm(_)
             | Step::Kernel(_)
+            | Step::Pack(_)
             | Step::Copy { .. }
             | Step::Label(_)
             | Step::Jump(_)
@@ -1706,6 +1890,7 @@ fn accumulate_safe(
             Step::Runtime { .. }
             | Step::Kernel(_)
             | Step::Gemm(_)
+            | Step::Pack(_)
             | Step::Copy { .. }
             | Step::Label(_)
             | Step::Jump(_)
@@ -1773,6 +1958,13 @@ fn for_each_slot(step: &mut Step, f: &mut dyn FnMut(&mut SlotId)) {
             if let Some(e) = &mut g.epilogue {
                 for_each_kernel_slot(&mut e.kernel, f);
             }
+            if let Some(s) = &mut g.packed {
+                f(s);
+            }
+        }
+        Step::Pack(p) => {
+            f(&mut p.src);
+            f(&mut p.dst);
         }
         Step::Runtime {
             inputs, outputs, ..
@@ -1973,7 +2165,7 @@ fn relocate(mut step: Step, map: &[SlotId], first_graph: usize, label_base: usiz
         Step::Runtime { graph, .. } => *graph += first_graph,
         Step::Label(l) | Step::Jump(l) | Step::BranchUnless { label: l, .. } => *l += label_base,
         Step::Switch { labels, .. } => labels.iter_mut().for_each(|l| *l += label_base),
-        Step::Kernel(_) | Step::Gemm(_) | Step::Copy { .. } => {}
+        Step::Kernel(_) | Step::Gemm(_) | Step::Pack(_) | Step::Copy { .. } => {}
     }
     step
 }
@@ -2941,8 +3133,10 @@ pub fn step_slots(step: &Step) -> (Vec<SlotId>, Vec<SlotId>) {
             if let Some(e) = &g.epilogue {
                 kernel_slots(&e.kernel, &mut reads, &mut writes);
             }
+            reads.extend(g.packed);
             (reads, writes)
         }
+        Step::Pack(p) => (vec![p.src], vec![p.dst]),
         Step::Runtime {
             inputs, outputs, ..
         } => (inputs.clone(), outputs.clone()),
@@ -3032,6 +3226,22 @@ impl Plan {
                             let _ = writeln!(s, "      e{j} = {}", enode_text(n));
                         }
                     }
+                    if let Some(p) = g.packed {
+                        let _ = writeln!(s, "    rhs packed in slot {p}");
+                    }
+                }
+                Step::Pack(p) => {
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: pack '{}' {} k={} n={} slot {} {:?} -> slot {}",
+                        p.name,
+                        p.dtype.short_name(),
+                        p.k,
+                        p.n,
+                        p.src,
+                        p.strides,
+                        p.dst
+                    );
                 }
                 Step::Runtime {
                     graph,

@@ -89,6 +89,7 @@ pub(crate) fn group_split(plan: &Plan, g: &RowGroup, opts: &JitOptions) -> Split
         plan.steps[g.start..g.end].iter().filter_map(|s| match s {
             Step::Kernel(k) => Some(k),
             Step::Gemm(_)
+            | Step::Pack(_)
             | Step::Runtime { .. }
             | Step::Copy { .. }
             | Step::Label(_)
@@ -137,6 +138,7 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
                 Step::Kernel(k) => kernel_split(plan, i, k, opts).parts().is_some(),
                 Step::Gemm(g) => opts.threads && !matches!(g.split(threads), GemmSplit::One(_)),
                 Step::Runtime { .. }
+                | Step::Pack(_)
                 | Step::Copy { .. }
                 | Step::Label(_)
                 | Step::Jump(_)
@@ -145,7 +147,7 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
             }
         };
         if split {
-            n += if innermost_loop(plan, i).is_some() {
+            n += if fusion::innermost_loop(plan, i, i).is_some() {
                 2
             } else {
                 1
@@ -177,6 +179,7 @@ pub(crate) fn record(plan: &mut Plan, opts: &JitOptions) {
                 .as_ref()
                 .is_some_and(|e| kernel_split(plan, i, &e.kernel, opts).parts().is_some()),
             Step::Kernel(_)
+            | Step::Pack(_)
             | Step::Runtime { .. }
             | Step::Copy { .. }
             | Step::Label(_)
@@ -278,26 +281,10 @@ fn line(what: &str, split: Split, rows: usize) -> String {
 /// around it (the steps from a label to the jump back to it) never
 /// writes; 0 outside loops.
 fn loop_invariant_bytes(plan: &Plan, i: usize, k: &Kernel) -> usize {
-    let Some((start, end)) = innermost_loop(plan, i) else {
+    let Some((start, end)) = fusion::innermost_loop(plan, i, i) else {
         return 0;
     };
-    // (A loop's copy of its carries back to their slots copies a captured
-    // outer value onto itself: that writes nothing.)
-    let written: Vec<usize> = (plan.steps[start..=end].iter())
-        .flat_map(|s| match s {
-            Step::Copy { from, to } => (from.iter().zip(to))
-                .filter(|(f, t)| f != t)
-                .map(|(_, t)| *t)
-                .collect(),
-            Step::Kernel(_)
-            | Step::Gemm(_)
-            | Step::Runtime { .. }
-            | Step::Label(_)
-            | Step::Jump(_)
-            | Step::BranchUnless { .. }
-            | Step::Switch { .. } => fusion::step_slots(s).1,
-        })
-        .collect();
+    let written = fusion::loop_writes(plan, start, end);
     let mut read: Vec<usize> = k.nodes.iter().filter_map(fusion::ENode::slot).collect();
     read.sort_unstable();
     read.dedup();
@@ -305,19 +292,6 @@ fn loop_invariant_bytes(plan: &Plan, i: usize, k: &Kernel) -> usize {
         .filter(|s| !written.contains(s))
         .map(|s| plan.slots[s].bytes())
         .sum()
-}
-
-/// The steps `start..=end` of the innermost loop holding step `i`: a
-/// label at `start` and a jump back to it at `end`.
-fn innermost_loop(plan: &Plan, i: usize) -> Option<(usize, usize)> {
-    (0..=i).rev().find_map(|start| {
-        let Step::Label(l) = &plan.steps[start] else {
-            return None;
-        };
-        let end =
-            (i..plan.steps.len()).find(|&j| matches!(&plan.steps[j], Step::Jump(t) if t == l))?;
-        Some((start, end))
-    })
 }
 
 /// Loop-invariant reads from this many bytes split a kernel over threads

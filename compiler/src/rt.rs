@@ -81,6 +81,7 @@ impl StepTable {
                 }
                 Step::Kernel(_)
                 | Step::Gemm(_)
+                | Step::Pack(_)
                 | Step::Copy { .. }
                 | Step::Label(_)
                 | Step::Jump(_)
@@ -510,6 +511,10 @@ fn run_step(
         Some(Step::Gemm(g)) => {
             // SAFETY: `bufs` holds a pointer for every slot.
             let (a, b, c) = unsafe { (*bufs.add(g.lhs), *bufs.add(g.rhs), *bufs.add(g.out)) };
+            // SAFETY: as above; the Pack step before the loop filled it.
+            let packed = g
+                .packed
+                .map_or(std::ptr::null_mut(), |s| unsafe { *bufs.add(s) });
             let d = g.dims();
             // The epilogue kernel on each range of rows, its first failing
             // status kept.
@@ -546,32 +551,39 @@ fn run_step(
             });
             let then = run_kernel.as_ref().map(|f| f as gemm::Epilogue<'_>);
             let (ga, gb) = (g.threads, g.accumulate);
-            match g.dtype {
+            match gemm::GemmType::of(g.dtype) {
                 // SAFETY: slot pointers are valid while main runs, the
                 // plan's strides stay inside each operand's slot, and the
                 // output slot (b·m·n elements, holding the accumulator when
                 // `g.accumulate`) is distinct from the operands.
-                DType::F32 => unsafe {
-                    gemm::gemm_then::<f32>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then, parts)
+                Some(gemm::GemmType::F32) => unsafe {
+                    gemm::gemm_then::<f32>(
+                        &d,
+                        a.cast(),
+                        b.cast(),
+                        c.cast(),
+                        packed.cast(),
+                        ga,
+                        gb,
+                        then,
+                        parts,
+                    )
                 },
                 // SAFETY: as for f32.
-                DType::F64 => unsafe {
-                    gemm::gemm_then::<f64>(&d, a.cast(), b.cast(), c.cast(), ga, gb, then, parts)
+                Some(gemm::GemmType::F64) => unsafe {
+                    gemm::gemm_then::<f64>(
+                        &d,
+                        a.cast(),
+                        b.cast(),
+                        c.cast(),
+                        packed.cast(),
+                        ga,
+                        gb,
+                        then,
+                        parts,
+                    )
                 },
-                DType::Bool
-                | DType::I8
-                | DType::I16
-                | DType::I32
-                | DType::I64
-                | DType::U8
-                | DType::U16
-                | DType::U32
-                | DType::U64
-                | DType::F16
-                | DType::BF16
-                | DType::C64
-                | DType::C128
-                | DType::String => {
+                None => {
                     return Err(Error::internal(format!(
                         "a GEMM step of {} elements",
                         g.dtype
@@ -585,6 +597,29 @@ fn run_step(
                     g.name
                 ))),
             }
+        }
+        Some(Step::Pack(p)) => {
+            // SAFETY: `bufs` holds a pointer for every slot; the source's
+            // strides stay inside its slot and the destination holds
+            // `packed_len(k, n)` elements (`pack_loop_invariant_rhs`).
+            let (src, dst) = unsafe { (*bufs.add(p.src), *bufs.add(p.dst)) };
+            match gemm::GemmType::of(p.dtype) {
+                // SAFETY: as above.
+                Some(gemm::GemmType::F32) => unsafe {
+                    gemm::pack_rhs::<f32>(p.k, p.n, src.cast(), p.strides, dst.cast())
+                },
+                // SAFETY: as above.
+                Some(gemm::GemmType::F64) => unsafe {
+                    gemm::pack_rhs::<f64>(p.k, p.n, src.cast(), p.strides, dst.cast())
+                },
+                None => {
+                    return Err(Error::internal(format!(
+                        "a packed GEMM operand of {} elements",
+                        p.dtype
+                    )));
+                }
+            }
+            Ok(())
         }
         Some(
             Step::Kernel(_)

@@ -174,7 +174,7 @@ fn register_slots(plan: &Plan) -> Vec<SlotId> {
                 }
             }
             Step::Label(_) | Step::Jump(_) | Step::BranchUnless { .. } | Step::Switch { .. } => {}
-            Step::Kernel(_) | Step::Gemm(_) | Step::Runtime { .. } => {
+            Step::Kernel(_) | Step::Gemm(_) | Step::Pack(_) | Step::Runtime { .. } => {
                 let (reads, writes) = crate::fusion::step_slots(step);
                 for s in reads.into_iter().chain(writes) {
                     ok[s] = false;
@@ -192,6 +192,7 @@ fn step_kernel(step: &Step) -> Option<&Kernel> {
         Step::Kernel(k) => Some(k),
         Step::Gemm(g) => g.epilogue.as_deref().map(|e| &e.kernel),
         Step::Runtime { .. }
+        | Step::Pack(_)
         | Step::Copy { .. }
         | Step::Label(_)
         | Step::Jump(_)
@@ -465,10 +466,10 @@ pub(crate) fn generate(
                     let call = b.ins().call(gemm_then_ref, &[t, s, bufs, ctx, addr]);
                     b.inst_results(call)[0]
                 }
-                Step::Gemm(_) | Step::Runtime { .. } => {
+                Step::Gemm(_) | Step::Pack(_) | Step::Runtime { .. } => {
                     let t = b.ins().iconst(ptr, table as i64);
                     let s = b.ins().iconst(types::I64, i as i64);
-                    let f = if matches!(step, Step::Gemm(_)) {
+                    let f = if matches!(step, Step::Gemm(_) | Step::Pack(_)) {
                         gemm_ref
                     } else {
                         step_ref

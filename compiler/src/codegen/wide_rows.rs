@@ -338,6 +338,7 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             plan.steps[g.start..g.end].iter().filter_map(|st| match st {
                 Step::Kernel(k) => Some(k),
                 Step::Gemm(_)
+                | Step::Pack(_)
                 | Step::Runtime { .. }
                 | Step::Copy { .. }
                 | Step::Label(_)

@@ -12,7 +12,7 @@
 //! which take other paths, are never split).
 
 use crate::memory::AlignedBytes;
-use tensorlift_ir::DotDims;
+use tensorlift_ir::{DType, DotDims};
 
 /// A batched product `out[b] = lhs[b] @ rhs[b]` over strided operands; the
 /// output is contiguous, shape (b, m, n).
@@ -104,6 +104,31 @@ impl GemmDims {
         self.split_for(threads, true)
     }
 
+    /// [`GemmDims::split`] for a product reading a packed right operand
+    /// ([`host_packs`]), whose bits no split changes: ranges of whole
+    /// blocks of the micro-kernel's 6 rows while each part gets two or
+    /// more (each part then runs its rows' epilogue at once, on its
+    /// thread), else ranges of whole panels of columns.
+    pub fn split_packed(&self, threads: usize) -> GemmSplit {
+        if self.work() < GEMM_PARALLEL_WORK {
+            return GemmSplit::One("one thread: too little work to pay for waking the pool");
+        }
+        if threads < 2 {
+            return GemmSplit::One(
+                "one thread: one thread allowed (RAYON_NUM_THREADS=1, or one core)",
+            );
+        }
+        let row_blocks = self.m / PACKED_ROWS;
+        if row_blocks >= 2 * threads {
+            return GemmSplit::Rows(threads);
+        }
+        let panels = self.n / MAX_PANEL;
+        match panels.min(threads) {
+            0 | 1 => GemmSplit::One("one thread: too few rows and columns to split"),
+            parts => GemmSplit::Columns(parts),
+        }
+    }
+
     fn split_for(&self, threads: usize, rows_first: bool) -> GemmSplit {
         if self.work() < GEMM_PARALLEL_WORK {
             return GemmSplit::One("one thread: too little work to pay for waking the pool");
@@ -154,6 +179,47 @@ fn column_cuts(n: usize, parts: usize) -> Vec<usize> {
         .collect()
 }
 
+/// The element types of [`gemm`], by name: what a plan's `DType` is to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmType {
+    /// `f32`.
+    F32,
+    /// `f64`.
+    F64,
+}
+
+impl GemmType {
+    /// The type of `dtype`'s elements, if [`gemm`] takes it.
+    pub fn of(dtype: DType) -> Option<GemmType> {
+        match dtype {
+            DType::F32 => Some(GemmType::F32),
+            DType::F64 => Some(GemmType::F64),
+            DType::Bool
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+            | DType::F16
+            | DType::BF16
+            | DType::C64
+            | DType::C128
+            | DType::String => None,
+        }
+    }
+
+    /// [`host_packs`] for elements of this type.
+    pub fn host_packs(self, d: &GemmDims) -> bool {
+        match self {
+            GemmType::F32 => host_packs::<f32>(d),
+            GemmType::F64 => host_packs::<f64>(d),
+        }
+    }
+}
+
 /// The element types [`gemm`] takes.
 pub trait GemmFloat:
     Copy + Send + Sync + 'static + std::ops::Add<Output = Self> + private::Sealed
@@ -162,16 +228,165 @@ pub trait GemmFloat:
     const ZERO: Self;
     /// 1.
     const ONE: Self;
+    /// The micro-kernels `gemm` runs on this host, where they fuse their
+    /// multiply-adds (FMA or AVX-512); `None` elsewhere.
+    fn micro() -> Option<Micro<Self>>;
 }
 
 impl GemmFloat for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn micro() -> Option<Micro<Self>> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use gemm_f32::microkernel::{avx512f, fma};
+            // The choice `gemm` makes (gemm-common's `gemm_def!`).
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(Micro {
+                    lanes: 16,
+                    ukr: &avx512f::f32::UKR,
+                });
+            }
+            if std::arch::is_x86_feature_detected!("fma") {
+                return Some(Micro {
+                    lanes: 8,
+                    ukr: &fma::f32::UKR,
+                });
+            }
+        }
+        None
+    }
 }
 
 impl GemmFloat for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn micro() -> Option<Micro<Self>> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use gemm_f64::microkernel::{avx512f, fma};
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(Micro {
+                    lanes: 8,
+                    ukr: &avx512f::f64::UKR,
+                });
+            }
+            if std::arch::is_x86_feature_detected!("fma") {
+                return Some(Micro {
+                    lanes: 4,
+                    ukr: &fma::f64::UKR,
+                });
+            }
+        }
+        None
+    }
+}
+
+/// A family of `gemm`'s micro-kernels: `ukr[a - 1][c - 1]` computes a
+/// block of up to `a` vectors of `lanes` output columns by `c` output rows
+/// (`NR` = 6 rows at most), each element one fused multiply-add per `k` in
+/// order, then `alpha·out + beta·sum` (`alpha` 0: the sum alone).
+#[derive(Clone, Copy)]
+pub struct Micro<T: 'static> {
+    lanes: usize,
+    ukr: &'static [[gemm_common::microkernel::MicroKernelFn<T>; 6]],
+}
+
+impl<T> std::fmt::Debug for Micro<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Micro")
+            .field("lanes", &self.lanes)
+            .field("panel", &self.panel())
+            .finish()
+    }
+}
+
+impl<T> Micro<T> {
+    /// Columns of a panel (`gemm`'s `MR`).
+    pub fn panel(&self) -> usize {
+        self.lanes * self.ukr.len()
+    }
+}
+
+/// Rows of the micro-kernels' blocks (their `NR`).
+const PACKED_ROWS: usize = 6;
+
+/// The widest panel of any host ([`Micro::panel`]: 64 f32 columns with
+/// AVX-512).
+const MAX_PANEL: usize = 64;
+
+/// Deepest product whose packed right operand [`gemm_then`] multiplies
+/// itself: `gemm` sums up to 512 `k` in one block on every host
+/// (gemm-common's `kernel_params`), so each element is one chain of
+/// multiply-adds there as here.
+const MAX_PACKED_K: usize = 512;
+
+/// Whether [`gemm_then`] uses a right operand packed by [`pack_rhs`] for
+/// the product `d` (on a host with [`GemmFloat::micro`]): one batch item,
+/// at most [`MAX_PACKED_K`] deep, and a shape `gemm` computes with its
+/// micro-kernels (not its paths for products 2 deep or less, one row or
+/// column, or 256 elements or fewer), so that the bits are `gemm`'s.
+pub fn packs(d: &GemmDims) -> bool {
+    d.b == 1 && d.k > 2 && d.k <= MAX_PACKED_K && d.m > 1 && d.n > 1 && d.m * d.n > 256
+}
+
+/// Whether [`gemm_then`] reads a packed right operand for `d` on this
+/// host ([`packs`], and the host has [`GemmFloat::micro`]).
+pub fn host_packs<T: GemmFloat>(d: &GemmDims) -> bool {
+    packs(d) && T::micro().is_some()
+}
+
+/// Elements of the buffer [`pack_rhs`] fills for a `(k, n)` right
+/// operand, on any host.
+pub fn packed_len(k: usize, n: usize) -> Option<usize> {
+    k.checked_mul(n.div_ceil(MAX_PANEL) * MAX_PANEL)
+}
+
+/// Packs the right operand `(k, n)` at `rhs` (element `(kk, j)` at
+/// `rhs + kk·rk + j·rn`) into `dst` as this host's micro-kernels read it:
+/// panel `p` (columns `p·mr..`, `mr` = [`Micro::panel`]) at `dst + p·mr·k`,
+/// holding for each `kk` the `mr` values of row `kk` (zeros past `n`). A
+/// loop's GEMM packs its loop-invariant operand once, before the loop, in
+/// place of `gemm` packing it at every step. Nothing happens on a host
+/// without [`GemmFloat::micro`] (its products read `rhs` itself).
+///
+/// # Safety
+/// `rhs` is readable at every offset its strides reach over `(k, n)`;
+/// `dst` is writable for [`packed_len`]`(k, n)` elements.
+pub unsafe fn pack_rhs<T: GemmFloat>(
+    k: usize,
+    n: usize,
+    rhs: *const T,
+    [rk, rn]: [isize; 2],
+    dst: *mut T,
+) {
+    let Some(micro) = T::micro() else {
+        return;
+    };
+    let mr = micro.panel();
+    for p in 0..n.div_ceil(mr) {
+        let c0 = p * mr;
+        let width = mr.min(n - c0);
+        for kk in 0..k {
+            // SAFETY: (kk, c0 + i) lies inside the operand for i < width;
+            // the panel row lies inside `dst`, which holds `k` rows of
+            // every panel up to `MAX_PANEL`-padded `n` columns.
+            unsafe {
+                let to = dst.add(p * mr * k + kk * mr);
+                let from = rhs.offset(kk as isize * rk + c0 as isize * rn);
+                if rn == 1 {
+                    std::ptr::copy_nonoverlapping(from, to, width);
+                } else {
+                    for i in 0..width {
+                        to.add(i).write(*from.offset(i as isize * rn));
+                    }
+                }
+                for i in width..mr {
+                    to.add(i).write(T::ZERO);
+                }
+            }
+        }
+    }
 }
 
 mod private {
@@ -181,19 +396,23 @@ mod private {
 }
 
 #[derive(Clone, Copy)]
-struct Ptrs<T> {
+struct Ptrs<T: 'static> {
     lhs: *const T,
     rhs: *const T,
     out: *mut T,
     /// `out += lhs @ rhs` instead of `out = lhs @ rhs`.
     accumulate: bool,
+    /// `rhs` packed by [`pack_rhs`] for the host's micro-kernels `micro`
+    /// (null, or `None`: `gemm` reads `rhs`).
+    packed: *const T,
+    micro: Option<Micro<T>>,
 }
 
 // SAFETY: the parts of a split write disjoint ranges of `out` and only
 // read `lhs`/`rhs`; the caller of [`gemm`] blocks until every part is done.
-unsafe impl<T> Send for Ptrs<T> {}
+unsafe impl<T: 'static> Send for Ptrs<T> {}
 // SAFETY: as above.
-unsafe impl<T> Sync for Ptrs<T> {}
+unsafe impl<T: 'static> Sync for Ptrs<T> {}
 
 /// `out = lhs @ rhs` for every batch item, overwriting `out` (contiguous,
 /// (b, m, n)), or with `accumulate`, `out += lhs @ rhs` (the JIT's GEMM
@@ -217,7 +436,19 @@ pub unsafe fn gemm<T: GemmFloat>(
     accumulate: bool,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_then(d, lhs, rhs, out, threads, accumulate, None, 1) }
+    unsafe {
+        gemm_then(
+            d,
+            lhs,
+            rhs,
+            out,
+            std::ptr::null(),
+            threads,
+            accumulate,
+            None,
+            1,
+        )
+    }
 }
 
 /// Rows of every item of a product's output, finished: what [`gemm_then`]
@@ -230,10 +461,14 @@ pub type Epilogue<'a> = &'a (dyn Fn(std::ops::Range<usize>) + Sync);
 /// as it finishes them, on its thread, while their output is in its cache
 /// (a JIT GEMM's epilogue kernel: the bias and activation after a layer);
 /// otherwise after the whole product, on `then_parts` ranges of rows over
-/// the pool (once on `0..m` for 1).
+/// the pool (once on `0..m` for 1). `packed`, unless null, holds `rhs`
+/// as [`pack_rhs`] packed it; the product reads it instead of `rhs` where
+/// [`packs`] allows (same bits).
 ///
 /// # Safety
-/// As [`gemm`]; `then` may read what the product wrote in its rows.
+/// As [`gemm`]; `then` may read what the product wrote in its rows;
+/// `packed` is null or holds what [`pack_rhs`] wrote for `rhs` as it is
+/// now.
 #[allow(
     clippy::too_many_arguments,
     reason = "gemm's operands, then the epilogue's"
@@ -243,6 +478,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
     lhs: *const T,
     rhs: *const T,
     out: *mut T,
+    packed: *const T,
     threads: bool,
     accumulate: bool,
     then: Option<Epilogue<'_>>,
@@ -273,6 +509,24 @@ pub unsafe fn gemm_then<T: GemmFloat>(
         (true, None) => d.split(crate::pool::threads()),
         (true, Some(_)) => d.split_by_rows(crate::pool::threads()),
     };
+    let micro = T::micro().filter(|_| !packed.is_null() && packs(d));
+    if micro.is_some() {
+        let split = match threads {
+            true => d.split_packed(crate::pool::threads()),
+            false => GemmSplit::One("threads off"),
+        };
+        let p = Ptrs {
+            lhs,
+            rhs,
+            out,
+            accumulate,
+            packed,
+            micro,
+        };
+        // SAFETY: the caller's contract; `packed` holds `rhs` packed.
+        unsafe { run(d, p, split, true, then, then_parts) };
+        return;
+    }
     let [rb, rk, rn] = d.rhs_strides;
     if rk == 1 && rn != 1 && 2 * d.m >= d.n && d.k > 1 {
         // A column-major right operand with enough rows on the left:
@@ -290,6 +544,8 @@ pub unsafe fn gemm_then<T: GemmFloat>(
                 rhs: copy.as_mut_ptr().cast::<T>().cast_const(),
                 out,
                 accumulate,
+                packed: std::ptr::null(),
+                micro: None,
             };
             // SAFETY: the caller's contract for `lhs` and `out`; `copy` holds
             // the right operand in the strides just set.
@@ -302,6 +558,8 @@ pub unsafe fn gemm_then<T: GemmFloat>(
         rhs,
         out,
         accumulate,
+        packed: std::ptr::null(),
+        micro: None,
     };
     // SAFETY: the caller's contract.
     unsafe { run(d, p, split, true, then, then_parts) };
@@ -331,6 +589,8 @@ fn row_major_copy<T: GemmFloat>(
         // (16-byte aligned, as f32 and f64 need.)
         out: copy.as_mut_ptr().cast::<T>(),
         accumulate: false,
+        packed: std::ptr::null(),
+        micro: None,
     };
     let avx = std::mem::size_of::<T>() == 4 && has_avx();
     // (`move`: the sizes as the closure's own values, which the stores
@@ -497,14 +757,33 @@ unsafe fn run<T: GemmFloat>(
             block(d.b * i / parts..d.b * (i + 1) / parts, 0..d.m, 0..d.n)
         }),
         GemmSplit::Columns(parts) => {
-            let cuts = column_cuts(d.n, parts);
+            let cuts = match p.micro {
+                // Whole panels of the packed operand.
+                Some(micro) => {
+                    let mr = micro.panel();
+                    let panels = d.n.div_ceil(mr);
+                    (0..=parts)
+                        .map(|i| (panels * i / parts * mr).min(d.n))
+                        .collect()
+                }
+                None => column_cuts(d.n, parts),
+            };
             go(parts, &|i| block(0..d.b, 0..d.m, cuts[i]..cuts[i + 1]));
         }
         GemmSplit::Rows(parts) => {
+            // (Whole blocks of the micro-kernel's rows where they are
+            // called directly.)
+            let unit = if p.micro.is_some() { PACKED_ROWS } else { 1 };
+            let cut = |i: usize| match i == parts {
+                true => d.m,
+                false => d.m / unit * i / parts * unit,
+            };
             go(parts, &|i| {
-                let rows = d.m * i / parts..d.m * (i + 1) / parts;
+                let rows = cut(i)..cut(i + 1);
                 block(0..d.b, rows.clone(), 0..d.n);
-                if let Some(f) = then {
+                if let Some(f) = then
+                    && !rows.is_empty()
+                {
                     f(rows);
                 }
             });
@@ -537,6 +816,13 @@ unsafe fn part<T: GemmFloat>(
     let [rb, rk, rn] = d.rhs_strides;
     let n = d.n as isize;
     if rows.is_empty() || cols.is_empty() {
+        return;
+    }
+    if let Some(micro) = p.micro {
+        // SAFETY: the caller's contract; `p.packed` holds the right
+        // operand as `pack_rhs` packs it for `micro`, and `cols` starts on
+        // a panel (`run`'s column cuts).
+        unsafe { part_packed(d, p, micro, rows, cols) };
         return;
     }
     // `gemm` packs a large column-major right operand slowly (a 64×512 by
@@ -577,6 +863,73 @@ unsafe fn part<T: GemmFloat>(
                 false,
                 ::gemm::Parallelism::None,
             );
+        }
+    }
+}
+
+/// [`part`] over a packed right operand: `gemm`'s micro-kernels called as
+/// `gemm` calls them (the product transposed, `outᵀ = rhsᵀ·lhsᵀ`, panels
+/// of `mr` columns by up to 6 rows, all of `k` in one block), so each
+/// element gets `gemm`'s bits; a block of panels that fits in half of a
+/// 512 KiB L2 at a time, each panel swept over the rows 6 at a time.
+///
+/// # Safety
+/// As [`part`]; `p.packed` holds the right operand packed for `micro` and
+/// `cols.start` is a multiple of its panel width; [`packs`]`(d)`.
+unsafe fn part_packed<T: GemmFloat>(
+    d: &GemmDims,
+    p: Ptrs<T>,
+    micro: Micro<T>,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+) {
+    const NR: usize = 6;
+    let [_, lm, lk] = d.lhs_strides;
+    let mr = micro.panel();
+    let panel = mr * d.k;
+    let block = ((256 << 10) / std::mem::size_of::<T>() / panel).max(1);
+    let (alpha, status) = if p.accumulate {
+        (T::ONE, 1)
+    } else {
+        (T::ZERO, 0)
+    };
+    let panels = cols.start / mr..cols.end.div_ceil(mr);
+    for b0 in panels.clone().step_by(block) {
+        let b1 = (b0 + block).min(panels.end);
+        for r0 in rows.clone().step_by(NR) {
+            let nn = NR.min(rows.end - r0);
+            for pi in b0..b1 {
+                let c0 = pi * mr;
+                let mm = mr.min(cols.end - c0);
+                let f = micro.ukr[mm.div_ceil(micro.lanes) - 1][nn - 1];
+                // SAFETY: the block (r0.., c0..) of `mm` columns by `nn`
+                // rows lies inside `out`; the panel inside `packed`; rows
+                // r0.. of the left operand inside it (the caller's
+                // contract); the kernel reads `k` values of each.
+                unsafe {
+                    let a = p.packed.add(pi * panel);
+                    f(
+                        mm,
+                        nn,
+                        d.k,
+                        p.out.add(r0 * d.n + c0),
+                        a,
+                        p.lhs.offset(r0 as isize * lm),
+                        d.n as isize,
+                        1,
+                        mr as isize,
+                        lk,
+                        lm,
+                        alpha,
+                        T::ONE,
+                        status,
+                        false,
+                        false,
+                        false,
+                        a,
+                    );
+                }
+            }
         }
     }
 }
@@ -719,6 +1072,8 @@ mod tests {
                     rhs: r.as_ptr(),
                     out: out.as_mut_ptr(),
                     accumulate,
+                    packed: std::ptr::null(),
+                    micro: None,
                 };
                 // SAFETY: the strides describe `l` and `r`; `out` is b·m·n.
                 unsafe { run(&d, p, split, false, None, 1) };
@@ -750,6 +1105,98 @@ mod tests {
             }
         }
         assert!(splits > 50, "only {splits} splits exercised");
+    }
+
+    /// A right operand packed by `pack_rhs` gives `gemm`'s bits, whatever
+    /// the split, in f32 and f64, accumulating or not, over operands
+    /// row-major, column-major and strided, sizes off the panel and row
+    /// blocks, and shapes `packs` refuses (which read `rhs`).
+    #[test]
+    fn packed_right_operands_give_gemms_bits() {
+        fn check<T: GemmFloat + std::fmt::Debug>(cast: fn(f32) -> T, bits: fn(T) -> u64) {
+            let mut cases = 0;
+            for (m, k, n, rt, rn_pad, accumulate) in [
+                (64, 512, 512, false, 0, false),
+                (7, 100, 130, true, 0, true),
+                (130, 33, 65, false, 3, false),
+                (2, 3, 200, true, 5, false),
+                (200, 511, 17, false, 0, true),
+                (9, 512, 64, true, 1, false),
+                (5, 700, 100, false, 0, false),
+                (16, 16, 16, false, 0, false),
+                (1, 40, 300, false, 0, false),
+            ] {
+                let l: Vec<T> = data(m * k, 1).into_iter().map(cast).collect();
+                // `rn_pad` columns of padding between rows (or columns) of
+                // the stored right operand.
+                let (rk, rn, len) = if rt {
+                    (1, (k + rn_pad) as isize, n * (k + rn_pad))
+                } else {
+                    ((n + rn_pad) as isize, 1, k * (n + rn_pad))
+                };
+                let r: Vec<T> = data(len, 2).into_iter().map(cast).collect();
+                let d = GemmDims {
+                    b: 1,
+                    m,
+                    k,
+                    n,
+                    lhs_strides: [0, k as isize, 1],
+                    rhs_strides: [0, rk, rn],
+                };
+                let start: Vec<T> = data(m * n, 3).into_iter().map(cast).collect();
+                let mut want = start.clone();
+                // SAFETY: the strides describe `l` and `r`; `want` is m·n.
+                unsafe {
+                    gemm(
+                        &d,
+                        l.as_ptr(),
+                        r.as_ptr(),
+                        want.as_mut_ptr(),
+                        false,
+                        accumulate,
+                    )
+                };
+                let mut packed = vec![cast(f32::NAN); packed_len(k, n).unwrap()];
+                // SAFETY: as above; `packed` holds `packed_len` elements.
+                unsafe { pack_rhs(k, n, r.as_ptr(), [rk, rn], packed.as_mut_ptr()) };
+                let micro = T::micro().filter(|_| packs(&d));
+                for split in [
+                    GemmSplit::One("whole"),
+                    GemmSplit::Rows(2),
+                    GemmSplit::Rows(3),
+                    GemmSplit::Columns(2),
+                    GemmSplit::Columns(3),
+                ]
+                .into_iter()
+                // (Unpacked products are split only as `split` would.)
+                .take(if micro.is_some() { 5 } else { 1 })
+                {
+                    let mut out = start.clone();
+                    let p = Ptrs {
+                        lhs: l.as_ptr(),
+                        rhs: r.as_ptr(),
+                        out: out.as_mut_ptr(),
+                        accumulate,
+                        packed: packed.as_ptr(),
+                        micro,
+                    };
+                    // SAFETY: as above.
+                    unsafe { run(&d, p, split, false, None, 1) };
+                    assert!(
+                        out.iter().zip(&want).all(|(a, b)| bits(*a) == bits(*b)),
+                        "{split:?} of packed {d:?} ({micro:?}) changed bits"
+                    );
+                    cases += usize::from(micro.is_some());
+                }
+            }
+            // Every host this runs on has FMA (x86-64-v3 or later) or not:
+            // without it the packed path is never taken.
+            if T::micro().is_some() {
+                assert!(cases >= 30, "only {cases} packed cases");
+            }
+        }
+        check::<f32>(|v| v, |v| u64::from(v.to_bits()));
+        check::<f64>(f64::from, f64::to_bits);
     }
 
     #[test]
@@ -793,6 +1240,8 @@ mod tests {
                 rhs: r.as_ptr(),
                 out: out.as_mut_ptr(),
                 accumulate: false,
+                packed: std::ptr::null(),
+                micro: None,
             };
             // SAFETY: as above; the epilogue reads rows once they are final.
             unsafe { run(&d, p, split, true, Some(&then), then_parts) };
