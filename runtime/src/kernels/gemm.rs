@@ -1125,6 +1125,10 @@ mod tests {
                 (5, 700, 100, false, 0, false),
                 (16, 16, 16, false, 0, false),
                 (1, 40, 300, false, 0, false),
+                // Just past `gemm`'s horizontal path (m·n = 258) and at
+                // the deepest one-block `k`, transposed.
+                (2, 100, 129, false, 0, true),
+                (3, 512, 86, true, 2, false),
             ] {
                 let l: Vec<T> = data(m * k, 1).into_iter().map(cast).collect();
                 // `rn_pad` columns of padding between rows (or columns) of
