@@ -931,8 +931,68 @@ fn random_gather(seed: u64) -> (tensorlift::Function, [tensorlift::Tensor; 2]) {
     (f, [table, ids])
 }
 
+/// A loop of products by two matrices it never writes (packed once
+/// before it where `gemm::packs` allows: sizes on both sides of its
+/// bounds), f32 or f64, the matrices read transposed or not, with an
+/// epilogue or not, run 0 to 3 times.
+fn random_loop_gemm(seed: u64) -> (tensorlift::Function, [tensorlift::Tensor; 3]) {
+    use common::random_graph::Rng;
+    let mut rng = Rng::new(seed);
+    let dt = *rng.pick(&[DType::F32, DType::F64]);
+    let m = 2 + rng.below(70);
+    let deep = rng.chance(20);
+    let k = 3 + rng.below(if deep { 600 } else { 150 });
+    let n = 2 + rng.below(150);
+    let steps = rng.below(4) as i32;
+    let (wt, vt) = (rng.chance(50), rng.chance(50));
+    let epilogue = rng.below(3);
+    let tensor = |dims: [usize; 2], s: usize, scale: f32| {
+        let v: Vec<f32> = (0..dims[0] * dims[1])
+            .map(|j| (((j * 7919 + s * 31) % 2003) as f32 / 2003.0 - 0.5) * scale)
+            .collect();
+        common::f32s(&v, &dims)
+    };
+    let h = tensor([m, k], 1, 1.0);
+    let w = tensor(if wt { [n, k] } else { [k, n] }, 2, 0.2);
+    let v = tensor(if vt { [k, n] } else { [n, k] }, 3, 0.2);
+    let f = function(move |h: Sym, w: Sym, v: Sym| {
+        let (h, w, v) = (h.cast(dt), w.cast(dt), v.cast(dt));
+        let w = if wt { w.transpose(&[1, 0]) } else { w };
+        let v = if vt { v.transpose(&[1, 0]) } else { v };
+        tensorlift::fori_loop(
+            0,
+            steps,
+            |_, c| {
+                let p = c[0].matmul(&w);
+                let p = match epilogue {
+                    0 => p.tanh(),
+                    1 => p * 0.25,
+                    _ => &p - p.reduce_max(Some(&[1]), true),
+                };
+                vec![p.matmul(&v).tanh()]
+            },
+            &[h],
+        )
+        .remove(0)
+    });
+    (f, [h, w, v])
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_loop_gemms_agree_bitwise_in_exact_mode(seed in any::<u64>()) {
+        let (f, args) = random_loop_gemm(seed);
+        let want = f.call(&args).unwrap();
+        for opts in &EXACT {
+            let got = f.clone().jit_compile(true).jit_options(*opts).call(&args).unwrap();
+            prop_assert!(
+                common::same_bits(&got[0], &want[0]),
+                "seed {seed} ({opts:?}): jit {:?}, interpreter {:?}", got[0], want[0]
+            );
+        }
+    }
 
     #[test]
     fn random_gathers_agree_bitwise_in_exact_mode(seed in any::<u64>()) {
