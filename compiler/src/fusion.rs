@@ -785,6 +785,10 @@ fn pack_loop_invariant_rhs(plan: &mut Plan) {
             i += 1;
             continue;
         };
+        if !gemm::packs(&g.dims()) {
+            i += 1;
+            continue;
+        }
         let rhs = g.rhs;
         let written = |plan: &Plan, (start, end)| loop_writes(plan, start, end).contains(&rhs);
         let mut outer = None;
@@ -797,15 +801,10 @@ fn pack_loop_invariant_rhs(plan: &mut Plan) {
                 l.0.checked_sub(1)
                     .and_then(|s| innermost_loop(plan, s, l.1));
         }
-        let dims = g.dims();
         let Some((start, _)) = outer else {
             i += 1;
             continue;
         };
-        if g.packed.is_some() || !gemm::packs(&dims) {
-            i += 1;
-            continue;
-        }
         let (name, dtype, k, n) = (g.name.clone(), g.dtype, g.k, g.n);
         let strides = [g.rhs_strides[1], g.rhs_strides[2]];
         // One packed copy per operand and loop.
@@ -827,16 +826,7 @@ fn pack_loop_invariant_rhs(plan: &mut Plan) {
                     i += 1;
                     continue;
                 };
-                let offset = plan.arena_bytes;
-                let slot = Slot {
-                    kind: SlotKind::Temp { offset },
-                    dtype,
-                    dims: vec![len],
-                    name: format!("{name}.packed"),
-                };
-                plan.arena_bytes += slot.bytes().div_ceil(64) * 64;
-                plan.slots.push(slot);
-                let dst = plan.slots.len() - 1;
+                let dst = new_arena_slot(plan, dtype, vec![len], format!("{name}.packed"));
                 insert_step(
                     plan,
                     start,
@@ -2067,13 +2057,21 @@ fn copy_halves_as_bits(plan: &mut Plan) {
 /// A fresh temporary like slot `like`, in a block of its own at the end of
 /// the arena.
 fn arena_slot(plan: &mut Plan, like: SlotId, what: &str) -> SlotId {
-    let offset = plan.arena_bytes;
     let sl = &plan.slots[like];
+    let (dtype, dims, name) = (sl.dtype, sl.dims.clone(), format!("{}.{what}", sl.name));
+    new_arena_slot(plan, dtype, dims, name)
+}
+
+/// A new temporary slot at the end of the arena, sharing its bytes with
+/// no other.
+fn new_arena_slot(plan: &mut Plan, dtype: DType, dims: Vec<usize>, name: String) -> SlotId {
     let slot = Slot {
-        kind: SlotKind::Temp { offset },
-        dtype: sl.dtype,
-        dims: sl.dims.clone(),
-        name: format!("{}.{what}", sl.name),
+        kind: SlotKind::Temp {
+            offset: plan.arena_bytes,
+        },
+        dtype,
+        dims,
+        name,
     };
     plan.arena_bytes += slot.bytes().div_ceil(64) * 64;
     plan.slots.push(slot);

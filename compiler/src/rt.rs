@@ -550,46 +550,19 @@ fn run_step(
                 }
             });
             let then = run_kernel.as_ref().map(|f| f as gemm::Epilogue<'_>);
-            let (ga, gb) = (g.threads, g.accumulate);
-            match gemm::GemmType::of(g.dtype) {
-                // SAFETY: slot pointers are valid while main runs, the
-                // plan's strides stay inside each operand's slot, and the
-                // output slot (b·m·n elements, holding the accumulator when
-                // `g.accumulate`) is distinct from the operands.
-                Some(gemm::GemmType::F32) => unsafe {
-                    gemm::gemm_then::<f32>(
-                        &d,
-                        a.cast(),
-                        b.cast(),
-                        c.cast(),
-                        packed.cast(),
-                        ga,
-                        gb,
-                        then,
-                        parts,
-                    )
-                },
-                // SAFETY: as for f32.
-                Some(gemm::GemmType::F64) => unsafe {
-                    gemm::gemm_then::<f64>(
-                        &d,
-                        a.cast(),
-                        b.cast(),
-                        c.cast(),
-                        packed.cast(),
-                        ga,
-                        gb,
-                        then,
-                        parts,
-                    )
-                },
-                None => {
-                    return Err(Error::internal(format!(
-                        "a GEMM step of {} elements",
-                        g.dtype
-                    )));
-                }
-            }
+            let Some(ty) = gemm::GemmType::of(g.dtype) else {
+                return Err(Error::internal(format!(
+                    "a GEMM step of {} elements",
+                    g.dtype
+                )));
+            };
+            // SAFETY: slot pointers are valid while main runs, the plan's
+            // strides stay inside each operand's slot, the output slot
+            // (b·m·n elements, holding the accumulator when
+            // `g.accumulate`) is distinct from the operands, and the packed
+            // slot (if any) holds `rhs` as the pack step before the loop
+            // packed it.
+            unsafe { ty.gemm_then(&d, [a, b, c, packed], g.threads, g.accumulate, then, parts) };
             match status.into_inner() {
                 0 => Ok(()),
                 st => Err(Error::internal(format!(
@@ -603,22 +576,14 @@ fn run_step(
             // strides stay inside its slot and the destination holds
             // `packed_len(k, n)` elements (`pack_loop_invariant_rhs`).
             let (src, dst) = unsafe { (*bufs.add(p.src), *bufs.add(p.dst)) };
-            match gemm::GemmType::of(p.dtype) {
-                // SAFETY: as above.
-                Some(gemm::GemmType::F32) => unsafe {
-                    gemm::pack_rhs::<f32>(p.k, p.n, src.cast(), p.strides, dst.cast())
-                },
-                // SAFETY: as above.
-                Some(gemm::GemmType::F64) => unsafe {
-                    gemm::pack_rhs::<f64>(p.k, p.n, src.cast(), p.strides, dst.cast())
-                },
-                None => {
-                    return Err(Error::internal(format!(
-                        "a packed GEMM operand of {} elements",
-                        p.dtype
-                    )));
-                }
-            }
+            let Some(ty) = gemm::GemmType::of(p.dtype) else {
+                return Err(Error::internal(format!(
+                    "a packed GEMM operand of {} elements",
+                    p.dtype
+                )));
+            };
+            // SAFETY: as above.
+            unsafe { ty.pack_rhs(p.k, p.n, src, p.strides, dst) };
             Ok(())
         }
         Some(

@@ -105,7 +105,7 @@ impl GemmDims {
     }
 
     /// [`GemmDims::split`] for a product reading a packed right operand
-    /// ([`host_packs`]), whose bits no split changes: ranges of whole
+    /// ([`GemmType::host_packs`]), whose bits no split changes: ranges of whole
     /// blocks of the micro-kernel's 6 rows while each part gets two or
     /// more (each part then runs its rows' epilogue at once, on its
     /// thread), else ranges of whole panels of columns.
@@ -211,11 +211,83 @@ impl GemmType {
         }
     }
 
-    /// [`host_packs`] for elements of this type.
+    /// Whether [`gemm_then`] reads a packed right operand for `d` on this
+    /// host ([`packs`], and the host has [`GemmFloat::micro`]).
     pub fn host_packs(self, d: &GemmDims) -> bool {
+        packs(d)
+            && match self {
+                GemmType::F32 => f32::micro().is_some(),
+                GemmType::F64 => f64::micro().is_some(),
+            }
+    }
+
+    /// [`gemm_then`] over untyped pointers to elements of this type.
+    ///
+    /// # Safety
+    /// As [`gemm_then`].
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "gemm_then's arguments, then the type"
+    )]
+    pub unsafe fn gemm_then(
+        self,
+        d: &GemmDims,
+        [lhs, rhs, out, packed]: [*mut u8; 4],
+        threads: bool,
+        accumulate: bool,
+        then: Option<Epilogue<'_>>,
+        then_parts: usize,
+    ) {
+        let (l, r, o, p) = (lhs.cast_const(), rhs.cast_const(), out, packed.cast_const());
         match self {
-            GemmType::F32 => host_packs::<f32>(d),
-            GemmType::F64 => host_packs::<f64>(d),
+            // SAFETY: the caller's contract.
+            GemmType::F32 => unsafe {
+                gemm_then::<f32>(
+                    d,
+                    l.cast(),
+                    r.cast(),
+                    o.cast(),
+                    p.cast(),
+                    threads,
+                    accumulate,
+                    then,
+                    then_parts,
+                )
+            },
+            // SAFETY: the caller's contract.
+            GemmType::F64 => unsafe {
+                gemm_then::<f64>(
+                    d,
+                    l.cast(),
+                    r.cast(),
+                    o.cast(),
+                    p.cast(),
+                    threads,
+                    accumulate,
+                    then,
+                    then_parts,
+                )
+            },
+        }
+    }
+
+    /// [`pack_rhs`] over untyped pointers to elements of this type.
+    ///
+    /// # Safety
+    /// As [`pack_rhs`].
+    pub unsafe fn pack_rhs(
+        self,
+        k: usize,
+        n: usize,
+        rhs: *const u8,
+        strides: [isize; 2],
+        dst: *mut u8,
+    ) {
+        match self {
+            // SAFETY: the caller's contract.
+            GemmType::F32 => unsafe { pack_rhs::<f32>(k, n, rhs.cast(), strides, dst.cast()) },
+            // SAFETY: the caller's contract.
+            GemmType::F64 => unsafe { pack_rhs::<f64>(k, n, rhs.cast(), strides, dst.cast()) },
         }
     }
 }
@@ -240,20 +312,18 @@ impl GemmFloat for f32 {
         #[cfg(target_arch = "x86_64")]
         {
             use gemm_f32::microkernel::{avx512f, fma};
-            // The choice `gemm` makes (gemm-common's `gemm_def!`).
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Some(Micro {
+            host_micro(
+                Micro {
                     lanes: 16,
                     ukr: &avx512f::f32::UKR,
-                });
-            }
-            if std::arch::is_x86_feature_detected!("fma") {
-                return Some(Micro {
+                },
+                Micro {
                     lanes: 8,
                     ukr: &fma::f32::UKR,
-                });
-            }
+                },
+            )
         }
+        #[cfg(not(target_arch = "x86_64"))]
         None
     }
 }
@@ -265,19 +335,32 @@ impl GemmFloat for f64 {
         #[cfg(target_arch = "x86_64")]
         {
             use gemm_f64::microkernel::{avx512f, fma};
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Some(Micro {
+            host_micro(
+                Micro {
                     lanes: 8,
                     ukr: &avx512f::f64::UKR,
-                });
-            }
-            if std::arch::is_x86_feature_detected!("fma") {
-                return Some(Micro {
+                },
+                Micro {
                     lanes: 4,
                     ukr: &fma::f64::UKR,
-                });
-            }
+                },
+            )
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+}
+
+/// The family `gemm` runs on this host (gemm-common's `gemm_def!`): its
+/// AVX-512 kernels where the host has AVX-512, else its FMA kernels where
+/// it has FMA, else none of these.
+#[cfg(target_arch = "x86_64")]
+fn host_micro<T>(avx512: Micro<T>, fma: Micro<T>) -> Option<Micro<T>> {
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        Some(avx512)
+    } else if std::arch::is_x86_feature_detected!("fma") {
+        Some(fma)
+    } else {
         None
     }
 }
@@ -328,12 +411,6 @@ const MAX_PACKED_K: usize = 512;
 /// column, or 256 elements or fewer), so that the bits are `gemm`'s.
 pub fn packs(d: &GemmDims) -> bool {
     d.b == 1 && d.k > 2 && d.k <= MAX_PACKED_K && d.m > 1 && d.n > 1 && d.m * d.n > 256
-}
-
-/// Whether [`gemm_then`] reads a packed right operand for `d` on this
-/// host ([`packs`], and the host has [`GemmFloat::micro`]).
-pub fn host_packs<T: GemmFloat>(d: &GemmDims) -> bool {
-    packs(d) && T::micro().is_some()
 }
 
 /// Elements of the buffer [`pack_rhs`] fills for a `(k, n)` right
@@ -402,10 +479,16 @@ struct Ptrs<T: 'static> {
     out: *mut T,
     /// `out += lhs @ rhs` instead of `out = lhs @ rhs`.
     accumulate: bool,
-    /// `rhs` packed by [`pack_rhs`] for the host's micro-kernels `micro`
-    /// (null, or `None`: `gemm` reads `rhs`).
-    packed: *const T,
-    micro: Option<Micro<T>>,
+    /// `rhs` as [`pack_rhs`] packed it, read instead of `rhs` (`None`:
+    /// `gemm` reads `rhs`).
+    packed: Option<Packed<T>>,
+}
+
+/// A packed right operand and the micro-kernels it is packed for.
+#[derive(Clone, Copy)]
+struct Packed<T: 'static> {
+    ptr: *const T,
+    micro: Micro<T>,
 }
 
 // SAFETY: the parts of a split write disjoint ranges of `out` and only
@@ -504,24 +587,22 @@ pub unsafe fn gemm_then<T: GemmFloat>(
         done();
         return;
     }
-    let split = match (threads, then) {
-        (false, _) => GemmSplit::One("threads off"),
-        (true, None) => d.split(crate::pool::threads()),
-        (true, Some(_)) => d.split_by_rows(crate::pool::threads()),
+    let packed = T::micro()
+        .filter(|_| !packed.is_null() && packs(d))
+        .map(|micro| Packed { ptr: packed, micro });
+    let split = match (threads, packed, then) {
+        (false, ..) => GemmSplit::One("threads off"),
+        (true, Some(_), _) => d.split_packed(crate::pool::threads()),
+        (true, None, None) => d.split(crate::pool::threads()),
+        (true, None, Some(_)) => d.split_by_rows(crate::pool::threads()),
     };
-    let micro = T::micro().filter(|_| !packed.is_null() && packs(d));
-    if micro.is_some() {
-        let split = match threads {
-            true => d.split_packed(crate::pool::threads()),
-            false => GemmSplit::One("threads off"),
-        };
+    if packed.is_some() {
         let p = Ptrs {
             lhs,
             rhs,
             out,
             accumulate,
             packed,
-            micro,
         };
         // SAFETY: the caller's contract; `packed` holds `rhs` packed.
         unsafe { run(d, p, split, true, then, then_parts) };
@@ -544,8 +625,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
                 rhs: copy.as_mut_ptr().cast::<T>().cast_const(),
                 out,
                 accumulate,
-                packed: std::ptr::null(),
-                micro: None,
+                packed: None,
             };
             // SAFETY: the caller's contract for `lhs` and `out`; `copy` holds
             // the right operand in the strides just set.
@@ -558,8 +638,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
         rhs,
         out,
         accumulate,
-        packed: std::ptr::null(),
-        micro: None,
+        packed: None,
     };
     // SAFETY: the caller's contract.
     unsafe { run(d, p, split, true, then, then_parts) };
@@ -589,8 +668,7 @@ fn row_major_copy<T: GemmFloat>(
         // (16-byte aligned, as f32 and f64 need.)
         out: copy.as_mut_ptr().cast::<T>(),
         accumulate: false,
-        packed: std::ptr::null(),
-        micro: None,
+        packed: None,
     };
     let avx = std::mem::size_of::<T>() == 4 && has_avx();
     // (`move`: the sizes as the closure's own values, which the stores
@@ -757,10 +835,10 @@ unsafe fn run<T: GemmFloat>(
             block(d.b * i / parts..d.b * (i + 1) / parts, 0..d.m, 0..d.n)
         }),
         GemmSplit::Columns(parts) => {
-            let cuts = match p.micro {
+            let cuts = match p.packed {
                 // Whole panels of the packed operand.
-                Some(micro) => {
-                    let mr = micro.panel();
+                Some(pk) => {
+                    let mr = pk.micro.panel();
                     let panels = d.n.div_ceil(mr);
                     (0..=parts)
                         .map(|i| (panels * i / parts * mr).min(d.n))
@@ -773,7 +851,7 @@ unsafe fn run<T: GemmFloat>(
         GemmSplit::Rows(parts) => {
             // (Whole blocks of the micro-kernel's rows where they are
             // called directly.)
-            let unit = if p.micro.is_some() { PACKED_ROWS } else { 1 };
+            let unit = if p.packed.is_some() { PACKED_ROWS } else { 1 };
             let cut = |i: usize| match i == parts {
                 true => d.m,
                 false => d.m / unit * i / parts * unit,
@@ -818,11 +896,11 @@ unsafe fn part<T: GemmFloat>(
     if rows.is_empty() || cols.is_empty() {
         return;
     }
-    if let Some(micro) = p.micro {
-        // SAFETY: the caller's contract; `p.packed` holds the right
-        // operand as `pack_rhs` packs it for `micro`, and `cols` starts on
-        // a panel (`run`'s column cuts).
-        unsafe { part_packed(d, p, micro, rows, cols) };
+    if let Some(pk) = p.packed {
+        // SAFETY: the caller's contract; `pk` holds the right operand as
+        // `pack_rhs` packs it, and `cols` starts on a panel (`run`'s
+        // column cuts).
+        unsafe { part_packed(d, p, pk, rows, cols) };
         return;
     }
     // `gemm` packs a large column-major right operand slowly (a 64×512 by
@@ -874,16 +952,16 @@ unsafe fn part<T: GemmFloat>(
 /// 512 KiB L2 at a time, each panel swept over the rows 6 at a time.
 ///
 /// # Safety
-/// As [`part`]; `p.packed` holds the right operand packed for `micro` and
-/// `cols.start` is a multiple of its panel width; [`packs`]`(d)`.
+/// As [`part`]; `pk` holds the right operand packed for its micro-kernels
+/// and `cols.start` is a multiple of their panel width; [`packs`]`(d)`.
 unsafe fn part_packed<T: GemmFloat>(
     d: &GemmDims,
     p: Ptrs<T>,
-    micro: Micro<T>,
+    Packed { ptr: packed, micro }: Packed<T>,
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
 ) {
-    const NR: usize = 6;
+    const NR: usize = PACKED_ROWS;
     let [_, lm, lk] = d.lhs_strides;
     let mr = micro.panel();
     let panel = mr * d.k;
@@ -907,7 +985,7 @@ unsafe fn part_packed<T: GemmFloat>(
                 // r0.. of the left operand inside it (the caller's
                 // contract); the kernel reads `k` values of each.
                 unsafe {
-                    let a = p.packed.add(pi * panel);
+                    let a = packed.add(pi * panel);
                     f(
                         mm,
                         nn,
@@ -1072,8 +1150,7 @@ mod tests {
                     rhs: r.as_ptr(),
                     out: out.as_mut_ptr(),
                     accumulate,
-                    packed: std::ptr::null(),
-                    micro: None,
+                    packed: None,
                 };
                 // SAFETY: the strides describe `l` and `r`; `out` is b·m·n.
                 unsafe { run(&d, p, split, false, None, 1) };
@@ -1160,10 +1237,13 @@ mod tests {
                         accumulate,
                     )
                 };
-                let mut packed = vec![cast(f32::NAN); packed_len(k, n).unwrap()];
-                // SAFETY: as above; `packed` holds `packed_len` elements.
-                unsafe { pack_rhs(k, n, r.as_ptr(), [rk, rn], packed.as_mut_ptr()) };
-                let micro = T::micro().filter(|_| packs(&d));
+                let mut buf = vec![cast(f32::NAN); packed_len(k, n).unwrap()];
+                // SAFETY: as above; `buf` holds `packed_len` elements.
+                unsafe { pack_rhs(k, n, r.as_ptr(), [rk, rn], buf.as_mut_ptr()) };
+                let packed = T::micro().filter(|_| packs(&d)).map(|micro| Packed {
+                    ptr: buf.as_ptr(),
+                    micro,
+                });
                 for split in [
                     GemmSplit::One("whole"),
                     GemmSplit::Rows(2),
@@ -1173,7 +1253,7 @@ mod tests {
                 ]
                 .into_iter()
                 // (Unpacked products are split only as `split` would.)
-                .take(if micro.is_some() { 5 } else { 1 })
+                .take(if packed.is_some() { 5 } else { 1 })
                 {
                     let mut out = start.clone();
                     let p = Ptrs {
@@ -1181,20 +1261,20 @@ mod tests {
                         rhs: r.as_ptr(),
                         out: out.as_mut_ptr(),
                         accumulate,
-                        packed: packed.as_ptr(),
-                        micro,
+                        packed,
                     };
                     // SAFETY: as above.
                     unsafe { run(&d, p, split, false, None, 1) };
                     assert!(
                         out.iter().zip(&want).all(|(a, b)| bits(*a) == bits(*b)),
-                        "{split:?} of packed {d:?} ({micro:?}) changed bits"
+                        "{split:?} of packed {d:?} ({:?}) changed bits",
+                        packed.map(|pk| pk.micro)
                     );
-                    cases += usize::from(micro.is_some());
+                    cases += usize::from(packed.is_some());
                 }
             }
-            // Every host this runs on has FMA (x86-64-v3 or later) or not:
-            // without it the packed path is never taken.
+            // (A host without FMA never takes the packed path: there the
+            // test checks only that `rhs` is read.)
             if T::micro().is_some() {
                 assert!(cases >= 30, "only {cases} packed cases");
             }
@@ -1244,8 +1324,7 @@ mod tests {
                 rhs: r.as_ptr(),
                 out: out.as_mut_ptr(),
                 accumulate: false,
-                packed: std::ptr::null(),
-                micro: None,
+                packed: None,
             };
             // SAFETY: as above; the epilogue reads rows once they are final.
             unsafe { run(&d, p, split, true, Some(&then), then_parts) };
