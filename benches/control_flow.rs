@@ -12,20 +12,12 @@
 )]
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use tensorlift::{DType, Function, Sym, Tensor, TensorSpec, fori_loop, function, while_loop};
+use tensorlift::{DType, Function, Sym, Tensor, TensorSpec, fori_loop, function};
 
 #[allow(dead_code, reason = "the module also serves benches/jit.rs")]
 mod workloads;
 
-use workloads::{rnn, rnn_inputs, tensor};
-
-/// Iterations of the scalar loop.
-const SCALAR_STEPS: i32 = 100_000;
-
-/// `x = x * 0.999 + 1`, `SCALAR_STEPS` times, on an f32 scalar.
-fn scalar_loop(x: Sym) -> Vec<Sym> {
-    fori_loop(0, SCALAR_STEPS, |_, c| vec![&c[0] * 0.999 + 1.0], &[x])
-}
+use workloads::{SCALAR_STEPS, power, power_inputs, rnn, rnn_inputs, scalar_loop};
 
 /// `c = c + i` on an i32 scalar, `SCALAR_STEPS` times: a body of one
 /// integer add (1 cycle of latency), so the time is the loop's own cost
@@ -34,39 +26,8 @@ fn counter_loop(x: Sym) -> Vec<Sym> {
     fori_loop(0, SCALAR_STEPS, |i, c| vec![&c[0] + i], &[x])
 }
 
-/// `v = A v / |A v|` until `|v' - v|² < 1e-10` or 1000 steps; A (512, 512)
-/// symmetric, v (512, 1). Returns v and the step count.
-fn power(a: Sym, v: Sym) -> Vec<Sym> {
-    let g = a.graph();
-    let i = g.scalar(DType::I32, 0.0);
-    let err = g.scalar(DType::F32, 1.0);
-    let out = while_loop(
-        |c| c[1].greater(1e-10).logical_and(c[0].less(1000)),
-        |c| {
-            let w = a.matmul(&c[2]);
-            let n = (&w * &w).reduce_sum(None, false).sqrt();
-            let next = &w / &n;
-            let d = &next - &c[2];
-            vec![&c[0] + 1, (&d * &d).reduce_sum(None, false), next]
-        },
-        &[i, err, v],
-    );
-    vec![out[2].clone(), out[0].clone()]
-}
-
 fn scalar(v: f32) -> Tensor {
     Tensor::from(ndarray::arr0(v).into_dyn())
-}
-
-fn power_inputs() -> [Tensor; 2] {
-    let n = 512;
-    let b = tensor(&[n, n], 3).array_view::<f32>().unwrap().to_owned();
-    let b = b.into_dimensionality::<ndarray::Ix2>().unwrap();
-    let a = (&b + &b.t()) * 0.5 / n as f32;
-    [
-        Tensor::from(a.into_dyn()),
-        Tensor::from(ndarray::ArrayD::<f32>::ones(vec![n, 1])),
-    ]
 }
 
 fn run(c: &mut Criterion, group: &str, f: impl Fn(bool) -> Function, inputs: &[Tensor]) {

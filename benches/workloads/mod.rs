@@ -6,7 +6,7 @@
 //! `examples/grad_workloads.rs` time (`scripts/peers/autodiff.py` mirrors
 //! them and their inputs).
 
-use tensorlift::{Sym, Tensor, fori_loop};
+use tensorlift::{DType, Sym, Tensor, fori_loop, while_loop};
 
 pub mod suite;
 
@@ -130,4 +130,47 @@ pub fn rnn_inputs() -> [Tensor; 3] {
 /// `sum(h_final²)` for [`rnn`]'s final state.
 pub fn rnn_loss(h: Sym, w: Sym, u: Sym) -> Sym {
     rnn(h, w, u)[0].square().reduce_sum(None, false)
+}
+
+/// Iterations of [`scalar_loop`].
+pub const SCALAR_STEPS: i32 = 100_000;
+
+/// `x = x * 0.999 + 1`, [`SCALAR_STEPS`] times, on an f32 scalar: the
+/// scalar-body `fori_loop` of `benches/control_flow.rs` and the suite.
+pub fn scalar_loop(x: Sym) -> Vec<Sym> {
+    fori_loop(0, SCALAR_STEPS, |_, c| vec![&c[0] * 0.999 + 1.0], &[x])
+}
+
+/// `v = A v / |A v|` until `|v' - v|² < 1e-10` or 1000 steps; A (512, 512)
+/// symmetric, v (512, 1). Returns v and the step count: the power
+/// iteration of `benches/control_flow.rs` and the suite.
+pub fn power(a: Sym, v: Sym) -> Vec<Sym> {
+    let g = a.graph();
+    let i = g.scalar(DType::I32, 0.0);
+    let err = g.scalar(DType::F32, 1.0);
+    let out = while_loop(
+        |c| c[1].greater(1e-10).logical_and(c[0].less(1000)),
+        |c| {
+            let w = a.matmul(&c[2]);
+            let n = (&w * &w).reduce_sum(None, false).sqrt();
+            let next = &w / &n;
+            let d = &next - &c[2];
+            vec![&c[0] + 1, (&d * &d).reduce_sum(None, false), next]
+        },
+        &[i, err, v],
+    );
+    vec![out[2].clone(), out[0].clone()]
+}
+
+/// The inputs of [`power`]: A = (B + Bᵀ) / 2 / 512 for B 512×512 of
+/// [`tensor`], v a column of ones.
+pub fn power_inputs() -> [Tensor; 2] {
+    let n = 512;
+    let b = tensor(&[n, n], 3).array_view::<f32>().unwrap().to_owned();
+    let b = b.into_dimensionality::<ndarray::Ix2>().unwrap();
+    let a = (&b + &b.t()) * 0.5 / n as f32;
+    [
+        Tensor::from(a.into_dyn()),
+        Tensor::from(ndarray::ArrayD::<f32>::ones(vec![n, 1])),
+    ]
 }

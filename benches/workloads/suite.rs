@@ -3,7 +3,10 @@
 //! its batch dimensions leading or not, an embedding lookup with a
 //! reduction, column and middle-axis reductions, transposes, an f64 chain,
 //! integer division, a loop scattering into a table, the MLP's gradient
-//! and the RNN loop), each with its inputs. `scripts/peers/suite.py` builds
+//! and the RNN loop; since 11-27 also the other loops of the control-flow
+//! issue, the power iteration and the scalar `fori_loop`, and the other
+//! gradients of the autodiff issue, the RNN's and the layer norm's), each
+//! with its inputs. `scripts/peers/suite.py` builds
 //! the same programs in JAX on the same inputs (the generators below are
 //! mirrored there) and prints the same checksums.
 
@@ -257,6 +260,30 @@ pub fn all() -> Vec<Workload> {
             name: "rnn/256x64x512",
             make: |j| function(super::rnn).jit_compile(j),
             inputs: || super::rnn_inputs().to_vec(),
+        },
+        Workload {
+            name: "rnn_grad/256x64x512",
+            make: |j| function(super::rnn_loss).grad(&[0, 1, 2]).jit_compile(j),
+            inputs: || super::rnn_inputs().to_vec(),
+        },
+        Workload {
+            name: "layer_norm_grad/4096x1024",
+            make: |j| {
+                function(super::layer_norm_loss)
+                    .grad(&[0, 1, 2])
+                    .jit_compile(j)
+            },
+            inputs: || super::layer_norm_inputs().to_vec(),
+        },
+        Workload {
+            name: "power/512x512",
+            make: |j| function(super::power).jit_compile(j),
+            inputs: || super::power_inputs().to_vec(),
+        },
+        Workload {
+            name: "fori_scalar/100k",
+            make: |j| function(super::scalar_loop).jit_compile(j),
+            inputs: || vec![Tensor::from(ndarray::arr0(0.0f32).into_dyn())],
         },
     ]
 }

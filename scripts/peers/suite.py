@@ -124,6 +124,46 @@ def rnn_inputs():
     return [tensor((64, 512), 1), tensor((512, 512), 5) * np.float32(0.02), tensor((64, 512), 7)]
 
 
+def rnn_loss(h, w, u):
+    return jnp.sum(jnp.square(rnn(h, w, u)))
+
+
+def layer_norm_loss(x, gamma, beta, dy):
+    n = 1.0 / 1024.0
+    xc = x - jnp.sum(x, axis=-1, keepdims=True) * n
+    var = jnp.sum(jnp.square(xc), axis=-1, keepdims=True) * n
+    y = xc * lax.rsqrt(var + 1e-5) * gamma + beta
+    return jnp.sum(y * dy)
+
+
+def layer_norm_grad_inputs():
+    f = np.float32
+    return [tensor((4096, 1024), 11), f(1.0) + tensor((1024,), 12) * f(0.1),
+            f(0.0) + tensor((1024,), 13) * f(0.1), tensor((4096, 1024), 14)]
+
+
+def power(a, v):
+    def cond(c):
+        i, err, _ = c
+        return jnp.logical_and(err > 1e-10, i < 1000)
+
+    def body(c):
+        i, _, v = c
+        w = a @ v
+        nxt = w / jnp.sqrt(jnp.sum(w * w))
+        d = nxt - v
+        return i + 1, jnp.sum(d * d), nxt
+
+    i, _, v = lax.while_loop(cond, body, (jnp.int32(0), jnp.float32(1.0), v))
+    return v, i
+
+
+def power_inputs():
+    b = tensor((512, 512), 3)
+    a = ((b + b.T) * np.float32(0.5) / np.float32(512)).astype(np.float32)
+    return [a, np.ones((512, 1), np.float32)]
+
+
 # name, a factory of a fresh Python function (so jax.jit's cache misses), inputs.
 WORKLOADS = [
     ("arith/1M", lambda: lambda x: arith(x), lambda: [tensor((1 << 20,), 1)]),
@@ -151,6 +191,12 @@ WORKLOADS = [
     ("mlp/256x512x512", lambda: lambda *a: mlp(*a), mlp_inputs),
     ("mlp_grad/256x512x512", lambda: jax.grad(lambda *a: mlp_xent(*a), argnums=(2, 3, 4, 5)), mlp_xent_inputs),
     ("rnn/256x64x512", lambda: lambda *a: rnn(*a), rnn_inputs),
+    ("rnn_grad/256x64x512", lambda: jax.grad(lambda *a: rnn_loss(*a), argnums=(0, 1, 2)), rnn_inputs),
+    ("layer_norm_grad/4096x1024", lambda: jax.grad(lambda *a: layer_norm_loss(*a), argnums=(0, 1, 2)),
+     layer_norm_grad_inputs),
+    ("power/512x512", lambda: lambda *a: power(*a), power_inputs),
+    ("fori_scalar/100k", lambda: lambda x: lax.fori_loop(0, 100_000, lambda _, c: c * 0.999 + 1.0, x),
+     lambda: [np.float32(0.0)]),
 ]
 
 
