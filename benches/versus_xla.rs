@@ -104,7 +104,13 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()).unwrap(),
+            "--rounds" => {
+                rounds = args
+                    .next()
+                    .and_then(|r| r.parse().ok())
+                    .filter(|r| *r > 0)
+                    .expect("--rounds takes a number of rounds, 1 or more")
+            }
             "--json" => json = args.next(),
             // cargo bench's own flags (`--bench`).
             _ if a.starts_with('-') => {}
