@@ -925,6 +925,71 @@ fn gathers_fuse_into_their_consumers() {
 }
 
 #[test]
+fn loop_carries_start_filled_in_place() {
+    // A carry whose initial value is a fill that only the loop reads (the
+    // zeros a loop's stacked rows start from) is filled in the carry's
+    // own slot: no buffer of zeros copied in at every call (rows of 512:
+    // a fill of over 4096 elements is not folded into a constant). Zeros read
+    // after the loop too are copied as before. Same bits as the
+    // interpreter either way.
+    // 16 steps writing row i of zeros (16, 512); returns the rows and the
+    // zeros.
+    fn stacked(x: Sym) -> (Sym, Sym) {
+        let g = x.graph();
+        let rows = g.scalar(DType::F32, 0.0).broadcast_to(&[16, 512]);
+        let out = tensorlift::fori_loop(
+            0,
+            16,
+            |i, c| {
+                let row = (&c[0] * 0.5 + 1.0).reshape(&[1, 512]);
+                let zero = i.graph().scalar(DType::I32, 0.0);
+                vec![c[0].tanh(), c[1].dynamic_update_slice(&row, &[i, &zero])]
+            },
+            &[x, rows.clone()],
+        );
+        (out[1].clone(), rows)
+    }
+    type Body = fn(Sym) -> Sym;
+    let cases: [(Body, bool); 2] = [
+        (|x| stacked(x).0, true),
+        (
+            |x| {
+                let (out, rows) = stacked(x);
+                out + rows
+            },
+            false,
+        ),
+    ];
+    let x = common::f32s(
+        &(0..512).map(|i| i as f32 / 256.0 - 1.0).collect::<Vec<_>>(),
+        &[512],
+    );
+    for (c, (body, filled)) in cases.into_iter().enumerate() {
+        let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+        let f = function(body).jit_compile(true).jit_options(JitOptions {
+            exact: true,
+            ..JitOptions::default()
+        });
+        for _ in 0..3 {
+            let got = f.call(std::slice::from_ref(&x)).unwrap();
+            assert!(
+                common::same_bits(&got[0], &want[0]),
+                "case {c} differs from the interpreter"
+            );
+        }
+        let fused = function(body)
+            .jit_compile(true)
+            .compiler_ir(&[TensorSpec::known(DType::F32, &[512])], IrStage::Fused)
+            .unwrap();
+        assert_eq!(
+            fused.contains("instead of copied into them"),
+            filled,
+            "case {c}:\n{fused}"
+        );
+    }
+}
+
+#[test]
 fn loop_invariant_gemm_operands_are_packed_once() {
     // A GEMM in a loop whose right operand the loop leaves alone reads it
     // packed once before the loop; the same bits as the interpreter in

@@ -1381,9 +1381,37 @@ fn expand_control(plan: &mut Plan, at: usize, accumulate: bool) -> Result<()> {
             .collect();
         let (copy_in, copy_out): (Vec<usize>, Vec<usize>) =
             (0..inputs.len()).partition(|k| !through[*k]);
+        // A carry whose initial value is a fill (a kernel reading nothing:
+        // the zeros a loop's stacked outputs start from) is filled in its
+        // own slot instead of copied, and the fill's slot is never
+        // written when the loop was its only reader.
+        let mut copied = Vec::new();
+        let mut fills = Vec::new();
+        for &k in &copy_in {
+            match fill_before(plan, at, inputs[k]) {
+                Some((p, Step::Kernel(mut f))) => {
+                    f.out = outputs[k];
+                    if !fills.iter().any(|(q, _)| *q == p) {
+                        fills.push((p, f.name.clone()));
+                    }
+                    new.push(Step::Kernel(f));
+                }
+                Some(_) | None => copied.push(k),
+            }
+        }
+        for (p, name) in fills {
+            plan.steps[p] = Step::Copy {
+                from: Vec::new(),
+                to: Vec::new(),
+            };
+            plan.decisions.push(format!(
+                "{name}: filled in the carries of '{}' instead of copied into them",
+                plan.graph.node(node).name
+            ));
+        }
         new.push(Step::Copy {
-            from: copy_in.iter().map(|k| inputs[*k]).collect(),
-            to: copy_in.iter().map(|k| outputs[*k]).collect(),
+            from: copied.iter().map(|k| inputs[*k]).collect(),
+            to: copied.iter().map(|k| outputs[*k]).collect(),
         });
         new.push(Step::Label(start));
         let c = merge_region(
@@ -1499,6 +1527,38 @@ fn expand_control(plan: &mut Plan, at: usize, accumulate: bool) -> Result<()> {
     plan.groups.sort_by_key(|g| g.start);
     plan.steps.splice(at..=at, new);
     Ok(())
+}
+
+/// The step before `at` that fills `slot`, and a copy of it, when the
+/// control-flow placeholder `at` is the only step reading `slot`: its one
+/// writer, a kernel reading no slot (constants and indices only), in no
+/// row group, and `slot` a temporary that is not an output.
+fn fill_before(plan: &Plan, at: usize, slot: SlotId) -> Option<(usize, Step)> {
+    if plan.outputs.contains(&slot) || !matches!(plan.slots[slot].kind, SlotKind::Temp { .. }) {
+        return None;
+    }
+    let mut writer = None;
+    for (i, step) in plan.steps.iter().enumerate() {
+        let (reads, writes) = step_slots(step);
+        if i != at && reads.contains(&slot) {
+            return None;
+        }
+        if writes.contains(&slot) {
+            if writer.is_some() || i > at {
+                return None;
+            }
+            writer = Some(i);
+        }
+    }
+    let p = writer?;
+    let Step::Kernel(k) = &plan.steps[p] else {
+        return None;
+    };
+    let fill = k.out == slot
+        && k.stash.is_none()
+        && k.nodes.iter().all(|e| e.slot().is_none())
+        && !plan.groups.iter().any(|g| (g.start..g.end).contains(&p));
+    fill.then(|| (p, plan.steps[p].clone()))
 }
 
 /// A `dynamic_update_slice` or `scatter` whose operand's buffer nothing
