@@ -929,36 +929,44 @@ fn loop_carries_start_filled_in_place() {
     // A carry whose initial value is a fill that only the loop reads (the
     // zeros a loop's stacked rows start from) is filled in the carry's
     // own slot: no buffer of zeros copied in at every call (rows of 512:
-    // a fill of over 4096 elements is not folded into a constant). Zeros read
-    // after the loop too are copied as before. Same bits as the
+    // a fill of over 4096 elements is not folded into a constant). A fill
+    // read after the loop or inside it too is copied as before. Same bits as the
     // interpreter either way.
-    // 16 steps writing row i of zeros (16, 512); returns the rows and the
-    // zeros.
-    fn stacked(x: Sym) -> (Sym, Sym) {
+    // 16 steps writing row i of a fill `v` of (16, 512), the fill read
+    // inside the body too when `captured`; returns the rows and the fill.
+    fn stacked(x: Sym, v: f64, captured: bool) -> (Sym, Sym) {
         let g = x.graph();
-        let rows = g.scalar(DType::F32, 0.0).broadcast_to(&[16, 512]);
+        let rows = g.scalar(DType::F32, v).broadcast_to(&[16, 512]);
         let out = tensorlift::fori_loop(
             0,
             16,
             |i, c| {
                 let row = (&c[0] * 0.5 + 1.0).reshape(&[1, 512]);
                 let zero = i.graph().scalar(DType::I32, 0.0);
-                vec![c[0].tanh(), c[1].dynamic_update_slice(&row, &[i, &zero])]
+                let mut h = c[0].tanh();
+                if captured {
+                    // (Row i: a read the loop cannot hoist.)
+                    h = h + rows.dynamic_slice(&[i, &zero], &[1, 512]).reshape(&[512]);
+                }
+                vec![h, c[1].dynamic_update_slice(&row, &[i, &zero])]
             },
             &[x, rows.clone()],
         );
         (out[1].clone(), rows)
     }
     type Body = fn(Sym) -> Sym;
-    let cases: [(Body, bool); 2] = [
-        (|x| stacked(x).0, true),
+    let cases: [(Body, bool); 3] = [
+        (|x| stacked(x, 0.0, false).0, true),
         (
             |x| {
-                let (out, rows) = stacked(x);
+                let (out, rows) = stacked(x, 0.0, false);
                 out + rows
             },
             false,
         ),
+        // The fill is also captured by the body, which reads it where it
+        // is: it must be written.
+        (|x| stacked(x, 0.5, true).0, false),
     ];
     let x = common::f32s(
         &(0..512).map(|i| i as f32 / 256.0 - 1.0).collect::<Vec<_>>(),

@@ -1384,11 +1384,13 @@ fn expand_control(plan: &mut Plan, at: usize, accumulate: bool) -> Result<()> {
         // A carry whose initial value is a fill (a kernel reading nothing:
         // the zeros a loop's stacked outputs start from) is filled in its
         // own slot instead of copied, and the fill's slot is never
-        // written when the loop was its only reader.
+        // written when the loop was its only reader and reads it only
+        // through copied carries (not as a captured value, in place).
         let mut copied = Vec::new();
         let mut fills = Vec::new();
         for &k in &copy_in {
-            match fill_before(plan, at, inputs[k]) {
+            let captured = (0..inputs.len()).any(|j| through[j] && inputs[j] == inputs[k]);
+            match fill_before(plan, at, inputs[k]).filter(|_| !captured) {
                 Some((p, Step::Kernel(mut f))) => {
                     f.out = outputs[k];
                     if !fills.iter().any(|(q, _)| *q == p) {

@@ -232,43 +232,46 @@ impl GemmType {
     pub unsafe fn gemm_then(
         self,
         d: &GemmDims,
-        [lhs, rhs, out, packed]: [*mut u8; 4],
+        ptrs: [*mut u8; 4],
         threads: bool,
         accumulate: bool,
         then: Option<Epilogue<'_>>,
         then_parts: usize,
     ) {
-        let (l, r, o, p) = (lhs.cast_const(), rhs.cast_const(), out, packed.cast_const());
-        match self {
+        /// [`gemm_then`] with the pointers cast to `T`.
+        ///
+        /// # Safety
+        /// As [`gemm_then`].
+        unsafe fn typed<T: GemmFloat>(
+            d: &GemmDims,
+            [lhs, rhs, out, packed]: [*mut u8; 4],
+            threads: bool,
+            accumulate: bool,
+            then: Option<Epilogue<'_>>,
+            then_parts: usize,
+        ) {
+            let (l, r, p) = (lhs.cast_const(), rhs.cast_const(), packed.cast_const());
             // SAFETY: the caller's contract.
-            GemmType::F32 => unsafe {
-                gemm_then::<f32>(
+            unsafe {
+                gemm_then::<T>(
                     d,
                     l.cast(),
                     r.cast(),
-                    o.cast(),
+                    out.cast(),
                     p.cast(),
                     threads,
                     accumulate,
                     then,
                     then_parts,
                 )
-            },
-            // SAFETY: the caller's contract.
-            GemmType::F64 => unsafe {
-                gemm_then::<f64>(
-                    d,
-                    l.cast(),
-                    r.cast(),
-                    o.cast(),
-                    p.cast(),
-                    threads,
-                    accumulate,
-                    then,
-                    then_parts,
-                )
-            },
+            }
         }
+        let f = match self {
+            GemmType::F32 => typed::<f32>,
+            GemmType::F64 => typed::<f64>,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { f(d, ptrs, threads, accumulate, then, then_parts) }
     }
 
     /// [`pack_rhs`] over untyped pointers to elements of this type.
