@@ -15,9 +15,14 @@
 //! process sleeps 5 ms (untimed), so that neither side's spinning threads
 //! run into the other's sample.
 //!
+//! With `--first`, each workload also gets rounds of one fresh function's
+//! first call (trace, compile and run: issue 17's "first call ≤ XLA's
+//! compile alone") and one fresh compile of ours, each beside one fresh
+//! `jax.jit(...).lower(...).compile()`.
+//!
 //! Needs JAX on the embedded interpreter's path (the peers' venv):
-//! `scripts/peers/versus_xla.sh [--rounds N] [--json PATH] [FILTER ...]`
-//! (docs/benchmarks.md).
+//! `scripts/peers/versus_xla.sh [--rounds N] [--first] [--json PATH]
+//! [FILTER ...]` (docs/benchmarks.md).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -29,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tensorlift::{Function, Tensor};
+use tensorlift::{Function, Tensor, TensorSpec};
 
 #[allow(dead_code, reason = "the module also serves the other benchmarks")]
 mod workloads;
@@ -38,7 +43,9 @@ use workloads::suite::{all, checksum};
 
 /// The Python side: `prepare(name)` jits the peer script's workload
 /// `name` on its inputs, runs it once and returns `sample(k, keep)`, the
-/// mean seconds per call over `k` calls, and the checksum of one output.
+/// mean seconds per call over `k` calls, the checksum of one output, and
+/// `compile_fresh()`, the seconds one fresh `jit(...).lower(...).compile()`
+/// takes (a fresh function each time, so nothing is cached).
 const PEER: &std::ffi::CStr = c"
 import time
 import jax
@@ -65,7 +72,13 @@ def prepare(name):
             del held
             return e / k
 
-        return sample, tuple(suite.checksum(out))
+        def compile_fresh():
+            g = jax.jit(factory())
+            t = time.perf_counter()
+            g.lower(*xs).compile()
+            return time.perf_counter() - t
+
+        return sample, tuple(suite.checksum(out)), compile_fresh
     return None
 ";
 
@@ -99,6 +112,7 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 
 fn main() {
     let mut rounds = 21usize;
+    let mut first = false;
     let mut json = None;
     let mut filter = Vec::new();
     let mut args = std::env::args().skip(1);
@@ -111,6 +125,7 @@ fn main() {
                     .filter(|r| *r > 0)
                     .expect("--rounds takes a number of rounds, 1 or more")
             }
+            "--first" => first = true,
             "--json" => json = args.next(),
             // cargo bench's own flags (`--bench`).
             _ if a.starts_with('-') => {}
@@ -158,6 +173,7 @@ fn main() {
     );
     let mut results = serde_json::Map::new();
     let mut table = Vec::new();
+    let mut first_table = Vec::new();
     for w in all() {
         if !filter.is_empty() && !filter.iter().any(|f| w.name.contains(f.as_str())) {
             continue;
@@ -165,13 +181,13 @@ fn main() {
         let inputs = (w.inputs)();
         let f = (w.make)(true);
         let ours_sum = checksum(&f.call(&inputs).unwrap());
-        let (sample, xla_sum) = Python::attach(|py| {
+        let (sample, xla_sum, compile_fresh) = Python::attach(|py| {
             let r = prepare
                 .call1(py, (w.name,))
                 .map_err(|e| format!("{}: {e}", w.name))
                 .unwrap();
             assert!(!r.is_none(py), "{}: not in suite.py", w.name);
-            r.extract::<(Py<PyAny>, (f64, f64))>(py).unwrap()
+            r.extract::<(Py<PyAny>, (f64, f64), Py<PyAny>)>(py).unwrap()
         });
         let xla = |k: usize, keep: bool| -> f64 {
             Python::attach(|py| sample.call1(py, (k, keep)).and_then(|s| s.extract(py))).unwrap()
@@ -229,6 +245,65 @@ fn main() {
                 }),
             );
         }
+        if first {
+            let specs: Vec<TensorSpec> = inputs
+                .iter()
+                .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+                .collect();
+            let xla_compile = || -> f64 {
+                Python::attach(|py| compile_fresh.call0(py).and_then(|s| s.extract(py))).unwrap()
+            };
+            let (mut ours_first, mut ours_compile, mut xla) = (Vec::new(), Vec::new(), Vec::new());
+            for r in 0..rounds {
+                let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+                for side in order {
+                    std::thread::sleep(Duration::from_millis(5));
+                    match side {
+                        0 => {
+                            let t = Instant::now();
+                            let y = (w.make)(true).call(&inputs).unwrap();
+                            ours_first.push(t.elapsed().as_secs_f64());
+                            drop(y);
+                        }
+                        1 => {
+                            let t = Instant::now();
+                            let c = (w.make)(true).compile(&specs).unwrap();
+                            ours_compile.push(t.elapsed().as_secs_f64());
+                            drop(c);
+                        }
+                        _ => xla.push(xla_compile()),
+                    }
+                }
+            }
+            let first_ratio: Vec<f64> = ours_first.iter().zip(&xla).map(|(a, b)| a / b).collect();
+            let speedup: Vec<f64> = xla.iter().zip(&ours_compile).map(|(a, b)| a / b).collect();
+            let under = first_ratio.iter().filter(|r| **r <= 1.0).count();
+            let [first_ms, compile_ms, xla_ms] =
+                [&ours_first, &ours_compile, &xla].map(|v| quantile(v, 0.5) * 1e3);
+            let [f25, f50, f75] = [0.25, 0.5, 0.75].map(|q| quantile(&first_ratio, q));
+            let [s25, s50, s75] = [0.25, 0.5, 0.75].map(|q| quantile(&speedup, q));
+            line += &format!(
+                "\n{:28}  first call {first_ms:.2} / XLA compile {xla_ms:.2} ms = {f50:.2}× \
+                 ({f25:.2}–{f75:.2}, {under}/{rounds} rounds at most 1.0×)  \
+                 compile {compile_ms:.2} ms, XLA's ÷ ours {s50:.0} ({s25:.0}–{s75:.0})",
+                ""
+            );
+            first_table.push(format!(
+                "| {} | {first_ms:.2} | {xla_ms:.2} | {f50:.2} ({f25:.2}–{f75:.2}) | \
+                 {under}/{rounds} | {compile_ms:.2} | {s50:.0} ({s25:.0}–{s75:.0}) |",
+                w.name
+            ));
+            entry.insert(
+                "first".into(),
+                serde_json::json!({
+                    "ours_first_ms": ours_first.iter().map(|v| v * 1e3).collect::<Vec<_>>(),
+                    "ours_compile_ms": ours_compile.iter().map(|v| v * 1e3).collect::<Vec<_>>(),
+                    "xla_compile_ms": xla.iter().map(|v| v * 1e3).collect::<Vec<_>>(),
+                    "first_over_xla_compile_median": f50,
+                    "xla_compile_over_ours_median": s50,
+                }),
+            );
+        }
         println!("{line}");
         table.push(row);
         println!(
@@ -246,6 +321,16 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|");
     for row in table {
         println!("{row}");
+    }
+    if first {
+        println!(
+            "\n| workload | first call: ours ms | XLA compile ms | × (IQR) | rounds at most 1.0× \
+             | compile: ours ms | XLA's ÷ ours (IQR) |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for row in first_table {
+            println!("{row}");
+        }
     }
     if let Some(path) = json {
         let doc = serde_json::json!({ "jax": jax, "rounds": rounds, "workloads": results });

@@ -4,7 +4,7 @@
 # interpreter's path and runs the benchmark. The venv is PEERS_VENV
 # (default /tmp/peers); it is made if missing:
 #   python3 -m venv /tmp/peers && /tmp/peers/bin/pip install numpy jax==0.10.2 jaxlib==0.10.2
-# Usage: scripts/peers/versus_xla.sh [--rounds N] [--json PATH] [FILTER ...]
+# Usage: scripts/peers/versus_xla.sh [--rounds N] [--first] [--json PATH] [FILTER ...]
 set -euo pipefail
 venv=${PEERS_VENV:-/tmp/peers}
 if [ ! -x "$venv/bin/python" ]; then
