@@ -1428,9 +1428,9 @@ fn f64_kernels_match_inline() {
 }
 
 /// Where the host's kernels are machine code, a bound of `exp` (its clamp)
-/// or `tanh` (the floor of its exp argument) is one `vmaxps`/`vminps`
-/// with the bound first, not a compare and a blend, and `tanh`'s
-/// `1 - 2^n - 2^n·y` one `vfnmadd` (`approx::Ops::at_least`, `at_most`,
+/// or `tanh` (the ceiling of |x|) is one `vmaxps`/`vminps` with the bound
+/// first, not a compare and a blend, and `tanh`'s `1 - 2^(n+1)·0.5` one
+/// `vfnmadd` (`approx::Ops::at_least`, `at_most`,
 /// `fnma`); the bits are those of the inline code
 /// (`avx512_kernels_match_inline` runs both functions over the specials,
 /// NaN and values past either bound among them).
@@ -1454,7 +1454,7 @@ fn bounds_and_negated_products_are_single_instructions() {
     assert!(tanh.contains(NATIVE), "{tanh}");
     assert!(!tanh.contains("vcmp"), "tanh: a compare left\n{tanh}");
     assert!(
-        tanh.contains("vmaxps") && tanh.contains("vfnmadd"),
+        tanh.contains("vminps") && tanh.contains("vfnmadd"),
         "{tanh}"
     );
     let x = common::f32s(

@@ -85,8 +85,6 @@ pub(crate) trait Ops {
     fn ior(&mut self, a: Self::I, b: Self::I) -> Self::I;
     /// `a << k`.
     fn ishl(&mut self, a: Self::I, k: u32) -> Self::I;
-    /// `a >> k`, arithmetic.
-    fn isshr(&mut self, a: Self::I, k: u32) -> Self::I;
     fn ixor(&mut self, a: Self::I, b: Self::I) -> Self::I;
     /// `a != 0`.
     fn inz(&mut self, a: Self::I) -> Self::M;
@@ -149,21 +147,22 @@ pub(crate) fn horner<O: Ops>(o: &mut O, z: O::V, c: &[f64]) -> O::V {
 /// `y · 2^n`, where `tm = n + magic` came from the round-to-integer trick.
 /// Applied as 2^n1 · 2^n2 with n1 = n >> 1, n2 = n - n1, so that results
 /// down to the smallest denormal round once and no factor overflows before
-/// the product does.
+/// the product does. The shifts by the mantissa width drop magic's own
+/// bits: `tm`'s bits shifted left by it are n in the exponent field, and
+/// by one less `2·n1 + (n & 1)` there. (Both factors multiply, rather than
+/// n1 being added to y's exponent field, so that a NaN y stays NaN.)
 #[inline(always)]
 pub(crate) fn scale_by_pow2<O: Ops>(o: &mut O, y: O::V, tm: O::V) -> O::V {
     let (mant, bias) = mant_bias(o);
     let tmi = o.bits(tm);
-    let m = o.c(magic(o));
-    let mi = o.bits(m);
-    let ni = o.isub(tmi, mi);
-    let n1 = o.isshr(ni, 1);
-    let n2 = o.isub(ni, n1);
-    let b = o.ic(bias);
-    let e1 = o.iadd(n1, b);
-    let e1 = o.ishl(e1, mant);
-    let e2 = o.iadd(n2, b);
-    let e2 = o.ishl(e2, mant);
+    let n_field = o.ishl(tmi, mant);
+    let twice = o.ishl(tmi, mant - 1);
+    let field = o.ic(-(1i64 << mant));
+    let n1_field = o.iand(twice, field);
+    let n2_field = o.isub(n_field, n1_field);
+    let one = o.ic(bias << mant);
+    let e1 = o.iadd(n1_field, one);
+    let e2 = o.iadd(n2_field, one);
     let s1 = o.of_bits(e1);
     let s2 = o.of_bits(e2);
     let y = o.mul(y, s1);
@@ -174,7 +173,19 @@ pub(crate) fn scale_by_pow2<O: Ops>(o: &mut O, y: O::V, tm: O::V) -> O::V {
 /// n is within the normal exponents.
 #[inline(always)]
 fn pow2_of<O: Ops>(o: &mut O, tm: O::V) -> O::V {
-    let (mant, bias) = mant_bias(o);
+    pow2_of_biased(o, tm, mant_bias(o).1)
+}
+
+/// `2^(n+1)`, as [`pow2_of`] (n + 1 within the normal exponents).
+#[inline(always)]
+fn pow2_of_plus_one<O: Ops>(o: &mut O, tm: O::V) -> O::V {
+    pow2_of_biased(o, tm, mant_bias(o).1 + 1)
+}
+
+/// `2^(n + bias - B)` for the format's exponent bias B.
+#[inline(always)]
+fn pow2_of_biased<O: Ops>(o: &mut O, tm: O::V, bias: i64) -> O::V {
+    let mant = mant_bias(o).0;
     // `n + bias` as `(n + magic) - magic + bias`, the two constants as one
     // (the integer sum wraps the same either way).
     let magic_bits = if o.f64() {
@@ -188,6 +199,12 @@ fn pow2_of<O: Ops>(o: &mut O, tm: O::V) -> O::V {
     let eb = o.ishl(eb, mant);
     o.of_bits(eb)
 }
+
+/// ln 2 in two parts for the f32 exp reduction (Cephes' `expf`): the high
+/// part has 9 significant bits, so `n·EXP_F32_LN2_HI` is exact for |n| < 2^15.
+const EXP_F32_LN2_HI: f64 = 0.693_359_375;
+/// `EXP_F32_LN2_HI - ln 2`.
+const EXP_F32_LN2_LO: f64 = 2.121_944_4e-4;
 
 /// The exp argument `-2|x|` of f32 `tanh` is clamped here: n = -27, where
 /// `1 - e^(-2|x|)` rounds to 1 (tanh x is 1 in f32 from |x| ≈ 9.01).
@@ -241,28 +258,45 @@ pub(crate) fn exp_reduced<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
 /// [`exp_reduced`]'s f32 arm on an `x` already within [-104, 88.73].
 #[inline(always)]
 fn exp_reduced_f32<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
-    {
-        let log2e = o.c(std::f64::consts::LOG2_E);
-        let t = o.mul(x, log2e);
-        let magic = o.c(magic(o));
-        let tm = o.add(t, magic);
-        let n = o.sub(tm, magic);
-        let c1 = o.c(-0.693_359_375);
-        let c2 = o.c(2.121_944_4e-4);
-        let r = o.fma(n, c1, x);
-        let r = o.fma(n, c2, r);
-        let p = horner(o, r, &EXP_F32_P);
-        let rr = o.mul(r, r);
-        (o.fma(p, rr, r), tm, n)
-    }
+    let (r, tm, n) = exp_arg_f32(o, x);
+    let p = horner(o, r, &EXP_F32_P);
+    let rr = o.mul(r, r);
+    (o.fma(p, rr, r), tm, n)
 }
 
-/// `e^x`: `2^n·(1 + (e^r - 1))`. NaN propagates; overflow gives +inf,
-/// underflow +0; denormal results round once.
+/// The f32 exp reduction of an `x` within [-104, 88.73]: `(r, n + magic,
+/// n)` with `n = round(x·log2 e)` (one fused multiply-add with the
+/// round-to-integer constant) and `r = x - n·ln 2` (Cody–Waite, two parts).
+#[inline(always)]
+fn exp_arg_f32<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
+    let log2e = o.c(std::f64::consts::LOG2_E);
+    let magic = o.c(magic(o));
+    let tm = o.fma(x, log2e, magic);
+    let n = o.sub(tm, magic);
+    let c1 = o.c(-EXP_F32_LN2_HI);
+    let c2 = o.c(EXP_F32_LN2_LO);
+    let r = o.fma(n, c1, x);
+    let r = o.fma(n, c2, r);
+    (r, tm, n)
+}
+
+/// `e^x`: `2^n·e^r`. f32: `e^r = 1 + r·(1 + r·P(r))`, two fused
+/// multiply-adds after Cephes' polynomial (its `1 + r + r²·P(r)` in one
+/// operation fewer); f64: `1 + (e^r - 1)` from [`exp_reduced`]. NaN
+/// propagates; overflow gives +inf, underflow +0; denormal results round
+/// once.
 #[inline(always)]
 pub(crate) fn exp<O: Ops>(o: &mut O, x: O::V) -> O::V {
-    let (y, tm, _) = exp_reduced(o, x);
     let one = o.c(1.0);
+    if !o.f64() {
+        let x = clamp(o, x, -104.0, 88.73);
+        let (r, tm, _) = exp_arg_f32(o, x);
+        let p = horner(o, r, &EXP_F32_P);
+        let q = o.fma(p, r, one);
+        let e = o.fma(q, r, one);
+        return scale_by_pow2(o, e, tm);
+    }
+    let (y, tm, _) = exp_reduced(o, x);
     let y = o.add(y, one);
     scale_by_pow2(o, y, tm)
 }
@@ -303,16 +337,36 @@ pub(crate) fn expm1<O: Ops>(o: &mut O, x: O::V) -> O::V {
 #[inline(always)]
 pub(crate) fn tanh<O: Ops>(o: &mut O, x: O::V) -> O::V {
     if !o.f64() {
+        // The exp reduction of t = -2a carried as u = -r/2 (every scaling
+        // by a power of two, so the same roundings as in `exp_reduced_f32`
+        // on t): n from one fused multiply-add of a, u = a + n·ln2/2 in
+        // two parts, `e^r - 1 = -2·(u + u²·Q(u))` with Q(u) = -2·P(-2u)
+        // (P's coefficients times powers of -2), and the scale 2^(n+1).
         let a = o.abs(x);
-        let m2 = o.c(-2.0);
-        let t = o.mul(a, m2);
-        let lo = o.c(TANH_F32_LOW);
-        let t = o.at_least(t, lo);
-        let (y, tm, _) = exp_reduced_f32(o, t);
-        let p2 = pow2_of(o, tm);
+        let hi_a = o.c(TANH_F32_LOW / -2.0);
+        let a = o.at_most(a, hi_a);
+        let k = o.c(-2.0 * std::f64::consts::LOG2_E);
+        let magic = o.c(magic(o));
+        let tm = o.fma(a, k, magic);
+        let n = o.sub(tm, magic);
+        let c1 = o.c(EXP_F32_LN2_HI / 2.0);
+        let c2 = o.c(EXP_F32_LN2_LO / -2.0);
+        let u = o.fma(n, c1, a);
+        let u = o.fma(n, c2, u);
+        let mut q = [0.0; EXP_F32_P.len()];
+        let mut scale = -2.0;
+        for (qk, pk) in q.iter_mut().zip(&EXP_F32_P).rev() {
+            *qk = pk * scale;
+            scale *= -2.0;
+        }
+        let p = horner(o, u, &q);
+        let uu = o.mul(u, u);
+        let y = o.fma(p, uu, u);
+        let p2x2 = pow2_of_plus_one(o, tm);
+        let half = o.c(0.5);
         let one = o.c(1.0);
-        let hi = o.sub(one, p2);
-        let s = o.fnma(p2, y, hi);
+        let hi = o.fnma(p2x2, half, one);
+        let s = o.fma(p2x2, y, hi);
         let two = o.c(2.0);
         let d = o.sub(two, s);
         let r = o.div(s, d);

@@ -668,10 +668,6 @@ impl<T: Lane> approx::Ops for Lanes<T> {
         a << k
     }
     #[inline(always)]
-    fn isshr(&mut self, a: i64, k: u32) -> i64 {
-        a >> k
-    }
-    #[inline(always)]
     fn ixor(&mut self, a: i64, b: i64) -> i64 {
         a ^ b
     }

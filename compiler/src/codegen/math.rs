@@ -510,9 +510,6 @@ impl approx::Ops for Clif<'_, '_, '_> {
     fn ishl(&mut self, a: Value, k: u32) -> Value {
         self.g.b.ins().ishl_imm_s(a, i64::from(k))
     }
-    fn isshr(&mut self, a: Value, k: u32) -> Value {
-        self.g.b.ins().sshr_imm_s(a, i64::from(k))
-    }
     fn ixor(&mut self, a: Value, b: Value) -> Value {
         self.g.b.ins().bxor(a, b)
     }
