@@ -206,9 +206,10 @@ const EXP_F32_LN2_HI: f64 = 0.693_359_375;
 /// `EXP_F32_LN2_HI - ln 2`.
 const EXP_F32_LN2_LO: f64 = 2.121_944_4e-4;
 
-/// The exp argument `-2|x|` of f32 `tanh` is clamped here: n = -27, where
-/// `1 - e^(-2|x|)` rounds to 1 (tanh x is 1 in f32 from |x| ≈ 9.01).
-pub(crate) const TANH_F32_LOW: f64 = -18.5;
+/// `|x|` of f32 `tanh` is clamped here: its exp argument `-2|x|` then
+/// stops at -18.5, n = -27, where `1 - e^(-2|x|)` rounds to 1 (tanh x is
+/// 1 in f32 from |x| ≈ 9.01).
+pub(crate) const TANH_F32_CEIL: f64 = 9.25;
 
 /// `r` (non-negative) with the sign bit of `x`.
 #[inline(always)]
@@ -327,8 +328,8 @@ pub(crate) fn expm1<O: Ops>(o: &mut O, x: O::V) -> O::V {
 }
 
 /// `tanh x`. f32: `s / (2 - s)` with `s = 1 - e^(-2|x|)` computed as
-/// `(1 - 2^n) - 2^n·(e^r - 1)` from the exp reduction of `-2|x|` (clamped
-/// to [`TANH_F32_LOW`], where tanh is 1 in f32): `1 - 2^n` is exact down
+/// `(1 - 2^n) - 2^n·(e^r - 1)` from the exp reduction of `-2|x|` (|x|
+/// clamped at [`TANH_F32_CEIL`], where tanh is 1 in f32): `1 - 2^n` is exact down
 /// to n = -24 and `e^r - 1` keeps its relative accuracy near 0, so small
 /// |x| loses nothing to cancellation and no second formula is blended in.
 /// f64, after Cephes: below |x| = 0.625 `x + x·z·P(z)/Q(z)`, z = x², else
@@ -343,7 +344,7 @@ pub(crate) fn tanh<O: Ops>(o: &mut O, x: O::V) -> O::V {
         // two parts, `e^r - 1 = -2·(u + u²·Q(u))` with Q(u) = -2·P(-2u)
         // (P's coefficients times powers of -2), and the scale 2^(n+1).
         let a = o.abs(x);
-        let hi_a = o.c(TANH_F32_LOW / -2.0);
+        let hi_a = o.c(TANH_F32_CEIL);
         let a = o.at_most(a, hi_a);
         let k = o.c(-2.0 * std::f64::consts::LOG2_E);
         let magic = o.c(magic(o));
