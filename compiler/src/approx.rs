@@ -205,6 +205,11 @@ fn pow2_of_biased<O: Ops>(o: &mut O, tm: O::V, bias: i64) -> O::V {
 const EXP_F32_LN2_HI: f64 = 0.693_359_375;
 /// `EXP_F32_LN2_HI - ln 2`.
 const EXP_F32_LN2_LO: f64 = 2.121_944_4e-4;
+/// The f32 exp's argument is clamped to `[EXP_F32_LO, EXP_F32_HI]`: below,
+/// e^x rounds to +0 in f32; above, to +inf.
+const EXP_F32_LO: f64 = -104.0;
+/// See [`EXP_F32_LO`].
+const EXP_F32_HI: f64 = 88.73;
 
 /// `|x|` of f32 `tanh` is clamped here: its exp argument `-2|x|` then
 /// stops at -18.5, n = -27, where `1 - e^(-2|x|)` rounds to 1 (tanh x is
@@ -251,31 +256,29 @@ pub(crate) fn exp_reduced<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
         let y = o.div(px, den);
         (o.add(y, y), tm, n)
     } else {
-        let x = clamp(o, x, -104.0, 88.73);
-        exp_reduced_f32(o, x)
+        let x = clamp(o, x, EXP_F32_LO, EXP_F32_HI);
+        let (r, tm, n) = exp_arg_f32(o, x, 1.0);
+        let p = horner(o, r, &EXP_F32_P);
+        let rr = o.mul(r, r);
+        (o.fma(p, rr, r), tm, n)
     }
 }
 
-/// [`exp_reduced`]'s f32 arm on an `x` already within [-104, 88.73].
+/// The f32 exp reduction of `s·x` for a power of two `s`, `x` already
+/// clamped so that `s·x` is within [`EXP_F32_LO`], [`EXP_F32_HI`]:
+/// `(r/s, n + magic, n)` with `n = round(s·x·log2 e)` (one fused
+/// multiply-add with the round-to-integer constant) and `r = s·x - n·ln 2`
+/// (Cody–Waite, two parts), carried divided by s — every rescaling by a
+/// power of two, so the roundings are those of the reduction of `s·x`
+/// itself, without the product `s·x`.
 #[inline(always)]
-fn exp_reduced_f32<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
-    let (r, tm, n) = exp_arg_f32(o, x);
-    let p = horner(o, r, &EXP_F32_P);
-    let rr = o.mul(r, r);
-    (o.fma(p, rr, r), tm, n)
-}
-
-/// The f32 exp reduction of an `x` within [-104, 88.73]: `(r, n + magic,
-/// n)` with `n = round(x·log2 e)` (one fused multiply-add with the
-/// round-to-integer constant) and `r = x - n·ln 2` (Cody–Waite, two parts).
-#[inline(always)]
-fn exp_arg_f32<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
-    let log2e = o.c(std::f64::consts::LOG2_E);
+fn exp_arg_f32<O: Ops>(o: &mut O, x: O::V, s: f64) -> (O::V, O::V, O::V) {
+    let k = o.c(s * std::f64::consts::LOG2_E);
     let magic = o.c(magic(o));
-    let tm = o.fma(x, log2e, magic);
+    let tm = o.fma(x, k, magic);
     let n = o.sub(tm, magic);
-    let c1 = o.c(-EXP_F32_LN2_HI);
-    let c2 = o.c(EXP_F32_LN2_LO);
+    let c1 = o.c(-EXP_F32_LN2_HI / s);
+    let c2 = o.c(EXP_F32_LN2_LO / s);
     let r = o.fma(n, c1, x);
     let r = o.fma(n, c2, r);
     (r, tm, n)
@@ -290,8 +293,8 @@ fn exp_arg_f32<O: Ops>(o: &mut O, x: O::V) -> (O::V, O::V, O::V) {
 pub(crate) fn exp<O: Ops>(o: &mut O, x: O::V) -> O::V {
     let one = o.c(1.0);
     if !o.f64() {
-        let x = clamp(o, x, -104.0, 88.73);
-        let (r, tm, _) = exp_arg_f32(o, x);
+        let x = clamp(o, x, EXP_F32_LO, EXP_F32_HI);
+        let (r, tm, _) = exp_arg_f32(o, x, 1.0);
         let p = horner(o, r, &EXP_F32_P);
         let q = o.fma(p, r, one);
         let e = o.fma(q, r, one);
@@ -338,22 +341,13 @@ pub(crate) fn expm1<O: Ops>(o: &mut O, x: O::V) -> O::V {
 #[inline(always)]
 pub(crate) fn tanh<O: Ops>(o: &mut O, x: O::V) -> O::V {
     if !o.f64() {
-        // The exp reduction of t = -2a carried as u = -r/2 (every scaling
-        // by a power of two, so the same roundings as in `exp_reduced_f32`
-        // on t): n from one fused multiply-add of a, u = a + n·ln2/2 in
-        // two parts, `e^r - 1 = -2·(u + u²·Q(u))` with Q(u) = -2·P(-2u)
-        // (P's coefficients times powers of -2), and the scale 2^(n+1).
+        // The exp reduction of t = -2a carried as u = -r/2: `e^r - 1 =
+        // -2·(u + u²·Q(u))` with Q(u) = -2·P(-2u) (P's coefficients times
+        // powers of -2, exact), and the scale 2^(n+1).
         let a = o.abs(x);
         let hi_a = o.c(TANH_F32_CEIL);
         let a = o.at_most(a, hi_a);
-        let k = o.c(-2.0 * std::f64::consts::LOG2_E);
-        let magic = o.c(magic(o));
-        let tm = o.fma(a, k, magic);
-        let n = o.sub(tm, magic);
-        let c1 = o.c(EXP_F32_LN2_HI / 2.0);
-        let c2 = o.c(EXP_F32_LN2_LO / -2.0);
-        let u = o.fma(n, c1, a);
-        let u = o.fma(n, c2, u);
+        let (u, tm, _) = exp_arg_f32(o, a, -2.0);
         let mut q = [0.0; EXP_F32_P.len()];
         let mut scale = -2.0;
         for (qk, pk) in q.iter_mut().zip(&EXP_F32_P).rev() {
