@@ -98,6 +98,21 @@ fn ours(f: &Function, inputs: &[Tensor], k: usize, keep: bool) -> f64 {
     e / k as f64
 }
 
+/// `rounds` rounds of the three timings, in the order given and reversed
+/// in alternate rounds, 5 ms of untimed sleep before each: the seconds
+/// each returned, per timing.
+fn turns(rounds: usize, timings: [&dyn Fn() -> f64; 3]) -> [Vec<f64>; 3] {
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for r in 0..rounds {
+        let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+        for i in order {
+            std::thread::sleep(Duration::from_millis(5));
+            times[i].push(timings[i]());
+        }
+    }
+    times
+}
+
 /// Calls per sample for a call of `single` seconds.
 fn calls(single: f64, sample: f64) -> usize {
     ((sample / single.max(1e-7)).round() as usize).max(1)
@@ -253,28 +268,26 @@ fn main() {
             let xla_compile = || -> f64 {
                 Python::attach(|py| compile_fresh.call0(py).and_then(|s| s.extract(py))).unwrap()
             };
-            let (mut ours_first, mut ours_compile, mut xla) = (Vec::new(), Vec::new(), Vec::new());
-            for r in 0..rounds {
-                let order = if r % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
-                for side in order {
-                    std::thread::sleep(Duration::from_millis(5));
-                    match side {
-                        0 => {
-                            let t = Instant::now();
-                            let y = (w.make)(true).call(&inputs).unwrap();
-                            ours_first.push(t.elapsed().as_secs_f64());
-                            drop(y);
-                        }
-                        1 => {
-                            let t = Instant::now();
-                            let c = (w.make)(true).compile(&specs).unwrap();
-                            ours_compile.push(t.elapsed().as_secs_f64());
-                            drop(c);
-                        }
-                        _ => xla.push(xla_compile()),
-                    }
-                }
-            }
+            let [ours_first, ours_compile, xla] = turns(
+                rounds,
+                [
+                    &|| {
+                        let t = Instant::now();
+                        let y = (w.make)(true).call(&inputs).unwrap();
+                        let e = t.elapsed().as_secs_f64();
+                        drop(y);
+                        e
+                    },
+                    &|| {
+                        let t = Instant::now();
+                        let c = (w.make)(true).compile(&specs).unwrap();
+                        let e = t.elapsed().as_secs_f64();
+                        drop(c);
+                        e
+                    },
+                    &xla_compile,
+                ],
+            );
             let first_ratio: Vec<f64> = ours_first.iter().zip(&xla).map(|(a, b)| a / b).collect();
             let speedup: Vec<f64> = xla.iter().zip(&ours_compile).map(|(a, b)| a / b).collect();
             let under = first_ratio.iter().filter(|r| **r <= 1.0).count();
