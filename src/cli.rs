@@ -45,6 +45,7 @@ fn jit_options(opt: Opt, exact: bool) -> JitOptions {
         vectorize: true,
         threads: true,
         wide_math: true,
+        flush_denormals: true,
     }
 }
 
@@ -64,7 +65,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Mode::Interp)]
         mode: Mode,
         /// JIT: bit-exact with the interpreter (no approximated functions,
-        /// no reordered float reductions).
+        /// no reordered float reductions, denormals kept rather than
+        /// flushed to zero).
         #[arg(long)]
         exact: bool,
         /// Binds the program's callback target NAME to a Python function,

@@ -1380,3 +1380,110 @@ fn gemm_epilogues_run_on_each_parts_rows() {
         .unwrap();
     assert!(common::same_bits(&got[0], &want[0]), "the loop differs");
 }
+
+/// Compiled code flushes denormals to zero, results and operands alike,
+/// as XLA's CPU code does (`jax.jit(lambda x: x * 0.5)(2e-38)` is 0), on
+/// every thread a call splits over; it keeps them in exact mode or when
+/// told to, as the interpreter always does. The calling thread's own
+/// mode is back when the call returns, and a callback inside the code
+/// runs in it. (Elsewhere than on x86-64 nothing is flushed.)
+#[test]
+fn denormals_flush_to_zero_in_compiled_code_unless_kept() {
+    use tensorlift::ir::Shape;
+    let tiny = f32::MIN_POSITIVE;
+    let quarter = std::hint::black_box(tiny) / 4.0;
+    assert!(quarter.is_subnormal());
+    // Long enough to split over the pool.
+    let n = 1 << 20;
+    let x = common::f32s(&vec![tiny; n], &[n]);
+    let d = common::f32s(&[quarter; 8], &[8]);
+    let body = move |x: Sym, d: Sym| {
+        // The callback halves in Rust: in the caller's mode.
+        let halved = x.graph().host_fn_with(
+            "halve",
+            |ins: &[Tensor]| {
+                let v = ins[0].array_view::<f32>()?;
+                Ok(vec![Tensor::from(
+                    v.mapv(|x| std::hint::black_box(x) * 0.5),
+                )])
+            },
+            &[&x],
+            &[DType::F32],
+            &[Shape::known(&[n])],
+            false,
+        );
+        vec![
+            // A denormal result (FTZ), in f32 and in f64 (sin(x) is x
+            // here; it makes the kernels long enough to split).
+            x.sin() * 0.5,
+            x.cast(DType::F64).sin() * 1e-280,
+            // A denormal operand whose product is a normal number (DAZ).
+            &d * 1073741824.0,
+            halved[0].clone(),
+        ]
+    };
+    let check = |out: &[Tensor], flushed: bool, what: &str| {
+        let half = common::to_vec::<f32>(&out[0]);
+        let tiny64 = common::to_vec::<f64>(&out[1]);
+        let up = common::to_vec::<f32>(&out[2]);
+        if flushed {
+            assert!(half.iter().all(|v| *v == 0.0), "{what}: sin(x) * 0.5");
+            assert!(tiny64.iter().all(|v| *v == 0.0), "{what}: f64");
+            assert!(up.iter().all(|v| *v == 0.0), "{what}: d * 2^30");
+        } else {
+            assert!(
+                half.iter().all(|v| *v == tiny * 0.5),
+                "{what}: sin(x) * 0.5"
+            );
+            assert!(tiny64.iter().all(|v| v.is_subnormal()), "{what}: f64");
+            assert!(
+                up.iter().all(|v| *v == quarter * 1073741824.0),
+                "{what}: d * 2^30"
+            );
+        }
+        let from_callback = common::to_vec::<f32>(&out[3]);
+        assert!(
+            from_callback.iter().all(|v| *v == tiny * 0.5),
+            "{what}: the callback ran in the caller's mode"
+        );
+        // The calling thread computes denormals again.
+        assert!((std::hint::black_box(tiny) * 0.5).is_subnormal(), "{what}");
+    };
+    let flushes = cfg!(target_arch = "x86_64");
+    let inputs = [x, d];
+    if tensorlift::runtime::pool::threads() > 1 {
+        let specs = [
+            TensorSpec::known(DType::F32, &[n]),
+            TensorSpec::known(DType::F32, &[8]),
+        ];
+        let plan = function(body)
+            .jit_compile(true)
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap();
+        assert!(plan.contains("split into"), "{plan}");
+    }
+    check(&function(body).call(&inputs).unwrap(), false, "interpreted");
+    let jit = function(body).jit_compile(true);
+    for _ in 0..2 {
+        check(&jit.call(&inputs).unwrap(), flushes, "compiled");
+    }
+    for (what, options) in [
+        (
+            "exact",
+            JitOptions {
+                exact: true,
+                ..JitOptions::default()
+            },
+        ),
+        (
+            "kept",
+            JitOptions {
+                flush_denormals: false,
+                ..JitOptions::default()
+            },
+        ),
+    ] {
+        let f = function(body).jit_compile(true).jit_options(options);
+        check(&f.call(&inputs).unwrap(), false, what);
+    }
+}

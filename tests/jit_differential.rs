@@ -296,8 +296,10 @@ fn every_op_fixture_agrees_with_the_interpreter() {
             }
         }
         // The default (fast) mode against NumPy, with the fixture's
-        // tolerance widened by the approximated functions' bound.
-        let exe = compiler::compile(&g, &JitOptions::default()).unwrap();
+        // tolerance widened by the approximated functions' bound, and
+        // denormals kept as NumPy keeps them (flushed, a denormal operand
+        // reads as zero: sign(1e-40) is not 1).
+        let exe = compiler::compile(&g, &common::ieee()).unwrap();
         let got = exe.run(&inputs).unwrap();
         let (rtol, atol) = (
             case["rtol"].as_f64().unwrap(),
@@ -487,7 +489,7 @@ fn float_max_min_keep_nans_and_signed_zeros() {
                 let r = g.add(reduce, &[x], site.clone()).unwrap();
                 g.add_output(r, name).unwrap();
             }
-            for opts in EXACT.iter().chain([&JitOptions::default()]) {
+            for opts in EXACT.iter().chain([&common::ieee()]) {
                 check_graph(&g, std::slice::from_ref(&input), opts)
                     .unwrap_or_else(|e| panic!("{dtype} n={n}: {e}"));
             }
@@ -505,16 +507,16 @@ fn typed(v: Vec<f64>, dtype: tensorlift::DType) -> tensorlift::Tensor {
     .unwrap()
 }
 
-/// Requires `body` compiled under every option set (`EXACT`, the default)
-/// to give the interpreter's bits on `x`; returns the default build's CLIF
-/// (for checks that it vectorized).
+/// Requires `body` compiled under every option set (`EXACT`, the default
+/// with denormals kept) to give the interpreter's bits on `x`; returns
+/// the default build's CLIF (for checks that it vectorized).
 fn agrees_bitwise(
     body: impl Fn(Sym) -> Sym + Copy + Send + Sync + 'static,
     x: &tensorlift::Tensor,
     what: &str,
 ) -> String {
     let want = function(body).call(std::slice::from_ref(x)).unwrap();
-    for opts in EXACT.iter().chain([&JitOptions::default()]) {
+    for opts in EXACT.iter().chain([&common::ieee()]) {
         let f = function(body).jit_compile(true).jit_options(*opts);
         let got = f.call(std::slice::from_ref(x)).unwrap();
         assert!(

@@ -68,7 +68,9 @@ fn check(
     hi: f32,
     bound: u64,
 ) {
-    let jf = function(move |x: Sym| f(x)).jit_compile(true);
+    let jf = function(move |x: Sym| f(x))
+        .jit_compile(true)
+        .jit_options(common::ieee());
     let mut worst = (0u64, 0.0f32);
     let mut n = 0;
     for chunk in 0..256 {
@@ -157,7 +159,9 @@ fn pow_f64_within_4_ulp() {
     let n = px.len();
     let tx = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], px.clone()).unwrap());
     let ty = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], py.clone()).unwrap());
-    let jf = function(|x: Sym, y: Sym| x.pow(&y)).jit_compile(true);
+    let jf = function(|x: Sym, y: Sym| x.pow(&y))
+        .jit_compile(true)
+        .jit_options(common::ieee());
     let out = common::to_vec::<f64>(&jf.call(&[tx, ty]).unwrap()[0]);
     let mut worst = (0u64, 0.0f64, 0.0f64);
     for ((x, y), got) in px.iter().zip(&py).zip(&out) {
@@ -257,7 +261,9 @@ fn check64(
     xs.retain(|x| x.is_nan() || (*x >= lo && *x <= hi) || x.is_infinite());
     let n = xs.len();
     let x = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], xs.clone()).unwrap());
-    let jf = function(move |x: Sym| f(x)).jit_compile(true);
+    let jf = function(move |x: Sym| f(x))
+        .jit_compile(true)
+        .jit_options(common::ieee());
     let y = common::to_vec::<f64>(&jf.call(&[x]).unwrap()[0]);
     let mut worst = (0u64, 0.0f64);
     for (x, y) in xs.iter().zip(&y) {
@@ -419,7 +425,9 @@ fn pow_f32_within_4_ulp() {
     let n = px.len();
     let tx = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], px.clone()).unwrap());
     let ty = Tensor::from(ndarray::ArrayD::from_shape_vec(vec![n], py.clone()).unwrap());
-    let jf = function(|x: Sym, y: Sym| x.pow(&y)).jit_compile(true);
+    let jf = function(|x: Sym, y: Sym| x.pow(&y))
+        .jit_compile(true)
+        .jit_options(common::ieee());
     let out = common::to_vec::<f32>(&jf.call(&[tx, ty]).unwrap()[0]);
     let mut worst = (0u64, 0.0f32, 0.0f32);
     for ((x, y), got) in px.iter().zip(&py).zip(&out) {

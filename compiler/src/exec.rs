@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cranelift_jit::JITModule;
 use tensorlift_ir::{CallbackKind, DType, Detail, Error, Graph, NodeRef, Offender, Op, Result};
+use tensorlift_runtime::fpmode::FpMode;
 use tensorlift_runtime::{AlignedBytes, Tensor, TensorMut, interp};
 
 use crate::codegen::{self, JitOptions};
@@ -339,6 +340,7 @@ impl Executable {
             inputs: inputs.to_vec(),
             owned,
             kept: Vec::new(),
+            caller_mode: FpMode::current(),
         };
         for (i, s) in plan.slots.iter().enumerate() {
             if let (SlotKind::Input(k), tensorlift_ir::DType::String) = (&s.kind, s.dtype) {
@@ -349,12 +351,15 @@ impl Executable {
             }
         }
         let awake = crate::parallel::keep_awake(self.sections);
+        let mode = (self.options.flush_denormals && !self.options.exact)
+            .then(|| FpMode::flush_denormals().enter());
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.
         // (A callback step may redirect a slot's pointer to the tensor it
         // returned, hence the mutable table.)
         let status = unsafe { (self.entry)(bufs.as_mut_ptr().cast_const(), &mut ctx) };
+        drop(mode);
         drop(awake);
         if status != 0 {
             return Err(ctx.error.take().unwrap_or_else(|| {

@@ -17,6 +17,7 @@ use half::{bf16, f16};
 use num_complex::{Complex32, Complex64};
 use tensorlift_ir::{BinaryOp, DType, Error, UnaryOp};
 use tensorlift_runtime::Tensor;
+use tensorlift_runtime::fpmode::FpMode;
 use tensorlift_runtime::interp;
 use tensorlift_runtime::kernels::gemm;
 use tensorlift_runtime::kernels::scalar::{ComplexScalar, FloatScalar, IntScalar};
@@ -50,6 +51,9 @@ pub struct CallCtx {
     /// pointer in `bufs` is redirected to the tensor's bytes, which later
     /// steps only read, and an output slot returns the tensor itself.
     pub kept: Vec<Option<Tensor>>,
+    /// The calling thread's denormal mode, which callbacks run in (the
+    /// code itself may run flushing denormals).
+    pub caller_mode: FpMode,
 }
 
 /// What runtime steps need at run time: the plan (slots, graphs) and the
@@ -629,6 +633,7 @@ fn run_callback_step(
     ctx: &mut CallCtx,
 ) -> Result<(), Error> {
     let (step, node, inputs, outputs) = call;
+    let _mode = ctx.caller_mode.enter();
     let string = |s: SlotId| plan.slots[s].dtype == DType::String;
     if cb.writes_buffers() && !inputs.iter().chain(outputs).any(|&s| string(s)) {
         // Built in place (no collect through Result, which moves the

@@ -9,6 +9,7 @@
 pub mod callback;
 #[cfg(feature = "python")]
 pub mod eager;
+pub mod fpmode;
 pub mod interp;
 pub mod kernels;
 mod memory;

@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::fpmode::FpMode;
+
 /// The pool's workers: `None` with one thread in all, or where the threads
 /// could not be started.
 fn pool() -> Option<&'static rayon::ThreadPool> {
@@ -31,6 +33,9 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
         rayon::ThreadPoolBuilder::new()
             .num_threads(workers)
             .thread_name(|i| format!("tensorlift-{i}"))
+            // A thread starts in its creator's floating-point mode, and the
+            // pool may be created inside a call that flushes denormals.
+            .start_handler(|_| FpMode::ieee().set())
             .build()
             .ok()
     })
@@ -58,9 +63,19 @@ pub fn is_worker() -> bool {
 /// Runs `f(0)`, …, `f(parts - 1)`: part 0 on the calling thread, the
 /// others on the pool, returning once all have run (a panic in a part is
 /// raised again here, after every part finished). Without a pool every
-/// part runs on the calling thread, in order.
+/// part runs on the calling thread, in order. Every part runs in the
+/// caller's denormal mode ([`FpMode`]).
 pub fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
-    if parts > 1 && SPINNING.load(Ordering::Acquire) > 0 && BOARD.run(parts, f) {
+    if parts < 2 {
+        return (0..parts).for_each(f);
+    }
+    let mode = FpMode::current();
+    let in_mode = |i: usize| {
+        let _mode = mode.enter();
+        f(i);
+    };
+    let f: &(dyn Fn(usize) + Sync) = &in_mode;
+    if SPINNING.load(Ordering::Acquire) > 0 && BOARD.run(parts, f) {
         return;
     }
     match pool() {
@@ -318,6 +333,37 @@ mod tests {
             if parts > 0 {
                 assert_eq!(*first.lock().unwrap(), Some(caller), "{parts} parts");
             }
+        }
+    }
+
+    #[test]
+    fn parts_run_in_the_callers_denormal_mode_and_workers_return_to_theirs() {
+        use crate::fpmode::FpMode;
+        // Each part on the pool (queued, then posted to spinning workers)
+        // reports its mode, from a flushing caller and then an IEEE one.
+        for spin in [false, true] {
+            let _awake = if spin { spinning() } else { None };
+            for mode in [
+                FpMode::flush_denormals(),
+                FpMode::ieee(),
+                FpMode::flush_denormals(),
+            ] {
+                let _in = mode.enter();
+                let seen = Mutex::new(Vec::new());
+                super::run_parts(16, &|_| {
+                    // Long enough that the workers take parts.
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    seen.lock().unwrap().push(FpMode::current());
+                });
+                assert_eq!(*seen.lock().unwrap(), vec![mode; 16], "spinning {spin}");
+            }
+            assert_eq!(FpMode::current(), FpMode::ieee());
+        }
+        // A worker's own jobs run in IEEE mode, though the pool was
+        // started (and its threads created) inside a flushing split.
+        let (tx, rx) = std::sync::mpsc::channel();
+        if super::spawn(move || tx.send(FpMode::current()).unwrap()).is_ok() {
+            assert_eq!(rx.recv().unwrap(), FpMode::ieee());
         }
     }
 

@@ -90,6 +90,7 @@ pub const EXACT: [JitOptions; 3] = [
         vectorize: false,
         threads: false,
         wide_math: true,
+        flush_denormals: true,
     },
     JitOptions {
         opt_level: OptLevel::Speed,
@@ -97,6 +98,7 @@ pub const EXACT: [JitOptions; 3] = [
         vectorize: true,
         threads: true,
         wide_math: true,
+        flush_denormals: true,
     },
     JitOptions {
         opt_level: OptLevel::None,
@@ -104,6 +106,7 @@ pub const EXACT: [JitOptions; 3] = [
         vectorize: true,
         threads: true,
         wide_math: true,
+        flush_denormals: true,
     },
 ];
 

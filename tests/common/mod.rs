@@ -10,6 +10,17 @@
 use tensorlift::ir::Scalar;
 use tensorlift::{DType, Tensor};
 
+/// The default JIT options with denormals kept, as IEEE 754 computes
+/// them: what tests of compiled arithmetic against IEEE references (the
+/// interpreter, NumPy, libm) compile with. By default compiled code
+/// flushes denormals to zero, as XLA's does (`JitOptions::flush_denormals`).
+pub fn ieee() -> tensorlift::JitOptions {
+    tensorlift::JitOptions {
+        flush_denormals: false,
+        ..tensorlift::JitOptions::default()
+    }
+}
+
 fn close(a: f64, b: f64, rtol: f64, atol: f64) -> bool {
     if a.is_nan() || b.is_nan() {
         return a.is_nan() && b.is_nan();
