@@ -826,7 +826,9 @@ fn check_dot(
         .iter()
         .map(|t| TensorSpec::known(t.dtype(), t.shape()))
         .collect();
-    let wide = function(move |x: &[Sym]| body(x)).jit_compile(true);
+    let wide = function(move |x: &[Sym]| body(x))
+        .jit_compile(true)
+        .jit_options(common::ieee());
     let clif = wide.compiler_ir(&specs, IrStage::Cranelift).unwrap();
     let symbol = if f64_data {
         "tl_wide_dot_f64"
@@ -1485,6 +1487,7 @@ fn bounds_and_negated_products_are_single_instructions() {
     ] {
         let wide = function(f)
             .jit_compile(true)
+            .jit_options(common::ieee())
             .call(std::slice::from_ref(&x))
             .unwrap();
         let plain = function(f)

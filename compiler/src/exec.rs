@@ -352,7 +352,7 @@ impl Executable {
         }
         let awake = crate::parallel::keep_awake(self.sections);
         let mode = (self.options.flush_denormals && !self.options.exact)
-            .then(|| FpMode::flush_denormals().enter());
+            .then(|| FpMode::flush_denormals().enter_call());
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.

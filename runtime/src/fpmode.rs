@@ -12,8 +12,12 @@
 //! runs every part of a split in its caller's mode. Elsewhere than on
 //! x86-64 the mode is a no-op: nothing is flushed.
 
-/// A thread's denormal mode (only the FTZ and DAZ bits; rounding and
-/// exception masks are never touched). The default is IEEE 754's.
+use std::cell::Cell;
+use std::marker::PhantomData;
+
+/// A thread's denormal mode (only the FTZ and DAZ bits; rounding, the
+/// exception masks and flags are never touched). The default is IEEE
+/// 754's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FpMode {
     /// MXCSR's FTZ and DAZ bits, as in the register.
@@ -47,7 +51,12 @@ fn write_csr(csr: u32) {
     // SAFETY: `csr` is a value read by `read_csr` with only the FTZ and DAZ
     // bits changed, both valid on every x86-64 processor (DAZ since the
     // Pentium 4's SSE2, which x86-64 includes): no reserved bit is set, so
-    // `ldmxcsr` cannot fault.
+    // `ldmxcsr` cannot fault. The Rust code that then runs in flush mode
+    // (runtime kernels, the `gemm` crate) was compiled assuming the default
+    // environment: its float results may flush as the compiled code's do,
+    // which is the mode's purpose; nothing in it relies on denormals for
+    // memory safety (no float computes an index or a length), as XLA's
+    // and PyTorch's runtimes run their own code under these bits.
     unsafe {
         std::arch::asm!("ldmxcsr [{}]", in(reg) &raw const csr, options(nostack, preserves_flags, readonly));
     }
@@ -102,26 +111,64 @@ impl FpMode {
     pub fn enter(self) -> FpModeGuard {
         let csr = read_csr();
         let wanted = (csr & !DENORMAL_BITS) | self.bits;
-        if wanted == csr {
-            return FpModeGuard { restore: None };
+        let restore = (wanted != csr).then(|| {
+            write_csr(wanted);
+            FpMode {
+                bits: csr & DENORMAL_BITS,
+            }
+        });
+        FpModeGuard {
+            restore,
+            outer: None,
+            thread_bound: PhantomData,
         }
-        write_csr(wanted);
-        FpModeGuard { restore: Some(csr) }
+    }
+
+    /// [`FpMode::enter`] for a call of compiled code: until the guard
+    /// drops, [`FpMode::outer`] on this thread is the mode the thread had
+    /// before, the one code outside the call (a callback, another pool's
+    /// job run while this thread waits) must run in.
+    pub fn enter_call(self) -> FpModeGuard {
+        let before = FpMode::current();
+        let previous = OUTER.with(|o| o.replace(Some(before)));
+        let mut guard = self.enter();
+        guard.outer = Some(previous);
+        guard
+    }
+
+    /// The calling thread's mode outside compiled code: the mode it had
+    /// before the innermost [`FpMode::enter_call`] still in force, else its
+    /// current mode.
+    pub fn outer() -> FpMode {
+        OUTER.with(Cell::get).unwrap_or_else(FpMode::current)
     }
 }
 
-/// Restores a thread's previous mode when dropped ([`FpMode::enter`]).
+thread_local! {
+    /// The mode before the innermost [`FpMode::enter_call`] in force.
+    static OUTER: Cell<Option<FpMode>> = const { Cell::new(None) };
+}
+
+/// Restores a thread's previous mode when dropped ([`FpMode::enter`]); it
+/// belongs to the thread that entered the mode (not `Send`).
 #[derive(Debug)]
 #[must_use = "the mode lasts until the guard drops"]
 pub struct FpModeGuard {
-    /// The whole register as it was, when it was changed.
-    restore: Option<u32>,
+    /// The mode as it was, when it was changed.
+    restore: Option<FpMode>,
+    /// [`OUTER`] as it was, when [`FpMode::enter_call`] set it.
+    outer: Option<Option<FpMode>>,
+    thread_bound: PhantomData<*const ()>,
 }
 
 impl Drop for FpModeGuard {
     fn drop(&mut self) {
-        if let Some(csr) = self.restore {
-            write_csr(csr);
+        if let Some(mode) = self.restore {
+            // Only the two bits: exception flags raised meanwhile stay.
+            mode.set();
+        }
+        if let Some(previous) = self.outer {
+            OUTER.with(|o| o.set(previous));
         }
     }
 }
@@ -166,5 +213,20 @@ mod tests {
         }
         assert_eq!(FpMode::current(), FpMode::ieee());
         assert!(halve(tiny).is_subnormal());
+    }
+
+    /// The guard puts back the two bits only: an exception flag raised in
+    /// the scope stays raised (sticky, as IEEE 754 has it).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn leaving_keeps_the_flags_raised_meanwhile() {
+        const DIVIDE_BY_ZERO: u32 = 1 << 2;
+        super::write_csr(super::read_csr() & !DIVIDE_BY_ZERO);
+        {
+            let _g = FpMode::flush_denormals().enter();
+            assert!((std::hint::black_box(1.0f32) / std::hint::black_box(0.0f32)).is_infinite());
+        }
+        assert_ne!(super::read_csr() & DIVIDE_BY_ZERO, 0);
+        assert_eq!(FpMode::current(), FpMode::ieee());
     }
 }

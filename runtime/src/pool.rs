@@ -79,7 +79,10 @@ pub fn run_parts(parts: usize, f: &(dyn Fn(usize) + Sync)) {
         return;
     }
     match pool() {
-        Some(pool) if parts > 1 => {
+        Some(pool) => {
+            // Waiting here, a worker of a rayon pool not ours runs other
+            // jobs of that pool: in the mode outside compiled code.
+            let _waiting = FpMode::outer().enter();
             let done = AtomicUsize::new(0);
             pool.in_place_scope(|s| {
                 for i in 1..parts {
@@ -359,11 +362,46 @@ mod tests {
             }
             assert_eq!(FpMode::current(), FpMode::ieee());
         }
-        // A worker's own jobs run in IEEE mode, though the pool was
-        // started (and its threads created) inside a flushing split.
+        // A worker's own jobs run in IEEE mode, even when the pool was
+        // started (and its threads created) inside the flushing split
+        // above — when this test is the first in its process to split.
         let (tx, rx) = std::sync::mpsc::channel();
         if super::spawn(move || tx.send(FpMode::current()).unwrap()).is_ok() {
             assert_eq!(rx.recv().unwrap(), FpMode::ieee());
+        }
+    }
+
+    /// A worker of a rayon pool not ours that calls compiled code (a
+    /// program's `par_iter`) runs that pool's other jobs while it waits
+    /// for a split: they run in the mode outside the call, not in the
+    /// call's (seen failing before they did).
+    #[test]
+    fn a_foreign_pools_jobs_run_in_their_mode_while_a_split_waits() {
+        use crate::fpmode::FpMode;
+        if super::threads() < 2 {
+            return;
+        }
+        let foreign = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let seen = foreign.install(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let call = FpMode::flush_denormals().enter_call();
+            // Queued behind this job on the pool's one worker: it runs
+            // while this job waits for the split's parts.
+            rayon::spawn(move || {
+                let _ = tx.send(FpMode::current());
+            });
+            super::run_parts(4, &|_| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            });
+            drop(call);
+            rx.recv_timeout(std::time::Duration::from_secs(10)).ok()
+        });
+        // (None: the split went to spinning workers, which never steal.)
+        if let Some(mode) = seen {
+            assert_eq!(mode, FpMode::ieee());
         }
     }
 

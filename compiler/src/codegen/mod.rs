@@ -70,7 +70,9 @@ pub struct JitOptions {
     /// Evaluate f32 transcendental functions of long vectorized rows in
     /// chunks, through routines compiled for the host's widest vectors
     /// (AVX-512 or AVX2; see `docs/compiler.md`, "Wide math"). Same results
-    /// as the inline 128-bit code; off, every row uses the inline code.
+    /// as the inline 128-bit code (with denormals kept; flushed, one may
+    /// pass a denormal operand through where the other gives zero); off,
+    /// every row uses the inline code.
     pub wide_math: bool,
     /// Flush denormal (subnormal) floating-point values to zero while the
     /// code runs, results and operands alike (x86-64's FTZ and DAZ), as
