@@ -1,6 +1,7 @@
 """The Python package from a user's side: eager tensors, tl.function
 (interpreted and jit-compiled), control flow, callbacks, gradients, errors."""
 
+import platform
 import sys
 import threading
 
@@ -216,6 +217,31 @@ def test_numpy_function_in_a_compiled_function(jit):
     close(s, np.sinc(x * 2) + 1)
     assert k2.dtype == tl.int64 and int(k2) == 6
     assert seen[-1] == (np.float32, np.int32)
+
+
+@pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64"),
+    reason="denormals are flushed on x86-64 only",
+)
+def test_compiled_code_flushes_denormals_and_callbacks_keep_them():
+    # As jax.jit does: jax.jit(lambda x: x * 0.5)(2e-38) is 0.0.
+    tiny = np.finfo(np.float32).tiny
+    x = np.full(8, tiny, np.float32)
+
+    def halve(v):
+        return v * np.float32(0.5)
+
+    @tl.function(jit_compile=True)
+    def f(x):
+        return x * 0.5, tl.numpy_function(halve, [x], tl.float32)
+
+    y, z = f(x)
+    assert np.all(np.asarray(y) == 0.0)
+    # NumPy inside the compiled function computes IEEE denormals.
+    assert np.all(np.asarray(z) == tiny / 2)
+    # Interpreted, and on the calling thread after the call: denormals.
+    assert np.all(np.asarray(tl.function(lambda x: x * 0.5)(x)) == tiny / 2)
+    assert np.all(halve(x) == tiny / 2) and np.all(halve(x) != 0)
 
 
 @pytest.mark.parametrize("jit", BOTH)
