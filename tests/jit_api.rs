@@ -124,9 +124,10 @@ fn ir_stages_and_dumps() {
     let f = function(softmax).jit_compile(true).name("softmax");
     let spec = [TensorSpec::known(DType::F32, &[4, 16])];
     let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
-    // Row softmax materializes only the row max, the row sum and the output.
-    assert_eq!(fused.matches(": kernel").count(), 3, "{fused}");
-    assert_eq!(fused.matches(" temp @").count(), 2, "{fused}");
+    // Row softmax materializes only the row max, the row sum, its
+    // reciprocal (the division is a product, as XLA's) and the output.
+    assert_eq!(fused.matches(": kernel").count(), 4, "{fused}");
+    assert_eq!(fused.matches(" temp @").count(), 3, "{fused}");
     let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
     assert!(
         clif.contains("function u0:") && clif.contains("; main"),
@@ -1486,4 +1487,74 @@ fn denormals_flush_to_zero_in_compiled_code_unless_kept() {
         let f = function(body).jit_compile(true).jit_options(options);
         check(&f.call(&inputs).unwrap(), false, what);
     }
+}
+
+/// Outside exact mode a division by a value broadcast along the result is
+/// a product with its reciprocal, as XLA's CPU code computes it (its
+/// softmax equals `e * (1 / s)` bit for bit): per row, per column and by a
+/// scalar, in f32 and f64. A divisor of the result's own shape stays a
+/// division, and exact mode divides as the interpreter does.
+#[test]
+fn divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does() {
+    let (rows, cols) = (37usize, 129usize);
+    let x: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+        .collect();
+    let by_row: Vec<f32> = (0..rows).map(|i| 0.37 + i as f32 * 1.13).collect();
+    let by_col: Vec<f32> = (0..cols).map(|i| 3.1 - i as f32 * 0.071).collect();
+    let inputs = [
+        common::f32s(&x, &[rows, cols]),
+        common::f32s(&by_row, &[rows, 1]),
+        common::f32s(&by_col, &[cols]),
+    ];
+    let body = |x: Sym, r: Sym, c: Sym| {
+        vec![
+            &x / &r.broadcast_to(&[37, 129]),
+            &x / &c.broadcast_to(&[37, 129]),
+            &x / 3.0,
+            x.cast(DType::F64) / r.cast(DType::F64).broadcast_to(&[37, 129]),
+            &x / &(&x * 0.5 + 7.0),
+        ]
+    };
+    let jit = function(body).jit_compile(true).call(&inputs).unwrap();
+    let exact = function(body)
+        .jit_compile(true)
+        .jit_options(JitOptions {
+            exact: true,
+            ..JitOptions::default()
+        })
+        .call(&inputs)
+        .unwrap();
+    let interpreted = function(body).call(&inputs).unwrap();
+    for (k, (e, i)) in exact.iter().zip(&interpreted).enumerate() {
+        assert!(common::same_bits(e, i), "output {k}: exact mode divides");
+    }
+    let at = |i: usize| (i / cols, i % cols);
+    let quotient = |k: usize, i: usize, v: f32| -> f32 {
+        let (r, c) = at(i);
+        match k {
+            0 => v * (1.0 / by_row[r]),
+            1 => v * (1.0 / by_col[c]),
+            2 => v * (1.0f32 / 3.0),
+            _ => v / (v * 0.5 + 7.0),
+        }
+    };
+    for k in [0, 1, 2, 4] {
+        let got = common::to_vec::<f32>(&jit[k]);
+        for (i, (g, v)) in got.iter().zip(&x).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                quotient(k, i, *v).to_bits(),
+                "output {k} element {i}"
+            );
+        }
+    }
+    let got = common::to_vec::<f64>(&jit[3]);
+    for (i, (g, v)) in got.iter().zip(&x).enumerate() {
+        let want = f64::from(*v) * (1.0 / f64::from(by_row[at(i).0]));
+        assert_eq!(g.to_bits(), want.to_bits(), "f64 element {i}");
+    }
+    // Somewhere the two roundings differ from the division's one.
+    let divided = common::to_vec::<f32>(&interpreted[0]);
+    assert_ne!(divided, common::to_vec::<f32>(&jit[0]));
 }

@@ -628,7 +628,8 @@ fn softmax_exp_row_prefetches_the_next_block() {
     let f = function(softmax).jit_compile(true);
     let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
     let block: usize = fused
-        .split("row group: steps 0..3 run ")
+        // (Row max, exp row and sum, the sum's reciprocal, the product.)
+        .split("row group: steps 0..4 run ")
         .nth(1)
         .and_then(|r| r.split(' ').next())
         .and_then(|b| b.parse().ok())

@@ -124,9 +124,15 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     check(graph)?;
     let mut g = graph.clone();
     interp::optimize(&mut g)?;
-    // (Exact unless a value leaves the normal range: not in exact mode.)
-    if !options.exact && tensorlift_ir::passes::scale_into_dot(&mut g) {
-        interp::optimize(&mut g)?;
+    // Not in exact mode: a scale moved into a product is exact unless a
+    // value leaves the normal range, and a quotient by a reciprocal rounds
+    // twice (as XLA's code does).
+    if !options.exact {
+        let scaled = tensorlift_ir::passes::scale_into_dot(&mut g);
+        let reciprocals = tensorlift_ir::passes::reciprocal_of_broadcast_divisors(&mut g);
+        if scaled || reciprocals {
+            interp::optimize(&mut g)?;
+        }
     }
     let mut plan = fusion::plan(&g, options.exact)?;
     if !options.exact {

@@ -2503,6 +2503,9 @@ fn share_reduced_values(plan: &mut Plan) {
         if cost < TRANSCENDENTAL_COST {
             continue;
         }
+        // The reduction's result and the values later kernels compute
+        // from it (softmax's reciprocal of the row sum).
+        let mut derived = vec![r.out];
         let found = plan
             .steps
             .iter()
@@ -2511,13 +2514,18 @@ fn share_reduced_values(plan: &mut Plan) {
             .find_map(|(j, st)| {
                 let Step::Kernel(k) = st else { return None };
                 let dense = k.out_strides == row_major(&k.dims);
-                // Only a kernel that reads the reduction's result (softmax's
-                // division by the row sum) is a candidate: scanning every
-                // later kernel made planning quadratic in the program.
+                // Only a kernel that reads the reduction's result, or a
+                // value computed from it, is a candidate (softmax's
+                // division by the row sum): scanning every later kernel
+                // made planning quadratic in the program.
                 let reads_result = k
                     .nodes
                     .iter()
-                    .any(|n| matches!(n, ENode::Load { slot, .. } if *slot == r.out));
+                    .any(|n| matches!(n, ENode::Load { slot, .. } if derived.contains(slot)));
+                if reads_result && k.dims != r.dims && k.stash.is_none() {
+                    derived.push(k.out);
+                    return None;
+                }
                 let ok = k.kind == KernelKind::Loop
                     && reads_result
                     && k.dims == r.dims

@@ -1,7 +1,7 @@
 //! Optimization passes. Each is a named function that reports whether it
 //! changed the graph; [`optimize`] runs the pipeline to a fixed point.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::{
     BinaryOp, DType, Effect, Graph, Literal, NewNode, Node, NodeId, Op, Result, Scalar, TensorType,
@@ -770,6 +770,102 @@ pub fn scale_into_dot(g: &mut Graph) -> bool {
         let id = ng.add_node(NewNode {
             op: node.op.clone(),
             inputs: operands,
+            name: Some(node.name.clone()),
+            site: node.site.clone(),
+            effect: node.effect,
+            result_types: None,
+        })?;
+        Ok(Some(ng.node(id).results.clone()))
+    });
+    match rewritten {
+        Ok(ng) => {
+            *g = ng;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A division by a value broadcast along the result becomes a product with
+/// its reciprocal: `x / broadcast(v)` (or `x / s`, `s` a scalar) becomes
+/// `x · broadcast(1 / v)`, one division per element of `v` instead of one
+/// per element of the result, for f32/f64 results with more elements than
+/// `v`. Each quotient then rounds twice (the reciprocal, then the
+/// product), within 1.5 ulp of the quotient — the code XLA's CPU backend
+/// runs for the same division (its results equal `x * (1 / v)` bit for
+/// bit, softmax's normalization included; docs/compiler.md, "Numerics and
+/// tolerances"). The JIT runs it outside exact mode only. Not applied
+/// inside regions.
+pub fn reciprocal_of_broadcast_divisors(g: &mut Graph) -> bool {
+    // The divisions to rewrite, by their result.
+    let mut divs: HashSet<ValueId> = HashSet::new();
+    for n in g.nodes() {
+        if n.op != Op::Binary(BinaryOp::Div) || n.results.len() != 1 {
+            continue;
+        }
+        let ty = g.ty(n.results[0]);
+        if !matches!(ty.dtype, DType::F32 | DType::F64) {
+            continue;
+        }
+        let elements = |v: ValueId| (g.ty(v).shape.as_known()).map(|d| d.iter().product::<usize>());
+        let Some(out) = elements(n.results[0]) else {
+            continue;
+        };
+        let divisor = n.inputs[1];
+        let producer = g.producer(divisor);
+        let source = if let Op::BroadcastInDim { .. } = producer.op {
+            producer.inputs[0]
+        } else {
+            divisor
+        };
+        if g.ty(source).dtype == ty.dtype && elements(source).is_some_and(|e| e < out) {
+            divs.insert(n.results[0]);
+        }
+    }
+    if divs.is_empty() {
+        return false;
+    }
+    let rewritten = g.rewrite(|ng, node, inputs| {
+        if !node.results.first().is_some_and(|r| divs.contains(r)) {
+            return Ok(None);
+        }
+        let divisor = inputs[1];
+        let producer = ng.producer(divisor);
+        let broadcast = if let Op::BroadcastInDim { shape, dims } = &producer.op {
+            Some((producer.inputs[0], shape.clone(), dims.clone()))
+        } else {
+            None
+        };
+        let source = broadcast.as_ref().map_or(divisor, |b| b.0);
+        let add = |ng: &mut Graph, op: Op, inputs: Vec<ValueId>, what: &str| {
+            let name = fresh_name(g, ng, &format!("{}.{what}", node.name));
+            let id = ng.add_node(NewNode {
+                op,
+                inputs,
+                name: Some(name),
+                site: node.site.clone(),
+                effect: Effect::Pure,
+                result_types: None,
+            })?;
+            Ok::<ValueId, crate::Error>(ng.node(id).results[0])
+        };
+        let mut factor = add(
+            ng,
+            Op::Unary(UnaryOp::Reciprocal),
+            vec![source],
+            "reciprocal",
+        )?;
+        if let Some((_, shape, dims)) = broadcast {
+            factor = add(
+                ng,
+                Op::BroadcastInDim { shape, dims },
+                vec![factor],
+                "broadcast",
+            )?;
+        }
+        let id = ng.add_node(NewNode {
+            op: Op::Binary(BinaryOp::Mul),
+            inputs: vec![inputs[0], factor],
             name: Some(node.name.clone()),
             site: node.site.clone(),
             effect: node.effect,
