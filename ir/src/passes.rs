@@ -509,13 +509,7 @@ pub fn licm(g: &mut Graph) -> bool {
         };
         hoist(ng, node, inputs, cond.graph(), body.graph(), frontier).map(Some)
     });
-    match rewritten {
-        Ok(ng) => {
-            *g = ng;
-            true
-        }
-        Err(_) => false,
-    }
+    adopt(g, rewritten)
 }
 
 /// Right-operand layout in loops: inside the body of every `while`, an
@@ -650,23 +644,9 @@ pub fn dot_operand_layout(g: &mut Graph) -> bool {
             dims.rhs_batch = (0..nb).collect();
             dims.rhs_contract = (nb..nb + nc).collect();
         }
-        let id = ng.add_node(NewNode {
-            op: Op::DotGeneral(dims),
-            inputs: operands,
-            name: Some(node.name.clone()),
-            site: node.site.clone(),
-            effect: node.effect,
-            result_types: None,
-        })?;
-        Ok(Some(ng.node(id).results.clone()))
+        replace_node(ng, node, Op::DotGeneral(dims), operands)
     });
-    match rewritten {
-        Ok(ng) => {
-            *g = ng;
-            true
-        }
-        Err(_) => false,
-    }
+    adopt(g, rewritten)
 }
 
 /// The value of a constant `v` holds, possibly broadcast or reshaped,
@@ -767,23 +747,9 @@ pub fn scale_into_dot(g: &mut Graph) -> bool {
         })?;
         let mut operands = inputs.to_vec();
         operands[side] = ng.node(scaled).results[0];
-        let id = ng.add_node(NewNode {
-            op: node.op.clone(),
-            inputs: operands,
-            name: Some(node.name.clone()),
-            site: node.site.clone(),
-            effect: node.effect,
-            result_types: None,
-        })?;
-        Ok(Some(ng.node(id).results.clone()))
+        replace_node(ng, node, node.op.clone(), operands)
     });
-    match rewritten {
-        Ok(ng) => {
-            *g = ng;
-            true
-        }
-        Err(_) => false,
-    }
+    adopt(g, rewritten)
 }
 
 /// A division by a value broadcast along the result becomes a product with
@@ -863,16 +829,33 @@ pub fn reciprocal_of_broadcast_divisors(g: &mut Graph) -> bool {
                 "broadcast",
             )?;
         }
-        let id = ng.add_node(NewNode {
-            op: Op::Binary(BinaryOp::Mul),
-            inputs: vec![inputs[0], factor],
-            name: Some(node.name.clone()),
-            site: node.site.clone(),
-            effect: node.effect,
-            result_types: None,
-        })?;
-        Ok(Some(ng.node(id).results.clone()))
+        replace_node(ng, node, Op::Binary(BinaryOp::Mul), vec![inputs[0], factor])
     });
+    adopt(g, rewritten)
+}
+
+/// `node` rebuilt in `ng` as `op` over `inputs`, keeping its name, site
+/// and effect: what a rewrite puts in place of a node it changes.
+fn replace_node(
+    ng: &mut Graph,
+    node: &Node,
+    op: Op,
+    inputs: Vec<ValueId>,
+) -> Result<crate::Rewritten> {
+    let id = ng.add_node(NewNode {
+        op,
+        inputs,
+        name: Some(node.name.clone()),
+        site: node.site.clone(),
+        effect: node.effect,
+        result_types: None,
+    })?;
+    Ok(Some(ng.node(id).results.clone()))
+}
+
+/// Puts a rewrite's graph in place of `g`; false, leaving `g` as it was,
+/// when the rewrite failed.
+fn adopt(g: &mut Graph, rewritten: Result<Graph>) -> bool {
     match rewritten {
         Ok(ng) => {
             *g = ng;
