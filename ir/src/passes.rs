@@ -757,7 +757,8 @@ pub fn scale_into_dot(g: &mut Graph) -> bool {
 /// `x · broadcast(1 / v)`, one division per element of `v` instead of one
 /// per element of the result, for f32/f64 results with more elements than
 /// `v`. Each quotient then rounds twice (the reciprocal, then the
-/// product), within 1.5 ulp of the quotient — the code XLA's CPU backend
+/// product), within 1.5 ulp of the quotient (but where `1/v` is denormal,
+/// |v| > 2^126 in f32, and flushed: then 0) — the code XLA's CPU backend
 /// runs for the same division (its results equal `x * (1 / v)` bit for
 /// bit, softmax's normalization included; docs/compiler.md, "Numerics and
 /// tolerances"). The JIT runs it outside exact mode only. Not applied
