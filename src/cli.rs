@@ -65,8 +65,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Mode::Interp)]
         mode: Mode,
         /// JIT: bit-exact with the interpreter (no approximated functions,
-        /// no reordered float reductions, denormals kept rather than
-        /// flushed to zero).
+        /// no reordered float reductions, no division as a product with a
+        /// reciprocal, denormals kept rather than flushed to zero).
         #[arg(long)]
         exact: bool,
         /// Binds the program's callback target NAME to a Python function,

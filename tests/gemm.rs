@@ -406,8 +406,10 @@ fn gemm_accumulates_into_a_loop_carried_accumulator() {
 
 /// Attention's scaled scores `(q·kᵀ)·0.125` over (b, h, s, d) operands:
 /// outside exact mode the scale moves into q (`scale_into_dot`), which
-/// is exact for values in the normal range, so the compiled scores, and
-/// the softmax and product after them, are bitwise the interpreter's; a
+/// is exact for values in the normal range, so the compiled scores are
+/// bitwise the interpreter's (and the softmax after them its values
+/// within the default mode's bounds: its division is a product with the
+/// reciprocal, as XLA's); a
 /// scale that is not a power of two stays on the product.
 #[test]
 fn a_power_of_two_scale_moves_into_the_smaller_operand_bitwise() {

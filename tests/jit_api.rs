@@ -125,9 +125,11 @@ fn ir_stages_and_dumps() {
     let spec = [TensorSpec::known(DType::F32, &[4, 16])];
     let fused = f.compiler_ir(&spec, IrStage::Fused).unwrap();
     // Row softmax materializes only the row max, the row sum, its
-    // reciprocal (the division is a product, as XLA's) and the output.
+    // reciprocal (the division is a product, as XLA's) and the output,
+    // into which the row sum's kernel stashes each exp.
     assert_eq!(fused.matches(": kernel").count(), 4, "{fused}");
     assert_eq!(fused.matches(" temp @").count(), 3, "{fused}");
+    assert!(fused.contains("stashes its per-element value"), "{fused}");
     let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
     assert!(
         clif.contains("function u0:") && clif.contains("; main"),
@@ -1514,6 +1516,8 @@ fn divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does() {
             &x / 3.0,
             x.cast(DType::F64) / r.cast(DType::F64).broadcast_to(&[37, 129]),
             &x / &(&x * 0.5 + 7.0),
+            // A scalar known at run time only.
+            &x / &r.reduce_max(None, false),
         ]
     };
     let jit = function(body).jit_compile(true).call(&inputs).unwrap();
@@ -1536,10 +1540,11 @@ fn divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does() {
             0 => v * (1.0 / by_row[r]),
             1 => v * (1.0 / by_col[c]),
             2 => v * (1.0f32 / 3.0),
-            _ => v / (v * 0.5 + 7.0),
+            4 => v / (v * 0.5 + 7.0),
+            _ => v * (1.0 / by_row.iter().copied().fold(f32::MIN, f32::max)),
         }
     };
-    for k in [0, 1, 2, 4] {
+    for k in [0, 1, 2, 4, 5] {
         let got = common::to_vec::<f32>(&jit[k]);
         for (i, (g, v)) in got.iter().zip(&x).enumerate() {
             assert_eq!(

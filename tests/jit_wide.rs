@@ -362,7 +362,9 @@ fn reductions_and_stashes_match_inline() {
 /// rows' flushes, stored or summed (f32 sums as machine code where the
 /// host has AVX2 or AVX-512: `codegen/native.rs`, `compile_row`); `s -
 /// x` (whose zero would be -0 through the row's `(x - a)·b`) is not fused
-/// and still matches.
+/// and still matches. (`x / s` at the top level of a program runs as
+/// `x · (1/s)` outside exact mode, a product like the others; the
+/// division row remains for loop bodies, which that rewrite leaves.)
 #[test]
 fn fused_rows_match_inline() {
     type Body = fn(&[Sym]) -> Sym;

@@ -127,10 +127,13 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     // Not in exact mode: a scale moved into a product is exact unless a
     // value leaves the normal range, and a quotient by a reciprocal rounds
     // twice (as XLA's code does).
+    // The reciprocals first: `(q·kᵀ) / 8` becomes `· 0.125`, which
+    // `scale_into_dot` then moves into the smaller operand.
     if !options.exact {
-        let scaled = tensorlift_ir::passes::scale_into_dot(&mut g);
-        let reciprocals = tensorlift_ir::passes::reciprocal_of_broadcast_divisors(&mut g);
-        if scaled || reciprocals {
+        if tensorlift_ir::passes::reciprocal_of_broadcast_divisors(&mut g) {
+            interp::optimize(&mut g)?;
+        }
+        if tensorlift_ir::passes::scale_into_dot(&mut g) {
             interp::optimize(&mut g)?;
         }
     }

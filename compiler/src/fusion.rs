@@ -2518,12 +2518,16 @@ fn share_reduced_values(plan: &mut Plan) {
                 // value computed from it, is a candidate (softmax's
                 // division by the row sum): scanning every later kernel
                 // made planning quadratic in the program.
-                let reads_result = k
-                    .nodes
-                    .iter()
-                    .any(|n| matches!(n, ENode::Load { slot, .. } if derived.contains(slot)));
-                if reads_result && k.dims != r.dims && k.stash.is_none() {
-                    derived.push(k.out);
+                let reads = |s: SlotId| {
+                    (k.nodes.iter()).any(|n| matches!(n, ENode::Load { slot, .. } if *slot == s))
+                };
+                let reads_result = derived.iter().any(|s| reads(*s));
+                // One step removed at most: a kernel over the reduction's
+                // result itself (other dims) adds its output.
+                if k.dims != r.dims {
+                    if derived.len() == 1 && reads(r.out) {
+                        derived.push(k.out);
+                    }
                     return None;
                 }
                 let ok = k.kind == KernelKind::Loop

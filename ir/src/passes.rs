@@ -758,7 +758,8 @@ pub fn scale_into_dot(g: &mut Graph) -> bool {
 /// per element of the result, for f32/f64 results with more elements than
 /// `v`. Each quotient then rounds twice (the reciprocal, then the
 /// product), within 1.5 ulp of the quotient (but where `1/v` is denormal,
-/// |v| > 2^126 in f32, and flushed: then 0) — the code XLA's CPU backend
+/// |v| > 2^126 in f32: flushed, the product is 0, or NaN for an infinite
+/// `x`; kept, it has fewer bits) — the code XLA's CPU backend
 /// runs for the same division (its results equal `x * (1 / v)` bit for
 /// bit, softmax's normalization included; docs/compiler.md, "Numerics and
 /// tolerances"). The JIT runs it outside exact mode only. Not applied
@@ -774,7 +775,7 @@ pub fn reciprocal_of_broadcast_divisors(g: &mut Graph) -> bool {
         if !matches!(ty.dtype, DType::F32 | DType::F64) {
             continue;
         }
-        let elements = |v: ValueId| (g.ty(v).shape.as_known()).map(|d| d.iter().product::<usize>());
+        let elements = |v: ValueId| g.ty(v).shape.num_elements();
         let Some(out) = elements(n.results[0]) else {
             continue;
         };
@@ -804,6 +805,13 @@ pub fn reciprocal_of_broadcast_divisors(g: &mut Graph) -> bool {
             None
         };
         let source = broadcast.as_ref().map_or(divisor, |b| b.0);
+        // A scalar divisor is broadcast explicitly, so that the planner
+        // computes its reciprocal once (it looks for broadcasts).
+        let broadcast = broadcast.or_else(|| {
+            let shape = ng.ty(inputs[0]).shape.clone();
+            (ng.ty(divisor).shape.rank() == Some(0) && shape.rank().is_some_and(|r| r > 0))
+                .then(|| (divisor, shape, Vec::new()))
+        });
         let add = |ng: &mut Graph, op: Op, inputs: Vec<ValueId>, what: &str| {
             let name = fresh_name(g, ng, &format!("{}.{what}", node.name));
             let id = ng.add_node(NewNode {

@@ -59,7 +59,8 @@ pub struct JitOptions {
     /// Cranelift optimization level.
     pub opt_level: OptLevel,
     /// Bit-exact with the interpreter: no approximated functions, no
-    /// reordered floating-point reductions.
+    /// reordered floating-point reductions, divisions by broadcast values
+    /// divided (not products with reciprocals), denormals kept.
     pub exact: bool,
     /// Emit 128-bit SIMD loops where the kernel allows.
     pub vectorize: bool,
