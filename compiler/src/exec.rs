@@ -124,11 +124,10 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     check(graph)?;
     let mut g = graph.clone();
     interp::optimize(&mut g)?;
-    // Not in exact mode: a scale moved into a product is exact unless a
-    // value leaves the normal range, and a quotient by a reciprocal rounds
-    // twice (as XLA's code does).
-    // The reciprocals first: `(q·kᵀ) / 8` becomes `· 0.125`, which
-    // `scale_into_dot` then moves into the smaller operand.
+    // Not in exact mode: a quotient by a reciprocal rounds twice (as XLA's
+    // code does), and a scale moved into a product is exact unless a value
+    // leaves the normal range. The reciprocals first: `(q·kᵀ) / 8` becomes
+    // `· 0.125`, which `scale_into_dot` then moves into the smaller operand.
     if !options.exact {
         if tensorlift_ir::passes::reciprocal_of_broadcast_divisors(&mut g) {
             interp::optimize(&mut g)?;
@@ -349,7 +348,6 @@ impl Executable {
             inputs: inputs.to_vec(),
             owned,
             kept: Vec::new(),
-            caller_mode: FpMode::current(),
         };
         for (i, s) in plan.slots.iter().enumerate() {
             if let (SlotKind::Input(k), tensorlift_ir::DType::String) = (&s.kind, s.dtype) {
@@ -360,8 +358,15 @@ impl Executable {
             }
         }
         let awake = crate::parallel::keep_awake(self.sections);
-        let mode = (self.options.flush_denormals && !self.options.exact)
-            .then(|| FpMode::flush_denormals().enter_call());
+        // Entered as a call either way: callbacks run in the caller's mode
+        // (`FpMode::outer`), whatever mode the code runs in.
+        let flush = self.options.flush_denormals && !self.options.exact;
+        let mode = if flush {
+            FpMode::flush_denormals()
+        } else {
+            FpMode::current()
+        }
+        .enter_call();
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.

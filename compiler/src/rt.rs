@@ -51,9 +51,6 @@ pub struct CallCtx {
     /// pointer in `bufs` is redirected to the tensor's bytes, which later
     /// steps only read, and an output slot returns the tensor itself.
     pub kept: Vec<Option<Tensor>>,
-    /// The calling thread's denormal mode, which callbacks run in (the
-    /// code itself may run flushing denormals).
-    pub caller_mode: FpMode,
 }
 
 /// What runtime steps need at run time: the plan (slots, graphs) and the
@@ -633,7 +630,9 @@ fn run_callback_step(
     ctx: &mut CallCtx,
 ) -> Result<(), Error> {
     let (step, node, inputs, outputs) = call;
-    let _mode = ctx.caller_mode.enter();
+    // Callbacks compute in the caller's denormal mode; the compiled code
+    // around them may flush denormals.
+    let _mode = FpMode::outer().enter();
     let string = |s: SlotId| plan.slots[s].dtype == DType::String;
     if cb.writes_buffers() && !inputs.iter().chain(outputs).any(|&s| string(s)) {
         // Built in place (no collect through Result, which moves the
