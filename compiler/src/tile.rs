@@ -10,7 +10,8 @@
 //!   while the tile's columns are written, where an untiled row read one
 //!   element of every line it touched and came back for the next after
 //!   the lines had left the cache. A tile of a plain copy moves 4×4
-//!   blocks through vector registers (`codegen::loops`).
+//!   blocks through vector registers (`codegen::loops`), or on AVX-512
+//!   hosts, of 4-byte elements, the whole tile (`codegen::transpose`).
 //! - A reduction over its outermost dim that keeps the innermost (a sum
 //!   over the rows of a matrix) runs over blocks of columns, the blocks
 //!   outermost: the blocks write disjoint outputs, so the kernel splits

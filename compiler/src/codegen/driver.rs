@@ -511,13 +511,18 @@ pub(crate) fn generate(
         if let Some(k) = step_kernel(step)
             && has_function(i, k)
         {
-            if let Some(native) = super::native::compile(plan, k, opts)? {
+            let native = match super::transpose::compile(plan, k, opts)? {
+                Some(t) => Some(t),
+                None => super::native::compile(plan, k, opts)?,
+            };
+            if let Some(native) = native {
                 clif.machine(
                     format!(
-                        "; kernel '{}' (step {i}): {} machine code, {} bytes (codegen/native.rs)",
+                        "; kernel '{}' (step {i}): {} machine code, {} bytes ({})",
                         k.name,
                         native.isa,
                         native.bytes.len(),
+                        native.source,
                     ),
                     &native,
                 );
@@ -579,10 +584,11 @@ pub(crate) fn generate(
     for (id, name, native) in helpers.row_code {
         clif.machine(
             format!(
-                "; fused row '{name}' (u0:{}): {} machine code, {} bytes (codegen/native.rs)",
+                "; fused row '{name}' (u0:{}): {} machine code, {} bytes ({})",
                 id.as_u32(),
                 native.isa,
                 native.bytes.len(),
+                native.source,
             ),
             &native,
         );

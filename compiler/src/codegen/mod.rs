@@ -13,7 +13,8 @@
 //! `math`; a lowering also says which forms have vector code, by refusing
 //! the others); `target` says what the host has, `cost` what a kernel
 //! costs. `native` emits the plain loops of f32 functions that qualify as
-//! AVX-512 or AVX2 machine code instead, with the same ABI.
+//! AVX-512 or AVX2 machine code instead, with the same ABI, and
+//! `transpose` the 16×16 tiled copies of 4-byte elements as AVX-512 code.
 
 use std::collections::HashMap;
 
@@ -37,6 +38,7 @@ pub(crate) mod math;
 mod native;
 mod reduce;
 mod target;
+mod transpose;
 mod wide_rows;
 
 pub(crate) use cost::{kernel_work, splittable};

@@ -171,6 +171,8 @@ impl Elem {
 pub(super) struct Native {
     /// The extension it uses, as the dumps name it.
     pub isa: &'static str,
+    /// The file that emitted it, for the dumps.
+    pub source: &'static str,
     pub bytes: Vec<u8>,
     /// Where the instructions start (after the entry's jump and the pool).
     pub code_at: usize,
@@ -1790,13 +1792,14 @@ fn assemble(
     }
     Ok(Native {
         isa: isa.name(),
+        source: "codegen/native.rs",
         bytes,
         code_at,
     })
 }
 
 /// Where the pool starts in a machine-code function.
-const POOL_AT: usize = 64;
+pub(super) const POOL_AT: usize = 64;
 
 /// What a machine-code function is.
 #[derive(Clone, Copy)]
