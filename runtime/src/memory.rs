@@ -5,13 +5,19 @@
 //! small ones come from the heap.
 //!
 //! Buffers from [`AlignedBytes::for_overwrite`] of 1 MiB and more are
-//! recycled: when one is dropped it is kept in a small process-wide cache
-//! (at most 32 buffers, 256 MiB in all; the ones recycled longest ago give
-//! way to new ones) and handed to the next request of the same size, the
-//! way XLA's and PyTorch's allocators keep device memory. A compiled
-//! function called in a loop then writes its outputs and its arena into
-//! memory that is already mapped instead of faulting fresh pages in every
-//! call. [`AlignedBytes::zeroed`] takes from the cache too (zeroing by
+//! recycled: when one is dropped it is kept in a process-wide cache and
+//! handed to the next request of the same size, the way XLA's and
+//! PyTorch's allocators keep device memory and glibc keeps a freed heap.
+//! A compiled function called in a loop then writes its outputs and its
+//! arena into memory that is already mapped instead of faulting fresh
+//! pages in every call. The cache holds at most 256 MiB of buffers as they
+//! are; past that, the mapped buffers recycled longest ago are kept with
+//! their pages released lazily (`MADV_FREE`: the kernel takes them back
+//! only under memory pressure, and until then they are reused without a
+//! page fault), up to a quarter of the machine's memory in all, and the
+//! rest are given back (the oldest first). A caller who keeps a batch of
+//! 16 MiB results and drops them all then finds them again in the next
+//! batch. [`AlignedBytes::zeroed`] takes from the cache too (zeroing by
 //! hand), so a chain of allocations reuses what the previous step dropped.
 //! [`trim_buffer_cache`] gives the memory back.
 //!
@@ -55,13 +61,44 @@ const MAP_THRESHOLD: usize = 2 << 20;
 
 /// Smallest buffer worth recycling: glibc reuses smaller ones itself.
 const CACHE_MIN: usize = 1 << 20;
-/// Most bytes the cache holds.
+/// Most bytes the cache holds as they are (not released lazily).
 const CACHE_MAX_BYTES: usize = 256 << 20;
 /// Most buffers the cache holds.
-const CACHE_MAX_ENTRIES: usize = 32;
+const CACHE_MAX_ENTRIES: usize = 1024;
 
-/// A freed buffer waiting for reuse (never `Heap`).
-struct Cached(Storage);
+/// Most bytes the cache holds in all, lazily released ones included: a
+/// quarter of the machine's memory, and never less than
+/// [`CACHE_MAX_BYTES`].
+fn cache_max_lazy_bytes() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| physical_memory().map_or(CACHE_MAX_BYTES, |m| (m / 4).max(CACHE_MAX_BYTES)))
+}
+
+#[cfg(unix)]
+fn physical_memory() -> Option<usize> {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    usize::try_from(pages)
+        .ok()?
+        .checked_mul(usize::try_from(size).ok()?)
+}
+
+#[cfg(not(unix))]
+fn physical_memory() -> Option<usize> {
+    None
+}
+
+/// A freed buffer waiting for reuse (never `Heap`); `lazy` when its pages
+/// were released with `MADV_FREE`.
+struct Cached {
+    storage: Storage,
+    lazy: bool,
+}
 
 // SAFETY: a cached buffer is owned by the cache alone (its AlignedBytes is
 // gone), like a Vec's buffer moved between threads.
@@ -83,19 +120,22 @@ fn take_cached(len: usize) -> Option<Storage> {
     let mut cache = CACHE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let i = cache.iter().rposition(|c| capacity(&c.0) == len)?;
-    Some(cache.remove(i).0)
+    let i = cache.iter().rposition(|c| capacity(&c.storage) == len)?;
+    Some(cache.remove(i).storage)
 }
 
 /// Keeps `storage` for reuse if it is large (and not larger than the whole
-/// cache), giving back the buffers recycled longest ago to make room;
-/// gives it back otherwise. (The newest are kept: a caller that held a
-/// batch of results and dropped them all must not fill the cache for
-/// good with their size while every later call maps its temporaries
-/// fresh.)
+/// cache). Past [`CACHE_MAX_BYTES`] of buffers held as they are, the ones
+/// recycled longest ago have their pages released lazily (mapped ones) or
+/// are given back (others); past the lazy limit or [`CACHE_MAX_ENTRIES`],
+/// the ones recycled longest ago are given back. (The newest are kept as
+/// they are: a caller that held a batch of results and dropped them all
+/// must not fill the cache with their size while every later call maps
+/// its temporaries fresh.)
 fn recycle(storage: Storage) {
     let cap = capacity(&storage);
-    if !(CACHE_MIN..=CACHE_MAX_BYTES).contains(&cap) || matches!(storage, Storage::Heap(_)) {
+    let lazy_max = cache_max_lazy_bytes();
+    if !(CACHE_MIN..=lazy_max).contains(&cap) || matches!(storage, Storage::Heap(_)) {
         release(storage);
         return;
     }
@@ -103,18 +143,57 @@ fn recycle(storage: Storage) {
         let mut cache = CACHE
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut held: usize = cache.iter().map(|c| capacity(&c.0)).sum();
+        cache.push(Cached {
+            storage,
+            lazy: false,
+        });
+        let mut held: usize = cache.iter().map(|c| capacity(&c.storage)).sum();
         let mut n = 0;
-        while cache.len() - n >= CACHE_MAX_ENTRIES || held + cap > CACHE_MAX_BYTES {
-            held -= capacity(&cache[n].0);
+        while cache.len() - n > CACHE_MAX_ENTRIES || held > lazy_max {
+            held -= capacity(&cache[n].storage);
             n += 1;
         }
-        let evicted = cache.drain(..n).collect();
-        cache.push(Cached(storage));
+        let mut evicted: Vec<Cached> = cache.drain(..n).collect();
+        let mut firm: usize = cache
+            .iter()
+            .filter(|c| !c.lazy)
+            .map(|c| capacity(&c.storage))
+            .sum();
+        let mut i = 0;
+        while firm > CACHE_MAX_BYTES && i < cache.len() {
+            if cache[i].lazy {
+                i += 1;
+                continue;
+            }
+            firm -= capacity(&cache[i].storage);
+            if release_lazily(&cache[i].storage) {
+                cache[i].lazy = true;
+                i += 1;
+            } else {
+                evicted.push(cache.remove(i));
+            }
+        }
         evicted
     };
     for c in evicted {
-        release(c.0);
+        release(c.storage);
+    }
+}
+
+/// Lets the kernel take `storage`'s pages back when it needs memory
+/// (`MADV_FREE`); until it does, they stay mapped and are reused without a
+/// fault. False where that is not possible (not a mapping, not Linux, a
+/// kernel without `MADV_FREE`).
+fn release_lazily(storage: &Storage) -> bool {
+    match storage {
+        #[cfg(target_os = "linux")]
+        Storage::Mapped { ptr, map_len } => {
+            // SAFETY: advising a mapping the cache owns; its contents are
+            // not needed (a buffer from the cache is written before it is
+            // read, or zeroed by hand).
+            unsafe { libc::madvise(ptr.cast(), *map_len, libc::MADV_FREE) == 0 }
+        }
+        _ => false,
     }
 }
 
@@ -147,9 +226,9 @@ pub fn trim_buffer_cache() -> usize {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );
-    let bytes = drained.iter().map(|c| capacity(&c.0)).sum();
+    let bytes = drained.iter().map(|c| capacity(&c.storage)).sum();
     for c in drained {
-        release(c.0);
+        release(c.storage);
     }
     bytes
 }
@@ -432,8 +511,19 @@ impl Drop for AlignedBytes {
 mod tests {
     use super::*;
 
+    /// Held by the tests that look into the cache or trim it, which would
+    /// otherwise see each other's buffers come and go.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     #[test]
     fn large_buffers_are_recycled_by_size_and_trimmed() {
+        let _serial = serial();
         // An odd size no other test allocates.
         let len = (3 << 20) + 48;
         // SAFETY: every byte is written before it is read.
@@ -466,11 +556,12 @@ mod tests {
         let cache = CACHE
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.iter().filter(|c| capacity(&c.0) == len).count()
+        cache.iter().filter(|c| capacity(&c.storage) == len).count()
     }
 
     #[test]
     fn a_full_cache_gives_way_to_the_newest_buffer() {
+        let _serial = serial();
         // Sizes no other test asks for.
         let (a, b) = ((1 << 20) + 4096, (3 << 20) + 8192);
         // SAFETY: nothing is read.
@@ -490,9 +581,62 @@ mod tests {
         assert_eq!(cached(b), 0);
         drop(y);
         // Larger than the whole cache: given back.
-        let huge = CACHE_MAX_BYTES + 4096;
+        let huge = cache_max_lazy_bytes() + 4096;
         drop(AlignedBytes::zeroed(huge));
         assert_eq!(cached(huge), 0);
+    }
+
+    #[test]
+    fn a_batch_past_the_firm_limit_is_kept_with_pages_released_lazily() {
+        let _serial = serial();
+        // 80 buffers of a size no other test asks for: 320 MiB, past the
+        // 256 MiB held as they are.
+        let len = (4 << 20) + 3 * 4096;
+        let count = 80;
+        let mut batch: Vec<AlignedBytes> = (0..count)
+            // SAFETY: every byte is written before it is read.
+            .map(|_| unsafe { AlignedBytes::for_overwrite(len) })
+            .collect();
+        for (i, b) in batch.iter_mut().enumerate() {
+            b.as_mut_slice().fill(i as u8);
+        }
+        let mut before: Vec<usize> = batch.iter_mut().map(|b| b.as_mut_ptr() as usize).collect();
+        drop(batch);
+        assert_eq!(cached(len), count, "every buffer of the batch is kept");
+        {
+            let cache = CACHE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let ours = || cache.iter().filter(|c| capacity(&c.storage) == len);
+            let lazy = ours().filter(|c| c.lazy).count();
+            let firm: usize = cache
+                .iter()
+                .filter(|c| !c.lazy)
+                .map(|c| capacity(&c.storage))
+                .sum();
+            assert!(firm <= CACHE_MAX_BYTES, "{firm} bytes held as they are");
+            if cfg!(target_os = "linux") {
+                assert!(
+                    lazy >= count - CACHE_MAX_BYTES / len,
+                    "{lazy} released lazily"
+                );
+            }
+        }
+        // The next batch gets the same buffers back, writable.
+        let mut again: Vec<AlignedBytes> = (0..count)
+            // SAFETY: as above.
+            .map(|_| unsafe { AlignedBytes::for_overwrite(len) })
+            .collect();
+        let mut after: Vec<usize> = again.iter_mut().map(|b| b.as_mut_ptr() as usize).collect();
+        for b in &mut again {
+            b.as_mut_slice().fill(0x5a);
+            assert!(b.as_slice().iter().all(|x| *x == 0x5a));
+        }
+        before.sort_unstable();
+        after.sort_unstable();
+        assert_eq!(before, after, "the batch was not served from the cache");
+        drop(again);
+        assert!(trim_buffer_cache() >= count * len);
     }
 
     #[cfg(target_os = "linux")]
