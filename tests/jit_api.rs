@@ -612,36 +612,45 @@ fn transposes_of_four_byte_elements_run_as_avx512_machine_code() {
     // case moves every bit where the interpreter does, split over
     // threads or not.
     let avx512 = compiler::max_isa() >= compiler::IsaLevel::Avx512;
-    // (dtype, dims, perm, whether it is machine code on AVX-512)
-    let cases: &[(DType, &[usize], &[usize], bool)] = &[
-        (DType::F32, &[64, 48], &[1, 0], true),
-        (DType::I32, &[2, 3, 32, 48], &[0, 1, 3, 2], true),
-        (DType::U32, &[3, 32, 2, 48], &[2, 0, 3, 1], true),
-        (DType::F32, &[2048, 1024], &[1, 0], true),
-        (DType::F32, &[2, 1024, 1040], &[0, 2, 1], true),
-        // 8-byte elements, and rows that are not whole tiles: Cranelift.
-        (DType::F64, &[64, 32], &[1, 0], false),
-        (DType::F32, &[20, 30], &[1, 0], false),
+    /// (dtype, dims, perm, machine code on AVX-512, streamed there)
+    type Case<'a> = (DType, &'a [usize], &'a [usize], bool, bool);
+    let cases: &[Case<'_>] = &[
+        (DType::F32, &[64, 48], &[1, 0], true, false),
+        (DType::I32, &[2, 3, 32, 48], &[0, 1, 3, 2], true, false),
+        (DType::U32, &[3, 32, 2, 48], &[2, 0, 3, 1], true, false),
+        (DType::F32, &[2048, 1024], &[1, 0], true, true),
+        (DType::F32, &[2, 1024, 1040], &[0, 2, 1], true, true),
+        // 8-byte elements, rows that are not whole tiles and an empty
+        // tensor (a loop of no steps inside the tiles' loops): Cranelift.
+        (DType::F64, &[64, 32], &[1, 0], false, false),
+        (DType::F32, &[20, 30], &[1, 0], false, false),
+        (DType::F32, &[0, 3, 32, 32], &[3, 1, 0, 2], false, false),
     ];
-    for (i, &(dtype, dims, perm, native)) in cases.iter().enumerate() {
+    for (i, &(dtype, dims, perm, native, streamed)) in cases.iter().enumerate() {
         let (x, body, want) = transpose_case(dtype, dims, perm, 40 + i as u64);
         let spec = [TensorSpec::known(dtype, dims)];
         for threads in [true, false] {
             let f = compiled_threads(body.clone(), threads);
             let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+            let what = format!("transpose of {dtype:?}{dims:?} (threads {threads})");
             assert_eq!(
                 clif.contains("(codegen/transpose.rs)"),
                 native && avx512,
-                "transpose of {dtype:?}{dims:?}: machine code exactly where the host has AVX-512 \
-                 and the kernel qualifies:\n{clif}"
+                "{what}: machine code exactly where the host has AVX-512 and the kernel \
+                 qualifies:\n{clif}"
+            );
+            assert_eq!(
+                clif.contains("vmovntps"),
+                streamed && avx512,
+                "{what}: streamed exactly where 8 MiB or more leave the program:\n{clif}"
             );
             let got = f.call(std::slice::from_ref(&x)).unwrap();
             assert!(
                 common::same_bits(&got[0], &want),
-                "transpose of {dtype:?}{dims:?} (threads {threads}) differs from the interpreter's"
+                "{what} differs from the interpreter's"
             );
             // Into a caller's buffer 16 bytes past a cache line: written
-            // in place, not streamed.
+            // in place, not streamed, and not a byte beside it.
             let bytes = want.bytes().len();
             let mut buf = vec![0x5a_u8; bytes + 128];
             let start = buf.as_ptr().align_offset(64) + 16;
@@ -655,10 +664,70 @@ fn transposes_of_four_byte_elements_run_as_avx512_machine_code() {
             let got = Tensor::from_bytes(dtype, &out_dims, outs[0].bytes_mut()).unwrap();
             assert!(
                 common::same_bits(&got, &want),
-                "transpose of {dtype:?}{dims:?} (threads {threads}) into an unaligned buffer \
-                 differs from the interpreter's"
+                "{what} into an unaligned buffer differs from the interpreter's"
+            );
+            assert!(
+                buf[..start]
+                    .iter()
+                    .chain(&buf[start + bytes..])
+                    .all(|&b| b == 0x5a),
+                "{what} wrote outside the caller's buffer"
             );
         }
+    }
+    // A view read backwards from an offset (a slice, reversed), and an
+    // 8 MiB output that the next kernel of its row group reads: not
+    // streamed.
+    let x = common::f32s(
+        &(0..64 * 96).map(|i| i as f32).collect::<Vec<_>>(),
+        &[64, 96],
+    );
+    let view = |x: Sym| {
+        x.slice(&[0, 16], &[64, 80], &[1, 1])
+            .reverse(&[0])
+            .transpose(&[1, 0])
+    };
+    let grouped = |x: Sym| {
+        let t = x.transpose(&[0, 2, 1]);
+        let u = &t + &t.transpose(&[0, 2, 1]);
+        vec![t, u]
+    };
+    let y = common::f32s(
+        &(0..8192 * 256)
+            .map(|i| (i % 1000) as f32)
+            .collect::<Vec<_>>(),
+        &[8192, 16, 16],
+    );
+    for (name, f, x) in [
+        ("a reversed slice", function(view).jit_compile(true), x),
+        (
+            "a row group's member",
+            function(grouped).jit_compile(true),
+            y,
+        ),
+    ] {
+        let want = f
+            .clone()
+            .jit_compile(false)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        let got = f.call(std::slice::from_ref(&x)).unwrap();
+        assert!(
+            common::same_bits(&got[0], &want[0]),
+            "{name} differs from the interpreter's"
+        );
+        let clif = f
+            .compiler_ir(
+                &[TensorSpec::known(DType::F32, x.shape())],
+                IrStage::Cranelift,
+            )
+            .unwrap();
+        assert_eq!(
+            clif.contains("(codegen/transpose.rs)"),
+            avx512,
+            "{name}: machine code exactly where the host has AVX-512:\n{clif}"
+        );
+        assert!(!clif.contains("vmovntps"), "{name} streamed:\n{clif}");
     }
 }
 

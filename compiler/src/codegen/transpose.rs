@@ -1,7 +1,9 @@
 //! Transposes of 4-byte elements as AVX-512 machine code (iced-x86's
-//! assembler), for the kernels `tile` made of a transposed copy: a loop
-//! nest whose two innermost dims are a 16×16 tile, the operand contiguous
-//! along the first and the output along the second.
+//! assembler), for plain copies whose two innermost loop dims are a 16×16
+//! tile, the operand contiguous along the first and the output along the
+//! second: the kernels `tile` made of a transposed copy, and any other
+//! copy of that shape (a `[n, 16, 16]` transpose, a row group's member, a
+//! GEMM's epilogue), each as correct as a copy.
 //!
 //! Each tile is sixteen 64-byte loads, one cache line of each of sixteen
 //! operand rows, a 16×16 transpose in registers (four rounds of sixteen
@@ -10,11 +12,12 @@
 //! vectors, `codegen::loops`) moves the tile as sixteen 4×4 blocks and
 //! comes back to each line four times, and when the rows are a power of
 //! two apart (4 KiB) all sixteen fall in one set of the L1 cache, which
-//! does not hold them until the fourth visit. An output of
-//! [`STREAM_MIN_BYTES`] or more is written with non-temporal stores: a
-//! streamed line is not read from memory before it is overwritten (the
-//! stores need 64-byte aligned lines; a kernel whose output is not
-//! aligned when it runs takes the plain stores). docs/benchmarks.md,
+//! does not hold them until the fourth visit. An output of the program
+//! (or a value handed to a callback) of [`STREAM_MIN_BYTES`] or more that
+//! no later step reads is written with non-temporal stores: a streamed line is not read from
+//! memory before it is overwritten (the stores need 64-byte aligned
+//! lines; a kernel whose output is not aligned when it runs takes the
+//! plain stores). docs/benchmarks.md,
 //! "Transposes as machine code".
 //!
 //! The function has the kernel ABI (`mod.rs`) and the layout of
@@ -32,7 +35,7 @@ use tensorlift_ir::{Error, Result};
 
 use super::JitOptions;
 use super::native::{Native, POOL_AT};
-use crate::fusion::{ENode, Kernel, KernelKind, Plan};
+use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotKind};
 
 /// Side of a tile (16 lanes of 4 bytes: a cache line per row).
 const SIDE: usize = 16;
@@ -110,6 +113,7 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
         || dtype.size() != 4
         || out.dtype.size() != 4
         || !(3..=MAX_OUTER + 2).contains(&r)
+        || k.dims.contains(&0)
         || k.dims[r - 2] != SIDE
         || k.dims[r - 1] != SIDE
         || strides[r - 2] != 1
@@ -130,8 +134,15 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
     let outer = (0..r - 2)
         .map(|d| Some((k.dims[d], bytes(strides[d])?, bytes(k.out_strides[d])?)))
         .collect::<Option<Vec<_>>>()?;
-    // Whole lines when the output's base is: every output step a multiple
-    // of a line.
+    // Streamed: a value leaving the program that no step of it reads (it
+    // would read the streamed lines back from memory), written in whole
+    // lines when the output's base is (every output step a multiple of a
+    // line).
+    let leaves = matches!(out.kind, SlotKind::Output | SlotKind::HandOff { .. })
+        && !plan
+            .steps
+            .iter()
+            .any(|s| crate::fusion::step_slots(s).0.contains(&k.out));
     let lines = dst_row % 64 == 0 && outer.iter().all(|o| o.2 % 64 == 0);
     Some(Layout {
         src: *slot,
@@ -140,7 +151,7 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
         outer,
         src_row,
         dst_row,
-        stream: lines && out.bytes() >= STREAM_MIN_BYTES,
+        stream: leaves && lines && out.bytes() >= STREAM_MIN_BYTES,
     })
 }
 
