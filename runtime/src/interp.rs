@@ -87,9 +87,8 @@ pub fn memory_limit() -> Option<usize> {
 /// limit (reading the process's mapped size costs a system call).
 const CHECKED_BYTES: usize = 64 << 20;
 
-/// The address space this process may still map under its `RLIMIT_AS`
-/// (`ulimit -v`), if it has one: the limit less what is mapped now.
-fn address_space_left() -> Option<usize> {
+/// This process's `RLIMIT_AS` (`ulimit -v`) in bytes, if it has one.
+pub(crate) fn address_space_limit() -> Option<usize> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -100,12 +99,19 @@ fn address_space_left() -> Option<usize> {
     {
         return None;
     }
+    usize::try_from(lim.rlim_cur).ok()
+}
+
+/// The address space this process may still map under its `RLIMIT_AS`
+/// (`ulimit -v`), if it has one: the limit less what is mapped now.
+fn address_space_left() -> Option<usize> {
+    let limit = address_space_limit()?;
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: usize = statm.split_whitespace().next()?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
     let mapped = pages.checked_mul(page)?;
-    Some(usize::try_from(lim.rlim_cur).ok()?.saturating_sub(mapped))
+    Some(limit.saturating_sub(mapped))
 }
 
 /// Fails with `ResourceExhausted` when `bytes` exceed the machine's memory,
@@ -120,8 +126,16 @@ pub fn check_allocation(bytes: usize, what: &str) -> Result<()> {
         }
         _ => {}
     }
-    if bytes >= CHECKED_BYTES
-        && let Some(left) = address_space_left()
+    if bytes < CHECKED_BYTES {
+        return Ok(());
+    }
+    let mut left = address_space_left();
+    // Buffers the cache keeps for reuse hold address space: given back
+    // before a request is refused.
+    if left.is_some_and(|l| bytes > l) && crate::memory::trim_buffer_cache() > 0 {
+        left = address_space_left();
+    }
+    if let Some(left) = left
         && bytes > left
     {
         return Err(Error::ResourceExhausted(Detail::msg(format!(
