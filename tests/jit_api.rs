@@ -603,10 +603,10 @@ fn transposes_in_tiles_copy_every_bit() {
 }
 
 #[test]
-fn transposes_of_four_byte_elements_run_as_avx512_machine_code() {
-    // Where the host has AVX-512, a tiled transposed copy of 4-byte
+fn transposes_of_four_and_eight_byte_elements_run_as_avx512_machine_code() {
+    // Where the host has AVX-512, a tiled transposed copy of 4- or 8-byte
     // elements is machine code (codegen/transpose.rs): each 16×16 tile in
-    // registers, with batch dims around it, and an output of 8 MiB or
+    // registers (8-byte ones as four 8×8 blocks), with batch dims around it, and an output of 8 MiB or
     // more streamed (non-temporal stores) when it is 64-byte aligned,
     // stored plainly when it is not. Elsewhere Cranelift's tiles. Every
     // case moves every bit where the interpreter does, split over
@@ -620,9 +620,14 @@ fn transposes_of_four_byte_elements_run_as_avx512_machine_code() {
         (DType::U32, &[3, 32, 2, 48], &[2, 0, 3, 1], true, false),
         (DType::F32, &[2048, 1024], &[1, 0], true, true),
         (DType::F32, &[2, 1024, 1040], &[0, 2, 1], true, true),
-        // 8-byte elements, rows that are not whole tiles and an empty
+        // 8-byte elements: four 8×8 blocks a tile.
+        (DType::F64, &[64, 32], &[1, 0], true, false),
+        (DType::I64, &[2, 3, 32, 48], &[0, 1, 3, 2], true, false),
+        (DType::C64, &[3, 32, 2, 48], &[2, 0, 3, 1], true, false),
+        (DType::F64, &[1024, 1024], &[1, 0], true, true),
+        // 2-byte elements, rows that are not whole tiles and an empty
         // tensor (a loop of no steps inside the tiles' loops): Cranelift.
-        (DType::F64, &[64, 32], &[1, 0], false, false),
+        (DType::F16, &[32, 64], &[1, 0], false, false),
         (DType::F32, &[20, 30], &[1, 0], false, false),
         (DType::F32, &[0, 3, 32, 32], &[3, 1, 0, 2], false, false),
     ];

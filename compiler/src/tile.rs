@@ -11,7 +11,8 @@
 //!   element of every line it touched and came back for the next after
 //!   the lines had left the cache. A tile of a plain copy moves 4×4
 //!   blocks through vector registers (`codegen::loops`), or on AVX-512
-//!   hosts, of 4-byte elements, the whole tile (`codegen::transpose`).
+//!   hosts, of 4- and 8-byte elements, the whole tile
+//!   (`codegen::transpose`).
 //! - A reduction over its outermost dim that keeps the innermost (a sum
 //!   over the rows of a matrix) runs over blocks of columns, the blocks
 //!   outermost: the blocks write disjoint outputs, so the kernel splits

@@ -14,7 +14,8 @@
 //! the others); `target` says what the host has, `cost` what a kernel
 //! costs. `native` emits the plain loops of f32 functions that qualify as
 //! AVX-512 or AVX2 machine code instead, with the same ABI, and
-//! `transpose` the 16×16 tiled copies of 4-byte elements as AVX-512 code.
+//! `transpose` the 16×16 tiled copies of 4- and 8-byte elements as AVX-512
+//! code.
 
 use std::collections::HashMap;
 

@@ -1,24 +1,25 @@
-//! Transposes of 4-byte elements as AVX-512 machine code (iced-x86's
-//! assembler), for plain copies whose two innermost loop dims are a 16×16
-//! tile, the operand contiguous along the first and the output along the
-//! second: the kernels `tile` made of a transposed copy, and any other
-//! copy of that shape (a `[n, 16, 16]` transpose, a row group's member, a
-//! GEMM's epilogue), each as correct as a copy.
+//! Transposes of 4- and 8-byte elements as AVX-512 machine code
+//! (iced-x86's assembler), for plain copies whose two innermost loop dims
+//! are a 16×16 tile, the operand contiguous along the first and the output
+//! along the second: the kernels `tile` made of a transposed copy, and any
+//! other copy of that shape (a `[n, 16, 16]` transpose, a row group's
+//! member, a GEMM's epilogue), each as correct as a copy.
 //!
-//! Each tile is sixteen 64-byte loads, one cache line of each of sixteen
-//! operand rows, a 16×16 transpose in registers (four rounds of sixteen
-//! shuffles) and sixteen 64-byte stores, one line of each of sixteen
-//! output rows: every line is touched once. Cranelift's code (128-bit
-//! vectors, `codegen::loops`) moves the tile as sixteen 4×4 blocks and
-//! comes back to each line four times, and when the rows are a power of
-//! two apart (4 KiB) all sixteen fall in one set of the L1 cache, which
-//! does not hold them until the fourth visit. An output of the program
-//! (or a value handed to a callback) of [`STREAM_MIN_BYTES`] or more that
-//! no later step reads is written with non-temporal stores: a streamed line is not read from
-//! memory before it is overwritten (the stores need 64-byte aligned
-//! lines; a kernel whose output is not aligned when it runs takes the
-//! plain stores). docs/benchmarks.md,
-//! "Transposes as machine code".
+//! A tile of 4-byte elements is sixteen 64-byte loads, one cache line of
+//! each of sixteen operand rows, a 16×16 transpose in registers (four
+//! rounds of sixteen shuffles) and sixteen 64-byte stores, one line of
+//! each of sixteen output rows; a tile of 8-byte elements is four such
+//! blocks of 8×8 (three rounds of eight shuffles). Every line is touched
+//! once. Cranelift's code (128-bit vectors, `codegen::loops`) moves the
+//! tile as 4×4 (2×2) blocks and comes back to each line four times,
+//! and when the rows are a power of two apart (4 KiB) all sixteen
+//! fall in one set of the L1 cache, which does not hold them until the
+//! last visit. An output of the program (or a value handed to a callback)
+//! of [`STREAM_MIN_BYTES`] or more that no step of the program reads is
+//! written with non-temporal stores: a streamed line is not read from
+//! memory before it is overwritten (the stores need 64-byte aligned lines;
+//! a kernel whose output is not aligned when it runs takes the plain
+//! stores). docs/benchmarks.md, "Transposes as machine code".
 //!
 //! The function has the kernel ABI (`mod.rs`) and the layout of
 //! `native`'s functions (a jump over an empty pool), so dumps list it the
@@ -62,6 +63,8 @@ const ZMM: [AsmRegisterZmm; 32] = [
 /// A qualifying kernel's layout, in bytes.
 #[derive(Debug)]
 struct Layout {
+    /// Bytes an element.
+    esize: usize,
     /// Operand and output slots.
     src: usize,
     dst: usize,
@@ -78,8 +81,8 @@ struct Layout {
 }
 
 /// `k` as AVX-512 machine code, or `None` where it is not a transposed
-/// copy of 4-byte elements in 16×16 tiles or the host or options rule
-/// it out.
+/// copy of 4- or 8-byte elements in 16×16 tiles or the host or options
+/// rule it out.
 pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Option<Native>> {
     if !opts.vectorize || !crate::isa::has_avx512() {
         return Ok(None);
@@ -87,7 +90,7 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
     let Some(layout) = layout(plan, k) else {
         return Ok(None);
     };
-    let Some(order) = network_order() else {
+    let Some(order) = network_order(layout.esize) else {
         return Ok(None);
     };
     assemble(&layout, &order).map(Some)
@@ -110,8 +113,8 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
     let out = plan.slots.get(k.out)?;
     if !matches!(k.kind, KernelKind::Loop)
         || k.stash.is_some()
-        || dtype.size() != 4
-        || out.dtype.size() != 4
+        || !matches!(dtype.size(), 4 | 8)
+        || out.dtype.size() != dtype.size()
         || !(3..=MAX_OUTER + 2).contains(&r)
         || k.dims.contains(&0)
         || k.dims[r - 2] != SIDE
@@ -121,12 +124,15 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
     {
         return None;
     }
-    let bytes = |e: i64| e.checked_mul(4);
+    let esize = dtype.size();
+    let bytes = |e: i64| e.checked_mul(esize as i64);
     let (src_row, dst_row) = (bytes(strides[r - 1])?, bytes(k.out_strides[r - 2])?);
     // Every load and store of a tile addresses its base plus an
     // instruction's displacement.
+    // (8-byte tiles add a block's line.)
     let reach = |step: i64| {
         step.checked_mul(SIDE as i64 - 1)
+            .and_then(|v| v.checked_add(64))
             .and_then(|v| i32::try_from(v).ok())
     };
     reach(src_row)?;
@@ -147,6 +153,7 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
     Some(Layout {
         src: *slot,
         dst: k.out,
+        esize,
         offset: bytes(*offset)?,
         outer,
         src_row,
@@ -162,14 +169,38 @@ enum Shuf {
     Ps(bool),
     /// `vunpcklpd`/`vunpckhpd`.
     Pd(bool),
-    /// `vshuff32x4` with this immediate.
+    /// `vshuff32x4` with this immediate (128-bit lanes: it moves 8-byte
+    /// elements as `vshuff64x2` would).
     F32x4(u8),
 }
 
-/// The transpose's instructions: (op, destination, first, second source).
-/// Rows in zmm0–15 → zmm16–31 → zmm0–15 → zmm16–31 → zmm0–15.
-fn network() -> Vec<(Shuf, usize, usize, usize)> {
+/// The transpose's instructions for elements of `esize` bytes: (op,
+/// destination, first, second source). 4 bytes: sixteen rows in
+/// zmm0–15 → zmm16–31 → zmm0–15 → zmm16–31 → zmm0–15; 8 bytes: eight rows
+/// in zmm0–7 → zmm16–23 → zmm0–7 → zmm16–23.
+fn network(esize: usize) -> Vec<(Shuf, usize, usize, usize)> {
     let mut n = Vec::with_capacity(64);
+    if esize == 8 {
+        for i in 0..4 {
+            n.push((Shuf::Pd(false), 16 + 2 * i, 2 * i, 2 * i + 1));
+            n.push((Shuf::Pd(true), 16 + 2 * i + 1, 2 * i, 2 * i + 1));
+        }
+        // Lanes 0 and 2, then 1 and 3, of each pair of rows' columns.
+        for s in 0..2 {
+            for h in 0..2 {
+                let (a, b) = (16 + 4 * h + s, 16 + 4 * h + s + 2);
+                n.push((Shuf::F32x4(0x88), 4 * s + 2 * h, a, b));
+                n.push((Shuf::F32x4(0xdd), 4 * s + 2 * h + 1, a, b));
+            }
+        }
+        for k in 0..4 {
+            let (s, w) = (k / 2, k % 2);
+            let (a, b) = (4 * s + w, 4 * s + 2 + w);
+            n.push((Shuf::F32x4(0x88), 16 + 2 * k, a, b));
+            n.push((Shuf::F32x4(0xdd), 16 + 2 * k + 1, a, b));
+        }
+        return n;
+    }
     for i in 0..8 {
         n.push((Shuf::Ps(false), 16 + 2 * i, 2 * i, 2 * i + 1));
         n.push((Shuf::Ps(true), 16 + 2 * i + 1, 2 * i, 2 * i + 1));
@@ -195,54 +226,53 @@ fn network() -> Vec<(Shuf, usize, usize, usize)> {
     n
 }
 
-/// The network run on element numbers (row·16 + column, row `i` loaded
-/// into zmm`i`): for each output row `c`, the register holding column `c`
-/// of every row in order. `None` if some register holds anything else.
-fn network_order() -> Option<[usize; SIDE]> {
-    let mut regs = [[0u16; SIDE]; 32];
-    for (i, reg) in regs.iter_mut().enumerate().take(SIDE) {
+/// [`network`] run on element numbers (row·n + column for n elements of
+/// `esize` bytes a register, row `i` loaded into zmm`i`): for each output
+/// row `c`, the register that ends holding column `c` of every row in
+/// order. `None` if some column is in no register.
+fn network_order(esize: usize) -> Option<Vec<usize>> {
+    let n = 64 / esize;
+    // Elements per 128-bit lane and per 64-bit half of one.
+    let (lane, half) = (16 / esize, 8 / esize);
+    let mut regs = vec![vec![u16::MAX; n]; 32];
+    for (i, reg) in regs.iter_mut().enumerate().take(n) {
         for (c, e) in reg.iter_mut().enumerate() {
-            *e = (i * SIDE + c) as u16;
+            *e = (i * n + c) as u16;
         }
     }
-    for (op, d, a, b) in network() {
-        let (x, y) = (regs[a], regs[b]);
-        let mut out = [0u16; SIDE];
-        for lane in 0..4 {
-            let at = 4 * lane;
-            let block =
-                |r: &[u16; SIDE], l: usize| [r[4 * l], r[4 * l + 1], r[4 * l + 2], r[4 * l + 3]];
-            let v: [u16; 4] = match op {
-                Shuf::Ps(false) => [x[at], y[at], x[at + 1], y[at + 1]],
-                Shuf::Ps(true) => [x[at + 2], y[at + 2], x[at + 3], y[at + 3]],
-                Shuf::Pd(false) => [x[at], x[at + 1], y[at], y[at + 1]],
-                Shuf::Pd(true) => [x[at + 2], x[at + 3], y[at + 2], y[at + 3]],
-                Shuf::F32x4(imm) => {
-                    let pick = usize::from(imm >> (2 * lane)) & 3;
-                    if lane < 2 {
-                        block(&x, pick)
-                    } else {
-                        block(&y, pick)
-                    }
+    for (op, d, a, b) in network(esize) {
+        let (x, y) = (regs[a].clone(), regs[b].clone());
+        let mut out = Vec::with_capacity(n);
+        for l in 0..4 {
+            let at = l * lane;
+            match op {
+                Shuf::Ps(high) => {
+                    let k = at + 2 * usize::from(high);
+                    out.extend([x[k], y[k], x[k + 1], y[k + 1]]);
                 }
-            };
-            out[at..at + 4].copy_from_slice(&v);
+                Shuf::Pd(high) => {
+                    let k = at + half * usize::from(high);
+                    out.extend_from_slice(&x[k..k + half]);
+                    out.extend_from_slice(&y[k..k + half]);
+                }
+                Shuf::F32x4(imm) => {
+                    let from = (usize::from(imm >> (2 * l)) & 3) * lane;
+                    let src = if l < 2 { &x } else { &y };
+                    out.extend_from_slice(&src[from..from + lane]);
+                }
+            }
         }
         regs[d] = out;
     }
-    let mut order = [usize::MAX; SIDE];
-    for (reg, lanes) in regs.iter().enumerate().take(SIDE) {
-        let c = usize::from(lanes[0]) % SIDE;
-        if !lanes
-            .iter()
-            .enumerate()
-            .all(|(i, &e)| usize::from(e) == i * SIDE + c)
-        {
-            return None;
-        }
-        order[c] = reg;
-    }
-    order.iter().all(|&r| r < SIDE).then_some(order)
+    (0..n)
+        .map(|c| {
+            regs.iter().position(|r| {
+                r.iter()
+                    .enumerate()
+                    .all(|(i, &e)| usize::from(e) == i * n + c)
+            })
+        })
+        .collect()
 }
 
 fn asm_err(e: impl std::fmt::Display) -> Error {
@@ -267,7 +297,7 @@ fn add(
 
 /// The function: rdi the slot table, rdx..rcx the range of the outermost
 /// dim; r8 the operand's tile, r9 the output's.
-fn assemble(l: &Layout, order: &[usize; SIDE]) -> Result<Native> {
+fn assemble(l: &Layout, order: &[usize]) -> Result<Native> {
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
     let mut pool = a.create_label();
     let mut done = a.create_label();
@@ -329,7 +359,7 @@ fn assemble(l: &Layout, order: &[usize; SIDE]) -> Result<Native> {
 fn nest(
     a: &mut CodeAssembler,
     l: &Layout,
-    order: &[usize; SIDE],
+    order: &[usize],
     stream: bool,
     d: usize,
 ) -> std::result::Result<(), iced_x86::IcedError> {
@@ -362,32 +392,42 @@ fn nest(
     Ok(())
 }
 
-/// One tile: sixteen rows in, the network, sixteen rows out.
+/// One tile: 4-byte elements as sixteen rows in, the network, sixteen
+/// rows out; 8-byte ones as four blocks of eight rows of one line each
+/// (operand rows and output rows two lines long: each line touched once).
 fn tile(
     a: &mut CodeAssembler,
     l: &Layout,
-    order: &[usize; SIDE],
+    order: &[usize],
     stream: bool,
 ) -> std::result::Result<(), iced_x86::IcedError> {
-    for (i, &z) in ZMM.iter().enumerate().take(SIDE) {
-        a.vmovups(z, zmmword_ptr(r8 + (i as i64 * l.src_row) as i32))?;
-    }
-    for (op, d, x, y) in network() {
-        let (d, x, y) = (ZMM[d], ZMM[x], ZMM[y]);
-        match op {
-            Shuf::Ps(false) => a.vunpcklps(d, x, y)?,
-            Shuf::Ps(true) => a.vunpckhps(d, x, y)?,
-            Shuf::Pd(false) => a.vunpcklpd(d, x, y)?,
-            Shuf::Pd(true) => a.vunpckhpd(d, x, y)?,
-            Shuf::F32x4(imm) => a.vshuff32x4(d, x, y, u32::from(imm))?,
-        }
-    }
-    for (c, &reg) in order.iter().enumerate() {
-        let at = zmmword_ptr(r9 + (c as i64 * l.dst_row) as i32);
-        if stream {
-            a.vmovntps(at, ZMM[reg])?;
-        } else {
-            a.vmovups(at, ZMM[reg])?;
+    let n = order.len();
+    let blocks = SIDE / n;
+    for bp in 0..blocks {
+        for bq in 0..blocks {
+            for (i, &z) in ZMM.iter().enumerate().take(n) {
+                let at = (bq * n + i) as i64 * l.src_row + bp as i64 * 64;
+                a.vmovups(z, zmmword_ptr(r8 + at as i32))?;
+            }
+            for (op, d, x, y) in network(l.esize) {
+                let (d, x, y) = (ZMM[d], ZMM[x], ZMM[y]);
+                match op {
+                    Shuf::Ps(false) => a.vunpcklps(d, x, y)?,
+                    Shuf::Ps(true) => a.vunpckhps(d, x, y)?,
+                    Shuf::Pd(false) => a.vunpcklpd(d, x, y)?,
+                    Shuf::Pd(true) => a.vunpckhpd(d, x, y)?,
+                    Shuf::F32x4(imm) => a.vshuff32x4(d, x, y, u32::from(imm))?,
+                }
+            }
+            for (c, &reg) in order.iter().enumerate() {
+                let at = (bp * n + c) as i64 * l.dst_row + bq as i64 * 64;
+                let at = zmmword_ptr(r9 + at as i32);
+                if stream {
+                    a.vmovntps(at, ZMM[reg])?;
+                } else {
+                    a.vmovups(at, ZMM[reg])?;
+                }
+            }
         }
     }
     Ok(())
@@ -398,11 +438,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_network_transposes_sixteen_rows() {
-        let order = network_order();
-        assert!(order.is_some(), "a register holds more than one column");
-        let mut seen = order.unwrap_or_default();
-        seen.sort_unstable();
-        assert_eq!(seen, std::array::from_fn(|i| i));
+    fn the_networks_transpose_their_rows() {
+        for (esize, rows) in [(4, 16), (8, 8)] {
+            let order = network_order(esize);
+            assert!(
+                order.is_some(),
+                "{esize}-byte elements: a column is in no register"
+            );
+            let mut seen = order.unwrap_or_default();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), rows, "{esize}-byte elements: {seen:?}");
+        }
     }
 }
