@@ -933,6 +933,82 @@ fn random_gather(seed: u64) -> (tensorlift::Function, [tensorlift::Tensor; 2]) {
     (f, [table, ids])
 }
 
+/// A transpose of 1- to 8-byte elements, rank 2 to 5, its dims mostly
+/// whole 16×16 tiles (the machine-code transposes of 4- and 8-byte
+/// elements), sometimes ragged or empty, read as it is, reversed, sliced
+/// from an offset or with a stride, or added to a copy of itself (two
+/// outputs).
+fn random_transpose(seed: u64) -> (tensorlift::Function, tensorlift::Tensor) {
+    use common::random_graph::Rng;
+    let mut rng = Rng::new(seed);
+    let dtypes = [
+        DType::F32,
+        DType::I32,
+        DType::U32,
+        DType::F64,
+        DType::I64,
+        DType::C64,
+        DType::F16,
+        DType::U8,
+    ];
+    let dt = *rng.pick(&dtypes);
+    let rank = 2 + rng.below(4);
+    let sizes = [16, 32, 48, 64, 1, 2, 3, 17, 0];
+    let mut dims: Vec<usize> = (0..rank)
+        .map(|_| {
+            sizes[if rng.chance(80) {
+                rng.below(4)
+            } else {
+                4 + rng.below(5)
+            }]
+        })
+        .collect();
+    // Sometimes an empty tensor.
+    if rng.chance(10) {
+        dims[rng.below(rank)] = 0;
+    }
+    // At most 2^18 elements.
+    while dims.iter().product::<usize>() > 1 << 18 {
+        let big = (0..rank).max_by_key(|&d| dims[d]).unwrap_or(0);
+        dims[big] /= 2;
+    }
+    let mut perm: Vec<usize> = (0..rank).collect();
+    for i in (1..rank).rev() {
+        perm.swap(i, rng.below(i + 1));
+    }
+    let n: usize = dims.iter().product();
+    let bytes: Vec<u8> = (0..n * dt.size())
+        .map(|j| (j.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let x = tensorlift::Tensor::from_bytes(dt, &dims, &bytes).unwrap();
+    let reader = rng.below(5);
+    let first = dims[0];
+    let f = function(move |x: Sym| -> Vec<Sym> {
+        let x = match reader {
+            1 => x.reverse(&[0]),
+            2 if first > 1 => {
+                let mut start = vec![0; dims.len()];
+                start[0] = 1;
+                x.slice(&start, &dims, &vec![1; dims.len()])
+            }
+            3 if first > 2 => {
+                let mut stride = vec![1; dims.len()];
+                stride[0] = 2;
+                x.slice(&vec![0; dims.len()], &dims, &stride)
+            }
+            _ => x,
+        };
+        let t = x.transpose(&perm);
+        if reader == 4 && matches!(dt, DType::F32 | DType::I32 | DType::F64 | DType::I64) {
+            let u = &t + &t;
+            vec![t, u]
+        } else {
+            vec![t]
+        }
+    });
+    (f, x)
+}
+
 /// A loop of products by two matrices it never writes (packed once
 /// before it where `gemm::packs` allows: sizes on both sides of its
 /// bounds), f32 or f64, the matrices read transposed or not, with an
@@ -993,6 +1069,31 @@ proptest! {
                 common::same_bits(&got[0], &want[0]),
                 "seed {seed} ({opts:?}): jit {:?}, interpreter {:?}", got[0], want[0]
             );
+        }
+    }
+
+    #[test]
+    fn random_transposes_agree_bitwise(seed in any::<u64>()) {
+        let (f, x) = random_transpose(seed);
+        let want = f.call(std::slice::from_ref(&x));
+        // Denormals kept: `t + t` of random bits meets them.
+        let kept = JitOptions { flush_denormals: false, ..JitOptions::default() };
+        let opts = [kept, JitOptions { threads: false, ..kept }, EXACT[1]];
+        for opts in &opts {
+            let got = f.clone().jit_compile(true).jit_options(*opts).call(std::slice::from_ref(&x));
+            match (&want, &got) {
+                (Ok(w), Ok(o)) => {
+                    for (a, b) in o.iter().zip(w) {
+                        prop_assert!(
+                            common::same_bits(a, b),
+                            "seed {seed} ({opts:?}): a transpose of {:?}{:?} differs",
+                            x.dtype(), x.shape()
+                        );
+                    }
+                }
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (w, o) => prop_assert!(false, "seed {seed}: interpreter {w:?}, jit {o:?}"),
+            }
         }
     }
 
