@@ -128,12 +128,12 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
     let bytes = |e: i64| e.checked_mul(esize as i64);
     let (src_row, dst_row) = (bytes(strides[r - 1])?, bytes(k.out_strides[r - 2])?);
     // Every load and store of a tile addresses its base plus an
-    // instruction's displacement.
-    // (8-byte tiles add a block's line.)
+    // instruction's displacement: up to fifteen rows away, plus a line
+    // for the second block of an 8-byte tile.
     let reach = |step: i64| {
-        step.checked_mul(SIDE as i64 - 1)
-            .and_then(|v| v.checked_add(64))
-            .and_then(|v| i32::try_from(v).ok())
+        let far = step.checked_mul(SIDE as i64 - 1)?;
+        i32::try_from(far).ok()?;
+        i32::try_from(far.checked_add(64)?).ok()
     };
     reach(src_row)?;
     reach(dst_row)?;
