@@ -361,12 +361,7 @@ impl Executable {
         // Entered as a call either way: callbacks run in the caller's mode
         // (`FpMode::outer`), whatever mode the code runs in.
         let flush = self.options.flush_denormals && !self.options.exact;
-        let mode = if flush {
-            FpMode::flush_denormals()
-        } else {
-            FpMode::current()
-        }
-        .enter_call();
+        let mode = FpMode::enter_call(flush.then(FpMode::flush_denormals));
         // SAFETY: `bufs` holds a valid pointer of the planned size for every
         // slot the code touches; inputs and constants are only read; the
         // code and tables live as long as `self`.

@@ -109,7 +109,11 @@ impl FpMode {
     /// restores the thread's previous mode. Costs one register read when
     /// the thread is already in it.
     pub fn enter(self) -> FpModeGuard {
-        let csr = read_csr();
+        self.enter_from(read_csr())
+    }
+
+    /// [`FpMode::enter`] with MXCSR as just read.
+    fn enter_from(self, csr: u32) -> FpModeGuard {
         let wanted = (csr & !DENORMAL_BITS) | self.bits;
         let restore = (wanted != csr).then(|| {
             write_csr(wanted);
@@ -124,14 +128,18 @@ impl FpMode {
         }
     }
 
-    /// [`FpMode::enter`] for a call of compiled code: until the guard
-    /// drops, [`FpMode::outer`] on this thread is the mode the thread had
-    /// before, the one code outside the call (a callback, another pool's
-    /// job run while this thread waits) must run in.
-    pub fn enter_call(self) -> FpModeGuard {
-        let before = FpMode::current();
+    /// [`FpMode::enter`] for a call of compiled code, in `mode` or (None)
+    /// in the thread's own: until the guard drops, [`FpMode::outer`] on
+    /// this thread is the mode the thread had before, the one code outside
+    /// the call (a callback, another pool's job run while this thread
+    /// waits) must run in. One register read when the mode stays.
+    pub fn enter_call(mode: Option<FpMode>) -> FpModeGuard {
+        let csr = read_csr();
+        let before = FpMode {
+            bits: csr & DENORMAL_BITS,
+        };
         let previous = OUTER.with(|o| o.replace(Some(before)));
-        let mut guard = self.enter();
+        let mut guard = mode.unwrap_or(before).enter_from(csr);
         guard.outer = Some(previous);
         guard
     }

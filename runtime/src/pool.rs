@@ -387,7 +387,7 @@ mod tests {
             .unwrap();
         let seen = foreign.install(|| {
             let (tx, rx) = std::sync::mpsc::channel();
-            let call = FpMode::flush_denormals().enter_call();
+            let call = FpMode::enter_call(Some(FpMode::flush_denormals()));
             // Queued behind this job on the pool's one worker: it runs
             // while this job waits for the split's parts.
             rayon::spawn(move || {
