@@ -14,6 +14,13 @@ use crate::rt::{CallCtx, StepTable};
 
 type Entry = unsafe extern "C" fn(*const *mut u8, *mut CallCtx) -> i32;
 
+/// How the program's `main` runs: compiled, or as a list of calls
+/// (`codegen/direct.rs`).
+enum Main {
+    Code(Entry),
+    Calls(Vec<codegen::direct::Call>),
+}
+
 /// Owns a finalized JIT module and frees its code memory on drop.
 struct ModuleHolder(Option<JITModule>);
 
@@ -34,7 +41,7 @@ pub struct Executable {
     // its code points into.
     #[allow(dead_code, reason = "held for its Drop, which frees the code")]
     module: ModuleHolder,
-    entry: Entry,
+    main: Main,
     table: Box<StepTable>,
     consts: Vec<Option<Tensor>>,
     clif: crate::codegen::Clif,
@@ -143,8 +150,11 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     crate::parallel::record(&mut plan, options);
     let table = Box::new(StepTable::new(plan));
     let generated = codegen::generate(&table.plan, &*table as *const StepTable, options)?;
-    // SAFETY: `main` was generated with exactly this signature.
-    let entry: Entry = unsafe { std::mem::transmute::<*const u8, Entry>(generated.entry) };
+    let main = match generated.main {
+        // SAFETY: `main` was generated with exactly this signature.
+        codegen::Main::Code(p) => Main::Code(unsafe { std::mem::transmute::<*const u8, Entry>(p) }),
+        codegen::Main::Calls(c) => Main::Calls(c),
+    };
     let consts = table
         .plan
         .slots
@@ -161,7 +171,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     let sections = crate::parallel::sections(&table.plan, options);
     let exe = Executable {
         module: ModuleHolder(Some(generated.module)),
-        entry,
+        main,
         table,
         consts,
         clif: generated.clif,
@@ -367,7 +377,17 @@ impl Executable {
         // code and tables live as long as `self`.
         // (A callback step may redirect a slot's pointer to the tensor it
         // returned, hence the mutable table.)
-        let status = unsafe { (self.entry)(bufs.as_mut_ptr().cast_const(), &mut ctx) };
+        let status = unsafe {
+            match &self.main {
+                Main::Code(entry) => entry(bufs.as_mut_ptr().cast_const(), &mut ctx),
+                Main::Calls(calls) => codegen::direct::run(
+                    calls,
+                    &*self.table,
+                    bufs.as_mut_ptr().cast_const(),
+                    &mut ctx,
+                ),
+            }
+        };
         drop(mode);
         drop(awake);
         if status != 0 {

@@ -721,7 +721,7 @@ fn run_callback_step(
 ///
 /// # Safety
 /// `table` and `ctx` are valid; `bufs` holds a pointer for every slot.
-unsafe extern "C" fn tl_runtime_step(
+pub(crate) unsafe extern "C" fn tl_runtime_step(
     table: *const StepTable,
     step: u64,
     bufs: *const *mut u8,
@@ -768,7 +768,7 @@ unsafe fn enter_step(
 ///
 /// # Safety
 /// As [`tl_runtime_step`].
-unsafe extern "C" fn tl_gemm(
+pub(crate) unsafe extern "C" fn tl_gemm(
     table: *const StepTable,
     step: u64,
     bufs: *const *mut u8,
@@ -783,7 +783,7 @@ unsafe extern "C" fn tl_gemm(
 ///
 /// # Safety
 /// As [`tl_runtime_step`]; `kernel` is the step's epilogue, compiled.
-unsafe extern "C" fn tl_gemm_then(
+pub(crate) unsafe extern "C" fn tl_gemm_then(
     table: *const StepTable,
     step: u64,
     bufs: *const *mut u8,
@@ -796,7 +796,7 @@ unsafe extern "C" fn tl_gemm_then(
 
 /// A kernel: `fn(bufs, ctx, begin, end) -> status` over `[begin, end)` of
 /// its outermost loop dim.
-type KernelFn = unsafe extern "C" fn(*const *mut u8, *mut CallCtx, i64, i64) -> i32;
+pub(crate) type KernelFn = unsafe extern "C" fn(*const *mut u8, *mut CallCtx, i64, i64) -> i32;
 
 /// Kernels cheaper than this (loop iterations × per-element cost, ~0.02 ns
 /// a unit) run on the calling thread: waking the pool costs 15–25 µs on
@@ -819,7 +819,7 @@ unsafe impl<T> Sync for SendPtr<T> {}
 /// # Safety
 /// `kernel` is a kernel of this module, `bufs`/`ctx` as for `main`, and
 /// ranges of the kernel's outermost dim write disjoint memory.
-unsafe extern "C" fn tl_parallel(
+pub(crate) unsafe extern "C" fn tl_parallel(
     kernel: KernelFn,
     bufs: *const *mut u8,
     ctx: *mut CallCtx,
@@ -881,7 +881,7 @@ fn split_rows(
 /// # Safety
 /// `fns` holds `count` kernels of this module forming a row group of the
 /// plan; `bufs`/`ctx` as for `main`.
-unsafe extern "C" fn tl_row_group(
+pub(crate) unsafe extern "C" fn tl_row_group(
     fns: *const KernelFn,
     count: i64,
     bufs: *const *mut u8,

@@ -31,8 +31,16 @@ fn cg_err(e: impl std::fmt::Display) -> Error {
 /// The finalized module, its entry point and its Cranelift IR.
 pub(crate) struct Generated {
     pub module: JITModule,
-    pub entry: *const u8,
+    pub main: Main,
     pub clif: Clif,
+}
+
+/// How a program's `main` runs.
+pub(crate) enum Main {
+    /// Compiled: the address of `fn(bufs, ctx) -> status`.
+    Code(*const u8),
+    /// A list of calls Rust runs (`direct.rs`).
+    Calls(Vec<super::direct::Call>),
 }
 
 /// The Cranelift IR of a compiled program, kept as functions and printed
@@ -233,8 +241,9 @@ pub(crate) fn generate(
     let mut fctx = FunctionBuilderContext::new();
     // Kernel functions: declared first, so `main` (which calls them) is
     // built and compiling while they are built.
+    let direct = super::direct::qualifies(plan);
     let has_function = |i: usize, k: &Kernel| {
-        !inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i))
+        direct || !inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i))
     };
     let mut kernel_ids = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
@@ -247,9 +256,12 @@ pub(crate) fn generate(
             kernel_ids.insert(i, id);
         }
     }
-    // main: run the steps in order, stopping at the first failing status.
+    // main: run the steps in order, stopping at the first failing status
+    // (compiled only where the plan has control flow).
     let mut func = Function::with_name_signature(UserFuncName::user(0, u32::MAX), sig.clone());
-    {
+    let main_id = if direct {
+        None
+    } else {
         let mut b = FunctionBuilder::new(&mut func, &mut fctx);
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
@@ -498,14 +510,14 @@ pub(crate) fn generate(
         b.ins().return_(&[zero]);
         b.seal_all_blocks();
         b.finalize(module.target_config());
-    }
-    let main_clif = func.clone();
-    let main_id = module
-        .declare_function("main", Linkage::Local, &sig)
-        .map_err(cg_err)?;
-    let mut ctx = module.make_context();
-    ctx.func = func;
-    pipeline.submit(main_id, "main".into(), ctx);
+        let main_id = module
+            .declare_function("main", Linkage::Local, &sig)
+            .map_err(cg_err)?;
+        let mut ctx = module.make_context();
+        ctx.func = func.clone();
+        pipeline.submit(main_id, "main".into(), ctx);
+        Some(main_id)
+    };
     let mut natives = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if let Some(k) = step_kernel(step)
@@ -560,7 +572,9 @@ pub(crate) fn generate(
             pipeline.submit(id, format!("kernel '{}'", k.name), ctx);
         }
     }
-    clif.function("; main".into(), &main_clif);
+    if main_id.is_some() {
+        clif.function("; main".into(), &func);
+    }
     // The functions the code imports, by the names the dump shows them as.
     let mut imports: Vec<(u32, &str)> = (helpers.ids.iter())
         .map(|(f, id)| (id.as_u32(), f.name()))
@@ -597,12 +611,98 @@ pub(crate) fn generate(
             .map_err(cg_err)?;
     }
     module.finalize_definitions().map_err(cg_err)?;
-    let entry = module.get_finalized_function(main_id);
-    Ok(Generated {
-        module,
-        entry,
-        clif,
-    })
+    let main = match main_id {
+        Some(id) => Main::Code(module.get_finalized_function(id)),
+        None => {
+            let kernel = |i: usize| {
+                let p = module.get_finalized_function(kernel_ids[&i]);
+                // SAFETY: kernels are compiled with the kernel signature
+                // (`ksig`), the C ABI of `KernelFn`.
+                unsafe { std::mem::transmute::<*const u8, crate::rt::KernelFn>(p) }
+            };
+            let calls = direct_calls(plan, opts, kernel)?;
+            clif.text(super::direct::listing(plan, &calls));
+            Main::Calls(calls.into_iter().map(|(_, c)| c).collect())
+        }
+    };
+    Ok(Generated { module, main, clif })
+}
+
+/// The calls of a direct `main` (`direct.rs`), each with its step: the
+/// steps in order as the compiled `main` runs them, `kernel(i)` the
+/// function of step `i`.
+fn direct_calls(
+    plan: &Plan,
+    opts: &JitOptions,
+    kernel: impl Fn(usize) -> crate::rt::KernelFn,
+) -> Result<Vec<(usize, super::direct::Call)>> {
+    use super::direct::Call;
+    let mut calls = Vec::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if plan.groups.iter().any(|g| g.start < i && i < g.end) {
+            continue;
+        }
+        let call = match step {
+            Step::Kernel(_) if let Some(g) = plan.groups.iter().find(|g| g.start == i) => {
+                let fns = (g.start..g.end).map(&kernel).collect();
+                let parallel = crate::parallel::group_split(plan, g, opts)
+                    .parts()
+                    .is_some();
+                Call::Group {
+                    fns,
+                    rows: g.rows as i64,
+                    block: g.block as i64,
+                    parallel,
+                }
+            }
+            Step::Kernel(k) => {
+                let work = match crate::parallel::kernel_split(plan, i, k, opts) {
+                    crate::parallel::Split::Ranges(_) => Some(kernel_work(k, opts) as i64),
+                    crate::parallel::Split::Resident { .. } => {
+                        Some((kernel_work(k, opts) as i64).max(crate::rt::PARALLEL_WORK))
+                    }
+                    crate::parallel::Split::One(_) => None,
+                };
+                Call::Kernel {
+                    f: kernel(i),
+                    n: k.dims.first().copied().unwrap_or(1) as i64,
+                    work,
+                }
+            }
+            Step::Gemm(g) => Call::Gemm {
+                step: i as u64,
+                then: g.epilogue.is_some().then(|| kernel(i)),
+            },
+            Step::Pack(_) => Call::Gemm {
+                step: i as u64,
+                then: None,
+            },
+            Step::Runtime { .. } => Call::Runtime { step: i as u64 },
+            Step::Copy { from, to } => {
+                for (&f, &t) in from.iter().zip(to) {
+                    let bytes = plan.slots[t].bytes();
+                    if f != t && bytes != 0 {
+                        calls.push((
+                            i,
+                            Call::Copy {
+                                from: f,
+                                to: t,
+                                bytes,
+                            },
+                        ));
+                    }
+                }
+                continue;
+            }
+            Step::Label(_) | Step::Jump(_) | Step::BranchUnless { .. } | Step::Switch { .. } => {
+                return Err(Error::internal(
+                    "a plan with control flow was given a direct main",
+                ));
+            }
+        };
+        calls.push((i, call));
+    }
+    Ok(calls)
 }
 
 /// A compiled function: its id, alignment, code and relocations.

@@ -32,6 +32,7 @@ use crate::fusion::{ENode, Kernel, Plan, SlotId};
 use crate::rt::RtFn;
 
 mod cost;
+pub(crate) mod direct;
 mod driver;
 mod loops;
 mod lower;
@@ -44,7 +45,7 @@ mod wide_rows;
 
 pub(crate) use cost::{kernel_work, splittable};
 use driver::Helpers;
-pub(crate) use driver::{Clif, generate};
+pub(crate) use driver::{Clif, Main, generate};
 
 /// Cranelift's optimization level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
