@@ -549,6 +549,249 @@ fn compiled_threads(
     })
 }
 
+/// Uniform values in [-1, 1) of `dtype` (f64, else f32), from `seed`.
+fn uniform(dtype: DType, dims: &[usize], seed: u64) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v: Vec<f64> = noise(n * 8, seed)
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as f64 / 2f64.powi(63) - 1.0)
+        .collect();
+    match dtype == DType::F64 {
+        true => Tensor::from_bytes(
+            dtype,
+            dims,
+            &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+        false => common::f32s(&v.iter().map(|&x| x as f32).collect::<Vec<_>>(), dims),
+    }
+}
+
+#[test]
+fn sums_over_a_middle_axis_run_as_machine_code() {
+    // Where the host has AVX2 or AVX-512, a sum over a middle axis with
+    // the innermost kept (a column sum: codegen/columns.rs) is machine
+    // code: blocks of up to eight vectors of columns, the last vector
+    // masked where the columns are not whole vectors. Each column is
+    // summed in row order, as the interpreter sums it, so every bit
+    // agrees, split over threads or not; exact mode and integer sums keep
+    // Cranelift.
+    let wide = compiler::max_isa() >= compiler::IsaLevel::Avx2;
+    /// (dtype, dims, axis, machine code where the host allows)
+    type Case<'a> = (DType, &'a [usize], i64, bool);
+    let cases: &[Case<'_>] = &[
+        (DType::F32, &[4096, 1024], 0, true),
+        (DType::F32, &[256, 256, 64], 1, true),
+        (DType::F32, &[3, 100, 17], 1, true),
+        (DType::F32, &[2, 7, 300], 1, true),
+        (DType::F32, &[4, 3, 128], 1, true),
+        (DType::F32, &[2, 5, 120], 1, true),
+        (DType::F32, &[3, 1, 5], 1, true),
+        (DType::F64, &[5, 33, 64], 1, true),
+        (DType::F64, &[2, 9, 67], 1, true),
+        (DType::F64, &[2, 9, 3], 1, true),
+        (DType::I32, &[4, 6, 40], 1, false),
+    ];
+    for (i, &(dtype, dims, axis, native)) in cases.iter().enumerate() {
+        let x = match dtype == DType::I32 {
+            true => Tensor::from_bytes(
+                dtype,
+                dims,
+                &noise(dims.iter().product::<usize>() * 4, 7 + i as u64)
+                    .chunks(4)
+                    .flat_map(|c| (i32::from_le_bytes(c.try_into().unwrap()) >> 8).to_le_bytes())
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap(),
+            false => uniform(dtype, dims, 7 + i as u64),
+        };
+        let body = move |x: Sym| x.reduce_sum(Some(&[axis]), false);
+        let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+        let spec = [TensorSpec::known(dtype, dims)];
+        for (threads, exact) in [(true, false), (false, false), (true, true)] {
+            let f = function(body).jit_compile(true).jit_options(JitOptions {
+                threads,
+                exact,
+                ..JitOptions::default()
+            });
+            let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+            let what = format!(
+                "sum over axis {axis} of {dtype:?}{dims:?} (threads {threads}, exact {exact})"
+            );
+            assert_eq!(
+                clif.contains("(codegen/columns.rs)"),
+                native && wide && !exact,
+                "{what}: machine code exactly where the host has AVX-512 and the kernel \
+                 qualifies:\n{clif}"
+            );
+            let got = f.call(std::slice::from_ref(&x)).unwrap();
+            assert!(
+                common::same_bits(&got[0], &want[0]),
+                "{what} differs from the interpreter's: {:?} against {:?}",
+                &got[0],
+                &want[0]
+            );
+        }
+    }
+    // A slice of a larger operand (its first element at an offset, its
+    // rows farther apart than its columns).
+    let x = uniform(DType::F32, &[4, 50, 90], 99);
+    let body = |x: Sym| {
+        x.slice(&[1, 3, 5], &[4, 43, 80], &[1, 1, 1])
+            .reduce_sum(Some(&[1]), false)
+    };
+    let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+    let got = function(body)
+        .jit_compile(true)
+        .call(std::slice::from_ref(&x))
+        .unwrap();
+    assert!(
+        common::same_bits(&got[0], &want[0]),
+        "the sum of a slice differs from the interpreter's"
+    );
+}
+
+/// The header line of kernel `name` in a Cranelift-stage dump.
+fn kernel_header<'a>(clif: &'a str, name: &str) -> &'a str {
+    let at = clif
+        .find(&format!("; kernel '{name}'"))
+        .unwrap_or_else(|| panic!("no kernel '{name}' in:\n{clif}"));
+    clif[at..].lines().next().unwrap()
+}
+
+#[test]
+fn row_reductions_run_as_machine_code() {
+    // A sum over the innermost axis of an f32 expression is AVX-512 or
+    // AVX2 machine code (codegen/native.rs), a max or min AVX-512's
+    // (`vrangeps`, NaN lanes kept aside): row by row, the row's values
+    // added into accumulators held in registers, the last vector masked.
+    // Max and min agree with the interpreter bit for bit, NaN, signed
+    // zeros and infinities included; sums to rounding (their order
+    // differs). Exact mode and rows too long for the sums' accuracy keep
+    // Cranelift.
+    let isa = compiler::max_isa();
+    let x = {
+        let mut v: Vec<f32> = common::to_vec(&uniform(DType::F32, &[40, 1000], 5));
+        v[3] = f32::NAN; // row 0: a NaN
+        v[1000..2000].fill(-0.0); // row 1: negative zeros
+        v[2000..3000].fill(-0.0);
+        v[2500] = 0.0; // row 2: one positive zero among them
+        v[3000..4000].fill(f32::NEG_INFINITY); // row 3
+        v[4000..5000].fill(f32::INFINITY); // row 4
+        v[4999] = f32::NAN; // a NaN in the masked last vector
+        common::f32s(&v, &[40, 1000])
+    };
+    type Body = fn(Sym) -> Sym;
+    // (what, body, the reduction's kernel, needs AVX-512, bitwise)
+    let cases: [(&str, Body, &str, bool, bool); 6] = [
+        (
+            "sum",
+            |x| x.reduce_sum(Some(&[1]), false),
+            "reduce_sum",
+            false,
+            false,
+        ),
+        (
+            "max",
+            |x| x.reduce_max(Some(&[1]), false),
+            "reduce_max",
+            true,
+            true,
+        ),
+        (
+            "min",
+            |x| x.reduce_min(Some(&[1]), false),
+            "reduce_min",
+            true,
+            true,
+        ),
+        (
+            "a sum of squares about a value per row",
+            |x| {
+                let m = x.reduce_sum(Some(&[1]), true) * 0.001;
+                (&x - &m).square().reduce_sum(Some(&[1]), false)
+            },
+            "reduce_sum_1",
+            false,
+            false,
+        ),
+        (
+            "a softmax (a max, then a sum that stores its values)",
+            softmax,
+            "reduce_max",
+            true,
+            false,
+        ),
+        (
+            "a max of a product",
+            |x| (&x * 3.0).reduce_max(Some(&[1]), false),
+            "reduce_max",
+            true,
+            true,
+        ),
+    ];
+    let spec = [TensorSpec::known(DType::F32, &[40, 1000])];
+    for (what, body, kernel, avx512, bitwise) in cases {
+        let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+        for exact in [false, true] {
+            let f = function(body).jit_compile(true).jit_options(JitOptions {
+                exact,
+                ..JitOptions::default()
+            });
+            let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+            let native = !exact
+                && if avx512 {
+                    isa >= compiler::IsaLevel::Avx512
+                } else {
+                    isa >= compiler::IsaLevel::Avx2
+                };
+            assert_eq!(
+                kernel_header(&clif, kernel).contains("machine code"),
+                native,
+                "{what} (exact {exact}): machine code exactly where the host and options allow:\n{clif}"
+            );
+            let got = f.call(std::slice::from_ref(&x)).unwrap();
+            if bitwise {
+                assert!(
+                    common::same_bits(&got[0], &want[0]),
+                    "{what} (exact {exact}): {:?} against the interpreter's {:?}",
+                    &got[0],
+                    &want[0]
+                );
+            } else {
+                common::assert_close(&got[0], &want[0], 1e-5, 1e-5, what);
+            }
+        }
+    }
+    // Rows whose sums would add too many values a lane in sequence keep
+    // Cranelift; their max does not need to.
+    let long = uniform(DType::F32, &[2, 40000], 6);
+    let spec = [TensorSpec::known(DType::F32, &[2, 40000])];
+    for (body, kernel, native) in [
+        (
+            (|x| x.reduce_sum(Some(&[1]), false)) as Body,
+            "reduce_sum",
+            false,
+        ),
+        (
+            |x| x.reduce_max(Some(&[1]), false),
+            "reduce_max",
+            isa >= compiler::IsaLevel::Avx512,
+        ),
+    ] {
+        let f = function(body).jit_compile(true);
+        let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
+        assert_eq!(
+            kernel_header(&clif, kernel).contains("machine code"),
+            native,
+            "{clif}"
+        );
+        let want = function(body).call(std::slice::from_ref(&long)).unwrap();
+        let got = f.call(std::slice::from_ref(&long)).unwrap();
+        common::assert_close(&got[0], &want[0], 1e-5, 1e-4, kernel);
+    }
+}
+
 #[test]
 fn transposes_in_tiles_copy_every_bit() {
     // Transposed reads run in 16×16 tiles, copies of 4- and 8-byte

@@ -34,6 +34,37 @@ fn host_has_wide() -> bool {
 /// machine code (`codegen/native.rs`).
 const NATIVE: &str = " machine code, ";
 
+/// The Cranelift dump's part for kernel `name`: its header line and what
+/// follows up to the next header.
+fn kernel_part<'a>(clif: &'a str, name: &str) -> &'a str {
+    let at = clif
+        .find(&format!("; kernel '{name}'"))
+        .unwrap_or_else(|| panic!("no kernel '{name}' in\n{clif}"));
+    let rest = &clif[at..];
+    let end = rest[1..]
+        .find("\n; kernel '")
+        .or_else(|| rest[1..].find("\n; main"))
+        .map_or(rest.len(), |e| e + 1);
+    &rest[..end]
+}
+
+/// Whether some reduction's kernel (`reduce_*`) of `clif` is machine code
+/// (`codegen/native.rs` emits row sums at AVX2 and AVX-512, row maxima
+/// and minima at AVX-512).
+fn reduction_is_machine_code(clif: &str) -> bool {
+    clif.lines()
+        .any(|l| l.starts_with("; kernel 'reduce_") && l.contains(NATIVE))
+}
+
+/// Whether `clif` has kernels and every one is machine code.
+fn all_machine_code(clif: &str) -> bool {
+    let headers: Vec<&str> = clif
+        .lines()
+        .filter(|l| l.starts_with("; kernel '"))
+        .collect();
+    !headers.is_empty() && headers.iter().all(|l| l.contains(NATIVE))
+}
+
 /// Runs `f` with and without wide math and requires the same bits (any
 /// NaN for a NaN).
 fn same_both_ways(
@@ -459,11 +490,14 @@ fn fused_rows_match_inline() {
                     .jit_compile(true)
                     .compiler_ir(&specs, IrStage::Cranelift)
                     .unwrap();
-                assert_eq!(
-                    sum_clif.contains("tl_native_row_"),
-                    fused && host_has_wide() && fname != "erf",
-                    "sum of {name}\n{sum_clif}"
-                );
+                // The sum's kernel is itself machine code where the
+                // row's expression records, or Cranelift's loop calls the
+                // fused row as machine code.
+                let machine =
+                    sum_clif.contains("tl_native_row_") || reduction_is_machine_code(&sum_clif);
+                if fused && fname != "erf" {
+                    assert_eq!(machine, host_has_wide(), "sum of {name}\n{sum_clif}");
+                }
                 both_ways(&format!("sum of {name}"), true, sum, &inputs, Some(1e-5));
             }
         }
@@ -564,7 +598,15 @@ fn row_max_matches_inline() {
                 IrStage::Cranelift,
             )
             .unwrap();
-        assert_eq!(clif.contains("tl_wide_row_f32"), host_has_wide(), "{cols}");
+        // AVX-512: the max's kernel is machine code (`vrangeps`); AVX2:
+        // Cranelift's loop calls the wide row.
+        let avx512 = tensorlift::compiler::max_isa() >= tensorlift::compiler::IsaLevel::Avx512;
+        assert_eq!(reduction_is_machine_code(&clif), avx512, "{cols}\n{clif}");
+        assert_eq!(
+            clif.contains("tl_wide_row_f32"),
+            host_has_wide() && !avx512,
+            "{cols}\n{clif}"
+        );
         same_both_ways(&format!("row max {n}x{cols}"), true, max, &[x]);
         same_both_ways(&format!("f64 row max {n}x{cols}"), true, max, &[x64]);
     }
@@ -637,11 +679,35 @@ fn softmax_exp_row_prefetches_the_next_block() {
         .and_then(|b| b.parse().ok())
         .unwrap_or_else(|| panic!("no row group in\n{fused}"));
     let clif = f.compiler_ir(&spec, IrStage::Cranelift).unwrap();
-    // Row max and exp row, in kernel order (the division is machine code).
-    assert_eq!(row_calls_prefetching(&clif), [false, true], "{clif}");
+    // Row max and exp row, in kernel order (the division is machine
+    // code). Each is machine code of its own where the host allows (the
+    // max at AVX-512, the sum at AVX2 too), prefetching with `prefetcht1`
+    // at the distance as a displacement; else Cranelift's loop calls a
+    // row routine with the distance as its `ahead`.
+    let distance = block * 1024 * 4;
+    for (kernel, prefetches) in [("reduce_max", false), ("reduce_sum", true)] {
+        let part = kernel_part(&clif, kernel);
+        if part.lines().next().unwrap().contains(NATIVE) {
+            let ahead = format!("+{distance:X}h]");
+            assert_eq!(
+                part.lines()
+                    .any(|l| l.contains("prefetcht1") && l.contains(&ahead)),
+                prefetches,
+                "{kernel}: {ahead}\n{part}"
+            );
+            assert_eq!(part.contains("prefetch"), prefetches, "{part}");
+        } else {
+            // (The part with the dump's names of the imported functions.)
+            let names: Vec<&str> = clif.lines().filter(|l| l.starts_with("; u0:")).collect();
+            let part = format!("{part}\n{}", names.join("\n"));
+            assert_eq!(row_calls_prefetching(&part), [prefetches], "{part}");
+            if prefetches {
+                let distance = format!("iconst.i64 {distance:#x}");
+                assert!(part.contains(&distance), "{distance}\n{part}");
+            }
+        }
+    }
     assert!(clif.contains(NATIVE), "{clif}");
-    let distance = format!("iconst.i64 {:#x}", block * 1024 * 4);
-    assert!(clif.contains(&distance), "{distance}");
     let alone = function(|x: Sym| (&x * 2.0).exp())
         .jit_compile(true)
         .compiler_ir(&spec, IrStage::Cranelift)
@@ -838,9 +904,14 @@ fn check_dot(
     } else {
         "tl_wide_dot_f32"
     };
+    // f32 rows of two loop dims are a reduction kernel of machine code
+    // where the host has AVX2 or AVX-512 (any length); other rows call
+    // the wide dot where they are long enough.
+    let machine = !f64_data && all_machine_code(&clif);
+    assert!(!machine || host_has_wide(), "{name}\n{clif}");
     assert_eq!(
-        clif.contains(symbol),
-        n >= 64 && host_has_wide(),
+        clif.contains(symbol) || machine,
+        (n >= 64 || machine) && host_has_wide(),
         "{name}: the wide dot where the row is long enough and the host has it"
     );
     let inline = function(move |x: &[Sym]| body(x))
@@ -1054,8 +1125,13 @@ fn dot_rows_in_row_groups_and_exact_mode() {
     let f = function(body).jit_compile(true);
     let fused = f.compiler_ir(&specs, IrStage::Fused).unwrap();
     assert!(fused.contains("row group"), "{fused}");
+    // The rows' kernel as machine code, or calling the wide dot.
     let clif = f.compiler_ir(&specs, IrStage::Cranelift).unwrap();
-    assert_eq!(clif.contains("tl_wide_dot_f32"), host_has_wide());
+    assert_eq!(
+        clif.contains("tl_wide_dot_f32") || all_machine_code(&clif),
+        host_has_wide(),
+        "{clif}"
+    );
     let inputs = [x, y];
     let want = function(body).jit_compile(false).call(&inputs).unwrap();
     let got = f.call(&inputs).unwrap();
@@ -1078,11 +1154,16 @@ fn dot_rows_in_row_groups_and_exact_mode() {
             .compiler_ir(&specs, IrStage::Cranelift)
             .unwrap();
         assert!(!clif.contains("tl_wide_"), "exact mode");
+        assert!(!clif.contains(NATIVE), "exact mode");
         let clif = function(g)
             .jit_compile(true)
             .compiler_ir(&specs, IrStage::Cranelift)
             .unwrap();
-        assert_eq!(clif.contains("tl_wide_dot_f32"), host_has_wide());
+        assert_eq!(
+            clif.contains("tl_wide_dot_f32") || all_machine_code(&clif),
+            host_has_wide(),
+            "{clif}"
+        );
     }
 }
 

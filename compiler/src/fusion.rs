@@ -456,6 +456,25 @@ pub struct RowGroup {
     pub block: usize,
 }
 
+impl RowGroup {
+    /// The group's kernels, in order.
+    pub fn kernels<'p>(&self, plan: &'p Plan) -> impl Iterator<Item = &'p Kernel> + use<'p> {
+        plan.steps[self.start..self.end]
+            .iter()
+            .filter_map(|s| match s {
+                Step::Kernel(k) => Some(k),
+                Step::Gemm(_)
+                | Step::Pack(_)
+                | Step::Runtime { .. }
+                | Step::Copy { .. }
+                | Step::Label(_)
+                | Step::Jump(_)
+                | Step::BranchUnless { .. }
+                | Step::Switch { .. } => None,
+            })
+    }
+}
+
 /// Bytes of all the rows one block of a row group touches, at most.
 const ROW_BLOCK_BYTES: usize = 64 << 10;
 

@@ -85,19 +85,7 @@ pub(crate) fn group_split(plan: &Plan, g: &RowGroup, opts: &JitOptions) -> Split
     if !opts.threads {
         return Split::One(THREADS_OFF);
     }
-    let kernels = || {
-        plan.steps[g.start..g.end].iter().filter_map(|s| match s {
-            Step::Kernel(k) => Some(k),
-            Step::Gemm(_)
-            | Step::Pack(_)
-            | Step::Runtime { .. }
-            | Step::Copy { .. }
-            | Step::Label(_)
-            | Step::Jump(_)
-            | Step::BranchUnless { .. }
-            | Step::Switch { .. } => None,
-        })
-    };
+    let kernels = || g.kernels(plan);
     if !kernels().any(codegen::splittable) {
         return Split::One("one thread: memory-bound (too few ops per element)");
     }

@@ -525,7 +525,10 @@ pub(crate) fn generate(
         {
             let native = match super::transpose::compile(plan, k, opts)? {
                 Some(t) => Some(t),
-                None => super::native::compile(plan, k, opts)?,
+                None => match super::columns::compile(plan, k, opts)? {
+                    Some(c) => Some(c),
+                    None => super::native::compile(plan, k, opts)?,
+                },
             };
             if let Some(native) = native {
                 clif.machine(

@@ -31,6 +31,7 @@ use tensorlift_ir::{DType, Error, Result};
 use crate::fusion::{ENode, Kernel, Plan, SlotId};
 use crate::rt::RtFn;
 
+mod columns;
 mod cost;
 pub(crate) mod direct;
 mod driver;

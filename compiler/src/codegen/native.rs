@@ -44,7 +44,7 @@ use iced_x86::code_asm::{
     ymm12, ymm13, ymm14, ymm15, ymmword_ptr,
 };
 use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, Formatter, IntelFormatter};
-use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, Result, UnaryOp};
+use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, ReduceOp, Result, UnaryOp};
 
 use crate::approx;
 use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId};
@@ -207,6 +207,9 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
     let Some(plain) = record(plan, k, false).filter(fits) else {
         return Ok(None);
     };
+    if let Some(out) = plain.sums_into {
+        return row_sums(plain, out, k, isa);
+    }
     // The line in the kernel's order, or the lean one where it runs more
     // vectors a step (with as many, its extra loads cost a few percent).
     let mut best = Lines::of(plain, isa);
@@ -236,7 +239,66 @@ pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Opti
         },
         false => None,
     };
-    let frame = Frame::Kernel { inner, cols };
+    let frame = Frame::Kernel {
+        inner,
+        cols,
+        sums: None,
+    };
+    emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).map(Some)
+}
+
+/// Most values a lane of a row sum adds in sequence: longer rows keep
+/// the Cranelift code, whose partial sums bound the error of a long row
+/// (`FLUSH_STEPS`).
+const ROW_SUM_LANE_MAX: i64 = 256;
+
+/// A row sum (`record`ed into `out`): as many vectors a step as the
+/// registers allow, each added into its accumulator, the accumulators
+/// summed at the end of each row and stored as the row's sum.
+fn row_sums(rec: Rec, out: usize, k: &Kernel, isa: Isa) -> Result<Option<Native>> {
+    let cols = k.dims[1] as i64;
+    let Ok(c32) = i32::try_from(cols) else {
+        return Ok(None);
+    };
+    let mut pool = Pool::default();
+    // A max or min: AVX-512's `vrangeps` (its zeros signed as `fmax`
+    // and `fmin` sign them), NaN lanes kept aside in one more register.
+    let extreme = match &k.kind {
+        KernelKind::Reduce {
+            op: ReduceOp::Max, ..
+        } => Some((true, f32::NEG_INFINITY)),
+        KernelKind::Reduce {
+            op: ReduceOp::Min, ..
+        } => Some((false, f32::INFINITY)),
+        KernelKind::Reduce {
+            op: ReduceOp::Sum | ReduceOp::Prod | ReduceOp::And | ReduceOp::Or,
+            ..
+        }
+        | KernelKind::Loop => None,
+    };
+    let kind = match extreme {
+        None => AccKind::Sum,
+        Some(_) if isa != Isa::Avx512 => return Ok(None),
+        Some((max, identity)) => AccKind::Extreme {
+            max,
+            identity: pool.at(u64::from(identity.to_bits())),
+        },
+    };
+    // (A max or min's NaN lanes in the register after the accumulators'.)
+    let extra = u8::from(kind != AccKind::Sum);
+    let accurate = |copies: u32| {
+        let lanes = i64::from(isa.lanes(rec.elem)) * i64::from(copies);
+        kind != AccKind::Sum || cols <= ROW_SUM_LANE_MAX * lanes
+    };
+    let Some((accs, phys, several)) = with_accumulators(&rec, isa, &mut pool, extra, accurate)
+    else {
+        return Ok(None);
+    };
+    let frame = Frame::Kernel {
+        inner: cols,
+        cols: Some(c32),
+        sums: Some(RowReduce { out, accs, kind }),
+    };
     emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).map(Some)
 }
 
@@ -265,23 +327,45 @@ pub(super) fn compile_row(
     // accumulator (reserved through the whole loop, the one-vector line's
     // included).
     let mut pool = Pool::default();
-    let picked = (1..=MAX_COPIES).rev().find_map(|copies| {
-        let accs = copies as u8;
-        let one = allocate(&rec, isa, &mut pool, accs)?;
-        let several = match copies {
-            1 => None,
-            _ => {
-                let line = interleave(&rec, isa.vector_bytes(), copies)?;
-                Some((copies as i32, allocate(&line, isa, &mut pool, accs)?))
-            }
-        };
-        Some((accs, one, several))
-    });
-    let Some((accs, phys, several)) = picked else {
+    let Some((accs, phys, several)) = with_accumulators(&rec, isa, &mut pool, 0, |_| true) else {
         return Ok(None);
     };
     let frame = Frame::Row { prefetch, accs };
     emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).map(Some)
+}
+
+/// A line's accumulators, its registers and (several vectors a step)
+/// its copies' with their count.
+type WithAccs = (u8, Phys, Option<(i32, Phys)>);
+
+/// The registers of a line that adds its value into accumulators: the
+/// line alone and as many copies interleaved as the registers allow (at
+/// most [`MAX_COPIES`], and where `fits(copies)`), each copy with its
+/// accumulator, and `extra` more registers, kept out of the allocation
+/// through the whole loop (the one-vector line's included).
+fn with_accumulators(
+    rec: &Rec,
+    isa: Isa,
+    pool: &mut Pool,
+    extra: u8,
+    fits: impl Fn(u32) -> bool,
+) -> Option<WithAccs> {
+    (1..=MAX_COPIES)
+        .rev()
+        .filter(|&c| fits(c))
+        .find_map(|copies| {
+            let accs = copies as u8;
+            let reserved = accs + extra;
+            let one = allocate(rec, isa, pool, reserved)?;
+            let several = match copies {
+                1 => None,
+                _ => {
+                    let line = interleave(rec, isa.vector_bytes(), copies)?;
+                    Some((copies as i32, allocate(&line, isa, pool, reserved)?))
+                }
+            };
+            Some((accs, one, several))
+        })
 }
 
 /// The line of [`compile_row`]'s row: slot 0 the destination, 1 the
@@ -402,6 +486,8 @@ fn interleave(rec: &Rec, bytes: i32, copies: u32) -> Option<Rec> {
         unsupported: rec.unsupported,
         rows: rec.rows,
         elem: rec.elem,
+        sums_into: rec.sums_into,
+        prefetch: rec.prefetch,
     })
 }
 
@@ -680,6 +766,13 @@ struct Rec {
     rows: bool,
     /// The lanes' type.
     elem: Elem,
+    /// A row sum: the slot (index into `slots`) its sums are stored in,
+    /// one per row, the line's value added into the accumulators.
+    sums_into: Option<usize>,
+    /// A row reduction in a row group: the slot (index into `slots`) whose
+    /// row of the next block it prefetches as it reads its own, and the
+    /// bytes to it (`wide_rows::prefetch_distance`).
+    prefetch: Option<(usize, i32)>,
 }
 
 impl Rec {
@@ -970,18 +1063,48 @@ const RELOAD_AFTER: usize = 8;
 /// load costs no register), so that fewer values are live at once.
 fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
     let elem = Elem::of(plan.slots[k.out].dtype)?;
-    if k.kind != KernelKind::Loop
-        || k.stash.is_some()
-        || k.dims.is_empty()
-        || !contiguous(&k.dims, &k.out_strides)
-    {
-        return None;
-    }
     let mut rec = Rec {
         elem,
         ..Rec::default()
     };
-    rec.slot(k.out);
+    // The strides of a load at the element's own index: the output's, or
+    // (a row sum) the rows' and columns'.
+    let own: Vec<i64> = match &k.kind {
+        KernelKind::Loop => {
+            if k.stash.is_some() || k.dims.is_empty() || !contiguous(&k.dims, &k.out_strides) {
+                return None;
+            }
+            rec.slot(k.out);
+            k.out_strides.clone()
+        }
+        KernelKind::Reduce { op, reduced } => {
+            let supported = match op {
+                ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min => true,
+                ReduceOp::Prod | ReduceOp::And | ReduceOp::Or => false,
+            };
+            let cols = *k.dims.get(1)?;
+            let own = vec![cols as i64, 1];
+            if !supported
+                || elem != Elem::F32
+                || reduced[..] != [false, true]
+                || k.out_strides[..] != [1, 0]
+                || cols == 0
+                || k.stash.as_ref().is_some_and(|s| {
+                    s.node != k.root || s.strides != own || plan.slots[s.slot].dtype != DType::F32
+                })
+            {
+                return None;
+            }
+            // The stash (stored as the value goes) first: stores go to
+            // slot 0.
+            if let Some(s) = &k.stash {
+                rec.slot(s.slot);
+            }
+            rec.sums_into = Some(rec.slot(k.out));
+            rec.rows = true;
+            own
+        }
+    };
     let order: Vec<usize> = match lean {
         true => schedule(k),
         false => (0..k.nodes.len()).collect(),
@@ -1038,7 +1161,15 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                         disp,
                         row: false,
                     }
-                } else if *strides == k.out_strides {
+                } else if *strides == own {
+                    if rec.sums_into.is_some()
+                        && rec.prefetch.is_none()
+                        && let Some(d) =
+                            super::wide_rows::prefetch_distance(plan, k, *slot, strides)
+                    {
+                        rec.prefetch =
+                            Some((s, i32::try_from(d.checked_add(i64::from(disp))?).ok()?));
+                    }
                     Inst::Load {
                         dst,
                         slot: s,
@@ -1139,7 +1270,12 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
         return None;
     }
     let root = rec.reg(vals[k.root]);
-    rec.insts.push(Inst::Store { a: root, disp: 0 });
+    if rec.sums_into.is_none() || k.stash.is_some() {
+        rec.insts.push(Inst::Store { a: root, disp: 0 });
+    }
+    if rec.sums_into.is_some() {
+        rec.insts.push(Inst::Acc { a: root, acc: 0 });
+    }
     Some(rec)
 }
 
@@ -1596,9 +1732,9 @@ fn assemble(
     let mut top = a.create_label();
     let mut tail = a.create_label();
     let mut done = a.create_label();
-    let (inner, cols) = match frame {
-        Frame::Kernel { inner, cols } => (inner, cols),
-        Frame::Row { .. } => (1, None),
+    let (inner, cols, sums) = match frame {
+        Frame::Kernel { inner, cols, sums } => (inner, cols, sums),
+        Frame::Row { .. } => (1, None, None),
     };
     (|| -> std::result::Result<(), BodyError> {
         // The entry jumps over the pool, which starts 64 bytes in (the
@@ -1668,8 +1804,10 @@ fn assemble(
             }
         }
         a.lea(r11, ptr(pool))?;
+        let acc = sums.map_or(AccKind::Sum, |s| s.kind);
+        let nan = sums.map_or(0, |s| isa.acc_reg(s.accs));
         let body = |a: &mut CodeAssembler, line: &Phys, tail: bool| match isa {
-            Isa::Avx512 => body512(a, line, gprs, tail, e),
+            Isa::Avx512 => body512(a, line, gprs, tail, e, acc, nan),
             Isa::Avx2 => body256(a, line, gprs, tail, ones, e),
         };
         if let Some(cols) = cols {
@@ -1689,11 +1827,41 @@ fn assemble(
             a.cmp(rdi, rsi)?;
             a.jae(done)?;
             a.xor(iced_x86::code_asm::ecx, iced_x86::code_asm::ecx)?;
+            match sums {
+                Some(RowReduce {
+                    accs,
+                    kind: AccKind::Sum,
+                    ..
+                }) => {
+                    for j in 0..accs {
+                        acc_op(&mut a, isa, e, j, AccOp::Zero)?;
+                    }
+                }
+                Some(RowReduce {
+                    accs,
+                    kind: AccKind::Extreme { identity, .. },
+                    ..
+                }) => {
+                    for j in 0..accs {
+                        let r = ZMM[isa.acc_reg(j) as usize];
+                        a.vbroadcastss(r, dword_ptr(r11 + identity * 4))?;
+                    }
+                    let n = ZMM[isa.acc_reg(accs) as usize];
+                    a.vpxord(n, n, n)?;
+                }
+                None => {}
+            }
             if let Some((copies, line)) = several {
                 a.set_label(&mut top2)?;
                 a.lea(rax, ptr(rcx + copies * lanes))?;
                 a.cmp(rax, cols)?;
                 a.jg(one)?;
+                if let Some((slot, ahead)) = rec.prefetch {
+                    for line in 0..copies * isa.vector_bytes() / 64 {
+                        let at = gprs[slot] + rdx * (e.bytes() as u32) + ahead + line * 64;
+                        a.prefetcht1(iced_x86::code_asm::byte_ptr(at))?;
+                    }
+                }
                 body(&mut a, line, false)?;
                 a.add(rcx, copies * lanes)?;
                 a.add(rdx, copies * lanes)?;
@@ -1711,6 +1879,13 @@ fn assemble(
             if rest != 0 {
                 body(&mut a, phys, true)?;
                 a.add(rdx, rest)?;
+            }
+            if let Some(RowReduce { out, accs, kind }) = sums {
+                match kind {
+                    AccKind::Sum => row_sum(&mut a, isa, e, accs)?,
+                    AccKind::Extreme { max, .. } => row_extreme(&mut a, isa, accs, max)?,
+                }
+                a.vmovss(dword_ptr(gprs[out] + rdi * 4), xmm0)?;
             }
             a.add(rdi, 1)?;
             a.jmp(row)?;
@@ -1805,11 +1980,45 @@ pub(super) const POOL_AT: usize = 64;
 #[derive(Clone, Copy)]
 enum Frame {
     /// A kernel (the kernel ABI): `inner` elements per index of its range,
-    /// row by row with `cols` columns where its loads need it.
-    Kernel { inner: i64, cols: Option<i32> },
+    /// row by row with `cols` columns where its loads need it; a row sum
+    /// (`sums`: the slot its sums go to, and its accumulators) adds its
+    /// values up row by row.
+    Kernel {
+        inner: i64,
+        cols: Option<i32>,
+        sums: Option<RowReduce>,
+    },
     /// A fused row (`tl_wide_row_f32`'s signature): `accs` accumulators,
     /// `prefetch`: the lines of `ahead` prefetched as the row is read.
     Row { prefetch: bool, accs: u8 },
+}
+
+/// A row reduction's result: the slot (index into the line's) its value
+/// per row goes to, its accumulators and how they combine.
+#[derive(Clone, Copy)]
+struct RowReduce {
+    out: usize,
+    accs: u8,
+    kind: AccKind,
+}
+
+/// How `Acc` adds a value into its accumulator.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AccKind {
+    /// Added.
+    Sum,
+    /// Its max (min) by `vrangeps`, each NaN lane of the value kept in
+    /// the register after the accumulators' (`Isa::acc_reg(accs)`), which
+    /// makes the row's result the canonical NaN; `identity`: the pool
+    /// entry of -inf (+inf).
+    Extreme { max: bool, identity: i32 },
+}
+
+impl AccKind {
+    /// `vrangeps`'s immediate: max or min, the sign from the comparison.
+    fn range_imm(max: bool) -> i32 {
+        if max { 0b0101 } else { 0b0100 }
+    }
 }
 
 /// Bytes of a fused row's stack frame: `a` and `b`, then (from byte 64)
@@ -1903,6 +2112,44 @@ fn row_sum(
     Ok(())
 }
 
+/// The max (min) of the `accs` accumulators' lanes into xmm0, or the
+/// canonical NaN where the register after theirs holds a NaN lane
+/// (AVX-512 only: `vrangeps`).
+fn row_extreme(
+    a: &mut CodeAssembler,
+    isa: Isa,
+    accs: u8,
+    max: bool,
+) -> std::result::Result<(), BodyError> {
+    if isa != Isa::Avx512 {
+        return Err(BodyError::NoForm("AVX2 row max"));
+    }
+    let imm = AccKind::range_imm(max);
+    let first = ZMM[isa.acc_reg(0) as usize];
+    for j in 1..accs {
+        let r = ZMM[isa.acc_reg(j) as usize];
+        a.vrangeps(first, first, r, imm)?;
+    }
+    a.vmovaps(zmm0, first)?;
+    a.vextractf64x4(ymm1, zmm0, 1)?;
+    a.vrangeps(ymm0, ymm0, ymm1, imm)?;
+    a.vextractf128(xmm1, ymm0, 1)?;
+    a.vrangeps(xmm0, xmm0, xmm1, imm)?;
+    a.vmovhlps(xmm1, xmm0, xmm0)?;
+    a.vrangeps(xmm0, xmm0, xmm1, imm)?;
+    a.vmovshdup(xmm1, xmm0)?;
+    a.vrangess(xmm0, xmm0, xmm1, imm)?;
+    let n = ZMM[isa.acc_reg(accs) as usize];
+    let mut no_nan = a.create_label();
+    a.vcmpps(k2, n, n, UNORD_Q)?;
+    a.kortestw(k2, k2)?;
+    a.jz(no_nan)?;
+    a.mov(eax_(), 0x7fc0_0000)?;
+    a.vmovd(xmm0, eax_())?;
+    a.set_label(&mut no_nan)?;
+    Ok(())
+}
+
 /// The tail's lane mask (AVX-512: k1; AVX2: ymm15): the first `rest`
 /// lanes, or (`None`) the first `rsi - rdx` (fewer than a vector).
 fn tail_mask(
@@ -1991,6 +2238,8 @@ fn body512(
     gprs: &[AsmRegister64],
     tail: bool,
     e: Elem,
+    acc_kind: AccKind,
+    nan: u8,
 ) -> std::result::Result<(), BodyError> {
     let z = |r: u8| ZMM[r as usize];
     let kk = |r: u8| KREG[r as usize];
@@ -2122,10 +2371,25 @@ fn body512(
             }
             PInst::Acc { a: x, acc } => {
                 let s = z(Isa::Avx512.acc_reg(acc));
-                if tail {
-                    by_elem!(a, e, vaddps | vaddpd(s.k1(), s, z(x)))?;
-                } else {
-                    by_elem!(a, e, vaddps | vaddpd(s, s, z(x)))?;
+                match (acc_kind, tail) {
+                    (AccKind::Sum, true) => by_elem!(a, e, vaddps | vaddpd(s.k1(), s, z(x)))?,
+                    (AccKind::Sum, false) => by_elem!(a, e, vaddps | vaddpd(s, s, z(x)))?,
+                    // (k2 is free: no mask outlives the line's values,
+                    // and the accumulations come last.)
+                    (AccKind::Extreme { max, .. }, _) => {
+                        let imm = AccKind::range_imm(max);
+                        if tail {
+                            a.vcmpps(k2.k1(), z(x), z(x), UNORD_Q)?;
+                        } else {
+                            a.vcmpps(k2, z(x), z(x), UNORD_Q)?;
+                        }
+                        a.vmovaps(z(nan).k2(), z(x))?;
+                        if tail {
+                            a.vrangeps(s.k1(), s, z(x), imm)?;
+                        } else {
+                            a.vrangeps(s, s, z(x), imm)?;
+                        }
+                    }
                 }
             }
         }
@@ -2343,6 +2607,7 @@ mod tests {
                 let frame = Frame::Kernel {
                     inner: 1,
                     cols: None,
+                    sums: None,
                 };
                 let native = emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).unwrap();
                 let text = &Native::listing(&native.bytes, native.code_at);
@@ -2350,6 +2615,70 @@ mod tests {
                     assert!(text.contains(w), "{name} at {}: no {w}\n{text}", isa.name());
                 }
                 assert!(!text.contains("vcmp"), "{name} at {}\n{text}", isa.name());
+            }
+        }
+    }
+
+    /// Row sums assemble at both levels and row maxima at AVX-512,
+    /// whatever the host: accumulators zeroed (set to -inf) at each row,
+    /// summed (ranged) at its end and stored, the masked last vector
+    /// added (ranged) under its mask; a max's NaN lanes set aside.
+    #[test]
+    fn row_reductions_assemble() {
+        // (slot 0 unused, 1 the operand, 2 the sums)
+        let mut sum = line(|_, x| x);
+        if let Some(Inst::Store { a, .. }) = sum.insts.pop() {
+            sum.insts.push(Inst::Acc { a, acc: 0 });
+        }
+        sum.slots.push(7);
+        sum.rows = true;
+        sum.sums_into = Some(2);
+        let cases: [(Isa, bool, &[&str]); 3] = [
+            (
+                Isa::Avx512,
+                false,
+                &["vaddps zmm31{k1}", "vextractf64x4", "vmovss"],
+            ),
+            (Isa::Avx2, false, &["vandps", "vextractf128", "vmovss"]),
+            (
+                Isa::Avx512,
+                true,
+                &[
+                    "vrangeps zmm31{k1}",
+                    "vcmpunordps k2{k1}",
+                    "kortestw",
+                    "vrangess",
+                    "vmovss",
+                ],
+            ),
+        ];
+        for (isa, max, want) in cases {
+            let mut pool = Pool::default();
+            let kind = match max {
+                true => AccKind::Extreme {
+                    max: true,
+                    identity: pool.at(u64::from(f32::NEG_INFINITY.to_bits())),
+                },
+                false => AccKind::Sum,
+            };
+            let phys = allocate(&sum, isa, &mut pool, 2).unwrap();
+            let frame = Frame::Kernel {
+                inner: 100,
+                cols: Some(100),
+                sums: Some(RowReduce {
+                    out: 2,
+                    accs: 1,
+                    kind,
+                }),
+            };
+            let native = emit(&sum, &phys, None, &pool.bits, frame, isa).unwrap();
+            let text = &Native::listing(&native.bytes, native.code_at);
+            for w in want {
+                assert!(
+                    text.contains(w),
+                    "max {max} at {}: no {w}\n{text}",
+                    isa.name()
+                );
             }
         }
     }
@@ -2380,6 +2709,7 @@ mod tests {
             let frame = Frame::Kernel {
                 inner: 1,
                 cols: None,
+                sums: None,
             };
             let native = emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).unwrap();
             let text = &Native::listing(&native.bytes, native.code_at);

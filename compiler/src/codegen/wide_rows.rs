@@ -8,7 +8,7 @@ use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Type, Val
 use cranelift_frontend::Variable;
 use tensorlift_ir::{BinaryOp, DType, Error, ReduceOp, Result, Scalar, UnaryOp};
 
-use crate::fusion::{ENode, KernelKind, Step};
+use crate::fusion::{ENode, Kernel, KernelKind, Plan, Step};
 use crate::rt::RtFn;
 use crate::wide;
 
@@ -318,47 +318,8 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             src,
             pre,
             dst: dst.map(|(key, _, _)| key),
-            ahead: self.prefetch_distance(*slot, strides),
+            ahead: prefetch_distance(self.plan, self.k, *slot, strides),
         })
-    }
-
-    /// In a row group (a block of rows at a time through every kernel),
-    /// a later kernel that reads a row of a buffer the group's first
-    /// kernel also reads, and no kernel of the group writes, prefetches the
-    /// same row of the next block: the bytes to it (`block` rows on). The
-    /// first kernel then finds its rows in L2 instead of waiting on memory
-    /// (softmax: the row max reads `x`, the exp row prefetches it; 1.2 →
-    /// 0.9 ms, docs/benchmarks.md).
-    fn prefetch_distance(&self, slot: usize, strides: &[i64]) -> Option<i64> {
-        let plan = self.plan;
-        let at = (plan.steps.iter())
-            .position(|st| matches!(st, Step::Kernel(k) if std::ptr::eq(k, self.k)))?;
-        let g = plan.groups.iter().find(|g| g.start < at && at < g.end)?;
-        let kernels = || {
-            plan.steps[g.start..g.end].iter().filter_map(|st| match st {
-                Step::Kernel(k) => Some(k),
-                Step::Gemm(_)
-                | Step::Pack(_)
-                | Step::Runtime { .. }
-                | Step::Copy { .. }
-                | Step::Label(_)
-                | Step::Jump(_)
-                | Step::BranchUnless { .. }
-                | Step::Switch { .. } => None,
-            })
-        };
-        let written =
-            kernels().any(|k| k.out == slot || k.stash.as_ref().is_some_and(|st| st.slot == slot));
-        let Step::Kernel(first) = &plan.steps[g.start] else {
-            return None;
-        };
-        let first_reads = first
-            .nodes
-            .iter()
-            .any(|n| matches!(n, ENode::Load { slot: s, .. } if *s == slot));
-        let row = *strides.first()?;
-        let esize = plan.slots[slot].dtype.size() as i64;
-        (!written && first_reads && row > 0).then(|| row * g.block as i64 * esize)
     }
 
     /// The call of a fused row over the `count` elements of the current
@@ -779,4 +740,35 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         need
     }
+}
+
+/// In a row group (a block of rows at a time through every kernel),
+/// a later kernel that reads a row of a buffer the group's first
+/// kernel also reads, and no kernel of the group writes, prefetches the
+/// same row of the next block: the bytes to it (`block` rows on). The
+/// first kernel then finds its rows in L2 instead of waiting on memory
+/// (softmax: the row max reads `x`, the exp row prefetches it; 1.2 →
+/// 0.9 ms, docs/benchmarks.md).
+pub(super) fn prefetch_distance(
+    plan: &Plan,
+    k: &Kernel,
+    slot: usize,
+    strides: &[i64],
+) -> Option<i64> {
+    let at = (plan.steps.iter())
+        .position(|st| matches!(st, Step::Kernel(st_k) if std::ptr::eq(st_k, k)))?;
+    let g = plan.groups.iter().find(|g| g.start < at && at < g.end)?;
+    let written = g
+        .kernels(plan)
+        .any(|k| k.out == slot || k.stash.as_ref().is_some_and(|st| st.slot == slot));
+    let Step::Kernel(first) = &plan.steps[g.start] else {
+        return None;
+    };
+    let first_reads = first
+        .nodes
+        .iter()
+        .any(|n| matches!(n, ENode::Load { slot: s, .. } if *s == slot));
+    let row = *strides.first()?;
+    let esize = plan.slots[slot].dtype.size() as i64;
+    (!written && first_reads && row > 0).then(|| row * g.block as i64 * esize)
 }

@@ -1,0 +1,267 @@
+//! Sums over a middle axis with the innermost kept (a column sum, a sum
+//! over axis 1 of three) as AVX-512 or AVX2 machine code (iced-x86's
+//! assembler):
+//! kernels of dims `[outer, rows, columns]` reducing `rows`, whose one
+//! node loads f32 or f64 contiguous along the columns. For each index of
+//! the outer range, the columns go by blocks of up to [`ACCS`] vectors,
+//! each block's sums held in registers while the rows stream past (one
+//! load-and-add per vector per row), then stored once; the last block's
+//! last vector is masked where the columns are not a whole number of
+//! vectors. Each column is summed in row order, one element after the
+//! other, as the Cranelift loop nest does. Compiling it touches no
+//! Cranelift code: a program of such kernels compiles without Cranelift
+//! (docs/benchmarks.md, "Reductions as machine code").
+//!
+//! The function has the kernel ABI (`mod.rs`) and the layout of
+//! `native`'s functions (a jump over an empty pool), so dumps list it the
+//! same way.
+
+use iced_x86::code_asm::{
+    AsmRegisterYmm, AsmRegisterZmm, CodeAssembler, eax, edi, esi, k1, ptr, qword_ptr, r8, r9, r10,
+    r11, rax, rcx, rdi, rdx, ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm15,
+    ymmword_ptr, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmmword_ptr,
+};
+use tensorlift_ir::{DType, Error, ReduceOp, Result};
+
+use super::JitOptions;
+use super::native::{Native, POOL_AT};
+use crate::fusion::{ENode, Kernel, KernelKind, Plan};
+
+/// Vectors of columns a block sums at once (their sums in zmm0–7 or
+/// ymm0–7).
+const ACCS: usize = 8;
+
+const ZMM: [AsmRegisterZmm; ACCS] = [zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7];
+const YMM: [AsmRegisterYmm; ACCS] = [ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7];
+
+/// A qualifying kernel's layout, in bytes where a step.
+#[derive(Debug, PartialEq)]
+struct Layout {
+    /// 4 (f32) or 8 (f64).
+    esize: usize,
+    src: usize,
+    dst: usize,
+    /// The operand's first element, in bytes.
+    offset: i32,
+    /// Rows summed, and columns.
+    rows: u32,
+    cols: usize,
+    /// Bytes between outer indices of the operand and the output, and
+    /// between the operand's rows.
+    src_outer: i32,
+    dst_outer: i32,
+    src_row: i32,
+}
+
+/// `k` as AVX-512 or AVX2 machine code, or `None` where it is not such a sum or
+/// the host or options rule it out (exact mode keeps the Cranelift code,
+/// whose order the differential tests compare bit by bit).
+pub(super) fn compile(plan: &Plan, k: &Kernel, opts: &JitOptions) -> Result<Option<Native>> {
+    let avx512 = crate::isa::has_avx512();
+    if opts.exact || !opts.vectorize || !(avx512 || crate::isa::has_avx2()) {
+        return Ok(None);
+    }
+    match layout(plan, k) {
+        Some(l) => assemble(&l, avx512).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The layout of `k` when it qualifies.
+fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
+    let KernelKind::Reduce {
+        op: ReduceOp::Sum,
+        reduced,
+    } = &k.kind
+    else {
+        return None;
+    };
+    let [
+        ENode::Load {
+            slot,
+            dtype,
+            offset,
+            strides,
+        },
+    ] = k.nodes.as_slice()
+    else {
+        return None;
+    };
+    let out = plan.slots.get(k.out)?;
+    if reduced[..] != [false, true, false]
+        || k.stash.is_some()
+        || !matches!(dtype, DType::F32 | DType::F64)
+        || out.dtype != *dtype
+        || k.dims.contains(&0)
+        || strides.len() != 3
+        || strides[2] != 1
+        || k.out_strides[1..] != [0, 1]
+    {
+        return None;
+    }
+    let esize = dtype.size();
+    // Every step is an immediate operand.
+    let bytes = |e: i64| i32::try_from(e.checked_mul(esize as i64)?).ok();
+    Some(Layout {
+        esize,
+        src: *slot,
+        dst: k.out,
+        offset: bytes(*offset)?,
+        rows: u32::try_from(k.dims[1]).ok().filter(|&r| r < 1 << 31)?,
+        cols: k.dims[2],
+        src_outer: bytes(strides[0])?,
+        dst_outer: bytes(k.out_strides[0])?,
+        src_row: bytes(strides[1])?,
+    })
+    .filter(|l| i32::try_from(l.cols * esize).is_ok())
+}
+
+fn asm_err(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("column sum emission failed: {e}"))
+}
+
+/// The function. rdi: the slot table, rdx..rcx: the outer range; r8 and
+/// r9 the operand's and output's bases, r10 and r11 the current outer
+/// index's, rax the row pointer, esi the rows left, edi the blocks left.
+/// AVX-512: the sums in zmm0–7, the last vector's lanes in k1. AVX2: in
+/// ymm0–7, the last vector's lanes in ymm15 (read from the pool: 32 bytes
+/// of ones, then 32 of zeros), loaded masked into ymm8.
+fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
+    let width = if avx512 { 64 } else { 32 };
+    let lanes = width / l.esize;
+    let vectors = l.cols.div_ceil(lanes);
+    let blocks = vectors / ACCS;
+    let last = vectors % ACCS;
+    let rest = l.cols % lanes;
+    let f64 = l.esize == 8;
+    let mut a = CodeAssembler::new(64).map_err(asm_err)?;
+    let code_at = if avx512 { POOL_AT } else { POOL_AT + 64 };
+    (|| -> std::result::Result<(), iced_x86::IcedError> {
+        let mut jump = [0xcc_u8; POOL_AT];
+        jump[0] = 0xe9;
+        jump[1..5].copy_from_slice(&(code_at as i32 - 5).to_le_bytes());
+        a.db(&jump)?;
+        let mut pool = a.create_label();
+        if !avx512 {
+            a.set_label(&mut pool)?;
+            a.dd(&[u32::MAX; 8])?;
+            a.dd(&[0; 8])?;
+        }
+        let mut outer = a.create_label();
+        let mut done = a.create_label();
+        a.mov(r8, qword_ptr(rdi + (l.src * 8) as i32))?;
+        a.mov(r9, qword_ptr(rdi + (l.dst * 8) as i32))?;
+        if l.offset != 0 {
+            a.add(r8, l.offset)?;
+        }
+        if rest != 0 {
+            if avx512 {
+                a.mov(eax, (1i32 << rest) - 1)?;
+                a.kmovw(k1, eax)?;
+            } else {
+                a.lea(rax, ptr(pool))?;
+                a.vmovdqu(ymm15, ymmword_ptr(rax + ((lanes - rest) * l.esize) as i32))?;
+            }
+        }
+        a.set_label(&mut outer)?;
+        a.cmp(rdx, rcx)?;
+        a.jge(done)?;
+        a.imul_3(r10, rdx, l.src_outer)?;
+        a.add(r10, r8)?;
+        a.imul_3(r11, rdx, l.dst_outer)?;
+        a.add(r11, r9)?;
+        // One block of `n` vectors (the last masked where `masked`) at
+        // r10/r11, both moved past it.
+        let block = |a: &mut CodeAssembler,
+                     n: usize,
+                     masked: bool|
+         -> std::result::Result<(), iced_x86::IcedError> {
+            let mut row = a.create_label();
+            for u in 0..n {
+                if avx512 {
+                    a.vpxord(ZMM[u], ZMM[u], ZMM[u])?;
+                } else {
+                    a.vxorps(YMM[u], YMM[u], YMM[u])?;
+                }
+            }
+            a.mov(rax, r10)?;
+            a.mov(esi, l.rows)?;
+            a.set_label(&mut row)?;
+            for u in 0..n {
+                let at = rax + (u * width) as i32;
+                let tail = masked && u == n - 1;
+                match (avx512, f64, tail) {
+                    (true, false, false) => a.vaddps(ZMM[u], ZMM[u], zmmword_ptr(at))?,
+                    (true, false, true) => a.vaddps(ZMM[u].k1(), ZMM[u], zmmword_ptr(at))?,
+                    (true, true, false) => a.vaddpd(ZMM[u], ZMM[u], zmmword_ptr(at))?,
+                    (true, true, true) => a.vaddpd(ZMM[u].k1(), ZMM[u], zmmword_ptr(at))?,
+                    (false, false, false) => a.vaddps(YMM[u], YMM[u], ymmword_ptr(at))?,
+                    (false, true, false) => a.vaddpd(YMM[u], YMM[u], ymmword_ptr(at))?,
+                    // The lanes past the columns load as zeros.
+                    (false, false, true) => {
+                        a.vmaskmovps(ymm8, ymm15, ymmword_ptr(at))?;
+                        a.vaddps(YMM[u], YMM[u], ymm8)?
+                    }
+                    (false, true, true) => {
+                        a.vmaskmovpd(ymm8, ymm15, ymmword_ptr(at))?;
+                        a.vaddpd(YMM[u], YMM[u], ymm8)?
+                    }
+                }
+            }
+            a.add(rax, l.src_row)?;
+            a.dec(esi)?;
+            a.jnz(row)?;
+            for u in 0..n {
+                let at = r11 + (u * width) as i32;
+                let tail = masked && u == n - 1;
+                match (avx512, f64, tail) {
+                    (true, false, false) => a.vmovups(zmmword_ptr(at), ZMM[u])?,
+                    (true, false, true) => a.vmovups(zmmword_ptr(at).k1(), ZMM[u])?,
+                    (true, true, false) => a.vmovupd(zmmword_ptr(at), ZMM[u])?,
+                    (true, true, true) => a.vmovupd(zmmword_ptr(at).k1(), ZMM[u])?,
+                    (false, false, false) => a.vmovups(ymmword_ptr(at), YMM[u])?,
+                    (false, true, false) => a.vmovupd(ymmword_ptr(at), YMM[u])?,
+                    (false, false, true) => a.vmaskmovps(ymmword_ptr(at), ymm15, YMM[u])?,
+                    (false, true, true) => a.vmaskmovpd(ymmword_ptr(at), ymm15, YMM[u])?,
+                }
+            }
+            a.add(r10, (n * width) as i32)?;
+            a.add(r11, (n * width) as i32)
+        };
+        // Whole blocks in a loop; the last block (with the masked vector
+        // where there is one) after it.
+        let (looped, tail) = match (last, rest) {
+            (0, 0) => (blocks, 0),
+            (0, _) => (blocks - 1, ACCS),
+            (n, _) => (blocks, n),
+        };
+        if looped > 0 {
+            let mut next = a.create_label();
+            a.mov(edi, looped as u32)?;
+            a.set_label(&mut next)?;
+            block(&mut a, ACCS, false)?;
+            a.dec(edi)?;
+            a.jnz(next)?;
+        }
+        if tail > 0 {
+            block(&mut a, tail, rest != 0)?;
+        }
+        a.add(rdx, 1)?;
+        a.jmp(outer)?;
+        a.set_label(&mut done)?;
+        a.xor(eax, eax)?;
+        a.vzeroupper()?;
+        a.ret()
+    })()
+    .map_err(asm_err)?;
+    let bytes = a.assemble(0).map_err(asm_err)?;
+    if bytes.len() < code_at {
+        return Err(asm_err("the code is shorter than its entry"));
+    }
+    Ok(Native {
+        isa: if avx512 { "AVX-512" } else { "AVX2" },
+        source: "codegen/columns.rs",
+        bytes,
+        code_at,
+    })
+}
