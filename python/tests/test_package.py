@@ -118,8 +118,11 @@ def test_compiler_ir_names_python_lines():
     hlo = f.experimental_get_compiler_ir(tl.TensorSpec([4], tl.float32))(stage="hlo")
     assert f'test_package.py":{line}' in hlo, hlo
     assert "exp" in hlo
+    # Each kernel (Cranelift IR, or its machine code's listing), then
+    # `main` (a list of calls: the program has no control flow).
     clif = f.experimental_get_compiler_ir(tl.TensorSpec([4], tl.float32))(stage="cranelift")
-    assert "function" in clif
+    assert "; kernel 'mul'" in clif, clif
+    assert "; main" in clif, clif
 
 
 def test_trace_error_is_raised_at_the_line_that_caused_it():
