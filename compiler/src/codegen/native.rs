@@ -278,14 +278,18 @@ fn row_sums(rec: Rec, out: usize, k: &Kernel, isa: Isa) -> Result<Option<Native>
     };
     let kind = match extreme {
         None => AccKind::Sum,
-        Some(_) if isa != Isa::Avx512 => return Ok(None),
         Some((max, identity)) => AccKind::Extreme {
             max,
             identity: pool.at(u64::from(identity.to_bits())),
         },
     };
-    // (A max or min's NaN lanes in the register after the accumulators'.)
-    let extra = u8::from(kind != AccKind::Sum);
+    // (A max or min's NaN lanes in the register after the accumulators';
+    // AVX2: then its sign bits and a scratch register.)
+    let extra = match (kind, isa) {
+        (AccKind::Sum, _) => 0,
+        (AccKind::Extreme { .. }, Isa::Avx512) => 1,
+        (AccKind::Extreme { .. }, Isa::Avx2) => 3,
+    };
     let accurate = |copies: u32| {
         let lanes = i64::from(isa.lanes(rec.elem)) * i64::from(copies);
         kind != AccKind::Sum || cols <= ROW_SUM_LANE_MAX * lanes
@@ -1804,11 +1808,13 @@ fn assemble(
             }
         }
         a.lea(r11, ptr(pool))?;
-        let acc = sums.map_or(AccKind::Sum, |s| s.kind);
-        let nan = sums.map_or(0, |s| isa.acc_reg(s.accs));
+        let acc = Accumulate {
+            kind: sums.map_or(AccKind::Sum, |s| s.kind),
+            nan: sums.map_or(0, |s| isa.acc_reg(s.accs)),
+        };
         let body = |a: &mut CodeAssembler, line: &Phys, tail: bool| match isa {
-            Isa::Avx512 => body512(a, line, gprs, tail, e, acc, nan),
-            Isa::Avx2 => body256(a, line, gprs, tail, ones, e),
+            Isa::Avx512 => body512(a, line, gprs, tail, e, acc),
+            Isa::Avx2 => body256(a, line, gprs, tail, ones, e, acc),
         };
         if let Some(cols) = cols {
             // Row by row (rdi: the row, rdx: the element, rcx: the column),
@@ -1839,16 +1845,34 @@ fn assemble(
                 }
                 Some(RowReduce {
                     accs,
-                    kind: AccKind::Extreme { identity, .. },
+                    kind: AccKind::Extreme { identity, max },
                     ..
-                }) => {
-                    for j in 0..accs {
-                        let r = ZMM[isa.acc_reg(j) as usize];
-                        a.vbroadcastss(r, dword_ptr(r11 + identity * 4))?;
+                }) => match isa {
+                    Isa::Avx512 => {
+                        for j in 0..accs {
+                            let r = ZMM[isa.acc_reg(j) as usize];
+                            a.vbroadcastss(r, dword_ptr(r11 + identity * 4))?;
+                        }
+                        let n = ZMM[isa.acc_reg(accs) as usize];
+                        a.vpxord(n, n, n)?;
                     }
-                    let n = ZMM[isa.acc_reg(accs) as usize];
-                    a.vpxord(n, n, n)?;
-                }
+                    Isa::Avx2 => {
+                        for j in 0..accs {
+                            let r = YMM[isa.acc_reg(j) as usize];
+                            a.vmovups(r, ymmword_ptr(r11 + identity * 32))?;
+                        }
+                        let n = YMM[isa.acc_reg(accs) as usize];
+                        a.vxorps(n, n, n)?;
+                        // The sign bits: and-ed from all ones (max), or-ed
+                        // from zeros (min).
+                        let b = YMM[isa.acc_reg(accs + 1) as usize];
+                        if max {
+                            a.vpcmpeqd(b, b, b)?;
+                        } else {
+                            a.vxorps(b, b, b)?;
+                        }
+                    }
+                },
                 None => {}
             }
             if let Some((copies, line)) = several {
@@ -2007,11 +2031,23 @@ struct RowReduce {
 enum AccKind {
     /// Added.
     Sum,
-    /// Its max (min) by `vrangeps`, each NaN lane of the value kept in
-    /// the register after the accumulators' (`Isa::acc_reg(accs)`), which
-    /// makes the row's result the canonical NaN; `identity`: the pool
+    /// Its max (min): AVX-512 by `vrangeps`; AVX2 by `maxps` (`minps`),
+    /// the values' sign bits and-ed (or-ed) into the register after the
+    /// NaN lanes' (`Isa::acc_reg(accs + 1)`, with a scratch register after
+    /// it) to sign a zero result. Each NaN lane of the value is kept in the
+    /// register after the accumulators' (`Isa::acc_reg(accs)`), which
+    /// makes the row's result the canonical NaN. `identity`: the pool
     /// entry of -inf (+inf).
     Extreme { max: bool, identity: i32 },
+}
+
+/// What a body's `Acc` does: how it combines, and (a max or min) the
+/// register of the NaN lanes (AVX2: the sign bits' and a scratch register
+/// below it).
+#[derive(Clone, Copy)]
+struct Accumulate {
+    kind: AccKind,
+    nan: u8,
 }
 
 impl AccKind {
@@ -2121,8 +2157,8 @@ fn row_extreme(
     accs: u8,
     max: bool,
 ) -> std::result::Result<(), BodyError> {
-    if isa != Isa::Avx512 {
-        return Err(BodyError::NoForm("AVX2 row max"));
+    if isa == Isa::Avx2 {
+        return row_extreme256(a, accs, max);
     }
     let imm = AccKind::range_imm(max);
     let first = ZMM[isa.acc_reg(0) as usize];
@@ -2143,6 +2179,80 @@ fn row_extreme(
     let mut no_nan = a.create_label();
     a.vcmpps(k2, n, n, UNORD_Q)?;
     a.kortestw(k2, k2)?;
+    a.jz(no_nan)?;
+    a.mov(eax_(), 0x7fc0_0000)?;
+    a.vmovd(xmm0, eax_())?;
+    a.set_label(&mut no_nan)?;
+    Ok(())
+}
+
+/// [`row_extreme`] at AVX2: the accumulators' max (min) by `maxps`
+/// (`minps`), then a zero result signed from the and (or) of the values'
+/// sign bits (a max that is zero had no positive value: +0 where some
+/// value's sign bit was clear; a min's -0 where some was set), and the
+/// canonical NaN where a NaN lane was seen.
+fn row_extreme256(
+    a: &mut CodeAssembler,
+    accs: u8,
+    max: bool,
+) -> std::result::Result<(), BodyError> {
+    use iced_x86::code_asm::{xmm2, xmm3, xmm4};
+    let isa = Isa::Avx2;
+    let first = YMM[isa.acc_reg(0) as usize];
+    let (n, bits) = (
+        YMM[isa.acc_reg(accs) as usize],
+        YMM[isa.acc_reg(accs + 1) as usize],
+    );
+    for j in 1..accs {
+        let r = YMM[isa.acc_reg(j) as usize];
+        if max {
+            a.vmaxps(first, first, r)?;
+        } else {
+            a.vminps(first, first, r)?;
+        }
+    }
+    // The lanes of `from` (in ymm0 and xmm1) reduced by `op` into xmm0's
+    // first.
+    let fold = |a: &mut CodeAssembler,
+                op: fn(
+        &mut CodeAssembler,
+        iced_x86::code_asm::AsmRegisterXmm,
+        iced_x86::code_asm::AsmRegisterXmm,
+        iced_x86::code_asm::AsmRegisterXmm,
+    ) -> std::result::Result<(), iced_x86::IcedError>|
+     -> std::result::Result<(), iced_x86::IcedError> {
+        a.vextractf128(xmm1, ymm0, 1)?;
+        op(a, xmm0, xmm0, xmm1)?;
+        a.vmovhlps(xmm1, xmm0, xmm0)?;
+        op(a, xmm0, xmm0, xmm1)?;
+        a.vmovshdup(xmm1, xmm0)?;
+        op(a, xmm0, xmm0, xmm1)
+    };
+    // The sign bits' and (or) into xmm2.
+    a.vmovaps(ymm0, bits)?;
+    if max {
+        fold(a, |a, d, x, y| a.vandps(d, x, y))?;
+    } else {
+        fold(a, |a, d, x, y| a.vorps(d, x, y))?;
+    }
+    a.vmovaps(xmm2, xmm0)?;
+    a.vmovaps(ymm0, first)?;
+    if max {
+        fold(a, |a, d, x, y| a.vmaxps(d, x, y))?;
+    } else {
+        fold(a, |a, d, x, y| a.vminps(d, x, y))?;
+    }
+    // A zero result takes the sign bit: xmm4 = the sign bit alone, xmm3
+    // = (result == 0).
+    a.vpcmpeqd(xmm4, xmm4, xmm4)?;
+    a.vpslld(xmm4, xmm4, 31)?;
+    a.vandps(xmm2, xmm2, xmm4)?;
+    a.vxorps(xmm3, xmm3, xmm3)?;
+    a.vcmpss(xmm3, xmm0, xmm3, EQ_OQ)?;
+    a.vblendvps(xmm0, xmm0, xmm2, xmm3)?;
+    let mut no_nan = a.create_label();
+    a.vmovmskps(eax_(), n)?;
+    a.test(eax_(), eax_())?;
     a.jz(no_nan)?;
     a.mov(eax_(), 0x7fc0_0000)?;
     a.vmovd(xmm0, eax_())?;
@@ -2238,9 +2348,9 @@ fn body512(
     gprs: &[AsmRegister64],
     tail: bool,
     e: Elem,
-    acc_kind: AccKind,
-    nan: u8,
+    acc: Accumulate,
 ) -> std::result::Result<(), BodyError> {
+    let (acc_kind, nan) = (acc.kind, acc.nan);
     let z = |r: u8| ZMM[r as usize];
     let kk = |r: u8| KREG[r as usize];
     let size = e.bytes();
@@ -2413,7 +2523,9 @@ fn body256(
     tail: bool,
     ones: i32,
     e: Elem,
+    acc: Accumulate,
 ) -> std::result::Result<(), BodyError> {
+    let (acc_kind, nan) = (acc.kind, acc.nan);
     let y = |r: u8| YMM[r as usize];
     let c = |at: i32| ymmword_ptr(r11 + at * 32);
     let size = e.bytes() as u32;
@@ -2542,12 +2654,40 @@ fn body256(
             }
             PInst::Acc { a: x, acc } => {
                 let s = y(Isa::Avx2.acc_reg(acc));
-                if tail {
-                    // The value's last read: its lanes past the tail zeroed
-                    // in place.
-                    a.vandps(y(x), y(x), ymm15)?;
+                match acc_kind {
+                    AccKind::Sum => {
+                        if tail {
+                            // The value's last read: its lanes past the
+                            // tail zeroed in place.
+                            a.vandps(y(x), y(x), ymm15)?;
+                        }
+                        by_elem!(a, e, vaddps | vaddpd(s, s, y(x)))?;
+                    }
+                    // `maxps` (`minps`) keeps the accumulator where the
+                    // value is NaN and takes either zero of a tie; the
+                    // value's NaN lanes are or-ed into the register after
+                    // the accumulators and its bits and-ed (or-ed) into
+                    // the next, which `row_extreme` applies at the row's
+                    // end. (The third is scratch: the lanes past the tail
+                    // become the identity, and the comparison's mask.)
+                    AccKind::Extreme { max, identity } => {
+                        let (n, bits, scratch) = (y(nan), y(nan - 1), y(nan - 2));
+                        if tail {
+                            a.vandnps(scratch, ymm15, c(identity))?;
+                            a.vandps(y(x), y(x), ymm15)?;
+                            a.vorps(y(x), y(x), scratch)?;
+                        }
+                        a.vcmpps(scratch, y(x), y(x), UNORD_Q)?;
+                        a.vorps(n, n, scratch)?;
+                        if max {
+                            a.vandps(bits, bits, y(x))?;
+                            a.vmaxps(s, y(x), s)?;
+                        } else {
+                            a.vorps(bits, bits, y(x))?;
+                            a.vminps(s, y(x), s)?;
+                        }
+                    }
                 }
-                by_elem!(a, e, vaddps | vaddpd(s, s, y(x)))?;
             }
         }
     }
@@ -2619,10 +2759,10 @@ mod tests {
         }
     }
 
-    /// Row sums assemble at both levels and row maxima at AVX-512,
-    /// whatever the host: accumulators zeroed (set to -inf) at each row,
-    /// summed (ranged) at its end and stored, the masked last vector
-    /// added (ranged) under its mask; a max's NaN lanes set aside.
+    /// Row sums and maxima assemble at both levels whatever the host:
+    /// accumulators zeroed (set to -inf) at each row, summed (maxed) at
+    /// its end and stored, the masked last vector added (maxed) under its
+    /// mask; a max's NaN lanes set aside (AVX2: its sign bits too).
     #[test]
     fn row_reductions_assemble() {
         // (slot 0 unused, 1 the operand, 2 the sums)
@@ -2633,7 +2773,7 @@ mod tests {
         sum.slots.push(7);
         sum.rows = true;
         sum.sums_into = Some(2);
-        let cases: [(Isa, bool, &[&str]); 3] = [
+        let cases: [(Isa, bool, &[&str]); 4] = [
             (
                 Isa::Avx512,
                 false,
@@ -2651,6 +2791,18 @@ mod tests {
                     "vmovss",
                 ],
             ),
+            (
+                Isa::Avx2,
+                true,
+                &[
+                    "vandnps",
+                    "vcmpunordps",
+                    "vmaxps ymm14",
+                    "vpcmpeqd",
+                    "vblendvps",
+                    "vmovmskps",
+                ],
+            ),
         ];
         for (isa, max, want) in cases {
             let mut pool = Pool::default();
@@ -2661,7 +2813,7 @@ mod tests {
                 },
                 false => AccKind::Sum,
             };
-            let phys = allocate(&sum, isa, &mut pool, 2).unwrap();
+            let phys = allocate(&sum, isa, &mut pool, 4).unwrap();
             let frame = Frame::Kernel {
                 inner: 100,
                 cols: Some(100),
