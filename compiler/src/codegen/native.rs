@@ -290,9 +290,11 @@ fn row_sums(rec: Rec, out: usize, k: &Kernel, isa: Isa) -> Result<Option<Native>
         (AccKind::Extreme { .. }, Isa::Avx512) => 1,
         (AccKind::Extreme { .. }, Isa::Avx2) => 3,
     };
+    // (Accumulator 0 also adds the row's last vectors, fewer than the
+    // copies, and the masked one.)
     let accurate = |copies: u32| {
         let lanes = i64::from(isa.lanes(rec.elem)) * i64::from(copies);
-        kind != AccKind::Sum || cols <= ROW_SUM_LANE_MAX * lanes
+        kind != AccKind::Sum || cols <= (ROW_SUM_LANE_MAX - i64::from(copies)) * lanes
     };
     let Some((accs, phys, several)) = with_accumulators(&rec, isa, &mut pool, extra, accurate)
     else {
@@ -1171,8 +1173,10 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                         && let Some(d) =
                             super::wide_rows::prefetch_distance(plan, k, *slot, strides)
                     {
-                        rec.prefetch =
-                            Some((s, i32::try_from(d.checked_add(i64::from(disp))?).ok()?));
+                        // (The displacement and the lines after it.)
+                        let ahead = d.checked_add(i64::from(disp))?;
+                        i32::try_from(ahead.checked_add(256)?).ok()?;
+                        rec.prefetch = Some((s, i32::try_from(ahead).ok()?));
                     }
                     Inst::Load {
                         dst,
