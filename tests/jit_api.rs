@@ -571,8 +571,9 @@ fn uniform(dtype: DType, dims: &[usize], seed: u64) -> Tensor {
 fn sums_over_a_middle_axis_run_as_machine_code() {
     // Where the host has AVX2 or AVX-512, a sum over a middle axis with
     // the innermost kept (a column sum: codegen/columns.rs) is machine
-    // code: blocks of up to eight vectors of columns, the last vector
-    // masked where the columns are not whole vectors. Each column is
+    // code: blocks of up to eight vectors of columns over blocks of 64
+    // rows, the last vector masked where the columns are not whole
+    // vectors. Each column is
     // summed in row order, as the interpreter sums it, so every bit
     // agrees, split over threads or not; exact mode and integer sums keep
     // Cranelift.
@@ -590,6 +591,10 @@ fn sums_over_a_middle_axis_run_as_machine_code() {
         (DType::F64, &[5, 33, 64], 1, true),
         (DType::F64, &[2, 9, 67], 1, true),
         (DType::F64, &[2, 9, 3], 1, true),
+        // More rows than a row block, the sums resumed from the output
+        // (a masked last vector among them).
+        (DType::F64, &[2, 130, 67], 1, true),
+        (DType::F32, &[1, 200, 1], 1, true),
         (DType::I32, &[4, 6, 40], 1, false),
     ];
     for (i, &(dtype, dims, axis, native)) in cases.iter().enumerate() {

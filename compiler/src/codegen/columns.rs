@@ -1,14 +1,15 @@
 //! Sums over a middle axis with the innermost kept (a column sum, a sum
 //! over axis 1 of three) as AVX-512 or AVX2 machine code (iced-x86's
-//! assembler):
-//! kernels of dims `[outer, rows, columns]` reducing `rows`, whose one
-//! node loads f32 or f64 contiguous along the columns. For each index of
-//! the outer range, the columns go by blocks of up to [`ACCS`] vectors,
-//! each block's sums held in registers while the rows stream past (one
-//! load-and-add per vector per row), then stored once; the last block's
-//! last vector is masked where the columns are not a whole number of
-//! vectors. Each column is summed in row order, one element after the
-//! other, as the Cranelift loop nest does. Compiling it touches no
+//! assembler): kernels of dims `[outer, rows, columns]` reducing `rows`,
+//! whose one node loads f32 or f64 contiguous along the columns. For each
+//! index of the outer range, the rows go by blocks of [`BLOCK_ROWS`], and
+//! within a row block the columns by blocks of up to [`ACCS`] vectors,
+//! each block's sums held in registers while the block's rows stream past
+//! (one load-and-add per vector per row), then stored, and resumed from
+//! the output in the next row block; the last block's last vector is
+//! masked where the columns are not a whole number of vectors. Each
+//! column is summed in row order, one element after the other, as the
+//! interpreter and the Cranelift loop nest do. Compiling it touches no
 //! Cranelift code: a program of such kernels compiles without Cranelift
 //! (docs/benchmarks.md, "Reductions as machine code").
 //!
@@ -18,8 +19,8 @@
 
 use iced_x86::code_asm::{
     AsmRegisterYmm, AsmRegisterZmm, CodeAssembler, eax, edi, esi, k1, ptr, qword_ptr, r8, r9, r10,
-    r11, rax, rcx, rdi, rdx, ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm15,
-    ymmword_ptr, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmmword_ptr,
+    r11, r12, r13, r13d, rax, rbx, rcx, rdi, rdx, ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7,
+    ymm8, ymm15, ymmword_ptr, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmmword_ptr,
 };
 use tensorlift_ir::{DType, Error, ReduceOp, Result};
 
@@ -30,6 +31,11 @@ use crate::fusion::{ENode, Kernel, KernelKind, Plan};
 /// Vectors of columns a block sums at once (their sums in zmm0–7 or
 /// ymm0–7).
 const ACCS: usize = 8;
+
+/// Rows of a row block: every column block runs over one row block before
+/// the next (the operand's lines of a block's rows are read together, and
+/// each row's page once), the sums resumed from the output after the first.
+const BLOCK_ROWS: u32 = 64;
 
 const ZMM: [AsmRegisterZmm; ACCS] = [zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7];
 const YMM: [AsmRegisterYmm; ACCS] = [ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7];
@@ -113,7 +119,10 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
         dst_outer: bytes(k.out_strides[0])?,
         src_row: bytes(strides[1])?,
     })
-    .filter(|l| i32::try_from(l.cols * esize).is_ok())
+    .filter(|l| {
+        i32::try_from(l.cols * esize).is_ok()
+            && i32::try_from(i64::from(l.src_row) * i64::from(BLOCK_ROWS)).is_ok()
+    })
 }
 
 fn asm_err(e: impl std::fmt::Display) -> Error {
@@ -121,11 +130,13 @@ fn asm_err(e: impl std::fmt::Display) -> Error {
 }
 
 /// The function. rdi: the slot table, rdx..rcx: the outer range; r8 and
-/// r9 the operand's and output's bases, r10 and r11 the current outer
-/// index's, rax the row pointer, esi the rows left, edi the blocks left.
-/// AVX-512: the sums in zmm0–7, the last vector's lanes in k1. AVX2: in
-/// ymm0–7, the last vector's lanes in ymm15 (read from the pool: 32 bytes
-/// of ones, then 32 of zeros), loaded masked into ymm8.
+/// r9 the operand's and output's bases, r10 the current row block's first
+/// row and r11 the current outer index's output; per column block, rbx
+/// its first row and r12 its output, rax the row pointer, esi the rows
+/// left, edi the column blocks left, r13d the row blocks left (rbx, r12
+/// and r13 saved). AVX-512: the sums in zmm0–7, the last vector's lanes in
+/// k1. AVX2: in ymm0–7, the last vector's lanes in ymm15 (read from the
+/// pool: 32 bytes of ones, then 32 of zeros), loaded masked into ymm8.
 fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
     let width = if avx512 { 64 } else { 32 };
     let lanes = width / l.esize;
@@ -134,6 +145,10 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
     let last = vectors % ACCS;
     let rest = l.cols % lanes;
     let f64 = l.esize == 8;
+    // Row blocks: the first takes what is left over, so that every later
+    // one has BLOCK_ROWS.
+    let row_blocks = l.rows.div_ceil(BLOCK_ROWS);
+    let first_rows = l.rows - (row_blocks - 1) * BLOCK_ROWS;
     let mut a = CodeAssembler::new(64).map_err(asm_err)?;
     let code_at = if avx512 { POOL_AT } else { POOL_AT + 64 };
     (|| -> std::result::Result<(), iced_x86::IcedError> {
@@ -149,6 +164,9 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
         }
         let mut outer = a.create_label();
         let mut done = a.create_label();
+        a.push(rbx)?;
+        a.push(r12)?;
+        a.push(r13)?;
         a.mov(r8, qword_ptr(rdi + (l.src * 8) as i32))?;
         a.mov(r9, qword_ptr(rdi + (l.dst * 8) as i32))?;
         if l.offset != 0 {
@@ -170,22 +188,34 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
         a.add(r10, r8)?;
         a.imul_3(r11, rdx, l.dst_outer)?;
         a.add(r11, r9)?;
-        // One block of `n` vectors (the last masked where `masked`) at
-        // r10/r11, both moved past it.
+        // One block of `n` vectors of columns over `rows` rows (the last
+        // vector masked where `masked`), its sums starting from zero or
+        // (`resume`) from the output, at rbx/r12, both moved past it.
         let block = |a: &mut CodeAssembler,
                      n: usize,
-                     masked: bool|
+                     masked: bool,
+                     rows: u32,
+                     resume: bool|
          -> std::result::Result<(), iced_x86::IcedError> {
             let mut row = a.create_label();
             for u in 0..n {
-                if avx512 {
-                    a.vpxord(ZMM[u], ZMM[u], ZMM[u])?;
-                } else {
-                    a.vxorps(YMM[u], YMM[u], YMM[u])?;
+                let at = r12 + (u * width) as i32;
+                let tail = masked && u == n - 1;
+                match (avx512, f64, resume, tail) {
+                    (true, _, false, _) => a.vpxord(ZMM[u], ZMM[u], ZMM[u])?,
+                    (false, _, false, _) => a.vxorps(YMM[u], YMM[u], YMM[u])?,
+                    (true, false, true, false) => a.vmovups(ZMM[u], zmmword_ptr(at))?,
+                    (true, false, true, true) => a.vmovups(ZMM[u].k1().z(), zmmword_ptr(at))?,
+                    (true, true, true, false) => a.vmovupd(ZMM[u], zmmword_ptr(at))?,
+                    (true, true, true, true) => a.vmovupd(ZMM[u].k1().z(), zmmword_ptr(at))?,
+                    (false, false, true, false) => a.vmovups(YMM[u], ymmword_ptr(at))?,
+                    (false, true, true, false) => a.vmovupd(YMM[u], ymmword_ptr(at))?,
+                    (false, false, true, true) => a.vmaskmovps(YMM[u], ymm15, ymmword_ptr(at))?,
+                    (false, true, true, true) => a.vmaskmovpd(YMM[u], ymm15, ymmword_ptr(at))?,
                 }
             }
-            a.mov(rax, r10)?;
-            a.mov(esi, l.rows)?;
+            a.mov(rax, rbx)?;
+            a.mov(esi, rows)?;
             a.set_label(&mut row)?;
             for u in 0..n {
                 let at = rax + (u * width) as i32;
@@ -212,7 +242,7 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
             a.dec(esi)?;
             a.jnz(row)?;
             for u in 0..n {
-                let at = r11 + (u * width) as i32;
+                let at = r12 + (u * width) as i32;
                 let tail = masked && u == n - 1;
                 match (avx512, f64, tail) {
                     (true, false, false) => a.vmovups(zmmword_ptr(at), ZMM[u])?,
@@ -225,32 +255,54 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
                     (false, true, true) => a.vmaskmovpd(ymmword_ptr(at), ymm15, YMM[u])?,
                 }
             }
-            a.add(r10, (n * width) as i32)?;
-            a.add(r11, (n * width) as i32)
+            a.add(rbx, (n * width) as i32)?;
+            a.add(r12, (n * width) as i32)
         };
-        // Whole blocks in a loop; the last block (with the masked vector
-        // where there is one) after it.
+        // Whole column blocks in a loop; the last block (with the masked
+        // vector where there is one) after it.
         let (looped, tail) = match (last, rest) {
             (0, 0) => (blocks, 0),
             (0, _) => (blocks - 1, ACCS),
             (n, _) => (blocks, n),
         };
-        if looped > 0 {
+        // Every column block over one row block starting at r10, which then
+        // moves past it.
+        let pass = |a: &mut CodeAssembler,
+                    rows: u32,
+                    resume: bool|
+         -> std::result::Result<(), iced_x86::IcedError> {
+            a.mov(rbx, r10)?;
+            a.mov(r12, r11)?;
+            if looped > 0 {
+                let mut next = a.create_label();
+                a.mov(edi, looped as u32)?;
+                a.set_label(&mut next)?;
+                block(a, ACCS, false, rows, resume)?;
+                a.dec(edi)?;
+                a.jnz(next)?;
+            }
+            if tail > 0 {
+                block(a, tail, rest != 0, rows, resume)?;
+            }
+            a.add(r10, l.src_row * rows as i32)
+        };
+        pass(&mut a, first_rows, false)?;
+        if row_blocks > 1 {
             let mut next = a.create_label();
-            a.mov(edi, looped as u32)?;
+            a.mov(r13d, row_blocks - 1)?;
             a.set_label(&mut next)?;
-            block(&mut a, ACCS, false)?;
-            a.dec(edi)?;
+            pass(&mut a, BLOCK_ROWS, true)?;
+            a.dec(r13d)?;
             a.jnz(next)?;
-        }
-        if tail > 0 {
-            block(&mut a, tail, rest != 0)?;
         }
         a.add(rdx, 1)?;
         a.jmp(outer)?;
         a.set_label(&mut done)?;
         a.xor(eax, eax)?;
         a.vzeroupper()?;
+        a.pop(r13)?;
+        a.pop(r12)?;
+        a.pop(rbx)?;
         a.ret()
     })()
     .map_err(asm_err)?;
