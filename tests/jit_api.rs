@@ -573,10 +573,9 @@ fn sums_over_a_middle_axis_run_as_machine_code() {
     // the innermost kept (a column sum: codegen/columns.rs) is machine
     // code: blocks of up to eight vectors of columns over blocks of 64
     // rows, the last vector masked where the columns are not whole
-    // vectors. Each column is
-    // summed in row order, as the interpreter sums it, so every bit
-    // agrees, split over threads or not; exact mode and integer sums keep
-    // Cranelift.
+    // vectors. Each column is summed in row order, as the interpreter sums
+    // it, so every bit agrees, split over threads or not; exact mode and
+    // integer sums keep Cranelift.
     let wide = compiler::max_isa() >= compiler::IsaLevel::Avx2;
     /// (dtype, dims, axis, machine code where the host allows)
     type Case<'a> = (DType, &'a [usize], i64, bool);

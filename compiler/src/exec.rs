@@ -12,15 +12,6 @@ use crate::codegen::{self, JitOptions};
 use crate::fusion::{self, SlotKind};
 use crate::rt::{CallCtx, StepTable};
 
-type Entry = unsafe extern "C" fn(*const *mut u8, *mut CallCtx) -> i32;
-
-/// How the program's `main` runs: compiled, or as a list of calls
-/// (`codegen/direct.rs`).
-enum Main {
-    Code(Entry),
-    Calls(Vec<codegen::direct::Call>),
-}
-
 /// Owns a finalized JIT module and frees its code memory on drop.
 struct ModuleHolder(Option<JITModule>);
 
@@ -41,7 +32,7 @@ pub struct Executable {
     // its code points into.
     #[allow(dead_code, reason = "held for its Drop, which frees the code")]
     module: ModuleHolder,
-    main: Main,
+    main: codegen::Main,
     table: Box<StepTable>,
     consts: Vec<Option<Tensor>>,
     clif: crate::codegen::Clif,
@@ -150,11 +141,6 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     crate::parallel::record(&mut plan, options);
     let table = Box::new(StepTable::new(plan));
     let generated = codegen::generate(&table.plan, &*table as *const StepTable, options)?;
-    let main = match generated.main {
-        // SAFETY: `main` was generated with exactly this signature.
-        codegen::Main::Code(p) => Main::Code(unsafe { std::mem::transmute::<*const u8, Entry>(p) }),
-        codegen::Main::Calls(c) => Main::Calls(c),
-    };
     let consts = table
         .plan
         .slots
@@ -171,7 +157,7 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
     let sections = crate::parallel::sections(&table.plan, options);
     let exe = Executable {
         module: ModuleHolder(Some(generated.module)),
-        main,
+        main: generated.main,
         table,
         consts,
         clif: generated.clif,
@@ -379,8 +365,8 @@ impl Executable {
         // returned, hence the mutable table.)
         let status = unsafe {
             match &self.main {
-                Main::Code(entry) => entry(bufs.as_mut_ptr().cast_const(), &mut ctx),
-                Main::Calls(calls) => codegen::direct::run(
+                codegen::Main::Code(entry) => entry(bufs.as_mut_ptr().cast_const(), &mut ctx),
+                codegen::Main::Calls(calls) => codegen::direct::run(
                     calls,
                     &*self.table,
                     bufs.as_mut_ptr().cast_const(),

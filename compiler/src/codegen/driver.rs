@@ -35,10 +35,13 @@ pub(crate) struct Generated {
     pub clif: Clif,
 }
 
+/// A compiled `main`: `fn(bufs, ctx) -> status`.
+pub(crate) type Entry = unsafe extern "C" fn(*const *mut u8, *mut crate::rt::CallCtx) -> i32;
+
 /// How a program's `main` runs.
 pub(crate) enum Main {
-    /// Compiled: the address of `fn(bufs, ctx) -> status`.
-    Code(*const u8),
+    /// Compiled.
+    Code(Entry),
     /// A list of calls Rust runs (`direct.rs`).
     Calls(Vec<super::direct::Call>),
 }
@@ -434,10 +437,9 @@ pub(crate) fn generate(
                     let count = b.ins().iconst(types::I64, n as i64);
                     let rows = b.ins().iconst(types::I64, g.rows as i64);
                     let block = b.ins().iconst(types::I64, g.block as i64);
-                    let par = crate::parallel::group_split(plan, g, opts)
-                        .parts()
-                        .is_some();
-                    let par = b.ins().iconst(types::I64, i64::from(par));
+                    let par = b
+                        .ins()
+                        .iconst(types::I64, i64::from(group_splits(plan, g, opts)));
                     let call = b
                         .ins()
                         .call(group_ref, &[fns, count, bufs, ctx, rows, block, par]);
@@ -447,16 +449,7 @@ pub(crate) fn generate(
                     let f = module.declare_func_in_func(kernel_ids[&i], b.func);
                     let n0 = k.dims.first().copied().unwrap_or(1) as i64;
                     let n = b.ins().iconst(types::I64, n0);
-                    // The runtime helper splits from `PARALLEL_WORK` on; a
-                    // kernel split for its loop-invariant reads passes that.
-                    let work = match crate::parallel::kernel_split(plan, i, k, opts) {
-                        crate::parallel::Split::Ranges(_) => Some(kernel_work(k, opts) as i64),
-                        crate::parallel::Split::Resident { .. } => {
-                            Some((kernel_work(k, opts) as i64).max(crate::rt::PARALLEL_WORK))
-                        }
-                        crate::parallel::Split::One(_) => None,
-                    };
-                    if let Some(work) = work {
+                    if let Some(work) = split_work(plan, i, k, opts) {
                         let addr = b.ins().func_addr(ptr, f);
                         let work = b.ins().iconst(types::I64, work);
                         let call = b.ins().call(par_ref, &[addr, bufs, ctx, n, work]);
@@ -615,7 +608,11 @@ pub(crate) fn generate(
     }
     module.finalize_definitions().map_err(cg_err)?;
     let main = match main_id {
-        Some(id) => Main::Code(module.get_finalized_function(id)),
+        Some(id) => {
+            let p = module.get_finalized_function(id);
+            // SAFETY: `main` was generated with exactly this signature.
+            Main::Code(unsafe { std::mem::transmute::<*const u8, Entry>(p) })
+        }
         None => {
             let kernel = |i: usize| {
                 let p = module.get_finalized_function(kernel_ids[&i]);
@@ -629,6 +626,27 @@ pub(crate) fn generate(
         }
     };
     Ok(Generated { module, main, clif })
+}
+
+/// The work `main` passes `tl_parallel` for kernel step `i`, or `None`
+/// where the kernel runs on the calling thread: the runtime helper splits
+/// from `PARALLEL_WORK` on, and a kernel split for its loop-invariant
+/// reads passes that.
+fn split_work(plan: &Plan, i: usize, k: &Kernel, opts: &JitOptions) -> Option<i64> {
+    match crate::parallel::kernel_split(plan, i, k, opts) {
+        crate::parallel::Split::Ranges(_) => Some(kernel_work(k, opts) as i64),
+        crate::parallel::Split::Resident { .. } => {
+            Some((kernel_work(k, opts) as i64).max(crate::rt::PARALLEL_WORK))
+        }
+        crate::parallel::Split::One(_) => None,
+    }
+}
+
+/// Whether row group `g` splits its rows over the pool.
+fn group_splits(plan: &Plan, g: &crate::fusion::RowGroup, opts: &JitOptions) -> bool {
+    crate::parallel::group_split(plan, g, opts)
+        .parts()
+        .is_some()
 }
 
 /// The calls of a direct `main` (`direct.rs`), each with its step: the
@@ -648,30 +666,18 @@ fn direct_calls(
         let call = match step {
             Step::Kernel(_) if let Some(g) = plan.groups.iter().find(|g| g.start == i) => {
                 let fns = (g.start..g.end).map(&kernel).collect();
-                let parallel = crate::parallel::group_split(plan, g, opts)
-                    .parts()
-                    .is_some();
                 Call::Group {
                     fns,
                     rows: g.rows as i64,
                     block: g.block as i64,
-                    parallel,
+                    parallel: group_splits(plan, g, opts),
                 }
             }
-            Step::Kernel(k) => {
-                let work = match crate::parallel::kernel_split(plan, i, k, opts) {
-                    crate::parallel::Split::Ranges(_) => Some(kernel_work(k, opts) as i64),
-                    crate::parallel::Split::Resident { .. } => {
-                        Some((kernel_work(k, opts) as i64).max(crate::rt::PARALLEL_WORK))
-                    }
-                    crate::parallel::Split::One(_) => None,
-                };
-                Call::Kernel {
-                    f: kernel(i),
-                    n: k.dims.first().copied().unwrap_or(1) as i64,
-                    work,
-                }
-            }
+            Step::Kernel(k) => Call::Kernel {
+                f: kernel(i),
+                n: k.dims.first().copied().unwrap_or(1) as i64,
+                work: split_work(plan, i, k, opts),
+            },
             Step::Gemm(g) => Call::Gemm {
                 step: i as u64,
                 then: g.epilogue.is_some().then(|| kernel(i)),

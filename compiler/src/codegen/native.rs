@@ -2143,13 +2143,35 @@ fn row_sum(
         }
         Isa::Avx2 => a.vmovaps(ymm0, YMM[first])?,
     }
-    a.vextractf128(xmm1, ymm0, 1)?;
-    a.vaddps(xmm0, xmm0, xmm1)?;
-    a.vmovhlps(xmm1, xmm0, xmm0)?;
-    a.vaddps(xmm0, xmm0, xmm1)?;
-    a.vmovshdup(xmm1, xmm0)?;
-    a.vaddss(xmm0, xmm0, xmm1)?;
+    fold_ymm0(a, |a, d, x, y| a.vaddps(d, x, y))?;
     Ok(())
+}
+
+type Xmm = iced_x86::code_asm::AsmRegisterXmm;
+
+/// xmm0's first lane = `op` over ymm0's eight f32 lanes, its halves
+/// pairwise (xmm1 scratch).
+fn fold_ymm0(
+    a: &mut CodeAssembler,
+    op: impl Fn(&mut CodeAssembler, Xmm, Xmm, Xmm) -> std::result::Result<(), iced_x86::IcedError>,
+) -> std::result::Result<(), iced_x86::IcedError> {
+    a.vextractf128(xmm1, ymm0, 1)?;
+    op(a, xmm0, xmm0, xmm1)?;
+    a.vmovhlps(xmm1, xmm0, xmm0)?;
+    op(a, xmm0, xmm0, xmm1)?;
+    a.vmovshdup(xmm1, xmm0)?;
+    op(a, xmm0, xmm0, xmm1)
+}
+
+/// xmm0 = the canonical NaN unless the flags say zero (no NaN lane seen).
+fn canonical_nan_unless_zero(
+    a: &mut CodeAssembler,
+) -> std::result::Result<(), iced_x86::IcedError> {
+    let mut no_nan = a.create_label();
+    a.jz(no_nan)?;
+    a.mov(eax_(), 0x7fc0_0000)?;
+    a.vmovd(xmm0, eax_())?;
+    a.set_label(&mut no_nan)
 }
 
 /// The max (min) of the `accs` accumulators' lanes into xmm0, or the
@@ -2173,20 +2195,11 @@ fn row_extreme(
     a.vmovaps(zmm0, first)?;
     a.vextractf64x4(ymm1, zmm0, 1)?;
     a.vrangeps(ymm0, ymm0, ymm1, imm)?;
-    a.vextractf128(xmm1, ymm0, 1)?;
-    a.vrangeps(xmm0, xmm0, xmm1, imm)?;
-    a.vmovhlps(xmm1, xmm0, xmm0)?;
-    a.vrangeps(xmm0, xmm0, xmm1, imm)?;
-    a.vmovshdup(xmm1, xmm0)?;
-    a.vrangess(xmm0, xmm0, xmm1, imm)?;
+    fold_ymm0(a, |a, d, x, y| a.vrangeps(d, x, y, imm))?;
     let n = ZMM[isa.acc_reg(accs) as usize];
-    let mut no_nan = a.create_label();
     a.vcmpps(k2, n, n, UNORD_Q)?;
     a.kortestw(k2, k2)?;
-    a.jz(no_nan)?;
-    a.mov(eax_(), 0x7fc0_0000)?;
-    a.vmovd(xmm0, eax_())?;
-    a.set_label(&mut no_nan)?;
+    canonical_nan_unless_zero(a)?;
     Ok(())
 }
 
@@ -2215,36 +2228,19 @@ fn row_extreme256(
             a.vminps(first, first, r)?;
         }
     }
-    // The lanes of `from` (in ymm0 and xmm1) reduced by `op` into xmm0's
-    // first.
-    let fold = |a: &mut CodeAssembler,
-                op: fn(
-        &mut CodeAssembler,
-        iced_x86::code_asm::AsmRegisterXmm,
-        iced_x86::code_asm::AsmRegisterXmm,
-        iced_x86::code_asm::AsmRegisterXmm,
-    ) -> std::result::Result<(), iced_x86::IcedError>|
-     -> std::result::Result<(), iced_x86::IcedError> {
-        a.vextractf128(xmm1, ymm0, 1)?;
-        op(a, xmm0, xmm0, xmm1)?;
-        a.vmovhlps(xmm1, xmm0, xmm0)?;
-        op(a, xmm0, xmm0, xmm1)?;
-        a.vmovshdup(xmm1, xmm0)?;
-        op(a, xmm0, xmm0, xmm1)
-    };
     // The sign bits' and (or) into xmm2.
     a.vmovaps(ymm0, bits)?;
     if max {
-        fold(a, |a, d, x, y| a.vandps(d, x, y))?;
+        fold_ymm0(a, |a, d, x, y| a.vandps(d, x, y))?;
     } else {
-        fold(a, |a, d, x, y| a.vorps(d, x, y))?;
+        fold_ymm0(a, |a, d, x, y| a.vorps(d, x, y))?;
     }
     a.vmovaps(xmm2, xmm0)?;
     a.vmovaps(ymm0, first)?;
     if max {
-        fold(a, |a, d, x, y| a.vmaxps(d, x, y))?;
+        fold_ymm0(a, |a, d, x, y| a.vmaxps(d, x, y))?;
     } else {
-        fold(a, |a, d, x, y| a.vminps(d, x, y))?;
+        fold_ymm0(a, |a, d, x, y| a.vminps(d, x, y))?;
     }
     // A zero result takes the sign bit: xmm4 = the sign bit alone, xmm3
     // = (result == 0).
@@ -2254,13 +2250,9 @@ fn row_extreme256(
     a.vxorps(xmm3, xmm3, xmm3)?;
     a.vcmpss(xmm3, xmm0, xmm3, EQ_OQ)?;
     a.vblendvps(xmm0, xmm0, xmm2, xmm3)?;
-    let mut no_nan = a.create_label();
     a.vmovmskps(eax_(), n)?;
     a.test(eax_(), eax_())?;
-    a.jz(no_nan)?;
-    a.mov(eax_(), 0x7fc0_0000)?;
-    a.vmovd(xmm0, eax_())?;
-    a.set_label(&mut no_nan)?;
+    canonical_nan_unless_zero(a)?;
     Ok(())
 }
 
@@ -2791,7 +2783,7 @@ mod tests {
                     "vrangeps zmm31{k1}",
                     "vcmpunordps k2{k1}",
                     "kortestw",
-                    "vrangess",
+                    "vrangeps xmm0",
                     "vmovss",
                 ],
             ),
@@ -2927,7 +2919,8 @@ mod tests {
                 tail,
                 "prefetcht1",
                 "vmovups [r8+rdx*4",
-                "vaddss xmm0",
+                "vmovshdup xmm1,xmm0",
+                "vaddps xmm0,xmm0,xmm1",
             ] {
                 assert!(text.contains(w), "{}: no {w}\n{text}", isa.name());
             }
