@@ -1646,3 +1646,178 @@ fn writes_only_its_output(n: usize, f: fn(&[Sym]) -> Sym, x: &Tensor) {
         panic!("n={n}: call_into element {i}: {a:e}, call {b:e}");
     }
 }
+
+/// `f`'s kernels are all machine code exactly where the host has AVX2 or
+/// AVX-512, and give the interpreter's integers (the definition: wrapping
+/// arithmetic, `x / 0 = -1`, `x % 0 = x`, `MIN / -1 = MIN`, shifts by an
+/// amount outside `[0, 32)` filling with zeros or the sign).
+fn check_ints(name: &str, f: fn(&[Sym]) -> Sym, inputs: &[Tensor]) {
+    let specs: Vec<TensorSpec> = inputs
+        .iter()
+        .map(|t| TensorSpec::known(t.dtype(), t.shape()))
+        .collect();
+    let jit = function(move |xs: &[Sym]| f(xs)).jit_compile(true);
+    let clif = jit.compiler_ir(&specs, IrStage::Cranelift).unwrap();
+    assert_eq!(
+        all_machine_code(&clif),
+        host_has_wide(),
+        "{name}: machine code exactly where the host allows\n{clif}"
+    );
+    let want = function(move |xs: &[Sym]| f(xs)).call(inputs).unwrap();
+    let got = jit.call(inputs).unwrap();
+    assert_eq!(got[0].dtype(), DType::I32, "{name}");
+    let (g, w) = (
+        common::to_vec::<i32>(&got[0]),
+        common::to_vec::<i32>(&want[0]),
+    );
+    assert_eq!(g.len(), w.len(), "{name}");
+    if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
+        let operands: Vec<i32> = inputs
+            .iter()
+            .filter(|t| t.shape().iter().product::<usize>() == g.len())
+            .map(|t| common::to_vec::<i32>(t)[i])
+            .collect();
+        panic!(
+            "{name}: element {i} of {}: compiled {}, interpreter {} (operands {operands:?})",
+            g.len(),
+            g[i],
+            w[i]
+        );
+    }
+}
+
+fn i32s(v: Vec<i32>, shape: &[usize]) -> Tensor {
+    Tensor::from(ndarray::ArrayD::from_shape_vec(shape.to_vec(), v).unwrap())
+}
+
+/// Loops of int32 arithmetic (the suite's `(3x + y) / 7 + x % y`,
+/// division and remainder by vectors and by every kind of constant,
+/// wrapping products, shifts by any amount, max/min/clamp, bitwise
+/// operations, comparisons feeding selects, scalars and row broadcasts)
+/// are AVX-512 or AVX2 machine code (`codegen/native.rs`: a division
+/// through f64 halves, the divisor's zeros patched afterwards; by a
+/// constant, a product by its reciprocal corrected by one) and give the
+/// interpreter's integers over the specials (0, ±1, MIN, MAX, amounts of
+/// 31, 32 and negative ones) at every length around a vector.
+#[test]
+fn i32_kernels_match_the_interpreter() {
+    let specials = [
+        0,
+        1,
+        -1,
+        2,
+        -2,
+        3,
+        -3,
+        7,
+        -7,
+        14,
+        -14,
+        31,
+        32,
+        33,
+        -32,
+        100,
+        1 << 20,
+        1_000_003,
+        -1_000_003,
+        i32::MAX,
+        i32::MAX - 1,
+        i32::MIN,
+        i32::MIN + 1,
+        i32::MIN + 7,
+        // 49 times 33_049_542, which `x · fl(1/49)` falls just short of.
+        1_619_427_558,
+        -1_619_427_558,
+    ];
+    let (a, b): (Vec<i32>, Vec<i32>) = specials
+        .iter()
+        .flat_map(|&u| specials.iter().map(move |&v| (u, v)))
+        .unzip();
+    let n = a.len();
+    let (a, b) = (i32s(a, &[n]), i32s(b, &[n]));
+    type F = fn(&[Sym]) -> Sym;
+    let pairs: [(&str, F); 15] = [
+        ("the suite's int div", |x| {
+            (&x[0] * 3 + &x[1]) / 7 + &x[0] % &x[1]
+        }),
+        ("x / y", |x| &x[0] / &x[1]),
+        ("x % y", |x| &x[0] % &x[1]),
+        ("x / y + x % y, y read once each", |x| {
+            let y = &x[1] + 0;
+            &x[0] / &y * 1000 + &x[0] % &y
+        }),
+        ("wrapping arithmetic", |x| {
+            &x[0] * &x[1] + &x[0] - &x[1] * 3 - x[0].square()
+        }),
+        ("negation, abs, sign, not", |x| {
+            x[0].neg() * 5 + x[1].abs() * 7 + x[0].sign() * 11 + x[1].logical_not()
+        }),
+        ("max, min, clamp", |x| {
+            x[0].maximum(&x[1]) * 3 + x[0].minimum(&x[1]) * 5 + x[0].clamp(&x[1], 100)
+        }),
+        ("bitwise", |x| {
+            (&x[0] & &x[1]) + (&x[0] | 0x0f0f) * 3 + (&x[0] ^ &x[1]) * 5 + (&x[1] & -8)
+        }),
+        ("shifts by vectors", |x| {
+            x[0].shift_left(&x[1]) * 3
+                + x[0].shift_right_logical(&x[1]) * 5
+                + x[0].shift_right_arithmetic(&x[1]) * 7
+        }),
+        ("shifts by constants", |x| {
+            x[0].shift_left(3)
+                + x[1].shift_right_logical(31) * 3
+                + x[0].shift_right_arithmetic(40) * 5
+                + x[1].shift_left(-1) * 7
+                + x[0].shift_right_arithmetic(5) * 9
+        }),
+        ("every comparison", |x| {
+            let (u, v) = (&x[0], &x[1]);
+            let pick = |m: Sym, k: i32| m.select(v * k, u * -k);
+            pick(u.equal(v), 1)
+                + pick(u.not_equal(v), 2)
+                + pick(u.less(v), 4)
+                + pick(u.less_equal(v), 8)
+                + pick(u.greater(v), 16)
+                + pick(u.greater_equal(v), 32)
+                + pick(u.less(5), 64)
+                + pick(u.greater_equal(-3), 128)
+        }),
+        ("divisions by constants", |x| {
+            let x = &x[0];
+            x / 7 + x % 7 * 3 + x / -7 * 5 + x % -3 * 7 + x / 1 * 9 + x / 2 * 11 + x % 1024 * 13
+        }),
+        ("divisions by constants the reciprocal misses", |x| {
+            let x = &x[0];
+            x / 49 + x % 49 * 3 + x / -49 * 5 + x % -49 * 7
+        }),
+        ("divisions by the constants 0, -1 and MIN", |x| {
+            let x = &x[0];
+            // (`x.rem(-1)`: clippy reads `x % -1` as Rust's remainder.)
+            x / 0 + x % 0 * 3 + x / -1 * 5 + x.rem(-1) * 7 + x / i32::MIN * 9 + x % i32::MIN * 11
+        }),
+        ("with a scalar", |x| (&x[0] + &x[2]) / &x[2] + &x[1] % &x[2]),
+    ];
+    let scalar = i32s(vec![-3], &[]);
+    for (name, f) in pairs {
+        check_ints(name, f, &[a.clone(), b.clone(), scalar.clone()]);
+    }
+    // Every length around a vector (the masked tail).
+    for len in [0usize, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 100, 4099] {
+        let x: Vec<i32> = (0..len as i32).map(|i| i * 7919 - 50_000).collect();
+        let y: Vec<i32> = (0..len as i32).map(|i| (i % 23) - 11).collect();
+        let (x, y) = (i32s(x, &[len]), i32s(y, &[len]));
+        check_ints(&format!("int div n={len}"), pairs[0].1, &[x, y]);
+    }
+    // Row broadcasts and values per row (the loop row by row).
+    for (r, c) in [(3usize, 7usize), (5, 16), (2, 17), (300, 33)] {
+        let m: Vec<i32> = (0..(r * c) as i32).map(|i| i * 31 - 1000).collect();
+        let bias: Vec<i32> = (0..c as i32).map(|i| i - 5).collect();
+        let per_row: Vec<i32> = (0..r as i32).map(|i| i + 2).collect();
+        check_ints(
+            &format!("rows {r}x{c}"),
+            |x| (&x[0] + &x[1]) / &x[2] + &x[0] % &x[1],
+            &[i32s(m, &[r, c]), i32s(bias, &[c]), i32s(per_row, &[r, 1])],
+        );
+    }
+}

@@ -1,4 +1,4 @@
-//! Elementwise f32 and f64 kernels as AVX-512 or AVX2 machine code,
+//! Elementwise f32, f64 and i32 kernels as AVX-512 or AVX2 machine code,
 //! emitted directly (iced-x86's assembler) instead of through Cranelift,
 //! whose x64 backend has 128-bit vectors only (and whose compile of a
 //! kernel costs more; docs/benchmarks.md, "Arithmetic alone as machine
@@ -11,7 +11,9 @@
 //! listed in [`record`] (or a comparison of that type read by selects);
 //! f64 kernels take no approximation (those need 64-bit integer lanes
 //! and conversions AVX2 lacks), so f64 `exp`, `tanh`... stay with
-//! Cranelift and the wide routines. Its nodes are
+//! Cranelift and the wide routines; i32 kernels take the integer
+//! operations of [`binary_int`] and [`unary_int`] (a division through
+//! f64 halves: [`Rec::div_rem`]). Its nodes are
 //! recorded as a straight line of vector instructions (the approximations
 //! through the same [`approx::Ops`] the inline code and the wide routines
 //! use, so the three give the same bits), given registers by a linear
@@ -40,8 +42,10 @@ use iced_x86::code_asm::{
     zmm22, zmm23, zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30, zmm31, zmmword_ptr,
 };
 use iced_x86::code_asm::{
-    rbp, rsp, xmm0, xmm1, ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11,
-    ymm12, ymm13, ymm14, ymm15, ymmword_ptr,
+    rbp, rsp, xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12,
+    xmm13, xmm14, xmm15, ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11,
+    ymm12, ymm13, ymm14, ymm15, ymm16, ymm17, ymm18, ymm19, ymm20, ymm21, ymm22, ymm23, ymm24,
+    ymm25, ymm26, ymm27, ymm28, ymm29, ymm30, ymm31, ymmword_ptr,
 };
 use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, Formatter, IntelFormatter};
 use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, ReduceOp, Result, UnaryOp};
@@ -51,11 +55,12 @@ use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId};
 
 use super::JitOptions;
 
-/// `a.$ps(args)` on f32 lanes, `a.$pd(args)` on f64 lanes.
+/// `a.$ps(args)` on 32-bit lanes (f32, and the moves, broadcasts, masks
+/// and blends of i32 ones, which move bits), `a.$pd(args)` on f64 lanes.
 macro_rules! by_elem {
     ($a:ident, $e:expr, $ps:ident | $pd:ident ($($arg:expr),*)) => {
         match $e {
-            Elem::F32 => $a.$ps($($arg),*),
+            Elem::F32 | Elem::I32 => $a.$ps($($arg),*),
             Elem::F64 => $a.$pd($($arg),*),
         }
     };
@@ -94,12 +99,14 @@ impl Isa {
         }
     }
 
-    /// Bytes per pool entry: AVX-512 broadcasts one element, AVX2 reads a
-    /// whole vector.
+    /// Bytes per pool entry: AVX-512 broadcasts one element (i32 lanes:
+    /// 8-byte entries, which also hold the f64 reciprocals of constant
+    /// divisors), AVX2 reads a whole vector.
     fn entry(self, e: Elem) -> i32 {
-        match self {
-            Isa::Avx512 => e.bytes(),
-            Isa::Avx2 => 32,
+        match (self, e) {
+            (Isa::Avx512, Elem::F32) => 4,
+            (Isa::Avx512, Elem::F64 | Elem::I32) => 8,
+            (Isa::Avx2, _) => 32,
         }
     }
 
@@ -123,6 +130,8 @@ enum Elem {
     #[default]
     F32,
     F64,
+    /// Wrapping int32 arithmetic (`record_int`), a division through f64.
+    I32,
 }
 
 impl Elem {
@@ -131,6 +140,8 @@ impl Elem {
             Some(Elem::F32)
         } else if d == DType::F64 {
             Some(Elem::F64)
+        } else if d == DType::I32 {
+            Some(Elem::I32)
         } else {
             None
         }
@@ -140,12 +151,13 @@ impl Elem {
         match self {
             Elem::F32 => DType::F32,
             Elem::F64 => DType::F64,
+            Elem::I32 => DType::I32,
         }
     }
 
     fn bytes(self) -> i32 {
         match self {
-            Elem::F32 => 4,
+            Elem::F32 | Elem::I32 => 4,
             Elem::F64 => 8,
         }
     }
@@ -155,13 +167,14 @@ impl Elem {
         match self {
             Elem::F32 => u64::from((v as f32).to_bits()),
             Elem::F64 => v.to_bits(),
+            Elem::I32 => u64::from(v as i32 as u32),
         }
     }
 
     /// The sign bit.
     fn sign(self) -> u64 {
         match self {
-            Elem::F32 => 0x8000_0000,
+            Elem::F32 | Elem::I32 => 0x8000_0000,
             Elem::F64 => 1 << 63,
         }
     }
@@ -572,6 +585,18 @@ fn shifted(inst: &Inst, j: u32, n: u32, bytes: i32) -> Option<Inst> {
             dst: dst + n,
             a: a + n,
         },
+        Inst::ICmp { gt, dst, a, b } => Inst::ICmp {
+            gt,
+            dst: dst + n,
+            a: a + n,
+            b: o(b),
+        },
+        Inst::IDiv { dst, a, b, recip } => Inst::IDiv {
+            dst: dst + n,
+            a: a + n,
+            b: o(b),
+            recip,
+        },
         Inst::Store { a, disp } => Inst::Store {
             a: a + n,
             disp: disp.checked_add(bytes)?,
@@ -607,6 +632,15 @@ enum Bin {
     And,
     Or,
     Xor,
+    /// i32 lanes: the low 32 bits of the product.
+    IMul,
+    IMax,
+    IMin,
+    /// i32 lanes shifted by each lane's amount (x86's: an amount outside
+    /// `[0, 32)` shifts every bit out, or fills with the sign).
+    Shl,
+    Shr,
+    Sar,
 }
 
 /// Vector operations of one register operand.
@@ -619,6 +653,10 @@ enum Un {
     ToFloat,
     Shl(u32),
     Shr(u32),
+    /// Arithmetic shift right of i32 lanes.
+    Sar(u32),
+    /// |x| of i32 lanes (`MIN` stays `MIN`).
+    IAbs,
 }
 
 /// Mask operations.
@@ -702,6 +740,23 @@ enum Inst {
         dst: u32,
         a: u32,
     },
+    /// A mask of the i32 lanes where `a > b` (`gt`), or `a == b`.
+    ICmp {
+        gt: bool,
+        dst: u32,
+        a: u32,
+        b: O,
+    },
+    /// The i32 lanes of `a` divided by `b`'s, through f64 halves,
+    /// truncated: `b` a register, or (`recip`) a constant, the f64 bits
+    /// of a reciprocal to multiply by. x86's truncation gives `MIN` where
+    /// the quotient is not an i32 (`MIN / -1`, a division by zero).
+    IDiv {
+        dst: u32,
+        a: u32,
+        b: O,
+        recip: bool,
+    },
     /// The output at the loop index.
     Store {
         a: u32,
@@ -724,9 +779,10 @@ impl Inst {
         };
         match *self {
             Inst::Load { .. } | Inst::Splat { .. } | Inst::Const { .. } => vec![],
-            Inst::Bin { a, b, .. } | Inst::Cmp { a, b, .. } => {
-                [Some(a), o(b)].into_iter().flatten().collect()
-            }
+            Inst::Bin { a, b, .. }
+            | Inst::Cmp { a, b, .. }
+            | Inst::ICmp { a, b, .. }
+            | Inst::IDiv { a, b, .. } => [Some(a), o(b)].into_iter().flatten().collect(),
             Inst::Un { a, .. }
             | Inst::TestNz { a, .. }
             | Inst::KNot { a, .. }
@@ -751,7 +807,9 @@ impl Inst {
             | Inst::TestNz { dst, .. }
             | Inst::Blend { dst, .. }
             | Inst::KBin { dst, .. }
-            | Inst::KNot { dst, .. } => Some(dst),
+            | Inst::KNot { dst, .. }
+            | Inst::ICmp { dst, .. }
+            | Inst::IDiv { dst, .. } => Some(dst),
             Inst::Store { .. } | Inst::Acc { .. } => None,
         }
     }
@@ -875,6 +933,100 @@ impl Rec {
         let dst = self.new_m();
         self.insts.push(Inst::Cmp { pred, dst, a, b });
         dst
+    }
+
+    /// A mask of the i32 lanes where `c` holds: x86 compares for `>` and
+    /// `==`, the rest by swapping the operands or negating the mask.
+    fn compare_int(&mut self, c: CmpOp, x: O, y: O) -> u32 {
+        match c {
+            CmpOp::Eq => self.icmp(false, x, y),
+            CmpOp::Gt => self.icmp(true, x, y),
+            CmpOp::Lt => self.icmp(true, y, x),
+            CmpOp::Ne => {
+                let m = self.icmp(false, x, y);
+                approx::Ops::not(self, m)
+            }
+            CmpOp::Le => {
+                let m = self.icmp(true, x, y);
+                approx::Ops::not(self, m)
+            }
+            CmpOp::Ge => {
+                let m = self.icmp(true, y, x);
+                approx::Ops::not(self, m)
+            }
+        }
+    }
+
+    fn icmp(&mut self, gt: bool, a: O, b: O) -> u32 {
+        let a = self.reg(a);
+        let dst = self.new_m();
+        self.insts.push(Inst::ICmp { gt, dst, a, b });
+        dst
+    }
+
+    /// The truncated quotient (`div`) or the remainder of i32 lanes, as
+    /// the interpreter defines them: `x / 0 = -1`, `x % 0 = x`, `MIN / -1
+    /// = MIN`, `MIN % -1 = 0`. Through f64, where both operands are exact
+    /// and the truncated quotient is the integer one (a quotient that is
+    /// not an integer lies at least 2^-31 from one, relatively, far more
+    /// than f64's rounding); the remainder is `x - q·y`. By a vector, x86's
+    /// truncation already gives `MIN` for `MIN / -1` and a remainder of
+    /// `x` by zero (`MIN · 0`); the quotient's zero divisors become -1. By
+    /// a constant `d` (not 0, -1 or `MIN`), a product by the f64 `1/d`
+    /// (within 2^-52 of `x/d`): its truncation is the quotient unless that
+    /// is an integer the product fell just short of, which leaves a
+    /// remainder of `±d` that is corrected (as `lower.rs`'s
+    /// `int_divrem_i32x4_by`).
+    fn div_rem(&mut self, div: bool, x: O, y: O) -> O {
+        if let O::C(bits) = y {
+            let d = bits as u32 as i32;
+            match d {
+                0 if div => return O::C(u64::from(u32::MAX)),
+                0 => return x,
+                -1 if div => return self.bin(Bin::ISub, O::C(0), x, false),
+                -1 => return O::C(0),
+                i32::MIN => {}
+                _ => {
+                    let recip = O::C((1.0 / f64::from(d)).to_bits());
+                    let q = self.idiv(x, recip, true);
+                    let qd = self.bin(Bin::IMul, q, y, true);
+                    let r = self.bin(Bin::ISub, x, qd, false);
+                    let short = self.icmp(false, r, y);
+                    let over = self.icmp(false, r, O::C(u64::from(d.wrapping_neg() as u32)));
+                    return match div {
+                        true => {
+                            let up = self.bin(Bin::IAdd, q, O::C(1), true);
+                            let q = self.select_bits(short, up, q);
+                            let down = self.bin(Bin::ISub, q, O::C(1), false);
+                            self.select_bits(over, down, q)
+                        }
+                        false => {
+                            let off = approx::Ops::or(self, short, over);
+                            self.select_bits(off, O::C(0), r)
+                        }
+                    };
+                }
+            }
+        }
+        let y = O::R(self.reg(y));
+        let q = self.idiv(x, y, false);
+        match div {
+            true => {
+                let zero = self.icmp(false, y, O::C(0));
+                self.select_bits(zero, O::C(u64::from(u32::MAX)), q)
+            }
+            false => {
+                let qy = self.bin(Bin::IMul, q, y, true);
+                self.bin(Bin::ISub, x, qy, false)
+            }
+        }
+    }
+
+    fn idiv(&mut self, a: O, b: O, recip: bool) -> O {
+        let a = self.reg(a);
+        let dst = self.new_v();
+        self.insts.push(Inst::IDiv { dst, a, b, recip });
+        O::R(dst)
     }
 
     /// Integer lanes are the approximations' (f32 only: the f64 ones
@@ -1207,7 +1359,7 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                 O::R(dst)
             }
             ENode::Const(l) => match elem {
-                Elem::F32 => {
+                Elem::F32 | Elem::I32 => {
                     let b: [u8; 4] = l.bytes().get(..4)?.try_into().ok()?;
                     O::C(u64::from(u32::from_le_bytes(b)))
                 }
@@ -1216,7 +1368,11 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                     O::C(u64::from_le_bytes(b))
                 }
             },
+            ENode::Unary(u, x, _) if elem == Elem::I32 => unary_int(&mut rec, *u, vals[*x])?,
             ENode::Unary(u, x, _) => unary(&mut rec, *u, vals[*x])?,
+            ENode::Binary(op, x, y, _) if elem == Elem::I32 => {
+                binary_int(&mut rec, *op, vals[*x], vals[*y])?
+            }
             ENode::Binary(op, x, y, _) => {
                 let (x, y) = (vals[*x], vals[*y]);
                 match op {
@@ -1236,6 +1392,9 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                     | BinaryOp::ShiftRightArithmetic => return None,
                 }
             }
+            ENode::Compare(c, x, y, _) if elem == Elem::I32 => {
+                O::R(rec.compare_int(*c, vals[*x], vals[*y]))
+            }
             ENode::Compare(c, x, y, _) => {
                 // Cranelift's float conditions: ordered, but `ne` (true
                 // where unordered).
@@ -1253,6 +1412,10 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                 O::R(m) if rec.mask[m as usize] => rec.select_bits(m, vals[*x], vals[*y]),
                 O::R(_) | O::C(_) => return None,
             },
+            ENode::Clamp(x, lo, hi, _) if elem == Elem::I32 => {
+                let m = rec.bin(Bin::IMax, vals[*x], vals[*lo], true);
+                rec.bin(Bin::IMin, m, vals[*hi], true)
+            }
             // max then min, each with the canonical NaN: the inline code's
             // `fmax`, `fmin` and one canonical NaN give the same bits.
             ENode::Clamp(x, lo, hi, _) => {
@@ -1285,6 +1448,62 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
         rec.insts.push(Inst::Acc { a: root, acc: 0 });
     }
     Some(rec)
+}
+
+/// `op` of i32 lanes on the line (the interpreter's integer semantics,
+/// `runtime::kernels::scalar::IntScalar`), or `None` where the line
+/// cannot express it.
+fn binary_int(rec: &mut Rec, op: BinaryOp, x: O, y: O) -> Option<O> {
+    Some(match op {
+        BinaryOp::Add => rec.bin(Bin::IAdd, x, y, true),
+        BinaryOp::Sub => rec.bin(Bin::ISub, x, y, false),
+        BinaryOp::Mul => rec.bin(Bin::IMul, x, y, true),
+        BinaryOp::Max => rec.bin(Bin::IMax, x, y, true),
+        BinaryOp::Min => rec.bin(Bin::IMin, x, y, true),
+        BinaryOp::And => rec.bin(Bin::And, x, y, true),
+        BinaryOp::Or => rec.bin(Bin::Or, x, y, true),
+        BinaryOp::Xor => rec.bin(Bin::Xor, x, y, true),
+        BinaryOp::ShiftLeft => rec.bin(Bin::Shl, x, y, false),
+        BinaryOp::ShiftRightLogical => rec.bin(Bin::Shr, x, y, false),
+        BinaryOp::ShiftRightArithmetic => rec.bin(Bin::Sar, x, y, false),
+        BinaryOp::Div => rec.div_rem(true, x, y),
+        BinaryOp::Rem => rec.div_rem(false, x, y),
+        BinaryOp::Pow => return None,
+    })
+}
+
+/// `u` of i32 lanes on the line, or `None` where it has no integer
+/// meaning.
+fn unary_int(rec: &mut Rec, u: UnaryOp, x: O) -> Option<O> {
+    Some(match u {
+        UnaryOp::Neg => rec.bin(Bin::ISub, O::C(0), x, false),
+        UnaryOp::Abs => rec.un(Un::IAbs, x),
+        UnaryOp::Square => rec.bin(Bin::IMul, x, x, true),
+        UnaryOp::Not => rec.bin(Bin::Xor, x, O::C(u64::from(u32::MAX)), true),
+        // -1 from the sign bit, or 1 from the sign bit of -x (`MIN`: -1).
+        UnaryOp::Sign => {
+            let negative = rec.un(Un::Sar(31), x);
+            let minus = rec.bin(Bin::ISub, O::C(0), x, false);
+            let positive = rec.un(Un::Shr(31), minus);
+            rec.bin(Bin::Or, negative, positive, true)
+        }
+        UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Sqrt
+        | UnaryOp::Rsqrt
+        | UnaryOp::Exp
+        | UnaryOp::Expm1
+        | UnaryOp::Log
+        | UnaryOp::Log1p
+        | UnaryOp::Tanh
+        | UnaryOp::Logistic
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Erf
+        | UnaryOp::IsFinite
+        | UnaryOp::Reciprocal => return None,
+    })
 }
 
 /// `u` of `x` on the line, or `None` where the line cannot express it.
@@ -1473,6 +1692,21 @@ enum PInst {
         d: u8,
         a: u8,
     },
+    ICmp {
+        gt: bool,
+        d: u8,
+        a: u8,
+        b: P,
+    },
+    /// `s`: two scratch registers (the same one twice with `recip`); `d`
+    /// and they differ from the sources.
+    IDiv {
+        d: u8,
+        a: u8,
+        b: P,
+        recip: bool,
+        s: [u8; 2],
+    },
     Store {
         a: u8,
         disp: i32,
@@ -1616,6 +1850,36 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool, reserved: u8) -> Option<Phys> 
             }
             continue;
         }
+        if let Inst::IDiv { dst, a, b, recip } = *inst {
+            // The halves are written before the sources' last reads: the
+            // destination and the scratch registers are taken before the
+            // dying sources are released.
+            let d = free_z.pop()?;
+            let s0 = free_z.pop()?;
+            let s1 = match recip {
+                true => s0,
+                false => free_z.pop()?,
+            };
+            out.push(PInst::IDiv {
+                d,
+                a: r(a)?,
+                b: pool.operand(b, &reg)?,
+                recip,
+                s: [s0, s1],
+            });
+            free_z.push(s0);
+            if s1 != s0 {
+                free_z.push(s1);
+            }
+            for &v in &dying {
+                release(v, &mut free_z, &mut free_k, &reg);
+            }
+            reg[dst as usize] = Some(d);
+            if last[dst as usize] == usize::MAX {
+                free_z.push(d);
+            }
+            continue;
+        }
         // Non-destructive forms read their sources before writing: the
         // destination may reuse a dying source's register (`release` only
         // frees it; `reg` still names it for the sources below).
@@ -1675,9 +1939,15 @@ fn allocate(rec: &Rec, isa: Isa, pool: &mut Pool, reserved: u8) -> Option<Phys> 
                 b: r(b)?,
             },
             Inst::KNot { a, .. } => PInst::KNot { d, a: r(a)? },
+            Inst::ICmp { gt, a, b, .. } => PInst::ICmp {
+                gt,
+                d,
+                a: r(a)?,
+                b: pool.operand(b, &reg)?,
+            },
             Inst::Store { a, disp } => PInst::Store { a: r(a)?, disp },
             Inst::Acc { a, acc } if acc < reserved => PInst::Acc { a: r(a)?, acc },
-            Inst::Acc { .. } | Inst::Fma { .. } => return None,
+            Inst::Acc { .. } | Inst::Fma { .. } | Inst::IDiv { .. } => return None,
         };
         if let Some(dst) = inst.dst() {
             reg[dst as usize] = Some(d);
@@ -1758,13 +2028,20 @@ fn assemble(
                     let low: Vec<u32> = pool_bits.iter().map(|&b| b as u32).collect();
                     a.dd(&low)?
                 }
-                Elem::F64 => a.dq(pool_bits)?,
+                Elem::F64 | Elem::I32 => a.dq(pool_bits)?,
             },
             Isa::Avx2 => {
                 for &bits in pool_bits {
                     match e {
                         Elem::F32 => a.dd(&[bits as u32; 8])?,
                         Elem::F64 => a.dq(&[bits; 4])?,
+                        // An i32 lane's bits fit 32 (`div_rem`'s f64
+                        // reciprocals are no integers: their exponent bits
+                        // are set above).
+                        Elem::I32 => match u32::try_from(bits) {
+                            Ok(lane) => a.dd(&[lane; 8])?,
+                            Err(_) => a.dq(&[bits; 4])?,
+                        },
                     }
                 }
                 a.dd(&[u32::MAX; 8])?;
@@ -2305,7 +2582,7 @@ fn splat_ptr(
         false => base + disp,
     };
     match e {
-        Elem::F32 => dword_ptr(at),
+        Elem::F32 | Elem::I32 => dword_ptr(at),
         Elem::F64 => qword_ptr(at),
     }
 }
@@ -2350,9 +2627,10 @@ fn body512(
     let z = |r: u8| ZMM[r as usize];
     let kk = |r: u8| KREG[r as usize];
     let size = e.bytes();
+    let entry = Isa::Avx512.entry(e);
     let c = |at: i32| match e {
-        Elem::F32 => dword_bcst(r11 + at * size),
-        Elem::F64 => qword_bcst(r11 + at * size),
+        Elem::F32 | Elem::I32 => dword_bcst(r11 + at * entry),
+        Elem::F64 => qword_bcst(r11 + at * entry),
     };
     for pi in &phys.insts {
         match *pi {
@@ -2370,7 +2648,7 @@ fn body512(
                 by_elem!(a, e, vbroadcastss | vbroadcastsd(z(d), m))?
             }
             PInst::Const { d, at } => {
-                let m = splat_ptr(r11, at * size, false, e);
+                let m = splat_ptr(r11, at * entry, false, e);
                 by_elem!(a, e, vbroadcastss | vbroadcastsd(z(d), m))?
             }
             PInst::Move { d, s } => a.vmovaps(z(d), z(s))?,
@@ -2399,6 +2677,23 @@ fn body512(
                     (Bin::Max, P::C(at)) => by_elem!(a, e, vmaxps | vmaxpd(d, x, c(at)))?,
                     (Bin::Min, P::R(y)) => by_elem!(a, e, vminps | vminpd(d, x, z(y)))?,
                     (Bin::Min, P::C(at)) => by_elem!(a, e, vminps | vminpd(d, x, c(at)))?,
+                    (Bin::IMul | Bin::IMax | Bin::IMin | Bin::Shl | Bin::Shr | Bin::Sar, _)
+                        if e != Elem::I32 =>
+                    {
+                        return Err(BodyError::NoForm("i32"));
+                    }
+                    (Bin::IMul, P::R(y)) => a.vpmulld(d, x, z(y))?,
+                    (Bin::IMul, P::C(at)) => a.vpmulld(d, x, c(at))?,
+                    (Bin::IMax, P::R(y)) => a.vpmaxsd(d, x, z(y))?,
+                    (Bin::IMax, P::C(at)) => a.vpmaxsd(d, x, c(at))?,
+                    (Bin::IMin, P::R(y)) => a.vpminsd(d, x, z(y))?,
+                    (Bin::IMin, P::C(at)) => a.vpminsd(d, x, c(at))?,
+                    (Bin::Shl, P::R(y)) => a.vpsllvd(d, x, z(y))?,
+                    (Bin::Shl, P::C(at)) => a.vpsllvd(d, x, c(at))?,
+                    (Bin::Shr, P::R(y)) => a.vpsrlvd(d, x, z(y))?,
+                    (Bin::Shr, P::C(at)) => a.vpsrlvd(d, x, c(at))?,
+                    (Bin::Sar, P::R(y)) => a.vpsravd(d, x, z(y))?,
+                    (Bin::Sar, P::C(at)) => a.vpsravd(d, x, c(at))?,
                 }
             }
             PInst::Un { op, d, a: x } => {
@@ -2407,9 +2702,16 @@ fn body512(
                     (Un::Sqrt, _) => by_elem!(a, e, vsqrtps | vsqrtpd(d, x))?,
                     (Un::Round(imm), _) => by_elem!(a, e, vrndscaleps | vrndscalepd(d, x, imm))?,
                     (Un::ToFloat, Elem::F32) => a.vcvtdq2ps(d, x)?,
-                    (Un::ToFloat, Elem::F64) => return Err(BodyError::NoForm("i64 to f64")),
+                    (Un::ToFloat, Elem::F64 | Elem::I32) => {
+                        return Err(BodyError::NoForm("i32 to f32 in these lanes"));
+                    }
                     (Un::Shl(k), _) => by_elem!(a, e, vpslld | vpsllq(d, x, k as i32))?,
                     (Un::Shr(k), _) => by_elem!(a, e, vpsrld | vpsrlq(d, x, k as i32))?,
+                    (Un::Sar(k), Elem::I32) => a.vpsrad(d, x, k as i32)?,
+                    (Un::IAbs, Elem::I32) => a.vpabsd(d, x)?,
+                    (Un::Sar(_) | Un::IAbs, Elem::F32 | Elem::F64) => {
+                        return Err(BodyError::NoForm("i32"));
+                    }
                 }
             }
             PInst::Fma { form, neg, d, s, t } => {
@@ -2467,6 +2769,49 @@ fn body512(
                 KOp::Or => a.korw(kk(d), kk(x), kk(b))?,
             },
             PInst::KNot { d, a: x } => a.knotw(kk(d), kk(x))?,
+            PInst::ICmp { gt, d, a: x, b } => match (gt, b) {
+                (true, P::R(y)) => a.vpcmpgtd(kk(d), z(x), z(y))?,
+                (true, P::C(at)) => a.vpcmpgtd(kk(d), z(x), c(at))?,
+                (false, P::R(y)) => a.vpcmpeqd(kk(d), z(x), z(y))?,
+                (false, P::C(at)) => a.vpcmpeqd(kk(d), z(x), c(at))?,
+            },
+            // Each half of the lanes to f64 (the upper one extracted into
+            // the destination first), divided (or multiplied by the
+            // reciprocal), truncated back; the halves joined.
+            PInst::IDiv {
+                d,
+                a: x,
+                b,
+                recip,
+                s: [s0, s1],
+            } => {
+                let y = |r: u8| YMM32[r as usize];
+                let f64s = |at: i32| qword_bcst(r11 + at * 8);
+                a.vextracti64x4(y(d), z(x), 1)?;
+                a.vcvtdq2pd(z(d), y(d))?;
+                match (recip, b) {
+                    (true, P::C(at)) => {
+                        a.vmulpd(z(d), z(d), f64s(at))?;
+                        a.vcvttpd2dq(y(d), z(d))?;
+                        a.vcvtdq2pd(z(s0), y(x))?;
+                        a.vmulpd(z(s0), z(s0), f64s(at))?;
+                    }
+                    (false, P::R(v)) => {
+                        a.vextracti64x4(y(s0), z(v), 1)?;
+                        a.vcvtdq2pd(z(s0), y(s0))?;
+                        a.vdivpd(z(d), z(d), z(s0))?;
+                        a.vcvttpd2dq(y(d), z(d))?;
+                        a.vcvtdq2pd(z(s0), y(x))?;
+                        a.vcvtdq2pd(z(s1), y(v))?;
+                        a.vdivpd(z(s0), z(s0), z(s1))?;
+                    }
+                    (true, P::R(_)) | (false, P::C(_)) => {
+                        return Err(BodyError::NoForm("i32 division operand"));
+                    }
+                }
+                a.vcvttpd2dq(y(s0), z(s0))?;
+                a.vinserti64x4(z(d), z(s0), y(d), 1)?;
+            }
             PInst::Store { a: x, disp } => {
                 let m = zmmword_ptr(gprs[0] + rdx * (size as u32) + disp);
                 if tail {
@@ -2502,6 +2847,19 @@ fn body512(
     }
     Ok(())
 }
+
+/// The low halves of the zmm registers (EVEX encodes ymm16–31).
+const YMM32: [AsmRegisterYmm; 32] = [
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
+    ymm15, ymm16, ymm17, ymm18, ymm19, ymm20, ymm21, ymm22, ymm23, ymm24, ymm25, ymm26, ymm27,
+    ymm28, ymm29, ymm30, ymm31,
+];
+
+/// The low halves of the ymm registers.
+const XMM: [Xmm; 16] = [
+    xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14,
+    xmm15,
+];
 
 /// Vector registers of AVX2 (ymm15: the tail's mask).
 const YMM: [AsmRegisterYmm; 16] = [
@@ -2567,6 +2925,23 @@ fn body256(
                     (Bin::Max, P::C(at)) => by_elem!(a, e, vmaxps | vmaxpd(d, x, c(at)))?,
                     (Bin::Min, P::R(r)) => by_elem!(a, e, vminps | vminpd(d, x, y(r)))?,
                     (Bin::Min, P::C(at)) => by_elem!(a, e, vminps | vminpd(d, x, c(at)))?,
+                    (Bin::IMul | Bin::IMax | Bin::IMin | Bin::Shl | Bin::Shr | Bin::Sar, _)
+                        if e != Elem::I32 =>
+                    {
+                        return Err(BodyError::NoForm("i32"));
+                    }
+                    (Bin::IMul, P::R(r)) => a.vpmulld(d, x, y(r))?,
+                    (Bin::IMul, P::C(at)) => a.vpmulld(d, x, c(at))?,
+                    (Bin::IMax, P::R(r)) => a.vpmaxsd(d, x, y(r))?,
+                    (Bin::IMax, P::C(at)) => a.vpmaxsd(d, x, c(at))?,
+                    (Bin::IMin, P::R(r)) => a.vpminsd(d, x, y(r))?,
+                    (Bin::IMin, P::C(at)) => a.vpminsd(d, x, c(at))?,
+                    (Bin::Shl, P::R(r)) => a.vpsllvd(d, x, y(r))?,
+                    (Bin::Shl, P::C(at)) => a.vpsllvd(d, x, c(at))?,
+                    (Bin::Shr, P::R(r)) => a.vpsrlvd(d, x, y(r))?,
+                    (Bin::Shr, P::C(at)) => a.vpsrlvd(d, x, c(at))?,
+                    (Bin::Sar, P::R(r)) => a.vpsravd(d, x, y(r))?,
+                    (Bin::Sar, P::C(at)) => a.vpsravd(d, x, c(at))?,
                 }
             }
             PInst::Un { op, d, a: x } => {
@@ -2575,9 +2950,16 @@ fn body256(
                     (Un::Sqrt, _) => by_elem!(a, e, vsqrtps | vsqrtpd(d, x))?,
                     (Un::Round(imm), _) => by_elem!(a, e, vroundps | vroundpd(d, x, imm))?,
                     (Un::ToFloat, Elem::F32) => a.vcvtdq2ps(d, x)?,
-                    (Un::ToFloat, Elem::F64) => return Err(BodyError::NoForm("i64 to f64")),
+                    (Un::ToFloat, Elem::F64 | Elem::I32) => {
+                        return Err(BodyError::NoForm("i32 to f32 in these lanes"));
+                    }
                     (Un::Shl(k), _) => by_elem!(a, e, vpslld | vpsllq(d, x, k as i32))?,
                     (Un::Shr(k), _) => by_elem!(a, e, vpsrld | vpsrlq(d, x, k as i32))?,
+                    (Un::Sar(k), Elem::I32) => a.vpsrad(d, x, k as i32)?,
+                    (Un::IAbs, Elem::I32) => a.vpabsd(d, x)?,
+                    (Un::Sar(_) | Un::IAbs, Elem::F32 | Elem::F64) => {
+                        return Err(BodyError::NoForm("i32"));
+                    }
                 }
             }
             PInst::Fma { form, neg, d, s, t } => {
@@ -2640,6 +3022,46 @@ fn body256(
                 KOp::Or => a.vpor(y(d), y(x), y(b))?,
             },
             PInst::KNot { d, a: x } => a.vpxor(y(d), y(x), ymmword_ptr(r11 + ones))?,
+            PInst::ICmp { gt, d, a: x, b } => match (gt, b) {
+                (true, P::R(r)) => a.vpcmpgtd(y(d), y(x), y(r))?,
+                (true, P::C(at)) => a.vpcmpgtd(y(d), y(x), c(at))?,
+                (false, P::R(r)) => a.vpcmpeqd(y(d), y(x), y(r))?,
+                (false, P::C(at)) => a.vpcmpeqd(y(d), y(x), c(at))?,
+            },
+            // As at AVX-512, on halves of four lanes.
+            PInst::IDiv {
+                d,
+                a: x,
+                b,
+                recip,
+                s: [s0, s1],
+            } => {
+                let h = |r: u8| XMM[r as usize];
+                a.vextracti128(h(d), y(x), 1)?;
+                a.vcvtdq2pd(y(d), h(d))?;
+                match (recip, b) {
+                    (true, P::C(at)) => {
+                        a.vmulpd(y(d), y(d), c(at))?;
+                        a.vcvttpd2dq(h(d), y(d))?;
+                        a.vcvtdq2pd(y(s0), h(x))?;
+                        a.vmulpd(y(s0), y(s0), c(at))?;
+                    }
+                    (false, P::R(v)) => {
+                        a.vextracti128(h(s0), y(v), 1)?;
+                        a.vcvtdq2pd(y(s0), h(s0))?;
+                        a.vdivpd(y(d), y(d), y(s0))?;
+                        a.vcvttpd2dq(h(d), y(d))?;
+                        a.vcvtdq2pd(y(s0), h(x))?;
+                        a.vcvtdq2pd(y(s1), h(v))?;
+                        a.vdivpd(y(s0), y(s0), y(s1))?;
+                    }
+                    (true, P::R(_)) | (false, P::C(_)) => {
+                        return Err(BodyError::NoForm("i32 division operand"));
+                    }
+                }
+                a.vcvttpd2dq(h(s0), y(s0))?;
+                a.vinserti128(y(d), y(s0), h(d), 1)?;
+            }
             PInst::Store { a: x, disp } => {
                 let m = ymmword_ptr(gprs[0] + rdx * size + disp);
                 if tail {
@@ -2887,6 +3309,68 @@ mod tests {
         }
         let exp = line_of(Elem::F64, approx::exp);
         assert!(exp.unsupported);
+    }
+
+    /// i32 lines assemble at both levels whatever the host: integer forms
+    /// only, a division by a vector through f64 halves (`vdivpd`), one by a
+    /// constant as a product by its f64 reciprocal (AVX-512: `{1to8}` from
+    /// the pool's 8-byte entries), integer compares, shifts by lanes.
+    #[test]
+    fn i32_lines_assemble_at_both_levels() {
+        let ints: fn(&mut Rec, O) -> O = |r, x| {
+            let q = r.div_rem(true, x, O::C(7));
+            let m = r.div_rem(false, q, x);
+            let s = r.bin(Bin::Sar, m, x, false);
+            let a = r.un(Un::IAbs, s);
+            let lt = r.compare_int(CmpOp::Lt, a, x);
+            r.select_bits(lt, x, a)
+        };
+        for isa in [Isa::Avx512, Isa::Avx2] {
+            let rec = line_of(Elem::I32, ints);
+            assert!(!rec.unsupported);
+            let mut pool = Pool::default();
+            let phys = allocate(&rec, isa, &mut pool, 0).unwrap();
+            assert!(
+                pool.bits.contains(&(1.0f64 / 7.0).to_bits()),
+                "{:x?}",
+                pool.bits
+            );
+            let several = interleave(&rec, isa.vector_bytes(), 2)
+                .and_then(|l| Some((2, allocate(&l, isa, &mut pool, 0)?)));
+            assert!(several.is_some(), "{}", isa.name());
+            let frame = Frame::Kernel {
+                inner: 1,
+                cols: None,
+                sums: None,
+            };
+            let native = emit(&rec, &phys, several.as_ref(), &pool.bits, frame, isa).unwrap();
+            let text = &Native::listing(&native.bytes, native.code_at);
+            let (extract, insert) = match isa {
+                Isa::Avx512 => ("vextracti64x4", "vinserti64x4"),
+                Isa::Avx2 => ("vextracti128", "vinserti128"),
+            };
+            for w in [
+                "vcvtdq2pd",
+                "vdivpd",
+                "vmulpd",
+                "vcvttpd2dq",
+                extract,
+                insert,
+                "vpmulld",
+                "vpcmpgtd",
+                "vpcmpeqd",
+                "vpsravd",
+                "vpabsd",
+            ] {
+                assert!(text.contains(w), "{}: no {w}\n{text}", isa.name());
+            }
+            for w in ["vaddps", "vmulps", "vdivps", "vcmp"] {
+                assert!(!text.contains(w), "{}: {w}\n{text}", isa.name());
+            }
+            if isa == Isa::Avx512 {
+                assert!(text.contains("1to8"), "{text}");
+            }
+        }
     }
 
     /// A fused row assembles at both levels whatever the host: `exp` of
