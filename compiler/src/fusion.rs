@@ -10,6 +10,8 @@
 //! kernel. Every "no" of the fusion pass is recorded with its reason.
 
 use std::collections::{HashMap, HashSet};
+
+use rustc_hash::FxHashMap;
 use std::fmt::Write as _;
 
 use tensorlift_ir::{
@@ -1111,7 +1113,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
 
     // Slots.
     let mut slots: Vec<Slot> = Vec::new();
-    let mut slot_of: HashMap<ValueId, SlotId> = HashMap::new();
+    let mut slot_of: FxHashMap<ValueId, SlotId> = FxHashMap::default();
     let new_slot = |slots: &mut Vec<Slot>, v: ValueId, k: SlotKind, name: &str| {
         let ty = g.ty(v);
         slots.push(Slot {
@@ -2630,7 +2632,7 @@ fn mark_handoffs(plan: &mut Plan) {
     }
 }
 
-fn slots_of(slot_of: &HashMap<ValueId, SlotId>, vs: &[ValueId]) -> Result<Vec<SlotId>> {
+fn slots_of(slot_of: &FxHashMap<ValueId, SlotId>, vs: &[ValueId]) -> Result<Vec<SlotId>> {
     vs.iter()
         .map(|v| {
             slot_of
@@ -2712,11 +2714,11 @@ impl IndexMap {
 struct KernelBuilder<'a> {
     g: &'a Graph,
     kind: &'a [Kind],
-    slot_of: &'a HashMap<ValueId, SlotId>,
+    slot_of: &'a FxHashMap<ValueId, SlotId>,
     loops: usize,
     nodes: Vec<ENode>,
-    index: HashMap<ENode, usize>,
-    memo: HashMap<(ValueId, IndexMap), usize>,
+    index: FxHashMap<ENode, usize>,
+    memo: FxHashMap<(ValueId, IndexMap), usize>,
     /// Operand expressions a `build_node` attempt needed but found missing.
     missing: Vec<(ValueId, IndexMap)>,
     /// The kernel's root: computed here even though it has a buffer.
@@ -2727,7 +2729,7 @@ impl<'a> KernelBuilder<'a> {
     fn new(
         g: &'a Graph,
         kind: &'a [Kind],
-        slot_of: &'a HashMap<ValueId, SlotId>,
+        slot_of: &'a FxHashMap<ValueId, SlotId>,
         loops: usize,
     ) -> Self {
         KernelBuilder {
@@ -2736,8 +2738,8 @@ impl<'a> KernelBuilder<'a> {
             slot_of,
             loops,
             nodes: Vec::new(),
-            index: HashMap::new(),
-            memo: HashMap::new(),
+            index: FxHashMap::default(),
+            memo: FxHashMap::default(),
             missing: Vec::new(),
             root: None,
         }

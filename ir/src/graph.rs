@@ -118,8 +118,8 @@ pub struct Graph {
     nodes: Vec<Node>,
     values: Vec<ValueInfo>,
     outputs: Vec<Output>,
-    names: HashSet<String>,
-    name_counters: HashMap<String, usize>,
+    names: rustc_hash::FxHashSet<String>,
+    name_counters: rustc_hash::FxHashMap<String, usize>,
     bindings: HashMap<String, CallbackRef>,
 }
 

@@ -2,6 +2,7 @@
 //! changed the graph; [`optimize`] runs the pipeline to a fixed point.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use crate::{
     BinaryOp, DType, Effect, Graph, Literal, NewNode, Node, NodeId, Op, Result, Scalar, TensorType,
@@ -63,17 +64,39 @@ pub fn dce(g: &mut Graph) -> bool {
 /// Merges pure nodes with the same op, operands and result types (common
 /// subexpression elimination). Stateful nodes are never merged.
 pub fn cse(g: &mut Graph) -> bool {
-    let mut seen: HashMap<(Op, Vec<ValueId>, Vec<TensorType>), NodeId> = HashMap::new();
+    // Candidates by a hash of (op, operands, result types), compared in
+    // full: no key is cloned (the pass runs several times per compile, and
+    // cloning each node's op, operands and types into a SipHash map was
+    // most of its cost).
+    let mut seen: HashMap<u64, Vec<NodeId>, FxBuild> = HashMap::default();
     let mut changed = false;
     for id in g.node_ids() {
         let n = g.node(id);
         if n.effect == Effect::Stateful || matches!(n.op, Op::Parameter { .. }) {
             continue;
         }
-        let types = n.results.iter().map(|r| g.ty(*r).clone()).collect();
-        let key = (n.op.clone(), n.inputs.clone(), types);
-        match seen.get(&key) {
-            Some(&first) => {
+        let mut h = rustc_hash::FxHasher::default();
+        n.op.hash(&mut h);
+        n.inputs.hash(&mut h);
+        for r in &n.results {
+            g.ty(*r).hash(&mut h);
+        }
+        let key = h.finish();
+        let same = |first: NodeId| {
+            let m = g.node(first);
+            m.op == n.op
+                && m.inputs == n.inputs
+                && m.results.len() == n.results.len()
+                && m.results
+                    .iter()
+                    .zip(&n.results)
+                    .all(|(a, b)| g.ty(*a) == g.ty(*b))
+        };
+        match seen
+            .get(&key)
+            .and_then(|c| c.iter().copied().find(|&f| same(f)))
+        {
+            Some(first) => {
                 let pairs: Vec<(ValueId, ValueId)> = n
                     .results
                     .iter()
@@ -85,9 +108,7 @@ pub fn cse(g: &mut Graph) -> bool {
                 }
                 changed = true;
             }
-            None => {
-                seen.insert(key, id);
-            }
+            None => seen.entry(key).or_default().push(id),
         }
     }
     if changed {
@@ -95,6 +116,10 @@ pub fn cse(g: &mut Graph) -> bool {
     }
     changed
 }
+
+/// Hash maps keyed by the compiler's own values (no untrusted keys):
+/// FxHash instead of SipHash.
+type FxBuild = std::hash::BuildHasherDefault<rustc_hash::FxHasher>;
 
 /// Replaces pure nodes whose operands are all constants with the constants
 /// they evaluate to (within [`FOLD_LIMIT`]). A stateless callback folds
