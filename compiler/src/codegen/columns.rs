@@ -306,7 +306,7 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
         a.ret()
     })()
     .map_err(asm_err)?;
-    let bytes = a.assemble(0).map_err(asm_err)?;
+    let (bytes, _) = super::native::encode(&a)?;
     if bytes.len() < code_at {
         return Err(asm_err("the code is shorter than its entry"));
     }

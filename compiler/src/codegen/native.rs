@@ -47,7 +47,7 @@ use iced_x86::code_asm::{
     ymm12, ymm13, ymm14, ymm15, ymm16, ymm17, ymm18, ymm19, ymm20, ymm21, ymm22, ymm23, ymm24,
     ymm25, ymm26, ymm27, ymm28, ymm29, ymm30, ymm31, ymmword_ptr,
 };
-use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, Formatter, IntelFormatter};
+use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
 use tensorlift_ir::{BinaryOp, CmpOp, DType, Error, ReduceOp, Result, UnaryOp};
 
 use crate::approx;
@@ -2259,14 +2259,10 @@ fn assemble(
         Ok(())
     })()
     .map_err(asm_err)?;
-    let res = a
-        .assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
-        .map_err(asm_err)?;
-    let at = res.label_ip(&pool).map_err(asm_err)? as usize;
-    let bytes = res.inner.code_buffer;
-    if at != POOL_AT || bytes.len() < code_at {
+    let (bytes, first_label) = encode(&a)?;
+    if first_label != Some(POOL_AT) || bytes.len() < code_at {
         return Err(asm_err(format!(
-            "the pool at {at}, the code at {code_at} of {} bytes",
+            "the pool at {first_label:?}, the code at {code_at} of {} bytes",
             bytes.len()
         )));
     }
@@ -2276,6 +2272,76 @@ fn assemble(
         bytes,
         code_at,
     })
+}
+
+/// The instructions of `a` as machine code at address 0, and where its
+/// first labeled instruction starts (each function's first label is its
+/// pool's). Every branch takes its near form (a 32-bit displacement) and
+/// the displacements of branches and RIP-relative operands are patched
+/// once every label's place is known: one pass of iced's `Encoder` over
+/// the instructions, where its `BlockEncoder` boxes each instruction to
+/// choose between short and near branches (a third of the cost of
+/// emitting a small kernel; docs/benchmarks.md, "Compile: one encoder
+/// pass").
+pub(super) fn encode(a: &CodeAssembler) -> Result<(Vec<u8>, Option<usize>)> {
+    let instructions = a.instructions();
+    let mut enc =
+        iced_x86::Encoder::try_with_capacity(64, instructions.len() * 6).map_err(asm_err)?;
+    // Where each label is (CodeAssembler's labels are small ids, set as
+    // the labeled instruction's `ip`), and the 32-bit displacements to
+    // patch: (the field's offset, the label, the end of its instruction).
+    let mut labels: Vec<(u64, usize)> = Vec::new();
+    let mut patches: Vec<(usize, u64, usize)> = Vec::new();
+    let mut at = 0usize;
+    for ins in instructions {
+        if ins.ip() != 0 {
+            labels.push((ins.ip(), at));
+        }
+        let mut ins = *ins;
+        // (The displacement field: the last 4 bytes of a near branch;
+        // where the constant offsets say for a RIP-relative operand.)
+        let target = if ins.op_count() == 1 && ins.op0_kind() == iced_x86::OpKind::NearBranch64 {
+            let label = ins.near_branch64();
+            let near = ins.code().as_near_branch();
+            if near == ins.code().as_short_branch() {
+                return Err(asm_err("a branch without a 32-bit form"));
+            }
+            ins.set_code(near);
+            ins.set_near_branch64(at as u64);
+            Some((label, None))
+        } else if ins.is_ip_rel_memory_operand() {
+            let label = ins.memory_displacement64();
+            ins.set_memory_displacement64(at as u64);
+            Some((label, Some(())))
+        } else {
+            None
+        };
+        let len = enc.encode(&ins, at as u64).map_err(asm_err)?;
+        let end = at + len;
+        match target {
+            None => {}
+            Some((label, None)) => patches.push((end - 4, label, end)),
+            Some((label, Some(()))) => {
+                let offsets = enc.get_constant_offsets();
+                if offsets.displacement_size() != 4 {
+                    return Err(asm_err(
+                        "a RIP-relative operand without a 32-bit displacement",
+                    ));
+                }
+                patches.push((at + offsets.displacement_offset(), label, end));
+            }
+        }
+        at = end;
+    }
+    let mut bytes = enc.take_buffer();
+    for (field, label, end) in patches {
+        let Some(&(_, to)) = labels.iter().find(|(l, _)| *l == label) else {
+            return Err(asm_err(format!("a reference to label {label}, never set")));
+        };
+        let rel = i32::try_from(to as i64 - end as i64).map_err(asm_err)?;
+        bytes[field..field + 4].copy_from_slice(&rel.to_le_bytes());
+    }
+    Ok((bytes, labels.first().map(|l| l.1)))
 }
 
 /// Where the pool starts in a machine-code function.
@@ -3309,6 +3375,48 @@ mod tests {
         }
         let exp = line_of(Elem::F64, approx::exp);
         assert!(exp.unsupported);
+    }
+
+    /// `encode` lays the instructions out in order, branches in their
+    /// near forms, and points each branch and RIP-relative operand at its
+    /// label, backwards and forwards past what a short branch reaches; a
+    /// branch to a label never set is an error.
+    #[test]
+    fn encode_resolves_labels() {
+        let mut a = CodeAssembler::new(64).unwrap();
+        let (mut pool, mut top, mut end) = (a.create_label(), a.create_label(), a.create_label());
+        a.db(&[0xcc; POOL_AT]).unwrap();
+        a.set_label(&mut pool).unwrap();
+        a.dd(&[1, 2, 3, 4]).unwrap();
+        a.set_label(&mut top).unwrap();
+        a.lea(r11, ptr(pool)).unwrap();
+        a.jz(end).unwrap();
+        for _ in 0..40 {
+            a.vaddps(zmm0, zmm0, zmm1).unwrap();
+        }
+        a.jmp(top).unwrap();
+        a.set_label(&mut end).unwrap();
+        a.ret().unwrap();
+        let (bytes, first) = encode(&a).unwrap();
+        assert_eq!(first, Some(POOL_AT));
+        let top_at = (POOL_AT + 16) as u64;
+        let decoded: Vec<iced_x86::Instruction> =
+            Decoder::with_ip(64, &bytes[POOL_AT + 16..], top_at, DecoderOptions::NONE)
+                .into_iter()
+                .collect();
+        let ret_at = decoded.last().unwrap().ip();
+        assert_eq!(decoded[0].ip_rel_memory_address(), POOL_AT as u64);
+        assert_eq!(decoded[1].near_branch_target(), ret_at);
+        assert_eq!(decoded[1].len(), 6, "jz rel32");
+        let jmp = &decoded[decoded.len() - 2];
+        assert_eq!(jmp.near_branch_target(), top_at);
+        assert!(ret_at - top_at > 200, "past a short branch's reach");
+
+        let mut b = CodeAssembler::new(64).unwrap();
+        let nowhere = b.create_label();
+        b.jmp(nowhere).unwrap();
+        b.ret().unwrap();
+        assert!(encode(&b).is_err());
     }
 
     /// i32 lines assemble at both levels whatever the host: integer forms

@@ -25,7 +25,6 @@
 //! `native`'s functions (a jump over an empty pool), so dumps list it the
 //! same way.
 
-use iced_x86::BlockEncoderOptions;
 use iced_x86::code_asm::{
     AsmRegister64, AsmRegisterZmm, CodeAssembler, qword_ptr, r8, r9, r10, r11, rax, rcx, rdi, rdx,
     rsi, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13,
@@ -339,17 +338,16 @@ fn assemble(l: &Layout, order: &[usize]) -> Result<Native> {
         a.ret()
     })()
     .map_err(asm_err)?;
-    let res = a
-        .assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
-        .map_err(asm_err)?;
-    let at = res.label_ip(&pool).map_err(asm_err)? as usize;
-    if at != POOL_AT {
-        return Err(asm_err(format!("the code at {at}, not {POOL_AT}")));
+    let (bytes, first_label) = super::native::encode(&a)?;
+    if first_label != Some(POOL_AT) {
+        return Err(asm_err(format!(
+            "the code at {first_label:?}, not {POOL_AT}"
+        )));
     }
     Ok(Native {
         isa: "AVX-512",
         source: "codegen/transpose.rs",
-        bytes: res.inner.code_buffer,
+        bytes,
         code_at: POOL_AT,
     })
 }
