@@ -571,8 +571,9 @@ fn uniform(dtype: DType, dims: &[usize], seed: u64) -> Tensor {
 fn sums_over_a_middle_axis_run_as_machine_code() {
     // Where the host has AVX2 or AVX-512, a sum over a middle axis with
     // the innermost kept (a column sum: codegen/columns.rs) is machine
-    // code: blocks of up to eight vectors of columns over blocks of 64
-    // rows, the last vector masked where the columns are not whole
+    // code: blocks of as many vectors of columns as there are registers
+    // (32 zmm, 14 ymm) over blocks of 64 rows, the last vector masked
+    // where the columns are not whole
     // vectors. Each column is summed in row order, as the interpreter sums
     // it, so every bit agrees, split over threads or not; exact mode and
     // integer sums keep Cranelift.
@@ -594,6 +595,13 @@ fn sums_over_a_middle_axis_run_as_machine_code() {
         // (a masked last vector among them).
         (DType::F64, &[2, 130, 67], 1, true),
         (DType::F32, &[1, 200, 1], 1, true),
+        // More vectors of columns than registers (AVX-512: 32 a block,
+        // AVX2: 14): a whole block then a partial one with the masked
+        // vector, or only whole blocks, the last masked.
+        (DType::F32, &[2, 70, 1003], 1, true),
+        (DType::F32, &[3, 9, 507], 1, true),
+        (DType::F64, &[2, 9, 500], 1, true),
+        (DType::F32, &[2, 130, 1792], 1, true),
         (DType::I32, &[4, 6, 40], 1, false),
     ];
     for (i, &(dtype, dims, axis, native)) in cases.iter().enumerate() {

@@ -3,7 +3,8 @@
 //! assembler): kernels of dims `[outer, rows, columns]` reducing `rows`,
 //! whose one node loads f32 or f64 contiguous along the columns. For each
 //! index of the outer range, the rows go by blocks of [`BLOCK_ROWS`], and
-//! within a row block the columns by blocks of up to [`ACCS`] vectors,
+//! within a row block the columns by blocks of up to [`ACCS_512`] (AVX2:
+//! [`ACCS_256`]) vectors,
 //! each block's sums held in registers while the block's rows stream past
 //! (one load-and-add per vector per row), then stored, and resumed from
 //! the output in the next row block; the last block's last vector is
@@ -20,7 +21,10 @@
 use iced_x86::code_asm::{
     AsmRegisterYmm, AsmRegisterZmm, CodeAssembler, eax, edi, esi, k1, ptr, qword_ptr, r8, r9, r10,
     r11, r12, r13, r13d, rax, rbx, rcx, rdi, rdx, ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7,
-    ymm8, ymm15, ymmword_ptr, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmmword_ptr,
+    ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14, ymm15, ymmword_ptr, zmm0, zmm1, zmm2, zmm3,
+    zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14, zmm15, zmm16, zmm17,
+    zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25, zmm26, zmm27, zmm28, zmm29, zmm30,
+    zmm31, zmmword_ptr,
 };
 use tensorlift_ir::{DType, Error, ReduceOp, Result};
 
@@ -28,17 +32,28 @@ use super::JitOptions;
 use super::native::{Native, POOL_AT};
 use crate::fusion::{ENode, Kernel, KernelKind, Plan};
 
-/// Vectors of columns a block sums at once (their sums in zmm0–7 or
-/// ymm0–7).
-const ACCS: usize = 8;
+/// Vectors of columns a block sums at once: every register (AVX-512:
+/// zmm0–31, the masked vector's lanes in k1; AVX2: ymm0–13, ymm14 the
+/// masked vector's load and ymm15 its mask). A row block is read once per
+/// block of columns, and each pass reads only its part of every row's
+/// lines, so the fewer the passes the better (docs/benchmarks.md,
+/// "Column sums with every register").
+const ACCS_512: usize = 32;
+const ACCS_256: usize = 14;
 
 /// Rows of a row block: every column block runs over one row block before
 /// the next (the operand's lines of a block's rows are read together, and
 /// each row's page once), the sums resumed from the output after the first.
 const BLOCK_ROWS: u32 = 64;
 
-const ZMM: [AsmRegisterZmm; ACCS] = [zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7];
-const YMM: [AsmRegisterYmm; ACCS] = [ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7];
+const ZMM: [AsmRegisterZmm; ACCS_512] = [
+    zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14,
+    zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25, zmm26, zmm27,
+    zmm28, zmm29, zmm30, zmm31,
+];
+const YMM: [AsmRegisterYmm; ACCS_256] = [
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13,
+];
 
 /// A qualifying kernel's layout, in bytes where a step.
 #[derive(Debug, PartialEq)]
@@ -141,8 +156,9 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
     let width = if avx512 { 64 } else { 32 };
     let lanes = width / l.esize;
     let vectors = l.cols.div_ceil(lanes);
-    let blocks = vectors / ACCS;
-    let last = vectors % ACCS;
+    let accs = if avx512 { ACCS_512 } else { ACCS_256 };
+    let blocks = vectors / accs;
+    let last = vectors % accs;
     let rest = l.cols % lanes;
     let f64 = l.esize == 8;
     // Row blocks: the first takes what is left over, so that every later
@@ -229,12 +245,12 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
                     (false, true, false) => a.vaddpd(YMM[u], YMM[u], ymmword_ptr(at))?,
                     // The lanes past the columns load as zeros.
                     (false, false, true) => {
-                        a.vmaskmovps(ymm8, ymm15, ymmword_ptr(at))?;
-                        a.vaddps(YMM[u], YMM[u], ymm8)?
+                        a.vmaskmovps(ymm14, ymm15, ymmword_ptr(at))?;
+                        a.vaddps(YMM[u], YMM[u], ymm14)?
                     }
                     (false, true, true) => {
-                        a.vmaskmovpd(ymm8, ymm15, ymmword_ptr(at))?;
-                        a.vaddpd(YMM[u], YMM[u], ymm8)?
+                        a.vmaskmovpd(ymm14, ymm15, ymmword_ptr(at))?;
+                        a.vaddpd(YMM[u], YMM[u], ymm14)?
                     }
                 }
             }
@@ -262,7 +278,7 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
         // vector where there is one) after it.
         let (looped, tail) = match (last, rest) {
             (0, 0) => (blocks, 0),
-            (0, _) => (blocks - 1, ACCS),
+            (0, _) => (blocks - 1, accs),
             (n, _) => (blocks, n),
         };
         // Every column block over one row block starting at r10, which then
@@ -277,7 +293,7 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
                 let mut next = a.create_label();
                 a.mov(edi, looped as u32)?;
                 a.set_label(&mut next)?;
-                block(a, ACCS, false, rows, resume)?;
+                block(a, accs, false, rows, resume)?;
                 a.dec(edi)?;
                 a.jnz(next)?;
             }
