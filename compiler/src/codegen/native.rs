@@ -1422,6 +1422,15 @@ fn record(plan: &Plan, k: &Kernel, lean: bool) -> Option<Rec> {
                 let m = rec.max_min(true, vals[*x], vals[*lo]);
                 rec.max_min(false, m, vals[*hi])
             }
+            // A comparison counted as a number (a max's ties, a ReLU's
+            // derivative): its mask selects 1 or 0, the bits the inline
+            // code's mask ANDed with 1's give.
+            ENode::Convert(x, DType::Bool, to) if *to == elem.dtype() => match vals[*x] {
+                O::R(m) if rec.mask[m as usize] => {
+                    rec.select_bits(m, O::C(elem.bits(1.0)), O::C(0))
+                }
+                O::R(_) | O::C(_) => return None,
+            },
             // A gather's address is data: the inline code's.
             ENode::Gather { .. } | ENode::Iota { .. } | ENode::Convert(..) | ENode::Bitcast(..) => {
                 return None;
