@@ -602,6 +602,13 @@ fn sums_over_a_middle_axis_run_as_machine_code() {
         (DType::F32, &[3, 9, 507], 1, true),
         (DType::F64, &[2, 9, 500], 1, true),
         (DType::F32, &[2, 130, 1792], 1, true),
+        // Sums over the rows of a matrix whose columns make no two blocks
+        // of 2 KiB (`tile::column_blocks` leaves them 2-D, one thread: a
+        // bias gradient's sum over the batch).
+        (DType::F32, &[256, 512], 0, true),
+        (DType::F32, &[100, 37], 0, true),
+        (DType::F64, &[70, 300], 0, true),
+        (DType::F32, &[5, 1], 0, true),
         (DType::I32, &[4, 6, 40], 1, false),
     ];
     for (i, &(dtype, dims, axis, native)) in cases.iter().enumerate() {

@@ -1,6 +1,7 @@
 //! Sums over a middle axis with the innermost kept (a column sum, a sum
 //! over axis 1 of three) as AVX-512 or AVX2 machine code (iced-x86's
-//! assembler): kernels of dims `[outer, rows, columns]` reducing `rows`,
+//! assembler): kernels of dims `[outer, rows, columns]` reducing `rows`
+//! (or `[rows, columns]` reducing `rows`: one outer index, one thread),
 //! whose one node loads f32 or f64 contiguous along the columns. For each
 //! index of the outer range, the rows go by blocks of [`BLOCK_ROWS`], and
 //! within a row block the columns by blocks of up to [`ACCS_512`] (AVX2:
@@ -72,6 +73,10 @@ struct Layout {
     src_outer: i32,
     dst_outer: i32,
     src_row: i32,
+    /// A 2-D sum `[rows, cols]` over its rows: no outer dim, so the kernel
+    /// cannot split over threads and the range it is called with is not
+    /// an outer range (`fusion::range_capable`): it runs one outer index.
+    whole: bool,
 }
 
 /// `k` as AVX-512 or AVX2 machine code, or `None` where it is not such a sum or
@@ -109,14 +114,28 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
         return None;
     };
     let out = plan.slots.get(k.out)?;
-    if reduced[..] != [false, true, false]
+    // `[rows, cols]` over the rows: one outer index of stride 0.
+    let whole = reduced[..] == [true, false];
+    let (dims, strides, out_strides) = match whole {
+        true => {
+            let [rows, cols] = <[usize; 2]>::try_from(k.dims.as_slice()).ok()?;
+            let [row, col] = <[i64; 2]>::try_from(strides.as_slice()).ok()?;
+            let [o_row, o_col] = <[i64; 2]>::try_from(k.out_strides.as_slice()).ok()?;
+            ([1, rows, cols], [0, row, col], [0, o_row, o_col])
+        }
+        false => (
+            <[usize; 3]>::try_from(k.dims.as_slice()).ok()?,
+            <[i64; 3]>::try_from(strides.as_slice()).ok()?,
+            <[i64; 3]>::try_from(k.out_strides.as_slice()).ok()?,
+        ),
+    };
+    if !(whole || reduced[..] == [false, true, false])
         || k.stash.is_some()
         || !matches!(dtype, DType::F32 | DType::F64)
         || out.dtype != *dtype
-        || k.dims.contains(&0)
-        || strides.len() != 3
+        || dims.contains(&0)
         || strides[2] != 1
-        || k.out_strides[1..] != [0, 1]
+        || out_strides[1..] != [0, 1]
     {
         return None;
     }
@@ -128,11 +147,12 @@ fn layout(plan: &Plan, k: &Kernel) -> Option<Layout> {
         src: *slot,
         dst: k.out,
         offset: bytes(*offset)?,
-        rows: u32::try_from(k.dims[1]).ok().filter(|&r| r < 1 << 31)?,
-        cols: k.dims[2],
+        rows: u32::try_from(dims[1]).ok().filter(|&r| r < 1 << 31)?,
+        cols: dims[2],
         src_outer: bytes(strides[0])?,
-        dst_outer: bytes(k.out_strides[0])?,
+        dst_outer: bytes(out_strides[0])?,
         src_row: bytes(strides[1])?,
+        whole,
     })
     .filter(|l| {
         i32::try_from(l.cols * esize).is_ok()
@@ -183,6 +203,11 @@ fn assemble(l: &Layout, avx512: bool) -> Result<Native> {
         a.push(rbx)?;
         a.push(r12)?;
         a.push(r13)?;
+        if l.whole {
+            // One outer index, whatever range the caller passes.
+            a.xor(iced_x86::code_asm::edx, iced_x86::code_asm::edx)?;
+            a.mov(iced_x86::code_asm::ecx, 1)?;
+        }
         a.mov(r8, qword_ptr(rdi + (l.src * 8) as i32))?;
         a.mov(r9, qword_ptr(rdi + (l.dst * 8) as i32))?;
         if l.offset != 0 {
