@@ -2718,7 +2718,9 @@ struct KernelBuilder<'a> {
     loops: usize,
     nodes: Vec<ENode>,
     index: FxHashMap<ENode, usize>,
-    memo: FxHashMap<(ValueId, IndexMap), usize>,
+    /// Built expressions by value and index map (a value is read at one
+    /// or two maps: looked up without cloning a map into a key).
+    memo: FxHashMap<ValueId, Vec<(IndexMap, usize)>>,
     /// Operand expressions a `build_node` attempt needed but found missing.
     missing: Vec<(ValueId, IndexMap)>,
     /// The kernel's root: computed here even though it has a buffer.
@@ -2760,7 +2762,7 @@ impl<'a> KernelBuilder<'a> {
     fn build(&mut self, v: ValueId, map: &IndexMap) -> Result<usize> {
         let mut stack = vec![(v, map.clone())];
         while let Some((u, m)) = stack.last().cloned() {
-            if self.memo.contains_key(&(u, m.clone())) {
+            if self.memo_get(u, &m).is_some() {
                 stack.pop();
                 continue;
             }
@@ -2768,7 +2770,7 @@ impl<'a> KernelBuilder<'a> {
             self.missing.clear();
             let e = self.build_value(u, &m)?;
             if self.missing.is_empty() {
-                self.memo.insert((u, m), e);
+                self.memo.entry(u).or_default().push((m, e));
                 stack.pop();
             } else {
                 // Undo what the attempt pushed, build the operands first.
@@ -2779,17 +2781,21 @@ impl<'a> KernelBuilder<'a> {
                 stack.append(&mut self.missing);
             }
         }
-        self.memo
-            .get(&(v, map.clone()))
-            .copied()
+        self.memo_get(v, map)
             .ok_or_else(|| Error::internal("expression not built"))
+    }
+
+    /// The expression built for `v` at `map`, if any.
+    fn memo_get(&self, v: ValueId, map: &IndexMap) -> Option<usize> {
+        let built = self.memo.get(&v)?;
+        built.iter().find(|(m, _)| m == map).map(|&(_, e)| e)
     }
 
     /// An operand's expression if already built; otherwise records it as
     /// missing and returns a placeholder (the attempt is then undone).
     fn resolve(&mut self, x: ValueId, map: &IndexMap) -> Result<usize> {
-        match self.memo.get(&(x, map.clone())) {
-            Some(&e) => Ok(e),
+        match self.memo_get(x, map) {
+            Some(e) => Ok(e),
             None => {
                 self.missing.push((x, map.clone()));
                 Ok(usize::MAX)
