@@ -1071,6 +1071,17 @@ fn column_and_middle_axis_reductions_sum_in_row_order() {
         (DType::I32, &[300, 1024], |x| {
             x.reduce_sum(Some(&[0]), false)
         }),
+        // The outermost dim reduced, two kept dims that do not merge (a
+        // block of columns' outputs are not one run): not tiled.
+        (DType::F32, &[2, 2, 1024], |x| {
+            x.transpose(&[1, 0, 2]).reduce_sum(Some(&[0]), false)
+        }),
+        (DType::F32, &[1, 2, 1024], |x| {
+            x.reverse(&[1]).reduce_sum(Some(&[0]), false)
+        }),
+        (DType::F64, &[3, 4, 512], |x| {
+            x.transpose(&[1, 0, 2]).reduce_sum(Some(&[0]), false)
+        }),
     ];
     for (i, &(dtype, dims, body)) in cases.iter().enumerate() {
         let n: usize = dims.iter().product();
@@ -1080,15 +1091,19 @@ fn column_and_middle_axis_reductions_sum_in_row_order() {
         let x64 = Tensor::from(ndarray::ArrayD::from_shape_vec(dims.to_vec(), vals).unwrap());
         let x = function(move |x: Sym| x.cast(dtype)).call(&[x64]).unwrap()[0].clone();
         let want = function(body).call(std::slice::from_ref(&x)).unwrap();
-        for exact in [true, false] {
+        for (exact, threads) in [(true, true), (false, true), (false, false)] {
             let f = function(body).jit_compile(true).jit_options(JitOptions {
                 exact,
+                threads,
                 ..JitOptions::default()
             });
             let got = f.call(std::slice::from_ref(&x)).unwrap();
             assert!(
                 common::same_bits(&got[0], &want[0]),
-                "case {i} ({dtype:?}{dims:?}, exact {exact}) differs from the interpreter"
+                "case {i} ({dtype:?}{dims:?}, exact {exact}, threads {threads}) differs from the \
+                 interpreter: {:?} against {:?}",
+                &got[0],
+                &want[0]
             );
         }
     }

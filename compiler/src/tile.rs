@@ -114,9 +114,12 @@ const COLUMN_BLOCK_BYTES: usize = 2048;
 const COLUMN_BLOCK_MIN_BYTES: usize = 64;
 
 /// For a reduction whose outermost dim is reduced (it cannot split over
-/// cores) and whose innermost dim is kept: the width of the blocks of
-/// columns that become its outermost dim, when that dim splits into at
-/// least two whole blocks. Blocks of [`COLUMN_BLOCK_BYTES`], halved (down
+/// cores) and whose innermost dim is the only one kept: the width of the
+/// blocks of columns that become its outermost dim, when that dim splits
+/// into at least two whole blocks. (Another kept dim — one that did not
+/// merge with the columns: a transposed or reversed operand — would make
+/// a block's outputs strided, and a range of blocks is set up as one run
+/// of outputs.) Blocks of [`COLUMN_BLOCK_BYTES`], halved (down
 /// to a cache line) while there are fewer blocks than `threads` (the pool
 /// the kernel splits over: 16 cores sum 1024 columns in 16 blocks of 64,
 /// not 2 of 512). Each column is still summed over its rows in order.
@@ -125,7 +128,7 @@ fn column_blocks(k: &Kernel, esize: usize, threads: usize) -> Option<usize> {
         return None;
     };
     let r = k.dims.len();
-    if r < 2 || k.stash.is_some() || reduced[r - 1] || !reduced[0] {
+    if r < 2 || k.stash.is_some() || reduced[r - 1] || !reduced[..r - 1].iter().all(|&d| d) {
         return None;
     }
     let esize = esize.max(1);
