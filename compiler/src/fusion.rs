@@ -10,9 +10,9 @@
 //! kernel. Every "no" of the fusion pass is recorded with its reason.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 
 use rustc_hash::FxHashMap;
-use std::fmt::Write as _;
 
 use tensorlift_ir::{
     BinaryOp, CmpOp, DType, Error, Graph, Literal, Node, NodeId, Op, ReduceOp, Result, UnaryOp,

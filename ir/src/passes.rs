@@ -68,7 +68,7 @@ pub fn cse(g: &mut Graph) -> bool {
     // full: no key is cloned (the pass runs several times per compile, and
     // cloning each node's op, operands and types into a SipHash map was
     // most of its cost).
-    let mut seen: HashMap<u64, Vec<NodeId>, FxBuild> = HashMap::default();
+    let mut seen: rustc_hash::FxHashMap<u64, Vec<NodeId>> = Default::default();
     let mut changed = false;
     for id in g.node_ids() {
         let n = g.node(id);
@@ -116,10 +116,6 @@ pub fn cse(g: &mut Graph) -> bool {
     }
     changed
 }
-
-/// Hash maps keyed by the compiler's own values (no untrusted keys):
-/// FxHash instead of SipHash.
-type FxBuild = std::hash::BuildHasherDefault<rustc_hash::FxHasher>;
 
 /// Replaces pure nodes whose operands are all constants with the constants
 /// they evaluate to (within [`FOLD_LIMIT`]). A stateless callback folds

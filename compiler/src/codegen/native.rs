@@ -130,7 +130,8 @@ enum Elem {
     #[default]
     F32,
     F64,
-    /// Wrapping int32 arithmetic (`record_int`), a division through f64.
+    /// Wrapping int32 arithmetic ([`binary_int`], [`unary_int`]), a
+    /// division through f64.
     I32,
 }
 
