@@ -304,3 +304,63 @@ fn signalling_nans_through_pow_agree_in_exact_mode() {
         }
     }
 }
+
+#[test]
+fn shapes_whose_size_overflows_are_errors_not_empty_tensors() {
+    // 2^62 × 4 elements: the product wraps to 0 unchecked (release
+    // builds), which 0 bytes would match.
+    let huge = [1usize << 62, 4];
+    let invalid = |r: tensorlift::Result<()>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e}");
+        // The message names the shape.
+        assert!(
+            e.to_string().contains("4611686018427387904, 4]"),
+            "{what}: {e}"
+        );
+    };
+    invalid(
+        Tensor::from_bytes(DType::F32, &huge, &[]).map(drop),
+        "from_bytes",
+    );
+    let e = Tensor::from_bytes(DType::F32, &[usize::MAX, 2], &[]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    invalid(Tensor::zeros(DType::F32, &huge).map(drop), "zeros");
+    invalid(
+        Tensor::zeros(DType::String, &huge).map(drop),
+        "string zeros",
+    );
+    invalid(
+        Tensor::from_strings(&huge, Vec::new()).map(drop),
+        "from_strings",
+    );
+    invalid(
+        tensorlift::TensorRef::new(DType::F32, &huge, &[]).map(drop),
+        "a view",
+    );
+    let empty = Tensor::from_bytes(DType::F32, &[0], &[]).unwrap();
+    let e = empty.reshaped(&huge).expect_err("reshape");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    // A zeros tensor that fits is one.
+    let z = Tensor::zeros(DType::F64, &[2, 3]).unwrap();
+    assert_eq!(common::to_vec::<f64>(&z), vec![0.0; 6]);
+    assert!(
+        Tensor::zeros(DType::String, &[2])
+            .unwrap()
+            .strings()
+            .iter()
+            .all(Vec::is_empty)
+    );
+}
+
+#[test]
+fn buffers_and_views_of_the_wrong_size_or_type_are_invalid_arguments() {
+    let mut bytes = vec![0u8; 11];
+    let e = tensorlift::TensorMut::new(DType::F32, &[3], &mut bytes)
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let x = t(&[1.0f32, 2.0]);
+    let e = x.view::<f64>().map(drop).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+}

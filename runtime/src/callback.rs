@@ -144,9 +144,11 @@ impl HostCallback {
                     .iter()
                     .zip(&shapes)
                     .map(|(t, s)| {
-                        AlignedBytes::try_zeroed(s.iter().product::<usize>() * t.dtype.size())
+                        Ok(AlignedBytes::try_zeroed(crate::tensor::byte_len(
+                            t.dtype, s,
+                        )?)?)
                     })
-                    .collect::<std::result::Result<_, _>>()?;
+                    .collect::<Result<_>>()?;
                 {
                     let ins: Vec<TensorRef<'_>> = inputs.iter().map(Tensor::as_ref).collect();
                     let mut outs = bufs

@@ -53,16 +53,15 @@ impl Tensor {
 
     /// A tensor owning `bytes`; checks the length as [`Tensor::from_bytes`].
     pub fn from_aligned(dtype: DType, shape: &[usize], bytes: AlignedBytes) -> Result<Self> {
-        let n: usize = shape.iter().product();
         if dtype == DType::String {
             return Err(Error::invalid(
                 "a string tensor is made from strings, not bytes",
             ));
         }
-        if bytes.len() != n * dtype.size() {
+        let want = byte_len(dtype, shape)?;
+        if bytes.len() != want {
             return Err(Error::invalid(format!(
-                "a {dtype} tensor of shape {shape:?} needs {} bytes, got {}",
-                n * dtype.size(),
+                "a {dtype} tensor of shape {shape:?} needs {want} bytes, got {}",
                 bytes.len()
             )));
         }
@@ -102,9 +101,8 @@ impl Tensor {
     /// A tensor over bytes owned elsewhere (no copy). The bytes must be
     /// 16-byte aligned, of the right length, and 0/1 for bool.
     pub fn from_foreign(dtype: DType, shape: &[usize], buf: Arc<dyn ForeignBytes>) -> Result<Self> {
-        let n: usize = shape.iter().product();
         let bytes = buf.bytes();
-        if dtype == DType::String || bytes.len() != n * dtype.size() {
+        if dtype == DType::String || bytes.len() != byte_len(dtype, shape)? {
             return Err(Error::internal(format!(
                 "foreign buffer of {} bytes cannot hold a {dtype} tensor of shape {shape:?}",
                 bytes.len()
@@ -150,7 +148,7 @@ impl Tensor {
 
     /// A string tensor.
     pub fn from_strings(shape: &[usize], strings: Vec<Vec<u8>>) -> Result<Self> {
-        let n: usize = shape.iter().product();
+        let n = element_count(DType::String, shape)?;
         if strings.len() != n {
             return Err(Error::invalid(format!(
                 "a string tensor of shape {shape:?} needs {n} elements, got {}",
@@ -164,19 +162,28 @@ impl Tensor {
         })
     }
 
-    /// A tensor of zeros (empty strings for strings).
-    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
+    /// A tensor of zeros (empty strings for strings): an
+    /// `InvalidArgument` when the shape's size overflows the address space,
+    /// `ResourceExhausted` when the memory cannot be allocated.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor> {
         let data = if dtype == DType::String {
-            Data::Strings(vec![Vec::new(); n])
+            let n = element_count(dtype, shape)?;
+            let mut strings = Vec::new();
+            strings.try_reserve_exact(n).map_err(|_| {
+                Error::ResourceExhausted(tensorlift_ir::Detail::msg(format!(
+                    "could not allocate {n} strings for a tensor of shape {shape:?}"
+                )))
+            })?;
+            strings.resize(n, Vec::new());
+            Data::Strings(strings)
         } else {
-            Data::Bytes(AlignedBytes::zeroed(n * dtype.size()))
+            Data::Bytes(AlignedBytes::try_zeroed(byte_len(dtype, shape)?)?)
         };
-        Tensor {
+        Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
             data: Arc::new(data),
-        }
+        })
     }
 
     /// A scalar of a host element type.
@@ -234,7 +241,7 @@ impl Tensor {
     /// The elements viewed as `T`, which must have the dtype's size.
     pub fn view<T: Pod>(&self) -> Result<&[T]> {
         if std::mem::size_of::<T>() != self.dtype.size() || self.dtype == DType::String {
-            return Err(Error::internal(format!(
+            return Err(Error::invalid(format!(
                 "cannot view {} elements as a {}-byte type",
                 self.dtype,
                 std::mem::size_of::<T>()
@@ -246,7 +253,8 @@ impl Tensor {
 
     /// The same data with another shape of the same element count.
     pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
-        if shape.iter().product::<usize>() != self.len() {
+        let count = shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d));
+        if count != Some(self.len()) {
             return Err(Error::invalid(format!(
                 "cannot reshape {:?} to {shape:?}",
                 self.shape
@@ -356,8 +364,32 @@ pub struct TensorMut<'a> {
 
 #[cold]
 fn not_a_tensor(dtype: DType, shape: &[usize], len: usize) -> Error {
-    Error::internal(format!(
+    Error::invalid(format!(
         "{len} bytes are not a {dtype} tensor of shape {shape:?}"
+    ))
+}
+
+/// The element count of `shape`: an error naming the shape when it
+/// overflows `usize`.
+fn element_count(dtype: DType, shape: &[usize]) -> Result<usize> {
+    (shape.iter())
+        .try_fold(1usize, |n, d| n.checked_mul(*d))
+        .ok_or_else(|| too_large(dtype, shape))
+}
+
+/// The bytes of a `dtype` tensor of `shape`: an error naming the shape
+/// when the count overflows `usize` (unchecked, the product wraps, and a
+/// shape of 2^62 × 4 would take 0 bytes).
+pub fn byte_len(dtype: DType, shape: &[usize]) -> Result<usize> {
+    element_count(dtype, shape)?
+        .checked_mul(dtype.size())
+        .ok_or_else(|| too_large(dtype, shape))
+}
+
+#[cold]
+fn too_large(dtype: DType, shape: &[usize]) -> Error {
+    Error::invalid(format!(
+        "a {dtype} tensor of shape {shape:?} has more elements than memory can address"
     ))
 }
 
@@ -379,7 +411,7 @@ impl<'a> TensorRef<'a> {
     /// dtype's size and aligned for it).
     #[inline]
     pub fn new(dtype: DType, shape: &'a [usize], bytes: &'a [u8]) -> Result<Self> {
-        if dtype == DType::String || bytes.len() != shape.iter().product::<usize>() * dtype.size() {
+        if dtype == DType::String || byte_len(dtype, shape).ok() != Some(bytes.len()) {
             return Err(not_a_tensor(dtype, shape, bytes.len()));
         }
         Ok(TensorRef {
@@ -509,7 +541,7 @@ macro_rules! pod_host_element {
                     .map_err(|e| Error::internal(e.to_string()))
             }
             fn from_slice(shape: &[usize], v: &[$t]) -> Result<Tensor> {
-                if v.len() != shape.iter().product::<usize>() {
+                if Some(v.len()) != shape.iter().try_fold(1usize, |n, d| n.checked_mul(*d)) {
                     return Err(Error::invalid(format!(
                         "{} elements for shape {shape:?}",
                         v.len()
