@@ -364,3 +364,50 @@ fn buffers_and_views_of_the_wrong_size_or_type_are_invalid_arguments() {
     let e = x.view::<f64>().map(drop).unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
 }
+
+#[test]
+fn switch_indices_of_every_integer_type_clamp_to_the_last_branch() {
+    // Wide indices must not wrap into range on their way to int32: 2^32
+    // is past the last branch, not branch 0.
+    let make = || {
+        function(|k: Sym, x: Sym| {
+            tensorlift::switch(
+                &k,
+                &[
+                    &|a: &[Sym]| vec![&a[0] + 10.0],
+                    &|a: &[Sym]| vec![&a[0] + 20.0],
+                    &|a: &[Sym]| vec![&a[0] + 30.0],
+                ],
+                &[x],
+            )
+        })
+    };
+    let x = Tensor::scalar(0.0f32);
+    let cases: Vec<(Tensor, f32)> = vec![
+        (Tensor::scalar(1i64), 20.0),
+        (Tensor::scalar(1i64 << 32), 30.0),
+        (Tensor::scalar((1i64 << 32) + 1), 30.0),
+        (Tensor::scalar(-(1i64 << 32)), 30.0),
+        (Tensor::scalar(i64::MIN), 30.0),
+        (Tensor::scalar(0u64), 10.0),
+        (Tensor::scalar((1u64 << 32) + 1), 30.0),
+        (Tensor::scalar(u64::MAX), 30.0),
+        (Tensor::scalar(u32::MAX), 30.0),
+        (Tensor::scalar(1u32), 20.0),
+        (Tensor::scalar(-1i8), 30.0),
+        (Tensor::scalar(2u8), 30.0),
+        (Tensor::scalar(300i16), 30.0),
+    ];
+    for f in [make(), make().jit_compile(true)] {
+        for (k, want) in &cases {
+            let out = f.call(&[k.clone(), x.clone()]).unwrap();
+            assert_eq!(
+                common::to_vec::<f32>(&out[0]),
+                vec![*want],
+                "index {:?} of {}",
+                k,
+                k.dtype()
+            );
+        }
+    }
+}

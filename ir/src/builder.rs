@@ -513,6 +513,23 @@ pub fn case(
     let index = if t.dtype == DType::I32 {
         index
     } else {
+        // An index of a wider type is clamped to [-1, branches] first, both
+        // ends out of range (the last branch), so that converting it cannot
+        // wrap it into range: 2^32 would become 0.
+        let wide = t.dtype.is_int() && t.dtype.size() >= 4;
+        let index = if wide {
+            let n = branches.len() as f64;
+            let hi = constant(g, t.dtype, n, site)?;
+            let index = g.add(Op::Binary(BinaryOp::Min), &[index, hi], site.clone())?;
+            if t.dtype.is_signed_int() {
+                let lo = constant(g, t.dtype, -1.0, site)?;
+                g.add(Op::Binary(BinaryOp::Max), &[index, lo], site.clone())?
+            } else {
+                index
+            }
+        } else {
+            index
+        };
         g.add(Op::Convert(DType::I32), &[index], site.clone())?
     };
     let mut inputs = vec![index];
