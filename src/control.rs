@@ -318,6 +318,7 @@ pub fn fori_loop(
     let bound = |o: Operand| match o {
         Operand::Sym(s) => s,
         Operand::Scalar(v) => tracer.scalar_at(DType::I32, v, site.clone()),
+        Operand::Int(v) => tracer.int_at(DType::I32, v, site.clone()),
     };
     let lower = bound(lower.into());
     let mut carries = vec![lower];

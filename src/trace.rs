@@ -484,7 +484,17 @@ impl Tracer {
     }
 
     pub(crate) fn scalar_at(&self, dtype: DType, value: f64, site: Site) -> Sym {
-        match Literal::scalar(dtype, value) {
+        self.literal_at(Literal::scalar(dtype, value), site)
+    }
+
+    /// A scalar constant of `dtype` from a Rust integer, exact in an
+    /// integer `dtype` ([`Literal::scalar_int`]).
+    pub(crate) fn int_at(&self, dtype: DType, value: i128, site: Site) -> Sym {
+        self.literal_at(Literal::scalar_int(dtype, value), site)
+    }
+
+    fn literal_at(&self, literal: tensorlift_ir::Result<Literal>, site: Site) -> Sym {
+        match literal {
             Ok(l) => self.add(Op::Constant(l), &[], site),
             Err(e) => {
                 let e = e.at_node(NodeRef {
@@ -975,8 +985,11 @@ pub(crate) struct CallbackSpec<'a> {
 pub enum Operand {
     /// A symbolic value.
     Sym(Sym),
-    /// A Rust scalar.
+    /// A Rust float.
     Scalar(f64),
+    /// A Rust integer, kept exact: an `i64` beyond 2^53 would not survive
+    /// an f64 (`x + 9007199254740993` on an int64 tensor).
+    Int(i128),
 }
 
 impl From<Sym> for Operand {
@@ -990,13 +1003,16 @@ impl From<&Sym> for Operand {
     }
 }
 macro_rules! scalar_operand {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $v:ident),*) => {$(
         impl From<$t> for Operand {
-            fn from(v: $t) -> Self { Operand::Scalar(v as f64) }
+            fn from(v: $t) -> Self { Operand::$v(v.into()) }
         }
     )*};
 }
-scalar_operand!(f32, f64, i32, i64, u32, u8, i8, i16, u16, u64);
+scalar_operand!(
+    f32 => Scalar, f64 => Scalar, i32 => Int, i64 => Int, u32 => Int, u8 => Int, i8 => Int,
+    i16 => Int, u16 => Int, u64 => Int
+);
 
 impl Sym {
     fn tracer(&self) -> Tracer {
@@ -1063,14 +1079,13 @@ impl Sym {
     }
 
     fn operand(&self, o: Operand, site: &Site) -> Sym {
-        match o {
-            Operand::Sym(s) => s,
-            Operand::Scalar(v) => match self.dtype() {
-                Some(d) => self.tracer().scalar_at(d, v, site.clone()),
-                None => Sym {
-                    ctx: self.ctx.clone(),
-                    v: None,
-                },
+        match (o, self.dtype()) {
+            (Operand::Sym(s), _) => s,
+            (Operand::Scalar(v), Some(d)) => self.tracer().scalar_at(d, v, site.clone()),
+            (Operand::Int(v), Some(d)) => self.tracer().int_at(d, v, site.clone()),
+            (Operand::Scalar(_) | Operand::Int(_), None) => Sym {
+                ctx: self.ctx.clone(),
+                v: None,
             },
         }
     }
@@ -1239,14 +1254,14 @@ operator!(BitXor, bitxor, Elementwise::Binary(BinaryOp::Xor));
 
 macro_rules! scalar_lhs {
     ($($t:ty),*) => {$(
-        impl std::ops::Add<Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
-        impl std::ops::Sub<Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
-        impl std::ops::Mul<Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
-        impl std::ops::Div<Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
-        impl std::ops::Add<&Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Add), self as f64, Site::caller()) } }
-        impl std::ops::Sub<&Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Sub), self as f64, Site::caller()) } }
-        impl std::ops::Mul<&Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Mul), self as f64, Site::caller()) } }
-        impl std::ops::Div<&Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Div), self as f64, Site::caller()) } }
+        impl std::ops::Add<Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Add), self.into(), Site::caller()) } }
+        impl std::ops::Sub<Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Sub), self.into(), Site::caller()) } }
+        impl std::ops::Mul<Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Mul), self.into(), Site::caller()) } }
+        impl std::ops::Div<Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Div), self.into(), Site::caller()) } }
+        impl std::ops::Add<&Sym> for $t { type Output = Sym; #[track_caller] fn add(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Add), self.into(), Site::caller()) } }
+        impl std::ops::Sub<&Sym> for $t { type Output = Sym; #[track_caller] fn sub(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Sub), self.into(), Site::caller()) } }
+        impl std::ops::Mul<&Sym> for $t { type Output = Sym; #[track_caller] fn mul(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Mul), self.into(), Site::caller()) } }
+        impl std::ops::Div<&Sym> for $t { type Output = Sym; #[track_caller] fn div(self, r: &Sym) -> Sym { r.swapped(Elementwise::Binary(BinaryOp::Div), self.into(), Site::caller()) } }
     )*};
 }
 scalar_lhs!(f32, f64, i32, i64);
@@ -1274,8 +1289,8 @@ impl std::ops::Not for Sym {
 }
 
 impl Sym {
-    fn swapped(&self, op: Elementwise, lhs: f64, site: Site) -> Sym {
-        let l = self.operand(Operand::Scalar(lhs), &site);
+    fn swapped(&self, op: Elementwise, lhs: Operand, site: Site) -> Sym {
+        let l = self.operand(lhs, &site);
         l.binary_at(op, Operand::Sym(self.clone()), site)
     }
 
@@ -1292,7 +1307,7 @@ impl Sym {
                 (t, f)
             }
             (t, Operand::Sym(f)) => (f.operand(t, &site), f),
-            (Operand::Scalar(_), Operand::Scalar(_)) => {
+            (Operand::Scalar(_) | Operand::Int(_), Operand::Scalar(_) | Operand::Int(_)) => {
                 return self.error(
                     "select",
                     site,

@@ -411,3 +411,64 @@ fn switch_indices_of_every_integer_type_clamp_to_the_last_branch() {
         }
     }
 }
+
+#[test]
+fn rust_integer_scalars_keep_every_bit() {
+    // An f64 holds integers exactly only up to 2^53.
+    let big = 9_007_199_254_740_993_i64;
+    let z64 = t(&[0i64, 1]);
+    let zu64 = t(&[0u64, 1]);
+    type Case<'a> = (fn(Sym) -> Sym, &'a Tensor, Vec<i128>);
+    let make: [Case<'_>; 6] = [
+        (
+            |a| &a + 9_007_199_254_740_993_i64,
+            &z64,
+            vec![big.into(), (big + 1).into()],
+        ),
+        (
+            |a| 9_007_199_254_740_993_i64 - &a,
+            &z64,
+            vec![big.into(), (big - 1).into()],
+        ),
+        (
+            |a| &a + i64::MAX - 1i64,
+            &z64,
+            vec![(i64::MAX - 1).into(), i64::MAX.into()],
+        ),
+        (
+            |a| a.maximum(u64::MAX),
+            &zu64,
+            vec![u64::MAX.into(), u64::MAX.into()],
+        ),
+        (|a| &a * 4_294_967_297u64, &zu64, vec![0, 4_294_967_297]),
+        (
+            |a| a.minimum(i64::MIN),
+            &z64,
+            vec![i64::MIN.into(), i64::MIN.into()],
+        ),
+    ];
+    for (i, (body, x, want)) in make.into_iter().enumerate() {
+        for f in [function(body), function(body).jit_compile(true)] {
+            let out = run1(&f, std::slice::from_ref(x));
+            let got: Vec<i128> = if out.dtype() == DType::I64 {
+                common::to_vec::<i64>(&out)
+                    .into_iter()
+                    .map(i128::from)
+                    .collect()
+            } else {
+                common::to_vec::<u64>(&out)
+                    .into_iter()
+                    .map(i128::from)
+                    .collect()
+            };
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+    // Integers still convert into float tensors, and out of an integer
+    // type's range they are an error naming the value.
+    let f = function(|a: Sym| &a + 3i64);
+    assert_eq!(common::to_vec::<f32>(&run1(&f, &[t(&[0.5f32])])), vec![3.5]);
+    let f = function(|a: Sym| &a + (1i64 << 40));
+    let e = f.call(&[t(&[0i32])]).unwrap_err();
+    assert!(e.to_string().contains("1099511627776"), "{e}");
+}

@@ -118,6 +118,21 @@ impl Literal {
         Self::from_scalars(dtype, &[], &[s])
     }
 
+    /// A scalar literal of `dtype` holding the integer `value` exactly
+    /// where `dtype` is an integer type (an error when out of its range),
+    /// converted as by a cast otherwise ([`Literal::scalar`] goes through
+    /// an f64, exact only up to 2^53).
+    pub fn scalar_int(dtype: DType, value: i128) -> Result<Self> {
+        let s = if dtype == DType::Bool {
+            Scalar::Bool(value != 0)
+        } else if dtype.is_int() {
+            Scalar::Int(value)
+        } else {
+            Scalar::Float(value as f64, None)
+        };
+        Self::from_scalars(dtype, &[], &[s])
+    }
+
     /// The type of this literal.
     pub fn ty(&self) -> TensorType {
         TensorType::known(self.dtype, &self.dims)
