@@ -239,6 +239,50 @@ fn parse_errors_name_line_and_column() {
             26,
             "not a valid size",
         ),
+        // NaN bits that are not a NaN of the type (a number, an infinity,
+        // bits beyond its width) or not bits at all.
+        (
+            "graph @g {\n  %c = constant nan(0x1) : f32[]\n}",
+            2,
+            17,
+            "nan(0x1) is not the bit pattern of a float32 NaN",
+        ),
+        (
+            "graph @g {\n  %c = constant [nan(0x3f800000), 2.0] : f32[2]\n}",
+            2,
+            17,
+            "nan(0x3f800000) is not the bit pattern of a float32 NaN",
+        ),
+        (
+            "graph @g {\n  %c = constant nan(0x7f800000) : f32[]\n}",
+            2,
+            17,
+            "is not the bit pattern of a float32 NaN",
+        ),
+        (
+            "graph @g {\n  %c = constant nan(0x7ff0000000000001) : f32[]\n}",
+            2,
+            17,
+            "is not the bit pattern of a float32 NaN",
+        ),
+        (
+            "graph @g {\n  %c = constant nan(0x7c00) : f16[]\n}",
+            2,
+            17,
+            "is not the bit pattern of a float16 NaN",
+        ),
+        (
+            "graph @g {\n  %c = constant (1.0, nan(0x7f800000)) : c64[]\n}",
+            2,
+            23,
+            "nan(0x7f800000) is not the bit pattern of a NaN",
+        ),
+        (
+            "graph @g {\n  %c = constant nan(-1) : f32[]\n}",
+            2,
+            21,
+            "a NaN's bits are a number in [0, 2^64)",
+        ),
     ];
     for (src, line, col, needle) in cases {
         let e = text::parse(src, "t.tlir").expect_err(src);

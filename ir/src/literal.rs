@@ -270,12 +270,41 @@ fn part_nan_bits(part: DType, v: f64) -> Option<u64> {
 }
 
 /// A NaN parsed as `nan(0xBITS)` inside a complex literal: bits that fit
-/// 32 bits are an f32 NaN (widened exactly), others an f64's.
-pub(crate) fn nan_from_bits(bits: u64) -> f64 {
-    match u32::try_from(bits) {
+/// 32 bits are an f32 NaN (widened exactly), others an f64's; `None` for
+/// bits that are not a NaN of that width.
+pub(crate) fn nan_from_bits(bits: u64) -> Option<f64> {
+    let v = match u32::try_from(bits) {
         Ok(b) => widen(b),
         Err(_) => f64::from_bits(bits),
-    }
+    };
+    v.is_nan().then_some(v)
+}
+
+/// Whether `bits` is the whole bit pattern of a NaN of the float type `d`
+/// (all exponent bits set, a nonzero mantissa, nothing above the width).
+fn is_nan_bits(d: DType, bits: u64) -> bool {
+    let (width, exponent) = match d {
+        DType::F16 => (16, 0x7c00),
+        DType::BF16 => (16, 0x7f80),
+        DType::F32 => (32, 0x7f80_0000),
+        DType::F64 => (64, 0x7ff0_0000_0000_0000),
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::C64
+        | DType::C128
+        | DType::String => return false,
+    };
+    let sign = 1u64 << (width - 1);
+    (width == 64 || bits >> width == 0)
+        && bits & exponent == exponent
+        && bits & !(sign | exponent) != 0
 }
 
 fn float_scalar(v: f64, raw: u64, canonical_nan: u64) -> Scalar {
@@ -353,6 +382,11 @@ fn encode_scalar(dtype: DType, v: Scalar, out: &mut Vec<u8>) -> Result<()> {
         }
         (d, Scalar::Int(i)) if d.is_inexact() => {
             encode_scalar(d, Scalar::Float(i as f64, None), out)?
+        }
+        (d, Scalar::Float(_, Some(b))) if d.is_float() && !is_nan_bits(d, b) => {
+            return Err(Error::invalid(format!(
+                "nan(0x{b:x}) is not the bit pattern of a {d} NaN"
+            )));
         }
         (d, Scalar::Float(f, bits)) if d.is_float() => match (d, bits) {
             (DType::F16, Some(b)) => out.extend_from_slice(&(b as u16).to_le_bytes()),

@@ -1019,9 +1019,12 @@ impl Parser {
                 "inf" => Ok(Scalar::Float(f64::INFINITY, None)),
                 "nan" => {
                     if self.eat_punct('(') {
-                        let bits = self.int()?;
+                        let at = self.pos();
+                        let bits = u64::try_from(self.int()?).map_err(|_| {
+                            self.err_at(at, "a NaN's bits are a number in [0, 2^64)")
+                        })?;
                         self.punct(')')?;
-                        Ok(Scalar::Float(f64::NAN, Some(bits as u64)))
+                        Ok(Scalar::Float(f64::NAN, Some(bits)))
                     } else {
                         Ok(Scalar::Float(f64::NAN, None))
                     }
@@ -1045,7 +1048,12 @@ impl Parser {
         let pos = self.pos();
         match self.scalar_in(false)? {
             Scalar::Int(i) => Ok(i as f64),
-            Scalar::Float(_, Some(bits)) => Ok(crate::literal::nan_from_bits(bits)),
+            Scalar::Float(_, Some(bits)) => crate::literal::nan_from_bits(bits).ok_or_else(|| {
+                self.err_at(
+                    pos,
+                    format!("nan(0x{bits:x}) is not the bit pattern of a NaN"),
+                )
+            }),
             Scalar::Float(f, None) => Ok(f),
             Scalar::Bool(_) | Scalar::Complex(..) => {
                 Err(self.err_at(pos, "expected a real number"))
