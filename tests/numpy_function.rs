@@ -52,7 +52,7 @@ fn seed_example_in_place_write_on_a_constant() {
 
 #[test]
 fn results_are_checked_and_converted() {
-    let src = "def f(x, mode):\n    m = int(mode)\n    if m == 0: return x * 2\n    if m == 1: return x.astype(np.float64)\n    if m == 2: return [1, 2, 3]\n    if m == 3: return 7\n    if m == 4: return np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))[:, ::2]\n    if m == 5: return np.array([1, 'a'], dtype=object)\n    return (x, x)\n";
+    let src = "def f(x, mode):\n    m = int(mode)\n    if m == 0: return x * 2\n    if m == 1: return x.astype(np.float64)\n    if m == 2: return [[1, 2, 3]]\n    if m == 3: return 7\n    if m == 4: return np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))[:, ::2]\n    if m == 5: return np.array([1, 'a'], dtype=object)\n    if m == 7: return [1, 2, 3]\n    if m == 8: return [x]\n    return (x, x)\n";
     let func = pyfn(src, "f");
     for (i, f) in both(|| {
         let func = Python::attach(|py| func.clone_ref(py));
@@ -84,10 +84,21 @@ fn results_are_checked_and_converted() {
             ),
             "{e}"
         );
-        assert_eq!(
-            common::to_vec::<f32>(&f.call(&[x.clone(), m(2)]).unwrap()[0]),
-            vec![1.0, 2.0, 3.0]
+        // A list is a sequence of outputs, also for one Tout (TensorFlow's
+        // rule): `[[1, 2, 3]]` is one output, a list taking the declared
+        // dtype; `[1, 2, 3]` is three outputs; `[x]` is `x`.
+        let listed = f.call(&[x.clone(), m(2)]).unwrap();
+        assert_eq!(listed[0].shape(), &[3]);
+        assert_eq!(common::to_vec::<f32>(&listed[0]), vec![1.0, 2.0, 3.0]);
+        let e = f.call(&[x.clone(), m(7)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("returned 3 value(s), but Tout declares 1"),
+            "{e}"
         );
+        let one = f.call(&[x.clone(), m(8)]).unwrap();
+        assert_eq!(one[0].shape(), &[3]);
+        assert_eq!(common::to_vec::<f32>(&one[0]), vec![1.0, 2.0, 3.0]);
         assert_eq!(
             common::to_vec::<f32>(&f.call(&[x.clone(), m(3)]).unwrap()[0]),
             vec![7.0]

@@ -17,11 +17,28 @@ use tensorlift::runtime::eager::PyTensor;
 use tensorlift::runtime::python as bridge;
 use tensorlift::{DType, Error, Tensor, TensorMut};
 
+/// What to do when a callback's result of undeclared shape reaches a loop
+/// or branch under `jit_compile=True`.
+const UNKNOWN_SHAPE_REMEDY: &str = "\nRemedy: a callback's result has an unknown shape \
+    unless declared, and the results of tl.cond, tl.switch_case and tl.while_loop (and what their \
+    bodies compute) must have static shapes to be compiled. Declare the shape where the callback \
+    is called, `y = tl.numpy_function(...); y.set_shape([...])` (output_shapes= for \
+    tl.contrib.framework.py_func), or call the callback outside the branch or loop (there \
+    compiled code is split at it), or use jit_compile=False.";
+
 /// `e` as the matching `tensorlift.errors` exception, with the exception a
 /// callback raised (when this error came from one) as its `__cause__`.
 pub(crate) fn raise(py: Python<'_>, e: Error) -> PyErr {
     static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    let text = e.to_string();
+    let mut text = e.to_string();
+    if let Error::JitIncompatible { offenders } = &e
+        && offenders.iter().any(|o| {
+            matches!(o.node.op.as_str(), "numpy_function" | "py_func" | "host_fn")
+                && o.reason.contains("is not static")
+        })
+    {
+        text.push_str(UNKNOWN_SHAPE_REMEDY);
+    }
     let class = match &e {
         Error::InvalidArgument(_) => "InvalidArgumentError",
         Error::OutOfRange(_) => "OutOfRangeError",
@@ -76,7 +93,15 @@ pub(crate) fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResu
                 .getattr(pyo3::intern!(py, "name"))?;
             let name = name.cast::<pyo3::types::PyString>()?.to_str()?;
             DType::from_name(name).ok_or_else(|| {
-                pyo3::exceptions::PyTypeError::new_err(format!("unsupported dtype '{name}'"))
+                let ty = value
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "?".into());
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "cannot make a tensor of a Python {ty} (NumPy gives it dtype '{name}', \
+                     which tensorlift lacks)"
+                ))
             })?
         }
     };
@@ -222,21 +247,31 @@ fn numeric_dtype(arr: &Bound<'_, PyAny>) -> Option<DType> {
     None
 }
 
-/// Runs op `name` eagerly on tensors.
+/// Runs op `name` eagerly on tensors; an error names `site`, the Python
+/// line that ran the op (`(file, line)`).
 #[pyfunction]
-#[pyo3(signature = (name, inputs, attrs=None))]
+#[pyo3(signature = (name, inputs, attrs=None, site=None))]
 fn eager_apply(
     py: Python<'_>,
     name: &str,
     inputs: Vec<PyRef<'_, PyTensor>>,
     attrs: Option<&Bound<'_, PyDict>>,
+    site: Option<(String, u32)>,
 ) -> PyResult<Vec<PyTensor>> {
     let a = ops::Attrs::from_dict(name, attrs)?;
     let ts: Vec<Tensor> = inputs.iter().map(|t| t.t.clone()).collect();
+    let site = site.map(|(file, line)| tensorlift::Site::at(&file, line, 1));
     let out = py
-        .detach(|| ops::eager(name, &ts, &a))
+        .detach(|| ops::eager(name, &ts, &a, site))
         .map_err(|e| raise(py, e))?;
     Ok(out.into_iter().map(|t| PyTensor { t }).collect())
+}
+
+/// Frees the buffers the runtime keeps for reuse (results and temporaries
+/// of earlier calls) and returns how many bytes were given back.
+#[pyfunction]
+fn trim_buffer_cache(py: Python<'_>) -> usize {
+    py.detach(tensorlift::runtime::trim_buffer_cache)
 }
 
 /// The op names the table knows.
@@ -264,6 +299,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(view, m)?)?;
     m.add_function(wrap_pyfunction!(eager_apply, m)?)?;
     m.add_function(wrap_pyfunction!(op_names, m)?)?;
+    m.add_function(wrap_pyfunction!(trim_buffer_cache, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     trace::register(m)?;
     Ok(())

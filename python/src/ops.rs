@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tensorlift::ir::{BinaryOp, UnaryOp};
-use tensorlift::{DType, Error, Function, Sym, Tensor, TensorType, function};
+use tensorlift::{DType, Error, Function, Site, Sym, Tensor, TensorType, function};
 
 /// The attributes an op takes besides its tensors (TensorFlow's keyword
 /// arguments), parsed once: part of the eager cache key.
@@ -112,8 +112,8 @@ fn binary(name: &str) -> Option<BinaryOp> {
         "add" => BinaryOp::Add,
         "subtract" => BinaryOp::Sub,
         "multiply" => BinaryOp::Mul,
-        "divide" => BinaryOp::Div,
-        "floormod" | "mod" => BinaryOp::Rem,
+        // C's truncated remainder; `floormod` is built from it in `apply`.
+        "truncatemod" => BinaryOp::Rem,
         "pow" => BinaryOp::Pow,
         "maximum" => BinaryOp::Max,
         "minimum" => BinaryOp::Min,
@@ -152,7 +152,9 @@ pub const NAMES: &[&str] = &[
     "subtract",
     "multiply",
     "divide",
+    "floordiv",
     "floormod",
+    "truncatemod",
     "pow",
     "maximum",
     "minimum",
@@ -210,6 +212,63 @@ fn arity(name: &str, inputs: &[Sym], n: usize) -> Result<(), Error> {
     }
 }
 
+/// The float dtype TensorFlow's `truediv` casts integer operands to
+/// (`int8`/`int16`/`uint8`/`uint16` -> float32, wider -> float64); None for
+/// the dtypes it divides as they are.
+fn truediv_float(d: DType) -> Option<DType> {
+    match d {
+        DType::I8 | DType::I16 | DType::U8 | DType::U16 => Some(DType::F32),
+        DType::I32 | DType::I64 | DType::U32 | DType::U64 => Some(DType::F64),
+        DType::Bool
+        | DType::F16
+        | DType::BF16
+        | DType::F32
+        | DType::F64
+        | DType::C64
+        | DType::C128
+        | DType::String => None,
+    }
+}
+
+/// `x / y` as TensorFlow's `truediv`: integers (of one dtype) are cast to a
+/// float dtype first, so `7 / 2` is 3.5.
+fn truediv(x: &Sym, y: &Sym) -> Sym {
+    match (x.dtype(), y.dtype()) {
+        (Some(a), Some(b)) if a == b => match truediv_float(a) {
+            Some(f) => x.cast(f) / y.cast(f),
+            None => x / y,
+        },
+        _ => x / y,
+    }
+}
+
+/// Where C's truncated quotient and remainder of `x` by `y` differ from
+/// the floored ones: the remainder `r` is non-zero and its sign is not
+/// `y`'s.
+fn floor_fix(r: &Sym, y: &Sym) -> Sym {
+    r.not_equal(0).logical_and(r.less(0).logical_xor(y.less(0)))
+}
+
+/// `x mod y` with the sign of `y` (TensorFlow's `floormod`, Python's `%`):
+/// the truncated remainder, plus `y` where the two differ.
+fn floormod(x: &Sym, y: &Sym) -> Sym {
+    let r = x.rem(y);
+    floor_fix(&r, y).select(&r + y, &r)
+}
+
+/// `floor(x / y)` (TensorFlow's `floordiv`, Python's `//`): integers take
+/// the truncated quotient minus one where the remainder's sign is not
+/// `y`'s; floats floor the quotient.
+fn floordiv(x: &Sym, y: &Sym) -> Sym {
+    match x.dtype() {
+        Some(d) if d.is_int() => {
+            let q = x / y;
+            floor_fix(&x.rem(y), y).select(&q - 1, &q)
+        }
+        _ => (x / y).floor(),
+    }
+}
+
 /// Builds op `name` on `inputs`. Errors the builder finds (shapes, dtypes)
 /// are recorded in the trace, as for any traced op; errors in the call
 /// itself (unknown op, wrong count) are returned.
@@ -224,6 +283,15 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
     }
     let axes = a.axis.as_deref();
     let out = match name {
+        "divide" | "floordiv" | "floormod" => {
+            arity(name, inputs, 2)?;
+            let (x, y) = (&inputs[0], &inputs[1]);
+            match name {
+                "divide" => truediv(x, y),
+                "floordiv" => floordiv(x, y),
+                _ => floormod(x, y),
+            }
+        }
         "equal" | "not_equal" | "less" | "less_equal" | "greater" | "greater_equal" => {
             arity(name, inputs, 2)?;
             let (x, y) = (&inputs[0], &inputs[1]);
@@ -379,8 +447,15 @@ fn eager_cache() -> &'static Mutex<HashMap<EagerKey, Function>> {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Runs op `name` on concrete tensors (interpreted).
-pub fn eager(name: &str, inputs: &[Tensor], a: &Attrs) -> Result<Vec<Tensor>, Error> {
+/// Runs op `name` on concrete tensors (interpreted). An error names `site`
+/// (the Python line that ran the op) as its node's creation site: the
+/// one-op function is cached, so its nodes carry the site of no call.
+pub fn eager(
+    name: &str,
+    inputs: &[Tensor],
+    a: &Attrs,
+    site: Option<Site>,
+) -> Result<Vec<Tensor>, Error> {
     if inputs.is_empty() {
         return Err(Error::invalid(format!("{name} needs at least one tensor")));
     }
@@ -408,5 +483,14 @@ pub fn eager(name: &str, inputs: &[Tensor], a: &Attrs) -> Result<Vec<Tensor>, Er
             })
             .clone()
     };
-    f.call(inputs)
+    f.call(inputs).map_err(|e| match (site, e.detail()) {
+        (Some(site), Some(d)) if d.node.is_some() => {
+            let mut d = d.clone();
+            if let Some(node) = d.node.as_mut() {
+                node.site = site;
+            }
+            Error::new(e.code(), d)
+        }
+        _ => e,
+    })
 }

@@ -119,6 +119,14 @@ def constant(value, dtype=None, shape=None, name=None):
     return t
 
 
+def trim_buffer_cache():
+    """Gives back the memory tensorlift keeps for reuse (the buffers of
+    earlier results and temporaries, which later calls would take instead
+    of allocating): returns the bytes freed. Nothing in use is touched; the
+    next calls allocate afresh. Not in TensorFlow."""
+    return _native.trim_buffer_cache()
+
+
 def _prod(shape):
     n = 1
     for d in shape:

@@ -38,7 +38,7 @@ def _inputs(inp):
 
 def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None):
     single, tout = _tout(Tout)
-    stateful = stateful and not _core.forward_retrace[0]
+    stateful = stateful and not _core.state.forward_retrace
     xs = _inputs(inp)
     where = site()
     like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)
@@ -97,12 +97,9 @@ def py_function(func, inp, Tout, name=None):
     xs = _inputs(inp)
     like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)
     if like is None and not _native.tracing():
-        out = func(*xs)
-        if not tout:
-            return None
-        vals = [out] if single or not isinstance(out, (list, tuple)) else list(out)
-        res = [v if isinstance(v, Tensor) else convert_to_tensor(v, dtype=d) for v, d in zip(vals, tout)]
-        return _result(res, single)
+        # Eager: func runs here, so that the tapes record its ops (that is
+        # its gradient); its results are checked as a traced call's are.
+        return _eager_py_function(func, xs, single, tout, name)
 
     forward = _PyForward(func)
     where = site()
@@ -140,6 +137,68 @@ def py_function(func, inp, Tout, name=None):
     out = [SymbolicTensor(o) for o in out]
     _core.record(lambda ys: _flat(py_function(func, ys, Tout, name)), xs, out)
     return _result(out, single) if tout else None
+
+
+def _raised(who, e):
+    """The ``tl.errors`` class an exception a callback raised maps to (the
+    runtime's rule, as for a traced callback)."""
+    from . import errors
+
+    text = f"{who} raised {type(e).__name__}: {e}"
+    if isinstance(e, (ValueError, TypeError)):
+        return errors.InvalidArgumentError(text)
+    if isinstance(e, StopIteration):
+        return errors.OutOfRangeError(text)
+    if isinstance(e, MemoryError):
+        return errors.ResourceExhaustedError(text)
+    if isinstance(e, NotImplementedError):
+        return errors.UnimplementedError(text)
+    return errors.UnknownError(text)
+
+
+def _dtype_of(v):
+    """The tl dtype of an array (None for Python values and what tensorlift lacks)."""
+    try:
+        return as_dtype(v.dtype) if hasattr(v, "dtype") else None
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _eager_py_function(func, xs, single, tout, name):
+    """An eager ``py_function`` call: ``func`` on the eager tensors, its
+    results checked against ``Tout`` (count: only a list or tuple is a
+    sequence of outputs; dtype: tensors and arrays must have the declared
+    one, Python values take it) and exceptions mapped onto ``tl.errors``
+    with the exception as ``__cause__``."""
+    from . import errors
+
+    f, line = site()
+    who = f"py_function '{name or 'py_function'}' (created at {f}:{line})"
+    try:
+        out = func(*xs)
+    except Exception as e:  # noqa: BLE001  (every exception becomes a tl.errors one)
+        raise _raised(who, e) from e
+    if not tout:
+        if out is None or out == ():
+            return None
+        raise errors.InvalidArgumentError(f"{who} returned a value, but Tout is empty (return None)")
+    vals = list(out) if isinstance(out, (list, tuple)) else [out]
+    if len(vals) != len(tout):
+        raise errors.InvalidArgumentError(
+            f"{who} returned {len(vals)} value(s), but Tout declares {len(tout)}"
+        )
+    res = []
+    for i, (v, d) in enumerate(zip(vals, tout)):
+        got = v.dtype if isinstance(v, Tensor) else _dtype_of(v)
+        if got is not None and got != as_dtype(d):
+            raise errors.InvalidArgumentError(f"output {i} of {who} is {got.name}, but Tout says {d}")
+        if not isinstance(v, Tensor):
+            try:
+                v = convert_to_tensor(v, dtype=d)
+            except (TypeError, ValueError) as e:
+                raise errors.InvalidArgumentError(f"converting output {i} of {who} to {d}: {e}") from e
+        res.append(v)
+    return _result(res, single)
 
 
 class _PyForward:

@@ -99,10 +99,10 @@ class _Region:
     """While a loop or branch body is traced (tapes see the whole op)."""
 
     def __enter__(self):
-        _core.region_depth[0] += 1
+        _core.state.region_depth += 1
 
     def __exit__(self, *exc):
-        _core.region_depth[0] -= 1
+        _core.state.region_depth -= 1
         return False
 
 
@@ -140,7 +140,7 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
     index = branch_index if isinstance(branch_index, Tensor) else convert_to_tensor(branch_index)
     if not isinstance(index, SymbolicTensor):
         i = int(index)
-        return fns[i] if 0 <= i < len(fns) else fns[-1]
+        return (fns[i] if 0 <= i < len(fns) else fns[-1])()
     where = site()
     runs, structures = _branches(fns, where, index)
     out = _native.switch(index._s, runs, [], where)

@@ -10,6 +10,7 @@ in both cases active gradient tapes record it.
 
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -95,6 +96,15 @@ class Tensor:
 
     def __mod__(self, o):
         return binary("floormod", self, o)
+
+    def __rmod__(self, o):
+        return binary("floormod", o, self)
+
+    def __floordiv__(self, o):
+        return binary("floordiv", self, o)
+
+    def __rfloordiv__(self, o):
+        return binary("floordiv", o, self)
 
     def __pow__(self, o):
         return binary("pow", self, o)
@@ -307,30 +317,41 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
     return EagerTensor(_native.to_tensor(value, d))
 
 
-# Gradient tapes recording now (set by tape.GradientTape).
-tapes = []
-# The tl.functions being traced now, innermost last: callbacks register
-# their targets with it (for pickling).
-tracing_functions = []
+class _ThreadState(threading.local):
+    """What this thread is recording and tracing now. Per thread, as
+    TensorFlow's tapes are: a tape records only the ops of the thread that
+    opened it, and another thread tracing a loop body does not pause it."""
+
+    def __init__(self):
+        # Gradient tapes recording now (set by tape.GradientTape).
+        self.tapes = []
+        # The tl.functions being traced now, innermost last: callbacks
+        # register their targets with it (for pickling).
+        self.tracing_functions = []
+        # Set while a custom gradient's function is traced again (in its
+        # gradient region) only to get its grad_fn: the callbacks of that
+        # forward pass ran already, so they are made stateless there and
+        # removed when unused.
+        self.forward_retrace = 0
+        # How many loop or branch bodies are being traced now: a tape does
+        # not record the ops inside them (the loop or branch is recorded as
+        # one op).
+        self.region_depth = 0
+
+
+state = _ThreadState()
 
 
 def register_callback(target, func):
     """Notes that callback ``target`` of the function being traced calls ``func``."""
-    if target is not None and tracing_functions:
-        tracing_functions[-1]._callbacks[target] = func
-# Set while a custom gradient's function is traced again (in its gradient
-# region) only to get its grad_fn: the callbacks of that forward pass ran
-# already, so they are made stateless there and removed when unused.
-forward_retrace = [0]
-# How many loop or branch bodies are being traced now: a tape does not
-# record the ops inside them (the loop or branch is recorded as one op).
-region_depth = [0]
+    if target is not None and state.tracing_functions:
+        state.tracing_functions[-1]._callbacks[target] = func
 
 
 def record(replay, inputs, outputs):
     """Records an op on the active tapes: ``replay(inputs)`` recomputes
     ``outputs`` (a list) on symbolic inputs."""
-    for t in tapes:
+    for t in state.tapes:
         t._record(replay, inputs, outputs)
 
 
@@ -361,8 +382,8 @@ def apply_n(name, inputs, attrs=None):
         args = [to_sym(x, like, where) for x in inputs]
         out = _wrap(_native.sym_apply(name, args, where, attrs), True)
     else:
-        out = _wrap(_native.eager_apply(name, [x._v for x in inputs], attrs), False)
-    if tapes:
+        out = _wrap(_native.eager_apply(name, [x._v for x in inputs], attrs, site()), False)
+    if state.tapes:
         record(lambda xs, name=name, attrs=attrs: apply_n(name, xs, attrs), inputs, out)
     return out
 

@@ -5,6 +5,7 @@ import functools
 import inspect
 import pickle
 import sys
+import weakref
 
 import numpy as np
 
@@ -62,6 +63,33 @@ def _key(tensors):
     return tuple((t.dtype.name, None if t.shape is None else tuple(t.shape)) for t in tensors)
 
 
+def _is_static(a):
+    """Whether a call's argument is a static Python value (part of the
+    trace key, as in TensorFlow) rather than a tensor input: anything but a
+    tensor, a NumPy array or scalar, and a list or tuple (converted to a
+    tensor)."""
+    return not isinstance(a, (Tensor, np.ndarray, np.generic, list, tuple))
+
+
+def _static_key(v):
+    """A static argument as a dict key: its type and value when hashable
+    (``1``, ``1.0`` and ``True`` differ), else its identity."""
+    try:
+        hash(v)
+        return (type(v), v)
+    except TypeError:
+        return (type(v), "id", id(v))
+
+
+def _merge(tensors, statics):
+    """The positional arguments: ``statics`` ((position, value) pairs) put
+    back among the tensors."""
+    args = list(tensors)
+    for i, v in statics:
+        args.insert(i, v)
+    return args
+
+
 class Function:
     """A traced function (``tf.function``); see ``function``."""
 
@@ -72,6 +100,12 @@ class Function:
         self._name = name or getattr(python_function, "__name__", "function")
         self._site = _definition_site(python_function)
         self._structures = {}
+        # Static arguments (Python values: numbers, strings, None, objects)
+        # -> (native function traced with them, its structures by
+        # signature). Each set of static values is traced separately.
+        self._static = {}
+        # Instance -> this function bound to it (a method; see __get__).
+        self._bound = weakref.WeakKeyDictionary()
         # Callback target -> the callable it calls (for pickling).
         self._callbacks = {}
         # Set on a function unpickled from its graphs: signature -> (text,
@@ -90,13 +124,13 @@ class Function:
         self._native = _native.Function(_WeakBody(self), self._name, self._site, self.jit_compile, sig)
         functools.update_wrapper(self, python_function)
 
-    def _body(self, syms):
+    def _body(self, syms, statics=None):
         args = [SymbolicTensor(s) for s in syms]
-        _core.tracing_functions.append(self)
+        _core.state.tracing_functions.append(self)
         try:
-            out = self.python_function(*args)
+            out = self.python_function(*(args if statics is None else _merge(args, statics[1])))
         finally:
-            _core.tracing_functions.pop()
+            _core.state.tracing_functions.pop()
         leaves, structure = flatten(out)
         like = syms[0] if syms else None
         where = site()
@@ -104,6 +138,9 @@ class Function:
         for leaf in leaves:
             t = leaf if isinstance(leaf, Tensor) else convert_to_tensor(leaf)
             flat.append(to_sym(t, like, where))
+        if statics is not None:
+            self._static[statics[0]][1][_key(args)] = (structure, len(flat), _unpacker(structure))
+            return flat
         self._structures[_key(args)] = (structure, len(flat), _unpacker(structure))
         first = next(iter(self._structures.values()))[0]
         same = all(_same_structure(v[0], first) for v in self._structures.values())
@@ -129,20 +166,70 @@ class Function:
         bound.apply_defaults()
         return list(bound.args)
 
-    def _convert(self, args):
+    def _convert(self, args, positions=None):
         tensors = []
-        for i, a in enumerate(args):
+        for k, a in enumerate(args):
+            i = k if positions is None else positions[k]
             spec = self.input_signature[i] if self.input_signature and i < len(self.input_signature) else None
             if isinstance(a, Tensor):
                 tensors.append(a)
-            elif spec is not None:
-                tensors.append(convert_to_tensor(a, dtype=spec.dtype))
-            else:
-                tensors.append(convert_to_tensor(a))
+                continue
+            try:
+                tensors.append(convert_to_tensor(a, dtype=None if spec is None else spec.dtype))
+            except (TypeError, ValueError) as e:
+                what = "its input_signature's " + spec.dtype.name if spec is not None else "a tensor"
+                raise TypeError(
+                    f"function '{self._name}': argument {i} ({type(a).__name__} {_short(a)}) cannot be "
+                    f"converted to {what}: {e}"
+                ) from e
         return tensors
 
+    def _split(self, args):
+        """``(statics, tensors)``: the static Python values among ``args``
+        (None when there are none; else their key and (position, value)
+        pairs) and the other arguments as tensors. With an input_signature
+        every argument is a tensor."""
+        if self.input_signature is not None:
+            return None, self._convert(args)
+        positions = [i for i, a in enumerate(args) if not _is_static(a)]
+        tensors = self._convert([args[i] for i in positions], positions)
+        if len(positions) == len(args):
+            return None, tensors
+        pairs = tuple((i, a) for i, a in enumerate(args) if _is_static(a))
+        return (tuple((i, _static_key(a)) for i, a in pairs), pairs), tensors
+
+    def _native_for(self, statics):
+        """The native function traced with static arguments ``statics``."""
+        if statics is None:
+            return self._native
+        entry = self._static.get(statics[0])
+        if entry is None:
+            native = _native.Function(_WeakBody(self, statics), self._name, self._site, self.jit_compile, None)
+            entry = self._static[statics[0]] = (native, {})
+        return entry[0]
+
+    def _check_no_statics(self, statics):
+        if statics is not None:
+            raise _errors().InvalidArgumentError(
+                f"function '{self._name}' was unpickled from its graphs, which take tensors only; "
+                f"it cannot take the Python value(s) {[v for _, v in statics[1]]}"
+            )
+
+    def _run(self, statics, tensors):
+        """Runs the function on converted arguments."""
+        if self._graphs is not None:
+            self._check_no_statics(statics)
+            return self._call_graph(tensors)
+        out = self._native_for(statics)([t._v for t in tensors])
+        if statics is None:
+            return self._structure_for(tensors)[2](out)
+        structures = self._static[statics[0]][1]
+        # Traced under a relaxed signature: any trace's structure fits.
+        entry = structures.get(_key(tensors)) or next(iter(structures.values()))
+        return entry[2](out)
+
     def __call__(self, *args, **kwargs):
-        if _core.tapes and self.python_function is not None:
+        if _core.state.tapes and self.python_function is not None:
             return self._call_on_tapes(args, kwargs)
         return self._call(args, kwargs)
 
@@ -152,12 +239,12 @@ class Function:
         args = self._bind(args, kwargs)
         if any(isinstance(a, SymbolicTensor) for a in args):
             return self.python_function(*args)
-        tensors = self._convert(args)
-        result = self._call(tensors, {})
+        statics, tensors = self._split(args)
+        result = self._run(statics, tensors)
         flat, _ = flatten(result)
 
         def replay(xs):
-            leaves, _ = flatten(self.python_function(*xs))
+            leaves, _ = flatten(self.python_function(*(xs if statics is None else _merge(xs, statics[1]))))
             return [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in leaves]
 
         _core.record(replay, tensors, [x for x in flat if isinstance(x, Tensor)])
@@ -175,11 +262,8 @@ class Function:
         if any(isinstance(a, SymbolicTensor) for a in args):
             # Called while another function is traced: inline it.
             return self.python_function(*args)
-        tensors = self._convert(args)
-        if self._graphs is not None:
-            return self._call_graph(tensors)
-        out = self._native([t._v for t in tensors])
-        return self._structure_for(tensors)[2](out)
+        statics, tensors = self._split(args)
+        return self._run(statics, tensors)
 
     def call_into(self, outputs, *args, **kwargs):
         """Calls the function on ``args`` writing its results into
@@ -214,8 +298,12 @@ class Function:
                 f"call_into: function '{self._name}' was called while another function is traced; "
                 "call it directly there (its results are symbolic, they cannot be written into arrays)"
             )
-        tensors = self._convert(args)
-        native = self._graph_native(tensors)[0] if self._graphs is not None else self._native
+        statics, tensors = self._split(args)
+        if self._graphs is not None:
+            self._check_no_statics(statics)
+            native = self._graph_native(tensors)[0]
+        else:
+            native = self._native_for(statics)
         native.call_into([t._v for t in tensors], outs)
         return outputs
 
@@ -234,6 +322,12 @@ class Function:
         if obj is self:
             return self.__qualname__
         graphs = self._graph_texts()
+        if not graphs and self._static:
+            raise pickle.PicklingError(
+                f"function '{self._name}' (defined at {self._site[0]}:{self._site[1]}) is not importable "
+                "and has been traced only with static (Python value) arguments, which its pickled graphs "
+                "cannot take: define it at module level to pickle it by reference"
+            )
         if not graphs:
             raise pickle.PicklingError(
                 f"function '{self._name}' (defined at {self._site[0]}:{self._site[1]}) is not importable "
@@ -290,42 +384,68 @@ class Function:
         return next(iter(self._structures.values()))
 
     def _specs(self, args):
+        """``(native, specs)``: the native function for ``args`` (tensors,
+        TensorSpecs and static Python values) and the specs of its inputs."""
         if args:
-            return [
+            statics = None
+            if self.input_signature is None and any(
+                _is_static(a) and not isinstance(a, TensorSpec) for a in args
+            ):
+                pairs = tuple((i, a) for i, a in enumerate(args) if _is_static(a) and not isinstance(a, TensorSpec))
+                statics = (tuple((i, _static_key(a)) for i, a in pairs), pairs)
+                args = [a for a in args if not _is_static(a) or isinstance(a, TensorSpec)]
+            specs = [
                 (a if isinstance(a, TensorSpec) else TensorSpec.from_tensor(convert_to_tensor(a)))._native()
                 for a in args
             ]
+            return self._native_for(statics), specs
         if self.input_signature is None:
             raise ValueError(f"function '{self._name}' has no input_signature: give example inputs or specs")
-        return [s._native() for s in self.input_signature]
+        return self._native, [s._native() for s in self.input_signature]
 
     def get_concrete_function(self, *args):
-        """Traces (and under jit_compile compiles) for ``args`` (tensors or
-        TensorSpecs; the input_signature when none) ahead of a call."""
-        self._native.compile(self._specs(args))
+        """Traces (and under jit_compile compiles) for ``args`` (tensors,
+        TensorSpecs and static Python values; the input_signature when none)
+        ahead of a call."""
+        native, specs = self._specs(args)
+        native.compile(specs)
         return self
 
     def experimental_get_compiler_ir(self, *args):
         """``f.experimental_get_compiler_ir(*args)(stage=...)``: the IR at
         stage ``hlo`` (traced), ``optimized_hlo``, ``fused`` or ``cranelift``."""
-        specs = self._specs(args)
+        native, specs = self._specs(args)
 
         def at(stage="hlo", device_name=None):
-            return self._native.compiler_ir(specs, stage)
+            return native.compiler_ir(specs, stage)
 
         return at
 
+    def _natives(self):
+        return [self._native, *(n for n, _ in self._static.values())] if self._native is not None else []
+
     def experimental_get_tracing_count(self):
-        return 0 if self._native is None else self._native.trace_count
+        return sum(n.trace_count for n in self._natives())
 
     @property
     def compile_count(self):
-        return self._native.compile_count
+        return sum(n.compile_count for n in self._natives())
 
     def __get__(self, instance, owner):
+        """A method: this function bound to ``instance``, traced for it alone
+        (as TensorFlow keys a method's traces by its instance), and held
+        only as long as the instance lives."""
         if instance is None:
             return self
-        return functools.partial(self, instance)
+        try:
+            bound = self._bound.get(instance)
+        except TypeError:  # not weakly referenceable or not hashable: a static argument
+            return functools.partial(self, instance)
+        if bound is None:
+            bound = Function(_Method(self.python_function, instance), self.input_signature, self.jit_compile,
+                             self._name)
+            self._bound[instance] = bound
+        return bound
 
     def __repr__(self):
         return f"<tl.function {self._name} jit_compile={self.jit_compile}>"
@@ -355,20 +475,52 @@ def _unpacker(structure):
 
 
 class _WeakBody:
-    """Calls ``Function._body`` through a weak reference."""
+    """Calls ``Function._body`` through a weak reference (with the static
+    arguments of its trace)."""
 
-    __slots__ = ("ref",)
+    __slots__ = ("ref", "statics")
 
-    def __init__(self, f):
-        import weakref
-
+    def __init__(self, f, statics=None):
         self.ref = weakref.ref(f)
+        self.statics = statics
 
     def __call__(self, syms):
         f = self.ref()
         if f is None:
             raise RuntimeError("the tl.function being traced was freed")
-        return f._body(syms)
+        return f._body(syms, self.statics)
+
+
+class _Method:
+    """A method's function with its instance as the first argument, held
+    weakly (the instance owns the bound tl.function, not the reverse)."""
+
+    def __init__(self, fn, instance):
+        self.fn = fn
+        self.ref = weakref.ref(instance)
+        self.__name__ = getattr(fn, "__name__", "method")
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__module__ = getattr(fn, "__module__", None)
+        self.__doc__ = getattr(fn, "__doc__", None)
+        try:
+            sig = inspect.signature(fn)
+            self.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
+        except (TypeError, ValueError):
+            pass
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            self.__code__ = code
+
+    def __call__(self, *args, **kwargs):
+        instance = self.ref()
+        if instance is None:
+            raise RuntimeError(f"the instance of method '{self.__name__}' was freed")
+        return self.fn(instance, *args, **kwargs)
+
+
+def _short(v, n=40):
+    r = repr(v)
+    return r if len(r) <= n else r[: n - 3] + "..."
 
 
 def _errors():
@@ -421,6 +573,8 @@ def _rebuild(name, site_, input_signature, jit_compile, graphs, callbacks):
     f._name = name
     f._site = site_
     f._structures = {}
+    f._static = {}
+    f._bound = weakref.WeakKeyDictionary()
     f._callbacks = dict(callbacks)
     f._callback_list = list(callbacks)
     f._signature = None

@@ -57,10 +57,12 @@ def _binary(op):
 add = _binary("add")
 subtract = _binary("subtract")
 multiply = _binary("multiply")
-divide = _binary("divide")
+divide = _binary("divide")  # TensorFlow's truediv: integers are divided as floats
 truediv = divide
+floordiv = _binary("floordiv")
 floormod = _binary("floormod")
 mod = floormod
+truncatemod = _binary("truncatemod")
 pow = _binary("pow")  # noqa: A001
 maximum = _binary("maximum")
 minimum = _binary("minimum")

@@ -44,12 +44,12 @@ class GradientTape:
 
     def _push(self):
         self._recording = True
-        _core.tapes.append(self)
+        _core.state.tapes.append(self)
 
     def _pop(self):
         self._recording = False
-        if self in _core.tapes:
-            _core.tapes.remove(self)
+        if self in _core.state.tapes:
+            _core.state.tapes.remove(self)
 
     def watch(self, tensor):
         """Records the operations on ``tensor`` (a tensor or a structure of them)."""
@@ -84,7 +84,7 @@ class GradientTape:
     def _record(self, replay, inputs, outputs):
         if not self._recording or not any(id(x) in self._live for x in inputs):
             return
-        if _core.region_depth[0]:
+        if _core.state.region_depth:
             # Inside a loop or branch body being traced: the loop or branch
             # is recorded as one op (and gradients inside a function are
             # taken from its graph, which sees the body).
@@ -116,9 +116,13 @@ class GradientTape:
             return self._finish(src, src_structure, grads, unconnected_gradients)
         records = list(self._records)
         connected = _connected(records, targets)
+        # A source is differentiated when the tape watched it or recorded
+        # the op that made it (TensorFlow: None for an unwatched constant,
+        # even one that fed a recorded op).
         diff = [
             i for i, s in enumerate(src)
-            if isinstance(s, Tensor) and id(s) in connected and (s.dtype.is_floating or s.dtype.is_complex)
+            if isinstance(s, Tensor) and id(s) in connected and id(s) in self._live
+            and (s.dtype.is_floating or s.dtype.is_complex)
         ]
         # Targets that depend on a differentiated source, and their seeds.
         reached = _reached(records, [src[i] for i in diff])
@@ -280,7 +284,7 @@ def custom_gradient(f=None):
         if not symbolic:
             # Eager: run f without recording its ops; the tapes record the
             # call as one op whose gradient is grad_fn's.
-            paused = list(_core.tapes)
+            paused = list(_core.state.tapes)
             for t in paused:
                 t._pop()
             try:
@@ -319,11 +323,11 @@ def _custom_traced(f, xs):
 
     def vjp(s):
         x = [SymbolicTensor(v) for v in s[:n]]
-        _core.forward_retrace[0] += 1
+        _core.state.forward_retrace += 1
         try:
             _, grad_fn = f(*x)
         finally:
-            _core.forward_retrace[0] -= 1
+            _core.state.forward_retrace -= 1
         nout = (len(s) - n) // 2
         dys = [SymbolicTensor(v) for v in s[n + nout:]]
         g = grad_fn(*dys)

@@ -1,10 +1,10 @@
 """``tl.math``: the elementwise and reduction ops (``tf.math``)."""
 
 from ._ops import (  # noqa: F401
-    abs, add, argmax, argmin, ceil, cos, divide, equal, erf, exp, expm1, floor, floormod,
+    abs, add, argmax, argmin, ceil, cos, divide, equal, erf, exp, expm1, floor, floordiv, floormod,
     greater, greater_equal, is_finite, less, less_equal, log, log1p, log_softmax, logical_and,
     logical_not, logical_or, logical_xor, maximum, minimum, mod, multiply, negative, not_equal,
     pow, reciprocal, reduce_all, reduce_any, reduce_logsumexp, reduce_max, reduce_mean,
     reduce_min, reduce_prod, reduce_sum, round, rsqrt, sigmoid, sign, sin, softmax, sqrt,
-    square, subtract, tanh, truediv,
+    square, subtract, tanh, truediv, truncatemod,
 )

@@ -409,13 +409,24 @@ pub fn from_numpy(
                 )
             })?
     };
-    // C order (Fortran-ordered and strided arrays are accepted and copied;
-    // not `ascontiguousarray`, which turns a 0-d value into shape [1]).
-    let kwargs = pyo3::types::PyDict::new(py);
-    kwargs.set_item("order", "C").map_err(|e| internal(py, e))?;
+    // C order, native byte order, aligned: Fortran-ordered, strided,
+    // byte-swapped ('>f4') and unaligned arrays are accepted and copied, as
+    // TensorFlow's `np.asarray(value, dtype)` accepts them (not
+    // `ascontiguousarray`, which turns a 0-d value into shape [1]).
+    let native = if want == DType::String {
+        py.None().into_bound(py)
+    } else {
+        pyo3::types::PyString::new(py, numpy_name(want)).into_any()
+    };
     let arr = np
-        .call_method("asarray", (arr,), Some(&kwargs))
-        .map_err(|e| internal(py, e))?;
+        .call_method1("require", (arr, native, ("C", "A")))
+        .map_err(|e| {
+            py_error(
+                py,
+                e,
+                &format!("converting output {index} of {who} to {want}"),
+            )
+        })?;
     let shape: Vec<usize> = arr
         .cast::<PyUntypedArray>()
         .map_err(|e| internal(py, e.into()))?
@@ -429,7 +440,7 @@ pub fn from_numpy(
             let ro = a.readonly();
             let v: Vec<$T> = ro
                 .as_slice()
-                .map_err(|e| Error::internal(e.to_string()))?
+                .map_err(|e| Error::invalid(format!("output {index} of {who}: {e}")))?
                 .to_vec();
             Tensor::from(
                 ndarray::ArrayD::from_shape_vec(shape, v)
@@ -534,11 +545,9 @@ pub fn numpy_callback(
                     )))
                 };
             }
-            let values = if tout.len() == 1 && !out.is_instance_of::<PyTuple>() {
-                vec![out]
-            } else {
-                returned_values(out, tout.len(), &who)?
-            };
+            // A list is a sequence of outputs also for one `Tout` (`[x]` is
+            // `x`), as in TensorFlow; array data nested in it is converted.
+            let values = returned_values(out, tout.len(), &who)?;
             values
                 .iter()
                 .zip(&tout)

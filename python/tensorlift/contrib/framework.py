@@ -22,9 +22,9 @@ def py_func(func, args=(), kwargs=None, output_types=None, output_shapes=None, s
         for i, a in zip(tensor_pos, arrays):
             vals[i] = a
         a, k = pack(structure, vals)
-        r = func(*a, **k)
-        flat, _ = flatten(r)
-        return flat
+        # A list: one output per leaf of output_types (a single output type
+        # is one output, whatever func returned).
+        return _flatten_up_to(output_types, func(*a, **k), "")
 
     if not tensors:
         tensors = [convert_to_tensor(0)]
@@ -37,6 +37,32 @@ def py_func(func, args=(), kwargs=None, output_types=None, output_shapes=None, s
     out = _call("py_func", call, tensors, list(out_types), stateful=stateful, name=name, output_shapes=shapes)
     out = [] if out is None else list(out)
     return pack(out_structure, out)
+
+
+def _flatten_up_to(types, value, path):
+    """The leaves of ``value`` at the places of ``output_types``' leaves
+    (``tf.nest.flatten_up_to``); a value of another structure is a
+    ValueError naming its path (an InvalidArgumentError of the call)."""
+    if types is None:
+        if value is not None and value != () and value != []:
+            raise ValueError(f"output{path} is {type(value).__name__}, but output_types has None there")
+        return []
+    if isinstance(types, dict):
+        if not isinstance(value, dict):
+            raise ValueError(f"output{path} is a {type(value).__name__}, but output_types has a dict")
+        if sorted(value) != sorted(types):
+            raise ValueError(
+                f"output{path} has keys {sorted(value)}, but output_types declares {sorted(types)}"
+            )
+        return [leaf for k in sorted(types) for leaf in _flatten_up_to(types[k], value[k], f"{path}[{k!r}]")]
+    if isinstance(types, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(types):
+            what = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (list, tuple)) else (
+                f"a {type(value).__name__}")
+            raise ValueError(f"output{path} is {what}, but output_types has {len(types)}")
+        return [leaf for i, (t, v) in enumerate(zip(types, value))
+                for leaf in _flatten_up_to(t, v, f"{path}[{i}]")]
+    return [value]
 
 
 def _shapes_up_to(types, shapes):

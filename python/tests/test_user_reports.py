@@ -1,0 +1,338 @@
+"""Defects a new-user test found (reproducers r01-r13): each test states
+TensorFlow's behaviour, which tensorlift follows."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tensorlift as tl
+
+BOTH = [False, True]
+
+
+# --- r01: a list returned for a single Tout is a sequence of outputs ---------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_contrib_py_func_single_output_type_keeps_the_shape(jit):
+    x = tl.constant([0.5, 1.0])
+    y = tl.contrib.framework.py_func(np.sinh, [x], output_types=tl.float32)
+    assert y.shape == (2,)
+    np.testing.assert_allclose(y.numpy(), np.sinh([0.5, 1.0]), rtol=1e-6)
+    g = tl.function(lambda v: tl.contrib.framework.py_func(np.sinh, [v], output_types=tl.float32),
+                    jit_compile=jit)
+    assert g(np.float32(1.0)).shape == ()
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_contrib_py_func_flattens_results_only_up_to_output_types(jit):
+    # A single output type: whatever func returns is that one output (a
+    # Python list is array data there); a structure is flattened as far as
+    # output_types goes, and a result of another structure is an error.
+    x = tl.constant([1.0, 2.0])
+    f = tl.function(lambda v: tl.contrib.framework.py_func(lambda a: [1.0, 2.0, 3.0], [v],
+                                                           output_types=tl.float32), jit_compile=jit)
+    np.testing.assert_array_equal(f(x).numpy(), [1.0, 2.0, 3.0])
+    g = tl.function(lambda v: tl.contrib.framework.py_func(lambda a: (a, [a.sum(), 7.0]), [v],
+                                                           output_types=(tl.float32, tl.float32)),
+                    jit_compile=jit)
+    a, b = g(x)
+    np.testing.assert_array_equal(a.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(b.numpy(), [3.0, 7.0])
+    h = tl.function(lambda v: tl.contrib.framework.py_func(lambda a: (a, a, a), [v],
+                                                           output_types=(tl.float32, tl.float32)),
+                    jit_compile=jit)
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"output is a tuple of 3, but output_types has 2"):
+        h(x)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_list_for_one_tout_is_one_output_per_item(jit):
+    a = np.arange(4, dtype=np.float32)
+    f = tl.function(lambda v: tl.numpy_function(lambda x: [x], [v], [tl.float32]), jit_compile=jit)
+    assert [t.shape for t in f(a)] == [(4,)]
+    g = tl.function(lambda v: tl.numpy_function(lambda x: [x, x], [v], tl.float32), jit_compile=jit)
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"returned 2 value\(s\), but Tout declares 1"):
+        g(a)
+    # Eagerly alike.
+    assert tl.numpy_function(lambda x: [x], [a], tl.float32).shape == (4,)
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"returned 2 value\(s\), but Tout declares 1"):
+        tl.numpy_function(lambda x: [x, x], [a], tl.float32)
+
+
+# --- r06: floor modulo, floor division, true division ------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "traced", "jit"])
+def test_floormod_floordiv_truediv_follow_tensorflow(mode):
+    def run(fn, *args):
+        if mode == "eager":
+            return fn(*[tl.constant(a) for a in args]).numpy()
+        return tl.function(fn, jit_compile=mode == "jit")(*args).numpy()
+
+    a = np.array([7, -7, 7, -7, 0, 6], np.int32)
+    b = np.array([3, 3, -3, -3, 5, -3], np.int32)
+    np.testing.assert_array_equal(run(lambda x, y: x % y, a, b), a % b)
+    np.testing.assert_array_equal(run(tl.math.floormod, a, b), a % b)
+    np.testing.assert_array_equal(run(tl.math.mod, a, b), a % b)
+    np.testing.assert_array_equal(run(lambda x, y: x // y, a, b), a // b)
+    np.testing.assert_array_equal(run(tl.math.floordiv, a, b), a // b)
+    np.testing.assert_array_equal(run(tl.math.truncatemod, a, b), np.fmod(a, b))
+    f = np.array([-7.5, 7.5, -7.5, 7.5, 0.0], np.float32)
+    g = np.array([2.0, -2.0, -2.0, 2.0, 3.0], np.float32)
+    np.testing.assert_allclose(run(lambda x, y: x % y, f, g), np.mod(f, g))
+    np.testing.assert_allclose(run(lambda x, y: x // y, f, g), np.floor_divide(f, g))
+    q = run(lambda x, y: x / y, a, b)
+    assert q.dtype == np.float64
+    np.testing.assert_allclose(q, a / b)
+    assert run(tl.math.truediv, a, b).dtype == np.float64
+    assert run(tl.math.divide, a, b).dtype == np.float64
+    small = run(lambda x, y: x / y, a.astype(np.int16), b.astype(np.int16))
+    assert small.dtype == np.float32
+    np.testing.assert_allclose(small, (a / b).astype(np.float32))
+
+
+def test_python_number_operators_on_the_left():
+    x = tl.constant([7, -7])
+    np.testing.assert_array_equal((10 % x).numpy(), 10 % np.array([7, -7]))
+    np.testing.assert_array_equal((10 // x).numpy(), 10 // np.array([7, -7]))
+
+
+# --- r09: eager switch_case calls the branch ---------------------------------
+
+
+def test_eager_switch_case_calls_the_branch():
+    r = tl.switch_case(tl.constant(1), [lambda: tl.constant(10.0), lambda: tl.constant(20.0)])
+    assert float(r) == 20.0
+    r = tl.switch_case(7, [lambda: tl.constant(10.0)], default=lambda: tl.constant(-1.0))
+    assert float(r) == -1.0
+
+
+# --- r05 / r13: methods, non-tensor and Python number arguments --------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_function_on_a_method(jit):
+    class Model:
+        def __init__(self, w):
+            self.w = tl.constant(w)
+
+        @tl.function(jit_compile=jit)
+        def __call__(self, x):
+            return x * self.w
+
+    a, b = Model(2.0), Model(3.0)
+    assert float(a(np.float32(3))) == 6.0
+    assert float(b(np.float32(3))) == 9.0
+    assert float(a(np.float32(4))) == 8.0
+
+
+def test_non_tensor_arguments_are_static():
+    @tl.function
+    def f(x, mode):
+        return x * 2 if mode == "double" else x
+
+    assert float(f(np.float32(3), "double")) == 6.0
+    assert float(f(np.float32(3), None)) == 3.0
+    assert float(f(np.float32(3), "double")) == 6.0
+    assert f.experimental_get_tracing_count() == 2
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_python_numbers_are_static(jit):
+    def scale(x, s):
+        return x * s
+
+    f = tl.function(scale, jit_compile=jit)
+    np.testing.assert_allclose(f(np.float32([1, 2]), 2).numpy(), [2, 4])
+    assert f(np.float32([1, 2]), 2).dtype == tl.float32
+    r = f(np.float64([1, 2]), 0.5)
+    assert r.dtype == tl.float64
+    np.testing.assert_allclose(r.numpy(), [0.5, 1.0])
+    # A number is part of the trace key (as in TensorFlow).
+    np.testing.assert_allclose(f(np.float32([1, 2]), 3).numpy(), [3, 6])
+
+
+def test_unconvertible_argument_names_function_and_position():
+    @tl.function(input_signature=[tl.TensorSpec([], tl.float32), tl.TensorSpec([], tl.float32)])
+    def g(x, y):
+        return x + y
+
+    with pytest.raises(TypeError, match=r"'g'.*argument 1"):
+        g(1.0, "nope")
+
+
+# --- r04: an unwatched source has no gradient --------------------------------
+
+
+def test_eager_tape_gives_none_for_an_unwatched_source():
+    x = tl.constant([1.0, 2.0])
+    u = tl.constant([3.0, 4.0])
+    with tl.GradientTape(persistent=True) as t:
+        t.watch(x)
+        y = tl.reduce_sum(x * u)
+    assert t.gradient(y, u) is None
+    np.testing.assert_allclose(t.gradient(y, x).numpy(), [3.0, 4.0])
+    gx, gu = t.gradient(y, [x, u])
+    assert gu is None
+    np.testing.assert_allclose(gx.numpy(), [3.0, 4.0])
+
+
+# --- r08: tapes are per thread -----------------------------------------------
+
+
+def test_tapes_record_only_their_own_thread():
+    stop = threading.Event()
+    errors = []
+
+    def tracer():
+        k = 0
+        try:
+            while not stop.is_set():
+                k += 1
+
+                def body(i, a):
+                    time.sleep(0.005)
+                    return i + 1, a * 2.0
+
+                tl.function(lambda x: tl.while_loop(lambda i, a: i < 2, body, [0, x])[1])(np.float32(k))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=tracer)
+    t.start()
+    try:
+        time.sleep(0.03)
+        for _ in range(10):
+            x = tl.constant([1.0, 2.0])
+            with tl.GradientTape() as tape:
+                tape.watch(x)
+                time.sleep(0.002)
+                y = tl.reduce_sum(x * x)
+            g = tape.gradient(y, x)
+            assert g is not None
+            np.testing.assert_allclose(g.numpy(), [2.0, 4.0])
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+
+    w = tl.constant([3.0])
+    go, done = threading.Event(), threading.Event()
+
+    def other():
+        go.wait()
+        for _ in range(20):
+            w * 100.0
+        done.set()
+
+    threading.Thread(target=other).start()
+    with tl.GradientTape(persistent=True) as tape:
+        tape.watch(w)
+        go.set()
+        done.wait()
+        y = w * 2.0
+    assert len(tape._records) == 1
+
+
+# --- r03: eager py_function checks its results -------------------------------
+
+
+def test_eager_py_function_checks_results_and_maps_exceptions():
+    x = tl.constant([1.0, 2.0, 3.0])
+    with pytest.raises(tl.errors.InvalidArgumentError, match="int32, but Tout says float32"):
+        tl.py_function(lambda a: tl.cast(a, tl.int32), [x], tl.float32)
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"returned 2 value\(s\), but Tout declares 1"):
+        tl.py_function(lambda a: [a, a], [x], tl.float32)
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"returned 3 value\(s\), but Tout declares 2"):
+        tl.py_function(lambda a: [a, a, a], [x], [tl.float32, tl.float32])
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"returned 1 value\(s\), but Tout declares 2"):
+        tl.py_function(lambda a: a, [x], [tl.float32, tl.float32])
+    with pytest.raises(tl.errors.UnknownError) as e:
+        tl.py_function(lambda a: 1 / 0, [x], tl.float32)
+    assert isinstance(e.value.__cause__, ZeroDivisionError)
+    # What works keeps working: a tensor, a Python value of the declared dtype.
+    assert tl.py_function(lambda a: a * 2, [x], tl.float32).shape == (3,)
+    assert tl.py_function(lambda a: 1.5, [x], tl.float32).dtype == tl.float32
+    r = tl.py_function(lambda a: (a, tl.cast(a, tl.int32)), [x], [tl.float32, tl.int32])
+    assert [t.dtype for t in r] == [tl.float32, tl.int32]
+
+
+def test_eager_py_function_is_still_differentiable():
+    x = tl.constant([1.0, 2.0])
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = tl.py_function(lambda a: a * a, [x], tl.float32)
+        z = tl.reduce_sum(y)
+    np.testing.assert_allclose(t.gradient(z, x).numpy(), [2.0, 4.0])
+
+
+# --- r10: byte-swapped and unaligned arrays ----------------------------------
+
+
+def _unaligned(a):
+    return np.frombuffer(b"\0" + np.ascontiguousarray(a).tobytes(), dtype=a.dtype, offset=1)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_byte_swapped_and_unaligned_callback_results(jit):
+    x = tl.constant([1.0, 2.0])
+    for cb in (lambda a: a.astype(">f4"), _unaligned):
+        r = tl.function(lambda v: tl.numpy_function(cb, [v], tl.float32), jit_compile=jit)(x)
+        np.testing.assert_array_equal(r.numpy(), [1.0, 2.0])
+
+
+def test_byte_swapped_and_unaligned_constants_and_arguments():
+    for a in (np.arange(3, dtype=">f4"), _unaligned(np.arange(3, dtype=np.float32)),
+              np.arange(3, dtype=">i8")):
+        t = tl.constant(a)
+        assert t.dtype == a.dtype.newbyteorder("=")
+        np.testing.assert_array_equal(t.numpy(), a)
+        r = tl.function(lambda v: v + 1)(a)
+        np.testing.assert_array_equal(r.numpy(), a + 1)
+
+
+# --- r11: eager errors name the Python line ----------------------------------
+
+
+def test_eager_op_error_names_the_python_line():
+    with pytest.raises(tl.errors.InvalidArgumentError) as e:
+        tl.reshape(tl.constant([1.0, 2.0, 3.0]), [2, 2])
+    assert "test_user_reports.py:" in str(e.value)
+    assert "src/ops.rs" not in str(e.value)
+
+
+# --- r02: a remedy for callback results of unknown shape under jit ----------
+
+
+def test_jit_error_for_unknown_shape_in_a_branch_says_what_to_do():
+    def f(x):
+        return tl.cond(x > 0, lambda: tl.numpy_function(np.sinh, [x], tl.float32),
+                       lambda: tl.numpy_function(np.cosh, [x], tl.float32))
+
+    with pytest.raises(tl.errors.JitCompileError, match="set_shape"):
+        tl.function(f, jit_compile=True)(tl.constant(1.0))
+
+    def declared(x):
+        def branch(fn):
+            def run():
+                y = tl.numpy_function(fn, [x], tl.float32)
+                y.set_shape([])
+                return y
+            return run
+        return tl.cond(x > 0, branch(np.sinh), branch(np.cosh))
+
+    np.testing.assert_allclose(tl.function(declared, jit_compile=True)(tl.constant(1.0)).numpy(),
+                               np.sinh(1.0), rtol=1e-6)
+
+
+# --- trim_buffer_cache -------------------------------------------------------
+
+
+def test_trim_buffer_cache_is_exposed():
+    tl.function(lambda v: v * 2.0, jit_compile=True)(np.ones(1 << 16, np.float32))
+    freed = tl.trim_buffer_cache()
+    assert isinstance(freed, int) and freed >= 0
+    assert tl.trim_buffer_cache() == 0
