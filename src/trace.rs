@@ -748,11 +748,36 @@ impl Tracer {
         inputs: &[&Sym],
         tout: &[DType],
     ) -> Vec<Sym> {
-        let site = Site::caller();
+        self.py_function_at(None, func, inputs, tout, Site::caller())
+    }
+
+    /// [`Tracer::py_function`] with a name (TensorFlow's `name=`): the
+    /// node's, and the one its errors give the callback.
+    #[cfg(feature = "python")]
+    #[track_caller]
+    pub fn py_function_with(
+        &self,
+        name: &str,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+    ) -> Vec<Sym> {
+        self.py_function_at(Some(name), func, inputs, tout, Site::caller())
+    }
+
+    #[cfg(feature = "python")]
+    fn py_function_at(
+        &self,
+        name: Option<&str>,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+        site: Site,
+    ) -> Vec<Sym> {
         let spec = CallbackSpec {
             kind: CallbackKind::PyFunction,
             id: CallableId::Address(func.as_ptr() as usize),
-            name: None,
+            name,
             tout,
             output_shapes: None,
             stateful: true,
@@ -760,7 +785,7 @@ impl Tracer {
         let body = tensorlift_runtime::eager::py_function_callback(
             func,
             tout.to_vec(),
-            "py_function".into(),
+            name.unwrap_or("py_function").into(),
         );
         self.callback_with(spec, inputs, body, site)
     }

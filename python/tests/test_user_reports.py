@@ -336,3 +336,15 @@ def test_trim_buffer_cache_is_exposed():
     freed = tl.trim_buffer_cache()
     assert isinstance(freed, int) and freed >= 0
     assert tl.trim_buffer_cache() == 0
+
+
+# --- py_function(name=) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_py_function_errors_use_its_name(jit):
+    f = tl.function(
+        lambda x: tl.py_function(lambda a: tl.cast(a, tl.int32), [x], tl.float32, name="my_pyfn"),
+        jit_compile=jit)
+    with pytest.raises((tl.errors.InvalidArgumentError, tl.errors.JitCompileError), match="my_pyfn"):
+        f(tl.constant([1.0]))
