@@ -9,7 +9,11 @@
 //! traced inside a body cannot be used after the body has ended (return
 //! it instead).
 
-use tensorlift_ir::{DType, Detail, Effect, Error, Graph, NodeRef, Op, Site, TensorType, ValueId};
+use tensorlift_ir::builder::Elementwise;
+use tensorlift_ir::{
+    BinaryOp, CmpOp, DType, Detail, Effect, Error, Graph, NodeRef, Op, Shape, Site, TensorType,
+    ValueId,
+};
 
 use crate::trace::{Operand, Sym, Tracer};
 
@@ -99,12 +103,15 @@ fn align(
 
 impl Tracer {
     /// Traces `f` as a region named `name` of the trace ops go to now,
-    /// taking values of `types`.
+    /// taking values of `types`. `returned` is set to how many values `f`
+    /// returned unless it is set already (also when tracing fails: the
+    /// caller still gives the user that many values).
     fn trace_region(
         &self,
         name: &str,
         types: &[TensorType],
         site: &Site,
+        returned: &mut Option<usize>,
         f: impl FnOnce(&[Sym]) -> Vec<Sym>,
     ) -> Result<Option<Traced>, Error> {
         let child = self.open_region(name, types.len());
@@ -114,6 +121,7 @@ impl Tracer {
             .map(|(i, t)| child.parameter(i, t.clone(), Some(format!("arg{i}")), site.clone()))
             .collect::<Vec<_>>();
         let outs = f(&params);
+        returned.get_or_insert(outs.len());
         let result = child.close_region(&outs, site);
         result.map(|o| o.map(|(graph, captures)| Traced { graph, captures }))
     }
@@ -126,7 +134,9 @@ struct Built {
 }
 
 /// The values a control-flow op gives the user: its results, or `n`
-/// poisoned values when tracing it failed (the error recorded, if any).
+/// poisoned values when tracing it failed (the error recorded, if any), so
+/// that the user's code can go on (`out[0]`) and the function's tracing
+/// reports that error.
 fn settle(tracer: &Tracer, r: Result<Option<Vec<Sym>>, Error>, n: usize) -> Vec<Sym> {
     match r {
         Ok(Some(v)) => v,
@@ -135,6 +145,55 @@ fn settle(tracer: &Tracer, r: Result<Option<Vec<Sym>>, Error>, n: usize) -> Vec<
             tracer.record(e);
             tracer.current_poisoned(n)
         }
+    }
+}
+
+/// The value `f` adds over the values of `inputs` in the trace ops go to
+/// now (the tracer's own ops, with the user's `site`): poisoned when an
+/// input is, or when `f` fails (its error recorded). `op` names what the
+/// user called in an error about the inputs themselves.
+fn build_at(
+    tracer: &Tracer,
+    inputs: &[&Sym],
+    op: &str,
+    site: &Site,
+    f: impl FnOnce(&mut Graph, &[ValueId]) -> Result<ValueId, Error>,
+) -> Sym {
+    let r = match tracer.operands(inputs, op, site) {
+        Ok(Some((here, vs))) => here.graph_mut(|g| f(g, &vs)).map(|v| Some(here.syms(&[v]))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let mut v = settle(tracer, r, 1);
+    v.pop()
+        .unwrap_or_else(|| tracer.current_poisoned(1).remove(0))
+}
+
+/// Records an error when `next`, what a loop body returned, does not give
+/// one value of each carry's type (`carries`, the body's parameters as the
+/// user sees them): the error names the user's carry index and `what`
+/// (`fori_loop`, `scan`) rather than the `while` inside, whose carries
+/// start with the counter.
+fn check_carries(tracer: &Tracer, what: &str, next: &[Sym], carries: &[Sym], site: &Site) {
+    let message = if next.len() != carries.len() {
+        Some(format!(
+            "the body returns {} value(s), but the loop carries {}",
+            next.len(),
+            carries.len()
+        ))
+    } else {
+        next.iter()
+            .zip(carries)
+            .enumerate()
+            .find_map(|(k, (n, c))| match (n.ty(), c.ty()) {
+                (Some(got), Some(want)) if got != want => Some(format!(
+                    "the body returns {got} for carry {k}, which is {want}: a carry keeps its type"
+                )),
+                _ => None,
+            })
+    };
+    if let Some(m) = message {
+        tracer.record(fail(what, what, site, m));
     }
 }
 
@@ -164,11 +223,13 @@ fn while_impl(
     };
     let types: Vec<TensorType> = here.graph_ref(|g| vs.iter().map(|v| g.ty(*v).clone()).collect());
     let name = here.graph_mut(|g| g.fresh_name("while"));
-    let Some(c) = here.trace_region(&format!("{name}_cond"), &types, site, |a| vec![cond(a)])?
-    else {
+    let (mut one, mut carries) = (None, Some(init.len()));
+    let cond_name = format!("{name}_cond");
+    let Some(c) = here.trace_region(&cond_name, &types, site, &mut one, |a| vec![cond(a)])? else {
         return Ok(None);
     };
-    let Some(b) = here.trace_region(&format!("{name}_body"), &types, site, body)? else {
+    let Some(b) = here.trace_region(&format!("{name}_body"), &types, site, &mut carries, body)?
+    else {
         return Ok(None);
     };
     let outs = b.graph.outputs().len();
@@ -210,8 +271,10 @@ fn while_impl(
 pub fn switch(index: &Sym, branches: &[&Branch], operands: &[Sym]) -> Vec<Sym> {
     let site = Site::caller();
     let tracer = index.graph();
-    let r = case_impl(&tracer, index, branches, operands, &site);
-    settle(&tracer, r.map(|o| o.map(|b| b.tracer.syms(&b.results))), 0)
+    let mut arity = None;
+    let r = case_impl(&tracer, index, branches, operands, &site, &mut arity);
+    let r = r.map(|o| o.map(|b| b.tracer.syms(&b.results)));
+    settle(&tracer, r, arity.unwrap_or(0))
 }
 
 /// `true_fn(operands)` when `pred` holds, else `false_fn(operands)`
@@ -227,16 +290,21 @@ pub fn cond(
     let site = Site::caller();
     let tracer = pred.graph();
     let branches: [&Branch; 2] = [&false_fn, &true_fn];
-    let r = case_impl(&tracer, pred, &branches, operands, &site);
-    settle(&tracer, r.map(|o| o.map(|b| b.tracer.syms(&b.results))), 0)
+    let mut arity = None;
+    let r = case_impl(&tracer, pred, &branches, operands, &site, &mut arity);
+    let r = r.map(|o| o.map(|b| b.tracer.syms(&b.results)));
+    settle(&tracer, r, arity.unwrap_or(0))
 }
 
+/// A `case` of `branches` (traced here); `arity` is set to how many values
+/// the first branch returns, also when the op cannot be made.
 fn case_impl(
     tracer: &Tracer,
     index: &Sym,
     branches: &[&Branch],
     operands: &[Sym],
     site: &Site,
+    arity: &mut Option<usize>,
 ) -> Result<Option<Built>, Error> {
     let mut refs: Vec<&Sym> = vec![index];
     refs.extend(operands);
@@ -252,6 +320,19 @@ fn case_impl(
             "needs at least one branch".into(),
         ));
     }
+    let args = &vs[1..];
+    let types: Vec<TensorType> =
+        here.graph_ref(|g| args.iter().map(|v| g.ty(*v).clone()).collect());
+    // The branches are traced before the index is checked, so that a bad
+    // index still gives the user one value per result.
+    let mut traced = Vec::with_capacity(branches.len());
+    for (k, f) in branches.iter().enumerate() {
+        let branch = format!("{name}_branch{k}");
+        let Some(t) = here.trace_region(&branch, &types, site, arity, |a| f(a))? else {
+            return Ok(None);
+        };
+        traced.push(t);
+    }
     // The index as int32[].
     let index_ty = here.graph_ref(|g| g.ty(vs[0]).clone());
     if index_ty.shape != tensorlift_ir::Shape::known(&[])
@@ -263,17 +344,6 @@ fn case_impl(
             site,
             format!("the branch index must be an integer or bool scalar, not {index_ty}"),
         ));
-    }
-    let args = &vs[1..];
-    let types: Vec<TensorType> =
-        here.graph_ref(|g| args.iter().map(|v| g.ty(*v).clone()).collect());
-    let mut traced = Vec::with_capacity(branches.len());
-    for (k, f) in branches.iter().enumerate() {
-        let Some(t) = here.trace_region(&format!("{name}_branch{k}"), &types, site, |a| f(a))?
-        else {
-            return Ok(None);
-        };
-        traced.push(t);
     }
     let m = args.len();
     let mut inputs = vec![vs[0]];
@@ -310,31 +380,61 @@ pub fn fori_loop(
     body: impl FnOnce(&Sym, &[Sym]) -> Vec<Sym>,
     init: &[Sym],
 ) -> Vec<Sym> {
-    let site = Site::caller();
+    fori_loop_at(
+        lower.into(),
+        upper.into(),
+        body,
+        init,
+        "fori_loop",
+        Site::caller(),
+    )
+}
+
+/// [`fori_loop`] at `site`; an error about the carries the body returns
+/// names `what` (`fori_loop`, or `scan` built on it).
+fn fori_loop_at(
+    lower: Operand,
+    upper: Operand,
+    body: impl FnOnce(&Sym, &[Sym]) -> Vec<Sym>,
+    init: &[Sym],
+    what: &str,
+    site: Site,
+) -> Vec<Sym> {
     let Some(first) = init.first() else {
         return Vec::new();
     };
     let tracer = first.graph();
-    let bound = |o: Operand| match o {
+    let bound = |o: Operand, dtype: DType| match o {
         Operand::Sym(s) => s,
-        Operand::Scalar(v) => tracer.scalar_at(DType::I32, v, site.clone()),
-        Operand::Int(v) => tracer.int_at(DType::I32, v, site.clone()),
+        Operand::Scalar(v) => tracer.scalar_at(dtype, v, site.clone()),
+        Operand::Int(v) => tracer.int_at(dtype, v, site.clone()),
     };
-    let lower = bound(lower.into());
+    let lower = bound(lower, DType::I32);
+    let counter = lower.dtype().unwrap_or(DType::I32);
     let mut carries = vec![lower];
     carries.extend(init.iter().cloned());
+    let elementwise = |op, a: &Sym, b: &Sym| {
+        build_at(&tracer, &[a, b], what, &site, |g, v| {
+            tensorlift_ir::builder::binary(g, op, v[0], v[1], &site)
+        })
+    };
     // A Rust bound is a constant of the condition itself (compared
     // directly), a traced one a captured value.
-    let upper = upper.into();
     let out = while_loop_at(
-        |c| c[0].less(upper),
         |c| {
-            let mut next = vec![&c[0] + 1];
-            next.extend(body(&c[0], &c[1..]));
+            let upper = bound(upper, counter);
+            elementwise(Elementwise::Compare(CmpOp::Lt), &c[0], &upper)
+        },
+        |c| {
+            let one = tracer.scalar_at(counter, 1.0, site.clone());
+            let mut next = vec![elementwise(Elementwise::Binary(BinaryOp::Add), &c[0], &one)];
+            let returned = body(&c[0], &c[1..]);
+            check_carries(&tracer, what, &returned, &c[1..], &site);
+            next.extend(returned);
             next
         },
         &carries,
-        site,
+        site.clone(),
     );
     out.into_iter().skip(1).collect()
 }
@@ -362,10 +462,11 @@ fn while_loop_at(
 /// `jax.lax.scan`: `carry, y = f(carry, x)` over the leading dim of `xs`
 /// (or `length` steps when `xs` is empty), from the last step down when
 /// `reverse`; returns the final carry and the `y`s stacked along a new
-/// leading dim (in step order: `ys[t]` is the `y` of `xs[t]`). Traced as a
+/// leading dim (in step order: `ys[t]` is the `y` of `xs[t]`). Of no
+/// steps, the initial carry and `ys` with a leading dim of 0. Traced as a
 /// `fori_loop` whose body slices `x` with `dynamic_slice` and writes `y`
 /// with `dynamic_update_slice`; `f` is traced twice (once to learn the
-/// types of `y`).
+/// types of `y`). Errors name the `scan` and the line that called it.
 #[track_caller]
 pub fn scan(
     f: impl Fn(&[Sym], &[Sym]) -> (Vec<Sym>, Vec<Sym>),
@@ -379,9 +480,13 @@ pub fn scan(
         return (Vec::new(), Vec::new());
     };
     let tracer = first.graph();
-    match scan_impl(&tracer, &f, init, xs, length, reverse, &site) {
+    let mut ys = None;
+    match scan_impl(&tracer, &f, init, xs, length, reverse, &site, &mut ys) {
         Ok(Some(r)) => r,
-        r => (settle(&tracer, r.map(|_| None), init.len()), Vec::new()),
+        r => (
+            settle(&tracer, r.map(|_| None), init.len()),
+            tracer.current_poisoned(ys.unwrap_or(0)),
+        ),
     }
 }
 
@@ -390,6 +495,11 @@ type ScanResult = Option<(Vec<Sym>, Vec<Sym>)>;
 /// A scan body: (carry, x) → (carry, y).
 type ScanBody<'a> = dyn Fn(&[Sym], &[Sym]) -> (Vec<Sym>, Vec<Sym>) + 'a;
 
+/// [`scan`]; `ys` is set to how many `y`s `f` returns once it is known.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "scan's own arguments, its site and the count of ys it reports back"
+)]
 fn scan_impl(
     tracer: &Tracer,
     f: &ScanBody,
@@ -398,6 +508,7 @@ fn scan_impl(
     length: Option<usize>,
     reverse: bool,
     site: &Site,
+    ys: &mut Option<usize>,
 ) -> Result<ScanResult, Error> {
     let err = |m: String| fail("scan", "scan", site, m);
     // The step count and the per-step slices' types.
@@ -427,6 +538,9 @@ fn scan_impl(
     let Some(steps) = steps else {
         return Err(err("scan needs xs or a length".into()));
     };
+    let Ok(count) = i32::try_from(steps) else {
+        return Err(err(format!("{steps} steps do not fit int32")));
+    };
     let n = init.len();
     let mut types = Vec::with_capacity(n + xs.len());
     for s in init {
@@ -434,77 +548,83 @@ fn scan_impl(
         types.push(t);
     }
     types.extend(x_types.iter().cloned());
-    // A first trace, only to learn the types of y.
-    let Some(probe) = tracer.trace_region("scan_probe", &types, site, |a| {
+    // A first trace, to learn the types of y and check the carries' (also
+    // when there are no steps to run).
+    let mut returned = None;
+    let Some(probe) = tracer.trace_region("scan_probe", &types, site, &mut returned, |a| {
         let (c, y) = f(&a[..n], &a[n..]);
+        *ys = Some(y.len());
+        check_carries(tracer, "scan", &c, &a[..n], site);
         c.into_iter().chain(y).collect()
     })?
     else {
         return Ok(None);
     };
     let outs = probe.graph.outputs();
-    if outs.len() < n {
-        return Err(err(format!(
-            "f returns {} carry value(s), but the scan carries {n}",
-            outs.len()
-        )));
-    }
-    let y_types: Vec<TensorType> = outs[n..]
-        .iter()
+    let y_types: Vec<TensorType> = (outs.get(n..).unwrap_or_default().iter())
         .map(|o| probe.graph.ty(o.value).clone())
         .collect();
-    let g = tracer;
-    let zero = g.scalar_at(DType::I32, 0.0, site.clone());
     let mut carries: Vec<Sym> = init.to_vec();
-    for t in &y_types {
-        let dims = t
-            .shape
-            .as_known()
-            .ok_or_else(|| err(format!("a y of f is {t}: scan stacks ys of static shapes")))?;
+    for (k, t) in y_types.iter().enumerate() {
+        let dims = (t.shape.as_known())
+            .ok_or_else(|| err(format!("ys[{k}] is {t}: scan stacks ys of known shapes")))?;
         let mut stacked = vec![steps];
         stacked.extend(&dims);
-        let z = g.scalar_at(t.dtype, 0.0, site.clone());
-        carries.push(z.broadcast_to(&stacked));
+        carries.push(build_at(tracer, &[], "scan", site, |g, _| {
+            let z = tensorlift_ir::builder::constant(g, t.dtype, 0.0, site)?;
+            tensorlift_ir::builder::broadcast_to(g, z, &stacked, site)
+        }));
     }
-    let last = steps as f64 - 1.0;
-    let out = fori_loop(
-        0,
-        steps as i32,
+    if steps == 0 {
+        // Nothing to slice or run: the carries as given, ys of no rows.
+        let (c, ys) = carries.split_at(n);
+        return Ok(Some((c.to_vec(), ys.to_vec())));
+    }
+    let out = fori_loop_at(
+        Operand::Scalar(0.0),
+        Operand::Scalar(f64::from(count)),
         |i, c| {
-            let t = if reverse { (i * -1) + last } else { i.clone() };
-            let x_t: Vec<Sym> = xs
-                .iter()
-                .zip(&x_types)
+            let step = if reverse {
+                let last = tracer.scalar_at(DType::I32, f64::from(count - 1), site.clone());
+                build_at(tracer, &[&last, i], "scan", site, |g, v| {
+                    g.add(Op::Binary(BinaryOp::Sub), v, site.clone())
+                })
+            } else {
+                i.clone()
+            };
+            let zero = tracer.scalar_at(DType::I32, 0.0, site.clone());
+            let x_t: Vec<Sym> = (xs.iter().zip(&x_types))
                 .map(|(x, xt)| {
                     let dims = xt.shape.as_known().unwrap_or_default();
-                    let mut starts = vec![&t];
-                    starts.extend(std::iter::repeat_n(&zero, dims.len()));
-                    let mut sizes = vec![1];
-                    sizes.extend(&dims);
-                    let d: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-                    x.dynamic_slice(&starts, &sizes).reshape(&d)
+                    let mut inputs = vec![x, &step];
+                    inputs.extend(std::iter::repeat_n(&zero, dims.len()));
+                    build_at(tracer, &inputs, "scan", site, |g, v| {
+                        let mut sizes = vec![1];
+                        sizes.extend(&dims);
+                        let s = g.add(Op::DynamicSlice { sizes }, v, site.clone())?;
+                        g.add(Op::Reshape(Shape::known(&dims)), &[s], site.clone())
+                    })
                 })
                 .collect();
-            let (c2, ys) = f(&c[..n], &x_t);
-            let mut next = c2;
+            let (mut next, ys) = f(&c[..n], &x_t);
             for (k, y) in ys.iter().enumerate() {
-                let buf = &c[n + k];
                 let rank = y.shape().and_then(|s| s.rank()).unwrap_or(0);
-                let mut d = vec![1i64];
-                d.extend(
-                    y.shape()
-                        .and_then(|s| s.as_known())
-                        .unwrap_or_default()
-                        .iter()
-                        .map(|&v| v as i64),
-                );
-                let mut starts = vec![&t];
-                starts.extend(std::iter::repeat_n(&zero, rank));
-                next.push(buf.dynamic_update_slice(&y.reshape(&d), &starts));
+                let mut inputs = vec![&c[n + k], y, &step];
+                inputs.extend(std::iter::repeat_n(&zero, rank));
+                next.push(build_at(tracer, &inputs, "scan", site, |g, v| {
+                    let mut one_step = vec![1];
+                    one_step.extend(g.ty(v[1]).shape.as_known().unwrap_or_default());
+                    let y1 = g.add(Op::Reshape(Shape::known(&one_step)), &[v[1]], site.clone())?;
+                    let mut ins = vec![v[0], y1];
+                    ins.extend(&v[2..]);
+                    g.add(Op::DynamicUpdateSlice, &ins, site.clone())
+                }));
             }
             next
         },
         &carries,
+        "scan",
+        site.clone(),
     );
     if out.len() != carries.len() {
         return Ok(None);
@@ -533,16 +653,21 @@ pub fn custom_vjp(
         return Vec::new();
     };
     let tracer = first.graph();
-    let r = custom_vjp_impl(&tracer, f, vjp, inputs, &site);
-    settle(&tracer, r.map(|o| o.map(|b| b.tracer.syms(&b.results))), 0)
+    let mut arity = None;
+    let r = custom_vjp_impl(&tracer, f, vjp, inputs, &site, &mut arity);
+    let r = r.map(|o| o.map(|b| b.tracer.syms(&b.results)));
+    settle(&tracer, r, arity.unwrap_or(0))
 }
 
+/// [`custom_vjp`]; `arity` is set to how many values `f` returns, also
+/// when the op cannot be made.
 fn custom_vjp_impl(
     tracer: &Tracer,
     f: impl FnOnce(&[Sym]) -> Vec<Sym>,
     vjp: impl FnOnce(&[Sym], &[Sym], &[Sym]) -> Vec<Sym>,
     inputs: &[Sym],
     site: &Site,
+    arity: &mut Option<usize>,
 ) -> Result<Option<Built>, Error> {
     let refs: Vec<&Sym> = inputs.iter().collect();
     let Some((here, vs)) = tracer.operands(&refs, "custom_vjp", site)? else {
@@ -551,7 +676,7 @@ fn custom_vjp_impl(
     let n = vs.len();
     let types: Vec<TensorType> = here.graph_ref(|g| vs.iter().map(|v| g.ty(*v).clone()).collect());
     let name = here.graph_mut(|g| g.fresh_name("custom_vjp"));
-    let Some(b) = here.trace_region(&format!("{name}_body"), &types, site, f)? else {
+    let Some(b) = here.trace_region(&format!("{name}_body"), &types, site, arity, f)? else {
         return Ok(None);
     };
     let outs: Vec<TensorType> = (b.graph.outputs().iter())
@@ -562,9 +687,14 @@ fn custom_vjp_impl(
     vtypes.extend(outs.iter().filter(|t| t.dtype.is_float()).cloned());
     let k = vtypes.len();
     let no = outs.len();
-    let Some(v) = here.trace_region(&format!("{name}_vjp"), &vtypes, site, |a| {
-        vjp(&a[..n], &a[n..n + no], &a[n + no..])
-    })?
+    let mut cotangents = None;
+    let Some(v) = here.trace_region(
+        &format!("{name}_vjp"),
+        &vtypes,
+        site,
+        &mut cotangents,
+        |a| vjp(&a[..n], &a[n..n + no], &a[n + no..]),
+    )?
     else {
         return Ok(None);
     };
@@ -664,7 +794,8 @@ fn vjp_in_trace_impl(
     let (pv, cv) = vs.split_at(n);
     let types: Vec<TensorType> = here.graph_ref(|g| pv.iter().map(|v| g.ty(*v).clone()).collect());
     let name = here.graph_mut(|g| g.fresh_name("vjp"));
-    let Some(b) = here.trace_region(&name, &types, site, f)? else {
+    let mut returned = None;
+    let Some(b) = here.trace_region(&name, &types, site, &mut returned, f)? else {
         return Ok(None);
     };
     let seeded: Vec<TensorType> = (b.graph.outputs().iter())

@@ -322,6 +322,12 @@ impl Function {
         self.reconfigure(|c| c.jit_options = options)
     }
 
+    /// `function 'name' (defined at file:line:col)`, for messages.
+    pub(crate) fn label(&self) -> String {
+        let c = &self.inner.cfg;
+        format!("function '{}' (defined at {})", c.name, c.site)
+    }
+
     /// How many times the body has been traced (once per new signature).
     pub fn trace_count(&self) -> usize {
         self.inner.traces.load(Ordering::Relaxed)
@@ -415,6 +421,11 @@ impl Function {
         let body = cfg.body.clone();
         let _active = tracer.activate();
         let outputs = catch_unwind(AssertUnwindSafe(|| body(&args))).map_err(|p| {
+            // An error recorded before the panic is what went wrong (the
+            // body went on with a poisoned value and then failed on it).
+            if let Some(e) = tracer.error() {
+                return e;
+            }
             let msg = p
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())

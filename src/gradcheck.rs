@@ -4,7 +4,7 @@
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use tensorlift_ir::{DType, Error, Literal, Scalar};
+use tensorlift_ir::{DType, Error, Literal, Scalar, TensorType};
 use tensorlift_runtime::Tensor;
 
 use crate::Function;
@@ -68,10 +68,18 @@ pub fn check_grads(
     let atol = options.atol.unwrap_or(atol);
     let mut rng = SmallRng::seed_from_u64(options.seed);
     for &i in wrt {
-        if inputs.get(i).is_none() {
+        let Some(x) = inputs.get(i) else {
             return Err(Error::invalid(format!(
                 "check_grads: input {i} (in wrt) does not exist: {} input(s) were given",
                 inputs.len()
+            )));
+        };
+        // Checked before any input is moved (an integer input cannot be).
+        if let Some(why) = tensorlift_ir::autodiff::no_gradient_reason(x.dtype()) {
+            let t = TensorType::known(x.dtype(), x.shape());
+            return Err(Error::invalid(format!(
+                "check_grads of {}: cannot differentiate with respect to parameter {i}, which is {t}: {why}",
+                f.label()
             )));
         }
     }

@@ -453,14 +453,16 @@ impl Tracer {
     }
 
     /// Runs an IR builder function over `inputs`' values (nothing when one
-    /// of them is poisoned), recording its error if it fails.
+    /// of them is poisoned), recording its error if it fails; `op` (the
+    /// op's text name) names it in an error about the inputs themselves.
     fn build(
         &self,
         inputs: &[&Sym],
+        op: &str,
         site: &Site,
         f: impl FnOnce(&mut Graph, &[ValueId]) -> Result<ValueId, Error>,
     ) -> Sym {
-        match self.operands(inputs, "op", site) {
+        match self.operands(inputs, op, site) {
             Ok(Some((t, vs))) => {
                 let r = f(&mut t.ctx.graph.borrow_mut(), &vs);
                 t.wrap(r)
@@ -1117,9 +1119,10 @@ impl Sym {
 
     fn binary_at(&self, op: Elementwise, other: Operand, site: Site) -> Sym {
         let other = self.operand(other, &site);
-        self.tracer().build(&[self, &other], &site, |g, v| {
-            builder::binary(g, op, v[0], v[1], &site)
-        })
+        self.tracer()
+            .build(&[self, &other], &op.op().name(), &site, |g, v| {
+                builder::binary(g, op, v[0], v[1], &site)
+            })
     }
 
     fn unary_at(&self, u: UnaryOp, site: Site) -> Sym {
@@ -1340,9 +1343,10 @@ impl Sym {
                 );
             }
         };
-        self.tracer().build(&[self, &t, &f], &site, |g, v| {
-            builder::select(g, v[0], v[1], v[2], &site)
-        })
+        self.tracer()
+            .build(&[self, &t, &f], "select", &site, |g, v| {
+                builder::select(g, v[0], v[1], v[2], &site)
+            })
     }
 
     /// `min(max(self, lo), hi)`; scalar bounds take `self`'s dtype.
@@ -1367,9 +1371,10 @@ impl Sym {
     #[track_caller]
     pub fn broadcast_to(&self, dims: &[usize]) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self], &site, |g, v| {
-            builder::broadcast_to(g, v[0], dims, &site)
-        })
+        self.tracer()
+            .build(&[self], "broadcast_in_dim", &site, |g, v| {
+                builder::broadcast_to(g, v[0], dims, &site)
+            })
     }
 
     /// XLA's `broadcast_in_dim`.
@@ -1408,7 +1413,7 @@ impl Sym {
     #[track_caller]
     pub fn transpose(&self, perm: &[usize]) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self], &site, |g, v| {
+        self.tracer().build(&[self], "transpose", &site, |g, v| {
             builder::transpose(g, v[0], perm, &site)
         })
     }
@@ -1417,7 +1422,7 @@ impl Sym {
     #[track_caller]
     pub fn slice(&self, start: &[usize], limit: &[usize], stride: &[usize]) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self], &site, |g, v| {
+        self.tracer().build(&[self], "slice", &site, |g, v| {
             builder::slice(g, v[0], start, limit, stride, &site)
         })
     }
@@ -1445,15 +1450,16 @@ impl Sym {
     #[track_caller]
     pub fn reverse(&self, axes: &[i64]) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self], &site, |g, v| {
+        self.tracer().build(&[self], "reverse", &site, |g, v| {
             builder::reverse(g, v[0], axes, &site)
         })
     }
 
     fn reduce_at(&self, op: ReduceOp, axes: Option<&[i64]>, keepdims: bool, site: Site) -> Sym {
-        self.tracer().build(&[self], &site, |g, v| {
-            builder::reduce(g, op, v[0], axes, keepdims, &site)
-        })
+        self.tracer()
+            .build(&[self], &format!("reduce_{}", op.name()), &site, |g, v| {
+                builder::reduce(g, op, v[0], axes, keepdims, &site)
+            })
     }
 
     /// Index of the maximum along `axis` (int64).
@@ -1469,8 +1475,12 @@ impl Sym {
     }
 
     fn arg_at(&self, max: bool, a: i64, site: Site) -> Sym {
-        self.tracer()
-            .build(&[self], &site, |g, v| builder::arg(g, max, v[0], a, &site))
+        self.tracer().build(
+            &[self],
+            if max { "argmax" } else { "argmin" },
+            &site,
+            |g, v| builder::arg(g, max, v[0], a, &site),
+        )
     }
 
     /// Matrix product over the last two dims; leading (batch) dims must
@@ -1478,9 +1488,10 @@ impl Sym {
     #[track_caller]
     pub fn matmul(&self, other: &Sym) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self, other], &site, |g, v| {
-            builder::matmul(g, v[0], v[1], &site)
-        })
+        self.tracer()
+            .build(&[self, other], "dot_general", &site, |g, v| {
+                builder::matmul(g, v[0], v[1], &site)
+            })
     }
 
     /// XLA's `dot_general`.
@@ -1494,9 +1505,10 @@ impl Sym {
     #[track_caller]
     pub fn take(&self, indices: &Sym, axis_: i64) -> Sym {
         let site = Site::caller();
-        self.tracer().build(&[self, indices], &site, |g, v| {
-            builder::take(g, v[0], v[1], axis_, &site)
-        })
+        self.tracer()
+            .build(&[self, indices], "take", &site, |g, v| {
+                builder::take(g, v[0], v[1], axis_, &site)
+            })
     }
 }
 
@@ -1534,7 +1546,7 @@ impl Sym {
     pub fn concat(&self, others: &[Sym], axis_: i64) -> Sym {
         let site = Site::caller();
         let refs: Vec<&Sym> = std::iter::once(self).chain(others).collect();
-        self.tracer().build(&refs, &site, |g, v| {
+        self.tracer().build(&refs, "concatenate", &site, |g, v| {
             builder::concatenate(g, v, axis_, &site)
         })
     }
@@ -1576,7 +1588,7 @@ impl Sym {
     pub fn scatter(&self, indices: &Sym, updates: &Sym, axis_: i64, combiner: Combiner) -> Sym {
         let site = Site::caller();
         self.tracer()
-            .build(&[self, indices, updates], &site, |g, v| {
+            .build(&[self, indices, updates], "scatter", &site, |g, v| {
                 builder::scatter(g, v[0], v[1], v[2], axis_, combiner, &site)
             })
     }

@@ -895,3 +895,98 @@ fn vjp_of_values_sees_every_path_including_captures() {
         }
     }
 }
+
+#[test]
+fn check_grads_names_an_input_that_has_no_gradient() {
+    let f = function(|x: Sym, y: Sym| x.cast(DType::F64) * y);
+    let args = [i32s(&[3, 4], &[2]), f64s(&[1.0, 2.0], &[2])];
+    for f in both(f) {
+        let e = check_grads(&f, &args, &[1, 0], &GradCheck::default()).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("cannot differentiate with respect to parameter 0, which is i32[2]")
+                && msg.contains("integer and bool values carry no gradient"),
+            "{msg}"
+        );
+        // The float input alone checks.
+        check_grads(&f, &args, &[1], &GradCheck::default()).unwrap();
+    }
+}
+
+#[test]
+fn a_custom_vjp_whose_gradient_has_the_wrong_type_reports_it() {
+    // The gradient returns f64[] for an f64[3] input: `y[0]` of the
+    // user's code must not panic, and the error names the custom_vjp.
+    let line = line!() + 2;
+    let f = function(|x: Sym| {
+        let y = custom_vjp(
+            |a| vec![a[0].sin()],
+            |_a, _o, ct| vec![ct[0].reduce_sum(None, false)],
+            &[x],
+        );
+        y[0].reduce_sum(None, false)
+    });
+    let x = f64s(&[1.0, 2.0, 3.0], &[3]);
+    for f in both(f) {
+        for g in [f.clone(), f.grad(&[0])] {
+            let msg = g.call(std::slice::from_ref(&x)).unwrap_err().to_string();
+            assert!(!msg.contains("panicked"), "{msg}");
+            assert!(
+                msg.contains("custom_vjp") && msg.contains("f64[3]") && msg.contains("(f64[])"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains(&format!("autodiff.rs:{line}:")),
+                "{msg} (expected line {line})"
+            );
+        }
+    }
+}
+
+/// The second-derivative examples of docs/autodiff.md and the README, run
+/// as written.
+#[test]
+fn the_second_derivative_examples_of_the_docs_run() {
+    let examples = [
+        (
+            include_str!("../docs/autodiff.md"),
+            "let d2 = function(|x: Sym| x.sin()).grad(&[0]).grad(&[0]); // -sin(x), x a scalar",
+        ),
+        (
+            include_str!("../docs/autodiff.md"),
+            "let hvp = function(|x: Sym| x.sin().reduce_sum(None, false)).grad(&[0]).jvp(&[0]);",
+        ),
+        (
+            include_str!("../README.md"),
+            "let second = function(|x: Sym| x.sin()).grad(&[0]).grad(&[0]); // -sin(x), x a scalar",
+        ),
+    ];
+    for (doc, e) in examples {
+        assert!(doc.contains(e), "the docs no longer read `{e}`");
+    }
+    let d2 = function(|x: Sym| x.sin()).grad(&[0]).grad(&[0]); // -sin(x), x a scalar
+    let hvp = function(|x: Sym| x.sin().reduce_sum(None, false))
+        .grad(&[0])
+        .jvp(&[0]);
+    let xs = [0.3, -1.2, 2.0];
+    let vs = [1.0, 0.5, -2.0];
+    let second = function(|x: Sym| x.sin()).grad(&[0]).grad(&[0]); // -sin(x), x a scalar
+    let all = both(d2).into_iter().zip(both(second)).zip(both(hvp));
+    for ((d2, second), hvp) in all {
+        let got = second.call(&[f64s(&xs[..1], &[])]).unwrap();
+        assert!((common::to_vec::<f64>(&got[0])[0] + xs[0].sin()).abs() < 1e-15);
+        let got = d2.call(&[f64s(&xs[..1], &[])]).unwrap();
+        assert!((common::to_vec::<f64>(&got[0])[0] + xs[0].sin()).abs() < 1e-15);
+        // (x, v) → (∇f(x) = cos x, H·v = -sin(x)·v): H is diagonal here.
+        let out = hvp.call(&[f64s(&xs, &[3]), f64s(&vs, &[3])]).unwrap();
+        let (grad, hv) = (
+            common::to_vec::<f64>(&out[0]),
+            common::to_vec::<f64>(&out[1]),
+        );
+        for i in 0..3 {
+            assert!((grad[i] - xs[i].cos()).abs() < 1e-15, "{grad:?}");
+            assert!((hv[i] + xs[i].sin() * vs[i]).abs() < 1e-15, "{hv:?}");
+        }
+    }
+}

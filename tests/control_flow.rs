@@ -1401,3 +1401,276 @@ fn loop_invariant_reads_split_a_kernel_over_threads() {
         }
     }
 }
+
+/// The error tracing `f` at `args` gives, interpreted and compiled alike
+/// (never a panic of the body's).
+fn trace_error(make: impl Fn() -> Function, args: &[Tensor]) -> String {
+    let [interpreted, compiled] = both(make);
+    let e = interpreted.call(args).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let msg = e.to_string();
+    assert!(!msg.contains("panicked"), "{msg}");
+    assert_eq!(compiled.call(args).unwrap_err().to_string(), msg);
+    msg
+}
+
+#[test]
+fn a_failed_cond_or_switch_gives_its_results_count_and_its_own_error() {
+    // Branches of different types: `out[0]` of the user's code must not
+    // panic, and the error is the branches' mismatch at the user's line.
+    let line = line!() + 3;
+    let make = || {
+        function(|p: Sym, x: Sym| {
+            let out = cond(
+                &p,
+                |o| vec![&o[0] * 2.0],
+                |o| vec![o[0].cast(DType::F64)],
+                &[x],
+            );
+            vec![&out[0] + 1.0]
+        })
+    };
+    let x = common::f32s(&[1.0, 2.0, 3.0], &[3]);
+    let msg = trace_error(make, &[Tensor::scalar(true), x.clone()]);
+    assert!(
+        msg.contains("f64[3]") && msg.contains("f32[3]") && msg.contains("branch"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("control_flow.rs:{line}:")),
+        "{msg} (expected line {line})"
+    );
+    let line = line!() + 3;
+    let make = || {
+        function(|k: Sym, x: Sym| {
+            let out = switch(
+                &k,
+                &[&|a: &[Sym]| vec![&a[0] + 1.0], &|a: &[Sym]| {
+                    vec![a[0].reshape(&[3, 1])]
+                }],
+                &[x],
+            );
+            vec![out[0].clone()]
+        })
+    };
+    let msg = trace_error(make, &[scalar_i32(0), x.clone()]);
+    assert!(
+        msg.contains("f32[3,1]") && msg.contains("f32[3]") && msg.contains("branch 1"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("control_flow.rs:{line}:")),
+        "{msg} (expected line {line})"
+    );
+    // An index of the wrong type: the branches are not traced, yet the
+    // user gets one value per result of the first branch.
+    let make = || {
+        function(|k: Sym, x: Sym| {
+            let out = switch(&k, &[&|a: &[Sym]| vec![&a[0] + 1.0, a[0].clone()]], &[x]);
+            vec![&out[0] + &out[1]]
+        })
+    };
+    let msg = trace_error(make, &[common::f32s(&[0.0], &[1]), x.clone()]);
+    assert!(msg.contains("branch index"), "{msg}");
+}
+
+#[test]
+fn an_error_recorded_before_the_body_panics_is_the_one_reported() {
+    // A reshape that fails poisons `y`; the cond over it cannot trace, and
+    // the user's code then panics: the reshape is what went wrong.
+    let line = line!() + 3;
+    let make = || {
+        function(|p: Sym, x: Sym| {
+            let y = x.reshape(&[7]);
+            let out = cond(&p, |o| vec![&o[0] * 2.0], |o| vec![o[0].clone()], &[y]);
+            let first: &Sym = out.first().expect("the body gives up here");
+            vec![first.clone()]
+        })
+    };
+    let args = [Tensor::scalar(true), common::f32s(&[1.0, 2.0, 3.0], &[3])];
+    let msg = trace_error(make, &args);
+    assert!(msg.contains("reshape"), "{msg}");
+    assert!(
+        msg.contains(&format!("control_flow.rs:{line}:")),
+        "{msg} (expected line {line})"
+    );
+}
+
+fn running_sum_scan(reverse: bool) -> Function {
+    function(move |c: Sym, xs: Sym| {
+        let (c, ys) = tensorlift::scan(
+            |c, x| {
+                let s = &c[0] + &x[0];
+                (vec![s.clone()], vec![s, x[0].cast(DType::I32)])
+            },
+            &[c],
+            &[xs],
+            None,
+            reverse,
+        );
+        vec![c[0].clone(), ys[0].clone(), ys[1].clone()]
+    })
+}
+
+#[test]
+fn a_scan_of_zero_steps_returns_the_initial_carry_and_empty_ys() {
+    let c = common::f32s(&[1.5, -2.0], &[2]);
+    let xs = common::f32s(&[], &[0, 2]);
+    for reverse in [false, true] {
+        for f in both(|| running_sum_scan(reverse)) {
+            let out = f.call(&[c.clone(), xs.clone()]).unwrap();
+            assert_eq!(common::to_vec::<f32>(&out[0]), vec![1.5, -2.0]);
+            assert_eq!(out[1].shape(), &[0, 2]);
+            assert_eq!(out[1].dtype(), DType::F32);
+            assert_eq!(out[2].shape(), &[0, 2]);
+            assert_eq!(out[2].dtype(), DType::I32);
+            // One step still works through the same function.
+            let one = f
+                .call(&[c.clone(), common::f32s(&[1.0, 1.0], &[1, 2])])
+                .unwrap();
+            assert_eq!(common::to_vec::<f32>(&one[0]), vec![2.5, -1.0]);
+            assert_eq!(common::to_vec::<f32>(&one[1]), vec![2.5, -1.0]);
+        }
+    }
+    // A length of 0 and no xs.
+    for f in both(|| {
+        function(|x: Sym| {
+            let (c, ys) = tensorlift::scan(
+                |c, _| (vec![&c[0] * 2.0], vec![c[0].clone()]),
+                &[x],
+                &[],
+                Some(0),
+                false,
+            );
+            vec![c[0].clone(), ys[0].clone()]
+        })
+    }) {
+        let out = f.call(&[common::f32s(&[3.0], &[])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&out[0]), vec![3.0]);
+        assert_eq!(out[1].shape(), &[0]);
+    }
+    // The gradient of a scan of no steps: the carry passes through.
+    for f in both(|| {
+        function(|c: Sym, xs: Sym| {
+            let (c, _) = tensorlift::scan(
+                |c, x| (vec![&c[0] * &x[0]], vec![]),
+                &[c],
+                &[xs],
+                None,
+                false,
+            );
+            c[0].reduce_sum(None, false)
+        })
+    }) {
+        let g = f.grad(&[0]).call(&[c.clone(), xs.clone()]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&g[0]), vec![1.0, 1.0]);
+    }
+}
+
+#[test]
+fn scan_errors_name_the_scan_the_users_carry_and_line() {
+    // The body returns f64 for the f32 carry 0 (the user's first carry).
+    let line = line!() + 3;
+    let make = || {
+        function(|c: Sym, xs: Sym| {
+            let (c, ys) = tensorlift::scan(
+                |c, x| {
+                    let n = (&c[0] + &x[0]).cast(DType::F64);
+                    (vec![n.clone()], vec![n])
+                },
+                &[c],
+                &[xs],
+                None,
+                false,
+            );
+            vec![c[0].clone(), ys[0].clone()]
+        })
+    };
+    let c = common::f32s(&[0.0, 0.0], &[2]);
+    for steps in [0, 4] {
+        let xs = common::f32s(&vec![1.0; steps * 2], &[steps, 2]);
+        let msg = trace_error(make, &[c.clone(), xs]);
+        assert!(msg.contains("scan"), "{msg}");
+        assert!(msg.contains("carry 0"), "{msg}");
+        assert!(msg.contains("f64[2]") && msg.contains("f32[2]"), "{msg}");
+        assert!(!msg.contains("src/control.rs"), "{msg}");
+        assert!(
+            msg.contains(&format!("control_flow.rs:{line}:")),
+            "{msg} (expected line {line})"
+        );
+    }
+    // xs of different lengths.
+    let line = line!() + 3;
+    let make = || {
+        function(|a: Sym, b: Sym| {
+            let (_, ys) = tensorlift::scan(
+                |c, x| (c.to_vec(), vec![&x[0] + &x[1]]),
+                &[],
+                &[a, b],
+                None,
+                false,
+            );
+            ys
+        })
+    };
+    let msg = trace_error(
+        make,
+        &[common::f32s(&[1.0; 3], &[3]), common::f32s(&[1.0; 2], &[2])],
+    );
+    assert!(msg.contains("xs[1]"), "{msg}");
+    assert!(
+        msg.contains(&format!("control_flow.rs:{line}:")),
+        "{msg} (expected line {line})"
+    );
+}
+
+#[test]
+fn fori_loop_errors_name_the_users_carry() {
+    // The counter is a carry of the `while` inside; the user's carry 0 is
+    // what the message names.
+    let line = line!() + 1;
+    let make = || function(|x: Sym| fori_loop(0, 3, |_, c| vec![c[0].cast(DType::F64)], &[x]));
+    let msg = trace_error(make, &[common::f32s(&[1.0], &[1])]);
+    assert!(
+        msg.contains("fori_loop") && msg.contains("carry 0"),
+        "{msg}"
+    );
+    assert!(msg.contains("f64[1]") && msg.contains("f32[1]"), "{msg}");
+    assert!(
+        msg.contains(&format!("control_flow.rs:{line}:")),
+        "{msg} (expected line {line})"
+    );
+    let make = || function(|x: Sym| fori_loop(0, 3, |_, c| vec![c[0].clone(), c[0].clone()], &[x]));
+    let msg = trace_error(make, &[common::f32s(&[1.0], &[1])]);
+    assert!(
+        msg.contains("returns 2 value(s)") && msg.contains("carries 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn using_a_value_of_an_ended_body_names_the_op_that_uses_it() {
+    let line = line!() + 14;
+    let make = || {
+        function(|x: Sym| {
+            let mut leaked: Option<Sym> = None;
+            let o = fori_loop(
+                0,
+                3,
+                |_, c| {
+                    let y = &c[0] * 2.0;
+                    leaked = Some(y.clone());
+                    vec![y]
+                },
+                &[x],
+            );
+            vec![&o[0] + leaked.expect("traced")]
+        })
+    };
+    let msg = trace_error(make, &[common::f32s(&[1.0], &[])]);
+    assert!(msg.contains("has ended"), "{msg}");
+    assert!(
+        msg.contains("add 'add' (created at ") && msg.contains(&format!("control_flow.rs:{line}:")),
+        "{msg} (expected op add at line {line})"
+    );
+}

@@ -166,6 +166,18 @@ pub fn is_differentiable(d: DType) -> bool {
     d.is_float()
 }
 
+/// Why a value of dtype `d` cannot be differentiated with respect to
+/// (`None` when it can): the reason errors about it give.
+pub fn no_gradient_reason(d: DType) -> Option<&'static str> {
+    if is_differentiable(d) {
+        None
+    } else if d.is_complex() {
+        Some("complex differentiation is not supported yet")
+    } else {
+        Some("integer and bool values carry no gradient")
+    }
+}
+
 /// Where the output cotangents come from.
 #[derive(Clone, Copy, Debug)]
 enum Seed<'a> {
@@ -186,12 +198,7 @@ fn check_wrt(g: &Graph, wrt: &[usize]) -> Result<()> {
             )));
         };
         let t = g.ty(*p);
-        if !is_differentiable(t.dtype) {
-            let detail = if t.dtype.is_complex() {
-                "complex differentiation is not supported yet"
-            } else {
-                "integer and bool values carry no gradient"
-            };
+        if let Some(detail) = no_gradient_reason(t.dtype) {
             return Err(Error::InvalidArgument(Detail {
                 message: format!(
                     "cannot differentiate with respect to parameter {w}, which is {t}: {detail}"
