@@ -120,6 +120,28 @@ fn scan_carries_and_stacks_forward_and_reverse() {
 }
 
 #[test]
+fn a_scan_of_zero_steps_returns_its_init_and_empty_ys() {
+    for reverse in [false, true] {
+        let mut g = Graph::new("scan0");
+        let site = Site::caller();
+        let init = param(&mut g, 0, &[2]);
+        let xs = param(&mut g, 1, &[0, 2]);
+        let out = builder::scan(&mut g, &[init], &[xs], None, reverse, &site, |r, c, x| {
+            let next = builder::binary(r, Elementwise::Binary(BinaryOp::Add), c[0], x[0], &site)?;
+            Ok((vec![next], vec![next, x[0]]))
+        })
+        .unwrap();
+        g.add_output(out[0], "carry").unwrap();
+        g.add_output(out[1], "ys0").unwrap();
+        g.add_output(out[2], "ys1").unwrap();
+        let got = run_both(&g, &[arr(vec![10.0, 20.0], &[2]), arr(vec![], &[0, 2])]);
+        assert_eq!(got[0], (vec![2], vec![10.0, 20.0]), "reverse={reverse}");
+        assert_eq!(got[1], (vec![0, 2], vec![]), "reverse={reverse}");
+        assert_eq!(got[2], (vec![0, 2], vec![]), "reverse={reverse}");
+    }
+}
+
+#[test]
 fn scan_with_a_length_and_no_xs() {
     let mut g = Graph::new("scan_len");
     let site = Site::caller();

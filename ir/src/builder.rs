@@ -699,6 +699,14 @@ pub fn scan(
         let zero = constant(r, DType::I32, 0.0, site)?;
         let mut x_t = Vec::with_capacity(xs.len());
         for (k, dims) in x_dims.iter().enumerate() {
+            if steps == 0 {
+                // A body that never runs, traced for its types: xs have
+                // no row to slice, so it sees zeros of a row's shape.
+                let dtype = r.ty(p[1 + n + k]).dtype;
+                let z = constant(r, dtype, 0.0, site)?;
+                x_t.push(broadcast_to(r, z, &dims[1..], site)?);
+                continue;
+            }
             let mut ins = vec![p[1 + n + k], t];
             ins.extend(std::iter::repeat_n(zero, dims.len() - 1));
             let mut sizes = dims.clone();
@@ -728,13 +736,18 @@ pub fn scan(
             let st = crate::TensorType::known(yt.dtype, &stacked);
             let buf =
                 r.add_parameter(first + k, st.clone(), Some(format!("ys{k}")), site.clone())?;
+            y_types.push(st);
+            if steps == 0 {
+                // No row to update: ys stay empty.
+                out.push(buf);
+                continue;
+            }
             let mut one_step = vec![1];
             one_step.extend(&dims);
             let y1 = r.add(Op::Reshape(Shape::known(&one_step)), &[y], site.clone())?;
             let mut ins = vec![buf, y1, t];
             ins.extend(std::iter::repeat_n(zero, dims.len()));
             out.push(r.add(Op::DynamicUpdateSlice, &ins, site.clone())?);
-            y_types.push(st);
         }
         Ok(out)
     })?;
