@@ -156,7 +156,13 @@ pub fn load_program(path: &Path) -> Result<Graph> {
     tensorlift_ir::text::parse(&src, &file).map_err(|e| match e {
         Error::InvalidArgument(mut d) if d.pos.is_some() => {
             if let Some(p) = d.pos.take() {
-                d.message = format!("{file}:{}:{}: {}", p.line, p.col, d.message);
+                // (Not where the node's own site already says it.)
+                let named = d.node.as_ref().is_some_and(|n| {
+                    (n.site.line, n.site.col) == (p.line, p.col) && *n.site.file == *file
+                });
+                if !named {
+                    d.message = format!("{file}:{}:{}: {}", p.line, p.col, d.message);
+                }
             }
             Error::InvalidArgument(d)
         }

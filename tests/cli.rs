@@ -113,6 +113,22 @@ fn bad_input_is_one_line_and_nonzero() {
     std::fs::write(&bad_prog, "graph @g {\n  %x = parameter 0 : f32[2]\n  %y = add(%x, %q) : f32[2]\n  return %y as \"y\"\n}\n").unwrap();
     let o = tensorlift(&["run", bad_prog.to_str().unwrap(), "--output-dir", od]);
     assert_one_line_error(&o, "bad.tlir:3:16: use of undefined value '%q'");
+    // An op the type checker rejects: its site once, not twice.
+    std::fs::write(
+        &bad_prog,
+        "graph @g {\n  %x = parameter 0 : f32[4,3]\n  %y = transpose(%x) {perm=[0,5]} : f32[3,4]\n  return %y as \"y\"\n}\n",
+    )
+    .unwrap();
+    let o = tensorlift(&["run", bad_prog.to_str().unwrap(), "--output-dir", od]);
+    assert_one_line_error(&o, "bad.tlir:3:3): [0, 5] is not a permutation");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr)
+            .matches("bad.tlir:3:3")
+            .count(),
+        1,
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = tensorlift(&["run", "examples/nope.tlir", "--output-dir", od]);
     assert_one_line_error(&o, "cannot read examples/nope.tlir");
     let o = tensorlift(&["run", "examples/softmax.tlir", "--output-dir", od]);

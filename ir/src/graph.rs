@@ -818,7 +818,7 @@ impl Graph {
         let params = self.params();
         if params.len() != types.len() {
             return Err(Error::invalid(format!(
-                "graph '{}' takes {} input(s), but {} types were given",
+                "graph '{}' takes {} input(s), but {} were given",
                 self.name,
                 params.len(),
                 types.len()
