@@ -472,3 +472,34 @@ fn rust_integer_scalars_keep_every_bit() {
     let e = f.call(&[t(&[0i32])]).unwrap_err();
     assert!(e.to_string().contains("1099511627776"), "{e}");
 }
+
+#[test]
+fn float32_sums_do_not_stall_at_two_to_the_24() {
+    // 2^24 then 1000 ones: a running f32 sum rounds every +1 away.
+    let mut v = vec![1.0f32; 1001];
+    v[0] = 16_777_216.0;
+    let x = Tensor::from(ArrayD::from_shape_vec(vec![1, 1001], v.clone()).unwrap());
+    let xt = Tensor::from(ArrayD::from_shape_vec(vec![1001, 1], v).unwrap());
+    let want = 16_778_216.0f32;
+    let rows = || function(|x: Sym| x.reduce_sum(Some(&[1]), false));
+    let cols = || function(|x: Sym| x.reduce_sum(Some(&[0]), false));
+    let mean = || function(|x: Sym| x.reduce_sum(None, false) / 1001.0);
+    let exact = tensorlift::JitOptions {
+        exact: true,
+        ..Default::default()
+    };
+    for (make, x) in [(rows as fn() -> tensorlift::Function, &x), (cols, &xt)] {
+        let interp = run1(&make(), std::slice::from_ref(x));
+        assert_eq!(common::to_vec::<f32>(&interp), vec![want]);
+        // Exact mode: the interpreter's sum, bit for bit.
+        let jit = run1(&make().jit_options(exact), std::slice::from_ref(x));
+        assert!(common::same_bits(&interp, &jit), "{interp:?} vs {jit:?}");
+        // Compiled: f32 vector accumulators, which a huge first element
+        // can still stall (docs/ir.md).
+        let fast =
+            common::to_vec::<f32>(&run1(&make().jit_compile(true), std::slice::from_ref(x)))[0];
+        assert!((16_777_216.0..=want).contains(&fast), "{fast}");
+    }
+    let m = common::to_vec::<f32>(&run1(&mean(), &[x]))[0];
+    assert_eq!(m, want / 1001.0);
+}

@@ -778,7 +778,9 @@ fn row_groups_agree_bitwise_with_the_interpreter() {
         ("softmax", softmax_, true, true),
         ("normalize", normalize_, true, false),
         ("by_column", by_column_, false, false),
-        ("column_softmax", column_softmax_, false, true),
+        // (An exact f32 column sum is the interpreter's kernel, which
+        // accumulates in f64: nothing to stash its values for.)
+        ("column_softmax", column_softmax_, false, false),
     ];
     for (name, body, grouped, stashed) in bodies {
         for (rows, cols) in [(3000usize, 257usize), (7, 20000), (1, 64)] {

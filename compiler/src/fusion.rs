@@ -762,8 +762,24 @@ fn is_scalar_const(op: &Op) -> bool {
     matches!(op, Op::Constant(l) if l.dims.is_empty() && l.dtype != DType::String)
 }
 
-/// Reductions compiled as native kernels (others run as runtime kernels).
-fn native_reduce(dtype: DType) -> bool {
+/// Whether reduction `n` is compiled as a native kernel (others run as
+/// runtime kernels). In exact mode an f32 sum must be the interpreter's,
+/// which accumulates in f64 (`kernels::reduce::reduce`): a kernel does
+/// that in a register over the innermost axis alone (code generation's
+/// `f64_sum`), and any other f32 sum, whose partial sums would pass
+/// through its f32 output, is a runtime kernel.
+fn native_reduce(g: &Graph, n: &Node, exact: bool) -> bool {
+    let Op::Reduce { op, axes, .. } = &n.op else {
+        return false;
+    };
+    let Some(x) = n.inputs.first().map(|x| g.ty(*x)) else {
+        return false;
+    };
+    let dtype = x.dtype;
+    if exact && dtype == DType::F32 && *op == ReduceOp::Sum {
+        let rank = x.shape.rank().unwrap_or(0);
+        return rank > 0 && axes[..] == [rank - 1];
+    }
     dtype == DType::Bool || dtype.is_int() || matches!(dtype, DType::F32 | DType::F64)
 }
 
@@ -946,9 +962,9 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     let mut kind = vec![Kind::Buffer; g.num_values()];
     let mut cost = vec![0usize; g.num_values()];
     let mut weight = vec![0usize; g.num_values()];
-    let needs_buffer = |consumer: &Node, dtype_of_result: DType| -> bool {
+    let needs_buffer = |consumer: &Node| -> bool {
         match consumer.op {
-            Op::Reduce { .. } => !native_reduce(dtype_of_result),
+            Op::Reduce { .. } => !native_reduce(g, consumer, !accumulate),
             // A gather loads the table and its indices from memory.
             Op::Take { .. } => true,
             Op::Parameter { .. }
@@ -1012,9 +1028,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             Some("materialized: it is an output".to_string())
         } else if let Some(c) = uses[v.index()].iter().find(|c| {
             let cn = g.node(**c);
-            cn.results
-                .first()
-                .is_none_or(|r| needs_buffer(cn, g.ty(*r).dtype))
+            cn.results.is_empty() || needs_buffer(cn)
         }) {
             Some(format!(
                 "materialized: {} '{}' reads it from memory",
@@ -1204,7 +1218,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                     outputs: vec![],
                 });
             }
-            Op::Reduce { op, axes, .. } if native_reduce(g.ty(v).dtype) => {
+            Op::Reduce { op, axes, .. } if native_reduce(g, n, !accumulate) => {
                 let x = n.inputs[0];
                 let in_dims = g.ty(x).shape.as_known().unwrap_or_default();
                 let mut b = KernelBuilder::new(g, &kind, &slot_of, in_dims.len());

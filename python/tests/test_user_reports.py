@@ -348,3 +348,23 @@ def test_py_function_errors_use_its_name(jit):
         jit_compile=jit)
     with pytest.raises((tl.errors.InvalidArgumentError, tl.errors.JitCompileError), match="my_pyfn"):
         f(tl.constant([1.0]))
+
+
+# --- float32 sums --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "jit"])
+def test_float32_sums_do_not_stall_at_two_to_the_24(mode):
+    # A running float32 sum rounds every +1 after 2^24 away (20M ones summed
+    # to 16777216 eagerly); NumPy and TensorFlow do not.
+    x = np.ones(1001, np.float32)
+    x[0] = 2.0**24
+    ones = np.ones(20_000_000, np.float32)
+    if mode == "eager":
+        s, m = tl.reduce_sum(x), tl.reduce_mean(ones)
+    else:
+        f = tl.function(lambda a, b: (tl.reduce_sum(a), tl.reduce_mean(b)), jit_compile=(mode == "jit"))
+        s, m = f(x, ones)
+    if mode != "jit":
+        assert float(s.numpy()) == 16778216.0
+    assert float(m.numpy()) == pytest.approx(1.0, rel=1e-6)

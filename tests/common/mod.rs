@@ -212,3 +212,35 @@ pub fn pyfn(src: &str, name: &str) -> pyo3::Py<pyo3::PyAny> {
         globals.get_item(name).unwrap().unwrap().unbind()
     })
 }
+
+/// `x` (f32) summed over `axes` in f32, one value after another in
+/// row-major order of the reduced elements: the order compiled column and
+/// middle-axis sums keep outside exact mode (the interpreter accumulates
+/// f32 sums in f64). Kept axes keep their order; `keepdims` leaves the
+/// reduced ones as 1.
+pub fn sum_in_order_f32(x: &Tensor, axes: &[usize], keepdims: bool) -> Tensor {
+    let dims = x.shape().to_vec();
+    let kept: Vec<usize> = (0..dims.len()).filter(|d| !axes.contains(d)).collect();
+    let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
+    let moved = tensorlift::function(move |x: tensorlift::Sym| x.transpose(&perm))
+        .call(std::slice::from_ref(x))
+        .unwrap()
+        .remove(0);
+    let v = to_vec::<f32>(&moved);
+    let inner: usize = axes.iter().map(|&d| dims[d]).product();
+    let sums: Vec<f32> = if inner == 0 {
+        vec![0.0; kept.iter().map(|&d| dims[d]).product()]
+    } else {
+        v.chunks(inner)
+            .map(|row| row.iter().fold(0.0f32, |a, &b| a + b))
+            .collect()
+    };
+    let out: Vec<usize> = if keepdims {
+        (0..dims.len())
+            .map(|d| if axes.contains(&d) { 1 } else { dims[d] })
+            .collect()
+    } else {
+        kept.iter().map(|&d| dims[d]).collect()
+    };
+    f32s(&sums, &out)
+}

@@ -479,12 +479,19 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         }
         let inner_stride = |s: &Vec<i64>| if rank == 0 { 0 } else { s[rank - 1] };
         let reduce_inner = matches!(&self.k.kind, KernelKind::Reduce { reduced, .. } if rank > 0 && reduced[rank - 1]);
-        // Register accumulator for a reduction over the innermost dim.
+        let f64_sum = self.f64_sum()?;
+        // Register accumulator for a reduction over the innermost dim (an
+        // f64 one for an exact f32 sum).
         let acc = if reduce_inner {
             let ty = comp_ty(self.out_dtype());
-            let var = self.b.declare_var(ty);
+            let var = self.b.declare_var(if f64_sum { types::F64 } else { ty });
             let p = self.b.use_var(self.pos[&OUT]);
             let v = self.b.ins().load(ty, trusted(), p, 0);
+            let v = if f64_sum {
+                self.b.ins().fpromote(types::F64, v)
+            } else {
+                v
+            };
             self.b.def_var(var, v);
             Some(var)
         } else {
@@ -640,6 +647,12 @@ impl<'a, 'b> KernelGen<'a, 'b> {
             let root_v = vals[s.k.root];
             match (&s.k.kind, acc) {
                 (KernelKind::Loop, _) => s.store_out(root_v)?,
+                (KernelKind::Reduce { .. }, Some(a)) if f64_sum => {
+                    let cur = s.b.use_var(a);
+                    let x = s.b.ins().fpromote(types::F64, root_v.s());
+                    let r = s.b.ins().fadd(cur, x);
+                    s.b.def_var(a, r);
+                }
                 (KernelKind::Reduce { op, .. }, Some(a)) => {
                     let cur = s.b.use_var(a);
                     let r = s.reduce_op(*op, cur, root_v.s(), Mode::Scalar)?;
@@ -674,9 +687,35 @@ impl<'a, 'b> KernelGen<'a, 'b> {
         if let Some(a) = acc {
             let p = self.b.use_var(self.pos[&OUT]);
             let v = self.b.use_var(a);
+            let v = if self.f64_sum()? {
+                self.b.ins().fdemote(types::F32, v)
+            } else {
+                v
+            };
             self.b.ins().store(trusted(), v, p, 0);
         }
         Ok(())
+    }
+
+    /// Whether this kernel is an exact-mode f32 sum, which accumulates in
+    /// f64 and rounds once, as the interpreter does: only over the
+    /// innermost dim alone (the planner's `native_reduce` leaves every
+    /// other exact f32 sum to the interpreter's kernel, since partial sums
+    /// kept in the f32 output would round).
+    fn f64_sum(&self) -> Result<bool> {
+        let KernelKind::Reduce { op, reduced } = &self.k.kind else {
+            return Ok(false);
+        };
+        if !(self.opts.exact && *op == ReduceOp::Sum && self.out_dtype() == DType::F32) {
+            return Ok(false);
+        }
+        match reduced.split_last() {
+            Some((true, outer)) if outer.iter().all(|r| !r) => Ok(true),
+            _ => Err(Error::internal(format!(
+                "kernel '{}': an exact f32 sum over dims {reduced:?}, not the innermost alone",
+                self.k.name
+            ))),
+        }
     }
 
     /// The row group this kernel runs in, if any.

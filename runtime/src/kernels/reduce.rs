@@ -42,7 +42,7 @@ fn fold_rows<T: Pod>(
 }
 
 /// Reduces over `axes` (sequentially, in row-major order of the reduced
-/// elements). Reductions of zero elements give the op's identity; a
+/// elements; an f32 sum in f64). Reductions of zero elements give the op's identity; a
 /// reduction over no axes returns the operand.
 pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Result<Tensor> {
     let d = x.dtype();
@@ -86,6 +86,19 @@ pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Resul
             // checker rejects the rest).
             ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => Err(bad()),
         },
+        // An f32 sum accumulates in f64, rounded once: in f32 a running sum
+        // stops growing at 2^24 (20M ones summed to 16,777,216), where
+        // NumPy's pairwise and TensorFlow's tree sums do not.
+        DType::F32 if op == ReduceOp::Sum => {
+            let v = t.view::<f32>()?;
+            let sums: Vec<f32> = (0..outer)
+                .map(|o| {
+                    let row = &v[o * inner..(o + 1) * inner];
+                    row.iter().fold(0.0f64, |a, &b| a + f64::from(b)) as f32
+                })
+                .collect();
+            Ok(Tensor::from_vec_as(d, &out_dims, sums))
+        }
         DType::F32 => float_reduce::<f32>(op, &t, inner, outer, &out_dims),
         DType::F64 => float_reduce::<f64>(op, &t, inner, outer, &out_dims),
         DType::C64 => complex_reduce::<Complex32>(op, &t, inner, outer, &out_dims),
