@@ -486,58 +486,6 @@ fn carries_swapped_by_the_body_are_not_clobbered() {
 }
 
 #[test]
-fn large_carries_are_copied_whole_when_split_over_threads() {
-    // (a, b) -> (b + 1, a) with carries of 1,200,004 bytes (not a multiple
-    // of 64: the last part of a split copy is shorter): copied into the
-    // loop, around it and out, over the pool where it has two threads.
-    let len = 300_001;
-    let make = || {
-        function(|a: Sym, b: Sym, n: Sym| {
-            let i = n.graph().scalar(DType::I32, 0.0);
-            let out = while_loop(
-                |c| c[0].less(&n),
-                |c| vec![&c[0] + 1, &c[2] + 1.0, c[1].clone()],
-                &[i, a, b],
-            );
-            vec![out[1].clone(), out[2].clone()]
-        })
-    };
-    let a: Vec<f32> = (0..len).map(|i| i as f32).collect();
-    let b: Vec<f32> = (0..len).map(|i| -(i as f32) - 0.5).collect();
-    let plus = |v: &[f32], k: f32| v.iter().map(|x| x + k).collect::<Vec<_>>();
-    for f in both(make) {
-        for n in [0, 1, 2, 3] {
-            let args = [
-                common::f32s(&a, &[len]),
-                common::f32s(&b, &[len]),
-                scalar_i32(n),
-            ];
-            let out = f.call(&args).unwrap();
-            let (x, y) = match n {
-                0 => (a.clone(), b.clone()),
-                1 => (plus(&b, 1.0), a.clone()),
-                2 => (plus(&a, 1.0), plus(&b, 1.0)),
-                _ => (plus(&b, 2.0), plus(&a, 1.0)),
-            };
-            assert!(common::to_vec::<f32>(&out[0]) == x, "n = {n}: first carry");
-            assert!(common::to_vec::<f32>(&out[1]) == y, "n = {n}: second carry");
-        }
-    }
-    if tensorlift::runtime::pool::threads() >= 2 {
-        let specs = [
-            TensorSpec::known(DType::F32, &[len]),
-            TensorSpec::known(DType::F32, &[len]),
-            TensorSpec::known(DType::I32, &[]),
-        ];
-        let clif = make()
-            .jit_compile(true)
-            .compiler_ir(&specs, IrStage::Cranelift)
-            .unwrap();
-        assert!(clif.contains("tl_copy"), "{clif}");
-    }
-}
-
-#[test]
 fn fused_and_parallel_kernels_inside_a_loop_body_agree_with_the_interpreter() {
     // A row softmax (reductions, row groups, threads) applied 3 times.
     let make = || {

@@ -125,12 +125,9 @@ pub(crate) fn sections(plan: &Plan, opts: &JitOptions) -> usize {
             match step {
                 Step::Kernel(k) => kernel_split(plan, i, k, opts).parts().is_some(),
                 Step::Gemm(g) => opts.threads && !matches!(g.split(threads), GemmSplit::One(_)),
-                Step::Copy { from, to } => from
-                    .iter()
-                    .zip(to)
-                    .any(|(&f, &t)| f != t && codegen::split_copy(plan.slots[t].bytes(), opts)),
                 Step::Runtime { .. }
                 | Step::Pack(_)
+                | Step::Copy { .. }
                 | Step::Label(_)
                 | Step::Jump(_)
                 | Step::BranchUnless { .. }

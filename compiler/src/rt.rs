@@ -837,55 +837,6 @@ pub(crate) unsafe extern "C" fn tl_parallel(
     })
 }
 
-/// Slot copies of at least this many bytes split over the pool
-/// ([`tl_copy`]); smaller ones are one `memmove`.
-pub(crate) const SPLIT_COPY_BYTES: usize = 1 << 20;
-
-/// The runs a split copy is cut into, each taken by the next thread free
-/// (a worker woken for the copy may come late: the caller goes on taking
-/// runs meanwhile).
-const COPY_RUN_BYTES: usize = 256 << 10;
-
-/// `len` bytes from `src` to `dst` (a loop's large carry copied in or
-/// back): over the pool, in runs of [`COPY_RUN_BYTES`], when the two do not
-/// overlap and `len` is at least [`SPLIT_COPY_BYTES`]; otherwise (and
-/// should a part ever panic) one `memmove` of the whole.
-///
-/// # Safety
-/// `src` is readable and `dst` writable for `len` bytes.
-pub(crate) unsafe extern "C" fn tl_copy(dst: *mut u8, src: *const u8, len: u64) {
-    // (A length of a buffer in memory fits a `usize`.)
-    let len = len as usize;
-    let threads = pool::threads();
-    let apart = (dst as usize).abs_diff(src as usize) >= len;
-    if len >= SPLIT_COPY_BYTES && threads > 1 && apart {
-        let (d, s) = (SendPtr(dst), SendPtr(src.cast_mut()));
-        let runs = len.div_ceil(COPY_RUN_BYTES);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let split = catch_unwind(AssertUnwindSafe(|| {
-            let (d, s) = (&d, &s);
-            pool::run_parts(threads.min(runs), &|_| {
-                loop {
-                    let r = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if r >= runs {
-                        break;
-                    }
-                    let lo = r * COPY_RUN_BYTES;
-                    let n = COPY_RUN_BYTES.min(len - lo);
-                    // SAFETY: disjoint runs of two buffers that do not
-                    // overlap, within the bounds the caller guarantees.
-                    unsafe { std::ptr::copy_nonoverlapping(s.0.add(lo), d.0.add(lo), n) };
-                }
-            });
-        }));
-        if split.is_ok() {
-            return;
-        }
-    }
-    // SAFETY: the caller's contract; `copy` allows an overlap.
-    unsafe { std::ptr::copy(src, dst, len) };
-}
-
 /// Runs `run(bufs, ctx, lo, hi)` on `threads` contiguous parts of
 /// `[0, n)` in parallel; the first failing status (or 1 for a panic) is
 /// returned. The caller guarantees the parts write disjoint memory.
@@ -1040,8 +991,6 @@ runtime_functions! {
     GemmThen,
     /// `tl_parallel(kernel, bufs, ctx, n, work)`: a kernel split across threads.
     Parallel,
-    /// `tl_copy(dst, src, len)`: a large slot copy split across threads.
-    Copy,
     /// `tl_row_group(fns, count, bufs, ctx, rows, block, parallel)`.
     RowGroup,
     /// `tl_wide_f32(op, buf, n)`: wide math over an f32 chunk buffer.
@@ -1158,9 +1107,6 @@ impl RtFn {
             RtFn::Parallel => Symbol::of::<
                 unsafe extern "C" fn(KernelFn, *const *mut u8, *mut CallCtx, i64, i64) -> i32,
             >("tl_parallel", tl_parallel),
-            RtFn::Copy => {
-                Symbol::of::<unsafe extern "C" fn(*mut u8, *const u8, u64)>("tl_copy", tl_copy)
-            }
             RtFn::RowGroup => Symbol::of::<
                 unsafe extern "C" fn(
                     *const KernelFn,

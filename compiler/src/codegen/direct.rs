@@ -35,13 +35,11 @@ pub(crate) enum Call {
     /// A runtime step (`rt::tl_runtime_step`).
     Runtime { step: u64 },
     /// `to = from`, whole slots of `bytes` bytes, read through the pointer
-    /// table when the call runs (a callback may have redirected `from`);
-    /// split over the pool where `split` (`rt::tl_copy`).
+    /// table when the call runs (a callback may have redirected `from`).
     Copy {
         from: SlotId,
         to: SlotId,
         bytes: usize,
-        split: bool,
     },
 }
 
@@ -93,15 +91,7 @@ pub(crate) fn listing(plan: &Plan, calls: &[(usize, Call)]) -> String {
                 None => name(*i),
             },
             Call::Runtime { .. } => name(*i),
-            Call::Copy {
-                from,
-                to,
-                bytes,
-                split,
-            } => format!(
-                "slot {to} = slot {from} ({bytes} bytes{})",
-                if *split { ", split" } else { "" }
-            ),
+            Call::Copy { from, to, bytes } => format!("slot {to} = slot {from} ({bytes} bytes)"),
         };
         out.push_str(&format!(";   step {i}: {what}\n"));
     }
@@ -149,19 +139,10 @@ pub(crate) unsafe fn run(
                     None => rt::tl_gemm(table, *step, bufs, ctx),
                 },
                 Call::Runtime { step } => rt::tl_runtime_step(table, *step, bufs, ctx),
-                Call::Copy {
-                    from,
-                    to,
-                    bytes,
-                    split,
-                } => {
+                Call::Copy { from, to, bytes } => {
                     let (src, dst) = (*bufs.add(*from), *bufs.add(*to));
                     if src != dst {
-                        if *split {
-                            rt::tl_copy(dst, src, *bytes as u64);
-                        } else {
-                            std::ptr::copy(src, dst, *bytes);
-                        }
+                        std::ptr::copy(src, dst, *bytes);
                     }
                     0
                 }

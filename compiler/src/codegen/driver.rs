@@ -17,10 +17,9 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleReloc};
 use tensorlift_ir::{DType, Error, Result};
-use tensorlift_runtime::pool;
 
 use crate::fusion::{ENode, Kernel, KernelKind, Plan, SlotId, SlotKind, Step};
-use crate::rt::{self, RtFn, StepTable};
+use crate::rt::{RtFn, StepTable};
 
 use super::cost::kernel_work;
 use super::{JitOptions, KernelGen, OptLevel, comp_ty, trusted, unaligned};
@@ -217,12 +216,6 @@ fn step_kernel(step: &Step) -> Option<&Kernel> {
 /// (a loop's scalar carries), larger ones `memmove` calls.
 const SMALL_COPY: usize = 64;
 
-/// Whether a slot copy of `bytes` bytes splits over the pool
-/// (`rt::tl_copy`).
-pub(crate) fn split_copy(bytes: usize, opts: &JitOptions) -> bool {
-    opts.threads && bytes >= rt::SPLIT_COPY_BYTES && pool::threads() > 1
-}
-
 /// Compiles `plan` into a module. `table` must outlive the module's code.
 pub(crate) fn generate(
     plan: &Plan,
@@ -369,11 +362,6 @@ pub(crate) fn generate(
                                     off += size;
                                 }
                             }
-                        } else if split_copy(n, opts) {
-                            let f = helpers.get(&mut module, RtFn::Copy)?;
-                            let f = module.declare_func_in_func(f, b.func);
-                            let len = b.ins().iconst(types::I64, n as i64);
-                            b.ins().call(f, &[dst, src, len]);
                         } else {
                             let len = b.ins().iconst(ptr, n as i64);
                             b.call_memmove(module.target_config(), dst, src, len);
@@ -709,7 +697,6 @@ fn direct_calls(
                                 from: f,
                                 to: t,
                                 bytes,
-                                split: split_copy(bytes, opts),
                             },
                         ));
                     }

@@ -46,7 +46,7 @@ mod wide_rows;
 
 pub(crate) use cost::{kernel_work, splittable};
 use driver::Helpers;
-pub(crate) use driver::{Clif, Main, generate, split_copy};
+pub(crate) use driver::{Clif, Main, generate};
 
 /// Cranelift's optimization level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
