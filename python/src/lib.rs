@@ -93,11 +93,7 @@ pub(crate) fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResu
                 .getattr(pyo3::intern!(py, "name"))?;
             let name = name.cast::<pyo3::types::PyString>()?.to_str()?;
             DType::from_name(name).ok_or_else(|| {
-                let ty = value
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_else(|_| "?".into());
+                let ty = type_name(value);
                 pyo3::exceptions::PyTypeError::new_err(format!(
                     "cannot make a tensor of a Python {ty} (NumPy gives it dtype '{name}', \
                      which tensorlift lacks)"
@@ -138,11 +134,7 @@ impl<'a> OutBuffers<'a> {
             .collect();
         for (k, value) in arrays.iter().enumerate() {
             let a = value.cast::<numpy::PyUntypedArray>().map_err(|_| {
-                let ty = value
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_else(|_| "?".into());
+                let ty = type_name(value);
                 pyo3::exceptions::PyTypeError::new_err(format!(
                     "call_into: outputs[{k}] is a {ty}, not a NumPy array"
                 ))
@@ -245,6 +237,15 @@ fn numeric_dtype(arr: &Bound<'_, PyAny>) -> Option<DType> {
         i16 => I16, u16 => U16, u32 => U32, u64 => U64, half::f16 => F16,
         num_complex::Complex32 => C64, num_complex::Complex64 => C128);
     None
+}
+
+/// The name of `value`'s Python type, for messages (`?` where Python
+/// cannot give it).
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |n| n.to_string())
 }
 
 /// Runs op `name` eagerly on tensors; an error names `site`, the Python
