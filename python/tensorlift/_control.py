@@ -41,7 +41,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
             out = body(*v)
             v = [out] if single or not isinstance(out, (list, tuple)) else list(out)
             i += 1
-        return v[0] if single else type(loop_vars)(v) if isinstance(loop_vars, tuple) else v
+        return v[0] if single else _like(loop_vars, v)
 
     where = site()
     init = _as_syms(leaves, where)
@@ -92,7 +92,17 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     _core.record(replay, leaves, flat_out)
     v = unpack(flat_out)
-    return v[0] if single else tuple(v) if isinstance(loop_vars, tuple) else v
+    return v[0] if single else _like(loop_vars, v)
+
+
+def _like(loop_vars, values):
+    """``values`` in the container ``loop_vars`` came in: a list, a tuple or
+    a namedtuple (whose constructor takes its fields one by one)."""
+    if isinstance(loop_vars, tuple) and hasattr(loop_vars, "_fields"):
+        return type(loop_vars)(*values)
+    if isinstance(loop_vars, tuple):
+        return tuple(values)
+    return values
 
 
 class _Region:
@@ -144,7 +154,23 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
     where = site()
     runs, structures = _branches(fns, where, index)
     out = _native.switch(index._s, runs, [], where)
+    _same_structures("tl.switch_case", [f"branch {i}" for i in range(len(fns))], structures)
     return pack(structures[0], [SymbolicTensor(s) for s in out])
+
+
+def _same_structures(what, names, structures):
+    """TensorFlow's rule: every branch returns the same nesting of the same
+    containers (a dict's keys included), or the results would be packed
+    under another branch's keys."""
+    first = structures[0]
+    for name, s in zip(names[1:], structures[1:]):
+        if s != first:
+            def shape(st):
+                return repr(pack(st, iter(lambda: "T", None)))
+            raise ValueError(
+                f"{what}: {names[0]} returns {shape(first)} but {name} returns {shape(s)} "
+                "(T a tensor): every branch must return the same structure"
+            )
 
 
 def cond(pred, true_fn=None, false_fn=None, name=None):
@@ -157,4 +183,5 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     where = site()
     runs, structures = _branches([false_fn, true_fn], where, pred)
     out = _native.switch(pred._s, runs, [], where)
+    _same_structures("tl.cond", ["false_fn", "true_fn"], structures)
     return pack(structures[0], [SymbolicTensor(s) for s in out])

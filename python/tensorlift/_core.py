@@ -313,8 +313,23 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
                 if not (hint.is_integer and d.startswith("float")):
                     d = hint.name
     else:
-        d = as_dtype(dtype).name
+        dt = as_dtype(dtype)
+        if not isinstance(value, (np.ndarray, np.generic)):
+            _check_python_value(value, dt)
+        d = dt.name
     return EagerTensor(_native.to_tensor(value, d))
+
+
+def _check_python_value(value, dt):
+    """TensorFlow refuses a Python value the dtype would change: a float
+    into an integer or bool tensor (``tl.constant(3) + 0.5`` would be 3), a
+    complex number into a real one."""
+    try:
+        kind = np.asarray(value).dtype.kind
+    except (TypeError, ValueError):
+        return
+    if (kind == "f" and (dt.is_integer or dt.is_bool)) or (kind == "c" and not dt.is_complex):
+        raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dt.name}")
 
 
 class _ThreadState(threading.local):
@@ -406,6 +421,11 @@ def getitem(x, key):
     shape = list(x.shape)
     if any(d is None for d in shape):
         raise TypeError("indexing needs a tensor of known shape")
+    for k in key:
+        if isinstance(k, (float, np.floating)):
+            raise TypeError(
+                f"an index must be an integer, a slice, '...' or None, not the float {k!r}"
+            )
     if sum(k is Ellipsis for k in key) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     used = sum(1 for k in key if k is not None and k is not Ellipsis)

@@ -368,3 +368,60 @@ def test_float32_sums_do_not_stall_at_two_to_the_24(mode):
     if mode != "jit":
         assert float(s.numpy()) == 16778216.0
     assert float(m.numpy()) == pytest.approx(1.0, rel=1e-6)
+
+
+# --- second round of a new user's reports -------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "jit"])
+def test_a_python_float_does_not_truncate_into_an_integer_tensor(mode):
+    # TensorFlow: TypeError "Cannot convert 0.5 to EagerTensor of dtype
+    # int32"; truncated, `i = i + 0.5` would loop forever.
+    def f(i):
+        return i + 0.5
+
+    run = f if mode == "eager" else tl.function(f, jit_compile=(mode == "jit"))
+    with pytest.raises(TypeError, match="Cannot convert 0.5"):
+        run(tl.constant(3))
+    with pytest.raises(TypeError, match="Cannot convert 1.5"):
+        tl.constant(1) < 1.5
+    # Integers still take a float tensor's dtype, and floats a float's.
+    assert float((tl.constant(1.5) + 2).numpy()) == 3.5
+    assert int((tl.constant(3) + 2).numpy()) == 5
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_branches_returning_different_structures_are_an_error(jit):
+    def f(x):
+        return tl.cond(x > 0, lambda: {"loss": x * 10.0, "acc": x}, lambda: {"acc": x, "zzz": x})
+
+    with pytest.raises(ValueError, match="same structure"):
+        tl.function(f, jit_compile=jit)(tl.constant(1.0))
+
+    def g(x):
+        return tl.switch_case(tl.cast(x, tl.int32), [lambda: (x, x), lambda: [x, x]])
+
+    with pytest.raises(ValueError, match="same structure"):
+        tl.function(g, jit_compile=jit)(tl.constant(1.0))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "jit"])
+def test_while_loop_keeps_a_namedtuple(mode):
+    import collections
+
+    State = collections.namedtuple("State", ["i", "acc"])
+
+    def f(x):
+        # As in TensorFlow, cond and body take the fields one by one.
+        return tl.while_loop(lambda i, acc: i < 3, lambda i, acc: State(i + 1, acc + x), State(tl.constant(0), x))
+
+    run = f if mode == "eager" else tl.function(f, jit_compile=(mode == "jit"))
+    out = run(tl.constant(2.0))
+    assert isinstance(out, State)
+    assert int(out.i.numpy()) == 3 and float(out.acc.numpy()) == 8.0
+
+
+def test_a_float_index_is_an_error():
+    x = tl.constant([1.0, 2.0, 3.0])
+    with pytest.raises(TypeError, match="not the float 1.5"):
+        x[1.5]
