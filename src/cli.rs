@@ -142,6 +142,16 @@ fn one_line(e: &Error) -> String {
     e.to_string().replace('\n', " ")
 }
 
+/// A time in milliseconds as text: microseconds below 0.1 ms, where three
+/// decimals of a millisecond would read 0.000 for a small program.
+fn duration(ms: f64) -> String {
+    if ms < 0.1 {
+        format!("{:.2} µs", ms * 1e3)
+    } else {
+        format!("{ms:.3} ms")
+    }
+}
+
 /// Loads and parses a program; parse errors carry `file:line:col`.
 pub fn load_program(path: &Path) -> Result<Graph> {
     let src = std::fs::read(path).map_err(|e| {
@@ -393,9 +403,9 @@ fn bench(
     let (ti, oi) = time(&|| interp::run(&opt, &inputs))?;
     let (tj, oj) = time(&|| exe.run(&inputs))?;
     println!("program      {}", program.display());
-    println!("compile      {compile_ms:.3} ms");
-    println!("interpreter  {ti:.3} ms (median of {iters})");
-    println!("jit          {tj:.3} ms (median of {iters})");
+    println!("compile      {}", duration(compile_ms));
+    println!("interpreter  {} (median of {iters})", duration(ti));
+    println!("jit          {} (median of {iters})", duration(tj));
     println!("speedup      {:.2}x", ti / tj);
     if let Some(dir) = output_dir {
         write_outputs(&g, &oj, dir)?;
