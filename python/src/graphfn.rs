@@ -1,14 +1,18 @@
 //! A function rebuilt from its graph's text in another process (an
 //! unpickled `tl.function`): the text parsed, its callbacks bound to the
 //! unpickled Python callables, optimized once, and run interpreted or
-//! compiled on first call.
+//! compiled on the first call of each input shape (specialized to it, as
+//! the original function compiles a graph with unknown dims per shape).
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use tensorlift::runtime::eager::PyTensor;
 use tensorlift::runtime::interp;
-use tensorlift::{CompiledGraph, Graph, JitOptions, Tensor, compile_graph, copy_outputs};
+use tensorlift::{
+    CompiledGraph, Graph, JitOptions, Tensor, TensorType, compile_graph, copy_outputs,
+};
 
 use crate::raise;
 
@@ -17,7 +21,8 @@ use crate::raise;
 pub struct PyGraphFunction {
     optimized: Graph,
     jit: bool,
-    compiled: OnceLock<CompiledGraph>,
+    /// The compiled graph per concrete input types.
+    compiled: Mutex<HashMap<Vec<TensorType>, Arc<CompiledGraph>>>,
 }
 
 impl std::fmt::Debug for PyGraphFunction {
@@ -47,7 +52,7 @@ impl PyGraphFunction {
         Ok(PyGraphFunction {
             optimized: g,
             jit: jit_compile,
-            compiled: OnceLock::new(),
+            compiled: Mutex::new(HashMap::new()),
         })
     }
 
@@ -64,7 +69,7 @@ impl PyGraphFunction {
                 if !self.jit {
                     return interp::run(&self.optimized, &ts);
                 }
-                self.compiled()?.run(&ts)
+                self.compiled(&ts)?.run(&ts)
             })
             .map_err(|e| raise(py, e))?;
         Ok(out.into_iter().map(|t| PyTensor { t }).collect())
@@ -85,19 +90,33 @@ impl PyGraphFunction {
             if !self.jit {
                 return copy_outputs(interp::run(&self.optimized, &ts)?, &mut outs);
             }
-            self.compiled()?.run_into(&ts, &mut outs)
+            self.compiled(&ts)?.run_into(&ts, &mut outs)
         })
         .map_err(|e| raise(py, e))
     }
 }
 
 impl PyGraphFunction {
-    /// The compiled graph, compiled on first use.
-    fn compiled(&self) -> Result<&CompiledGraph, tensorlift::Error> {
-        if let Some(c) = self.compiled.get() {
-            return Ok(c);
+    /// The compiled graph for the types of `inputs`, compiled on first
+    /// use (the graph specialized to them when its parameters have unknown
+    /// dims).
+    fn compiled(&self, inputs: &[Tensor]) -> Result<Arc<CompiledGraph>, tensorlift::Error> {
+        let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
+        let cache = || self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cache().get(&types) {
+            return Ok(c.clone());
         }
-        let c = compile_graph(&self.optimized, &JitOptions::default())?;
-        Ok(self.compiled.get_or_init(|| c))
+        let params: Vec<TensorType> = self
+            .optimized
+            .params()
+            .iter()
+            .map(|p| self.optimized.ty(*p).clone())
+            .collect();
+        let c = if params == types {
+            compile_graph(&self.optimized, &JitOptions::default())?
+        } else {
+            compile_graph(&self.optimized.specialize(&types)?, &JitOptions::default())?
+        };
+        Ok(cache().entry(types).or_insert_with(|| Arc::new(c)).clone())
     }
 }

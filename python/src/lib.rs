@@ -83,8 +83,21 @@ pub(crate) fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResu
         }
         None => np.call_method1("asarray", (value,))?,
     };
+    let asked = dtype.and_then(DType::from_name);
     let d = match numeric_dtype(&arr) {
         Some(d) => d,
+        None if asked == Some(DType::String) || is_text(&arr)? => {
+            // Bytes, str (encoded as UTF-8) and object arrays of them.
+            return bridge::from_numpy(py, &arr, DType::String, 0, "constant")
+                .map(|t| PyTensor { t })
+                .map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "cannot make a string tensor of a Python {}: its elements must be \
+                         bytes or str",
+                        type_name(value)
+                    ))
+                });
+        }
         None => {
             // numpy's dtype.name runs Python code: only for the rest
             // (bfloat16, strings, what tensorlift lacks).
@@ -103,6 +116,17 @@ pub(crate) fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResu
     };
     let t = bridge::from_numpy(py, &arr, d, 0, "constant").map_err(|e| raise(py, e))?;
     Ok(PyTensor { t })
+}
+
+/// Whether NumPy's array `arr` holds text: bytes (`S`), str (`U`), or
+/// objects (which must then all be bytes or str).
+fn is_text(arr: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = arr.py();
+    let kind = arr
+        .getattr(pyo3::intern!(py, "dtype"))?
+        .getattr(pyo3::intern!(py, "kind"))?;
+    let kind = kind.cast::<pyo3::types::PyString>()?.to_str()?.to_owned();
+    Ok(matches!(kind.as_str(), "S" | "U" | "O"))
 }
 
 /// The NumPy arrays given to a `call_into` as the outputs' buffers, checked

@@ -31,6 +31,10 @@ pub struct Attrs {
     pub limit: Option<Vec<usize>>,
     /// See `start`.
     pub stride: Option<Vec<usize>>,
+    /// `pad`: elements added before each axis (negative: removed).
+    pub low: Option<Vec<i64>>,
+    /// `pad`: elements added after each axis (negative: removed).
+    pub high: Option<Vec<i64>>,
 }
 
 impl Attrs {
@@ -67,6 +71,8 @@ impl Attrs {
                 "start" => a.start = Some(v.extract()?),
                 "limit" => a.limit = Some(v.extract()?),
                 "stride" => a.stride = Some(v.extract()?),
+                "low" => a.low = Some(v.extract()?),
+                "high" => a.high = Some(v.extract()?),
                 other => {
                     return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                         "{op}: unexpected attribute '{other}'"
@@ -187,6 +193,7 @@ pub const NAMES: &[&str] = &[
     "clip_by_value",
     "reverse",
     "slice",
+    "pad",
     "stop_gradient",
     "identity",
 ];
@@ -425,6 +432,16 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
             };
             let stride = a.stride.clone().unwrap_or_else(|| vec![1; start.len()]);
             inputs[0].slice(start, limit, &stride)
+        }
+        "pad" => {
+            // XLA's pad without interior padding: the second tensor is the
+            // scalar value added; a negative amount crops, which is how a
+            // slice of a dim of unknown size is traced.
+            arity(name, inputs, 2)?;
+            let (Some(low), Some(high)) = (&a.low, &a.high) else {
+                return Err(Error::invalid("pad needs low and high"));
+            };
+            inputs[0].pad(low, high, &vec![0; low.len()], &inputs[1])
         }
         "stop_gradient" => {
             arity(name, inputs, 1)?;

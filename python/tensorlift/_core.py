@@ -183,6 +183,20 @@ class EagerTensor(Tensor):
         is the caller's to change)."""
         return self._v.numpy()
 
+    def set_shape(self, shape):
+        """``Tensor.set_shape`` of an eager tensor, whose shape is known: a
+        check that ``shape`` (None for an unknown dim or rank) is compatible
+        with it, a ``ValueError`` if not."""
+        mine = tuple(self._v.shape)
+        if shape is None:
+            return
+        want = [None if d is None else int(d) for d in shape]
+        if len(want) != len(mine) or any(w is not None and w != m for w, m in zip(want, mine)):
+            raise ValueError(
+                f"incompatible shapes: the tensor's shape {list(mine)} is not compatible with "
+                f"the supplied shape {want}"
+            )
+
     def __array__(self, dtype=None, copy=None):
         # np.asarray(t): a read-only view of the tensor's buffer, no copy
         # (np.array(t) and copy=True copy).
@@ -413,18 +427,23 @@ def binary(name, a, b):
 
 
 def getitem(x, key):
-    """Basic indexing: ints, slices (any step), ``...`` and ``None``."""
+    """Basic indexing: ints, scalar integer tensors, slices (any step),
+    ``...`` and ``None``; dims of unknown size take ints, tensors, ``None``
+    and the slices a crop expresses (``a:``, ``a:-b``, step 1)."""
     if not isinstance(key, tuple):
         key = (key,)
-    if x.shape is None or any(d is None for d in x.shape):
-        raise TypeError("indexing needs a tensor of known shape")
+    if x.shape is None:
+        raise TypeError("indexing needs a tensor of known rank: declare its shape with set_shape")
     shape = list(x.shape)
-    if any(d is None for d in shape):
-        raise TypeError("indexing needs a tensor of known shape")
     for k in key:
         if isinstance(k, (float, np.floating)):
             raise TypeError(
                 f"an index must be an integer, a slice, '...' or None, not the float {k!r}"
+            )
+        if isinstance(k, Tensor) and (not k.dtype.is_integer or k.shape != ()):
+            raise TypeError(
+                "only integers, slices, '...', None and scalar integer tensors are valid "
+                f"indices, not a tensor of dtype {k.dtype.name} and shape {list(k.shape)}"
             )
     if sum(k is Ellipsis for k in key) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -438,6 +457,8 @@ def getitem(x, key):
         else:
             expanded.append(k)
     expanded.extend([slice(None)] * (len(shape) - sum(1 for k in expanded if k is not None)))
+    if any(d is None for d in shape) or any(isinstance(k, SymbolicTensor) for k in expanded):
+        return _getitem_dynamic(x, expanded)
     start, limit, stride, reverse, out_shape = [], [], [], [], []
     axis = 0
     for k in expanded:
@@ -478,3 +499,80 @@ def getitem(x, key):
     if list(y.shape) != out_shape:
         y = apply("reshape", [y], {"shape": out_shape})
     return y
+
+
+def _getitem_dynamic(x, expanded):
+    """``getitem`` of a tensor with dims of unknown size or by a symbolic
+    index: one op per indexed axis (last to first, so the axes before keep
+    their numbers), then the new axes. An index tensor counts from the end
+    when negative and is clamped into the dim, as XLA's ``dynamic_slice``
+    clamps (TensorFlow raises instead)."""
+    from . import _ops
+
+    shape = list(x.shape)
+    items, new_axes, axis, out = [], [], 0, 0
+    for k in expanded:
+        if k is None:
+            new_axes.append(out)
+            out += 1
+            continue
+        items.append((axis, k))
+        out += 0 if not isinstance(k, slice) else 1
+        axis += 1
+    y = x
+    for axis, k in reversed(items):
+        n = shape[axis]
+        if isinstance(k, slice):
+            y = _slice_axis(y, axis, k, n)
+            continue
+        if n is not None and not isinstance(k, Tensor):
+            i = int(k)
+            if i < -n or i >= n:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+            y = _ops.gather(y, convert_to_tensor(i % n, dtype="int32"), axis=axis)
+            continue
+        i = k if isinstance(k, Tensor) else convert_to_tensor(int(k), dtype="int32")
+        size = _ops._dim_size(x, axis, i.dtype)
+        zero = convert_to_tensor(0, dtype=i.dtype)
+        i = _ops.where(i < zero, i + size, i)
+        i = _ops.clip_by_value(i, zero, size - convert_to_tensor(1, dtype=i.dtype))
+        y = _ops.gather(y, i, axis=axis)
+    for p in new_axes:
+        y = _ops.expand_dims(y, p)
+    return y
+
+
+def _slice_text(k):
+    parts = ["" if v is None else str(v) for v in (k.start, k.stop, k.step)]
+    return ":".join(parts if k.step is not None else parts[:2])
+
+
+def _slice_axis(y, axis, k, n):
+    """``y[..., k, ...]`` for the slice ``k`` of dim ``axis`` (of size
+    ``n``, None when unknown): a crop (``pad`` by negative amounts, which
+    keeps the other dims as they are) or a gather of the indices."""
+    rank = len(y.shape)
+    step = 1 if k.step is None else k.step
+    if n is None:
+        start = 0 if k.start is None else k.start
+        if step != 1 or start < 0 or (k.stop is not None and k.stop >= 0):
+            raise ValueError(
+                f"slice {_slice_text(k)} of dim {axis}, of unknown size: such a dim "
+                "takes a start >= 0 and a stop that is omitted or negative, with step 1 "
+                "(a crop); the dim must be known for any other slice (declare it in the "
+                "input_signature)"
+            )
+        lo, hi = start, 0 if k.stop is None else -k.stop
+    else:
+        lo, hi, step = k.indices(n)
+        if step != 1:
+            from . import _ops
+
+            idx = np.arange(lo, hi, step, dtype=np.int32)
+            return _ops.gather(y, convert_to_tensor(idx), axis=axis)
+        lo, hi = min(lo, n), n - max(hi, lo)
+    if lo == 0 and hi == 0:
+        return y
+    low, high = [0] * rank, [0] * rank
+    low[axis], high[axis] = -lo, -hi
+    return apply("pad", [y, convert_to_tensor(0, dtype=y.dtype)], {"low": low, "high": high})

@@ -159,7 +159,13 @@ def expand_dims(input, axis, name=None):  # noqa: A002
     shape = list(x.shape)
     axis = axis + len(shape) + 1 if axis < 0 else axis
     shape.insert(axis, 1)
-    return reshape(x, shape)
+    if shape.count(None) > 1:
+        raise ValueError(
+            f"expand_dims of a tensor of shape {list(x.shape)}: it becomes a reshape, which infers "
+            "at most one dim of unknown size; the other dims must be known (declare them in the "
+            "input_signature, or with set_shape)"
+        )
+    return reshape(x, [-1 if d is None else d for d in shape])
 
 
 def squeeze(input, axis=None, name=None):  # noqa: A002
@@ -213,21 +219,59 @@ def fill(dims, value, name=None):
     return broadcast_to(v, dims)
 
 
+def _fully_known(x):
+    return x.shape is not None and all(d is not None for d in x.shape)
+
+
+def _zeros_of(x, d):
+    """Zeros of ``x``'s shape, whose dims need not be known (no constant can
+    be built then): a value-independent op chain on ``x`` itself (not
+    ``x * 0``, which is NaN for NaN or inf)."""
+    falses = logical_and(cast(x, "bool"), convert_to_tensor(False))
+    return cast(falses, d)
+
+
 def zeros_like(input, dtype=None, name=None):  # noqa: A002
     x = convert_to_tensor(input)
     d = as_dtype(dtype) if dtype is not None else x.dtype
+    if not _fully_known(x):
+        return _zeros_of(x, d)
     return broadcast_to(convert_to_tensor(0, dtype=d), list(x.shape))
 
 
 def ones_like(input, dtype=None, name=None):  # noqa: A002
     x = convert_to_tensor(input)
     d = as_dtype(dtype) if dtype is not None else x.dtype
+    if not _fully_known(x):
+        return _zeros_of(x, d) + convert_to_tensor(1, dtype=d)
     return broadcast_to(convert_to_tensor(1, dtype=d), list(x.shape))
+
+
+def _dim_size(x, axis, out_type="int32"):
+    """The size of dim ``axis`` of ``x`` as a scalar tensor, also when it is
+    unknown until the function runs (then counted from ``x``)."""
+    n = x.shape[axis]
+    if n is not None:
+        return convert_to_tensor(n, dtype=out_type)
+    z = _zeros_of(x, out_type)
+    others = [a for a in range(len(x.shape)) if a != axis]
+    if others:
+        z = reduce_sum(z, axis=others)
+    return reduce_sum(z + convert_to_tensor(1, dtype=out_type))
+
+
+def _known_rank(x, op):
+    if x.shape is None:
+        raise ValueError(f"{op} of a tensor of unknown rank: declare its shape with set_shape")
 
 
 def shape(input, out_type="int32", name=None):  # noqa: A002
     x = convert_to_tensor(input)
-    return convert_to_tensor(np.array(list(x.shape)), dtype=out_type)
+    _known_rank(x, "tl.shape")
+    if _fully_known(x):
+        return convert_to_tensor(np.array(list(x.shape)), dtype=out_type)
+    # TensorFlow's dynamic shape: unknown dims are read when the function runs.
+    return stack([_dim_size(x, a, out_type) for a in range(len(x.shape))])
 
 
 def rank(input, name=None):  # noqa: A002
@@ -235,7 +279,11 @@ def rank(input, name=None):  # noqa: A002
 
 
 def size(input, out_type="int32", name=None):  # noqa: A002
-    return convert_to_tensor(convert_to_tensor(input).shape.num_elements(), dtype=out_type)
+    x = convert_to_tensor(input)
+    _known_rank(x, "tl.size")
+    if _fully_known(x):
+        return convert_to_tensor(x.shape.num_elements(), dtype=out_type)
+    return reduce_sum(ones_like(x, dtype=out_type))
 
 
 def softmax(logits, axis=-1, name=None):

@@ -10,7 +10,7 @@ around it, so nested tapes give higher derivatives.
 """
 
 from . import _core, _native
-from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site
+from ._core import EagerTensor, SymbolicTensor, Tensor, apply, convert_to_tensor, site
 from ._nest import flatten, pack
 
 
@@ -293,7 +293,8 @@ def custom_gradient(f=None):
                 for t in paused:
                     t._push()
             ys, structure = flatten(y)
-            _core.record(lambda syms: _custom_traced(f, syms)[0], xs, ys)
+            shapes = [list(t.shape) for t in ys]
+            _core.record(lambda syms: _custom_traced(f, syms, shapes)[0], xs, ys)
             return y
         ys, structure = _custom_traced(f, xs)
         _core.record(lambda syms: _custom_traced(f, syms)[0], xs, ys)
@@ -304,10 +305,15 @@ def custom_gradient(f=None):
     return wrapped
 
 
-def _custom_traced(f, xs):
+def _unknown(shape):
+    return shape is None or any(d is None for d in shape)
+
+
+def _custom_traced(f, xs, shapes=None):
     """``f`` on symbolic inputs as a custom_vjp node: its ops forward, its
     ``grad_fn`` backward (``f`` is traced again in the gradient region to
-    get ``grad_fn`` there)."""
+    get ``grad_fn`` there). ``shapes``: the results' shapes where known
+    (an eager call's), which a callback's result takes when replayed."""
     where = site()
     like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)
     syms = [_core.to_sym(x, like, where) for x in xs]
@@ -318,8 +324,13 @@ def _custom_traced(f, xs):
         y, _ = f(*[SymbolicTensor(v) for v in s])
         leaves, structure = flatten(y)
         holder["structure"] = structure
-        return [_core.to_sym(t if isinstance(t, Tensor) else convert_to_tensor(t), s[0], site())
-                for t in leaves]
+        leaves = [t if isinstance(t, Tensor) else convert_to_tensor(t) for t in leaves]
+        if shapes is not None:
+            leaves = [
+                apply("reshape", [t], {"shape": d}) if _unknown(t.shape) else t
+                for t, d in zip(leaves, shapes)
+            ]
+        return [_core.to_sym(t, s[0], site()) for t in leaves]
 
     def vjp(s):
         x = [SymbolicTensor(v) for v in s[:n]]
@@ -332,8 +343,19 @@ def _custom_traced(f, xs):
         dys = [SymbolicTensor(v) for v in s[n + nout:]]
         g = grad_fn(*dys)
         g = list(g) if isinstance(g, (list, tuple)) else [g]
-        return [_core.to_sym(t if isinstance(t, Tensor) else convert_to_tensor(t), s[0], site())
-                for t, xi in zip(g, x) if xi.dtype.is_floating]
+        out = []
+        for t, xi in zip(g, x):
+            if not xi.dtype.is_floating:
+                continue
+            t = t if isinstance(t, Tensor) else convert_to_tensor(t)
+            if isinstance(t, SymbolicTensor) and _unknown(t.shape) and not _unknown(xi.shape):
+                # A gradient has its input's shape: what grad_fn computes
+                # from an undeclared callback result is given it (a
+                # reshape, checked when it runs), as TensorFlow's graph
+                # mode allows.
+                t = apply("reshape", [t], {"shape": list(xi.shape)})
+            out.append(_core.to_sym(t, s[0], site()))
+        return out
 
     out = _native.custom_vjp(body, vjp, syms, where)
     return [SymbolicTensor(o) for o in out], holder.get("structure")

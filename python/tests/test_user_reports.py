@@ -425,3 +425,170 @@ def test_a_float_index_is_an_error():
     x = tl.constant([1.0, 2.0, 3.0])
     with pytest.raises(TypeError, match="not the float 1.5"):
         x[1.5]
+
+
+# === third round =============================================================
+
+NONE3 = [tl.TensorSpec([None, 3], tl.float32)]
+
+
+def _sig_function(body, jit, sig=NONE3):
+    return tl.function(body, jit_compile=jit, input_signature=sig)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+@pytest.mark.parametrize(
+    "body, expect",
+    [
+        (lambda x: tl.shape(x), lambda a: np.array(a.shape, np.int32)),
+        (lambda x: tl.shape(x)[0], lambda a: np.int32(a.shape[0])),
+        (lambda x: tl.size(x), lambda a: np.int32(a.size)),
+        (lambda x: tl.stack([x, x]), lambda a: np.stack([a, a])),
+        (lambda x: tl.stack([x, x], axis=1), lambda a: np.stack([a, a], axis=1)),
+        (lambda x: tl.expand_dims(x, 0), lambda a: a[None]),
+        (lambda x: tl.expand_dims(x, -1), lambda a: a[..., None]),
+        (lambda x: tl.ones_like(x), lambda a: np.ones_like(a)),
+        (lambda x: tl.zeros_like(x, dtype=tl.int32), lambda a: np.zeros(a.shape, np.int32)),
+        (lambda x: x[1:], lambda a: a[1:]),
+        (lambda x: x[:-1, 1:], lambda a: a[:-1, 1:]),
+        (lambda x: x[None], lambda a: a[None]),
+        (lambda x: x[:, 1], lambda a: a[:, 1]),
+        (lambda x: x[:, ::-2], lambda a: a[:, ::-2]),
+        (lambda x: x[0], lambda a: a[0]),
+        (lambda x: x[-1], lambda a: a[-1]),
+        (lambda x: x[..., None, 2], lambda a: a[..., None, 2]),
+    ],
+)
+def test_input_signature_none_dim_shape_ops(body, expect, jit):
+    # TensorFlow traces these once for [None, 3]; the dim is read at run time.
+    f = _sig_function(body, jit)
+    for n in (2, 4):
+        a = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+        a[0, 0] = np.nan  # values must not leak into shapes or ones
+        np.testing.assert_array_equal(np.asarray(f(a)), expect(a))
+        np.testing.assert_array_equal(np.asarray(body(tl.constant(a))), expect(a))
+    assert f.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_an_op_that_needs_a_known_dim_says_so(jit):
+    f = _sig_function(lambda x: x[1:3], jit)
+    with pytest.raises(ValueError, match=r"dim 0.*unknown size"):
+        f(np.zeros((4, 3), np.float32))
+
+
+def test_string_tensors_round_trip():
+    # TensorFlow: tf.constant([b"ab"]), tf.constant(t.numpy()) and str (UTF-8).
+    s = tl.numpy_function(lambda a: np.array([b"x", b"yz"], dtype=object), [tl.constant(1.0)], tl.string)
+    for t in [
+        tl.convert_to_tensor(s.numpy()),
+        tl.constant([b"x", b"yz"]),
+        tl.constant([b"x", b"yz"], dtype=tl.string),
+        tl.constant(["x", "yz"]),
+        tl.constant(np.array([b"x", b"yz"], dtype=object)),
+    ]:
+        assert t.dtype == tl.string
+        out = t.numpy()
+        assert out.dtype == object and out.tolist() == [b"x", b"yz"]
+    assert tl.constant("é").numpy() == "é".encode()
+    assert tl.constant(b"ab").shape == ()
+    with pytest.raises(TypeError, match="bytes or str"):
+        tl.constant(np.array([1, None], dtype=object))
+
+
+@pytest.mark.parametrize("jit", [False])
+def test_a_function_takes_a_string_argument(jit):
+    f = tl.function(lambda t: tl.numpy_function(lambda a: np.int32(len(a)), [t], tl.int32), jit_compile=jit)
+    assert int(f(np.array([b"ab", b"c"], dtype=object)).numpy()) == 2
+
+
+def _np_sinh(set_shape):
+    @tl.custom_gradient
+    def np_sinh(x):
+        y = tl.numpy_function(np.sinh, [x], tl.float32)
+        if set_shape:
+            y.set_shape(x.shape)
+
+        def grad(dy):
+            c = tl.numpy_function(np.cosh, [x], tl.float32)
+            if set_shape:
+                c.set_shape(x.shape)
+            return dy * c
+
+        return y, grad
+
+    return np_sinh
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "jit"])
+@pytest.mark.parametrize("set_shape", [True, False])
+def test_custom_gradient_of_a_numpy_function(mode, set_shape):
+    np_sinh = _np_sinh(set_shape)
+
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.reduce_sum(np_sinh(x))
+        return t.gradient(y, x)
+
+    run = f if mode == "eager" else tl.function(f, jit_compile=(mode == "jit"))
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    if mode != "eager" and not set_shape:
+        # Traced, gradients need static shapes (docs/python.md): the
+        # callback's result must be declared before reduce_sum.
+        with pytest.raises(tl.errors.InvalidArgumentError, match="rank is unknown"):
+            run(tl.constant(x))
+        return
+    np.testing.assert_allclose(run(tl.constant(x)).numpy(), np.cosh(x), rtol=1e-6)
+
+
+def test_eager_set_shape_checks_the_shape():
+    # TensorFlow's EagerTensor.set_shape: a compatible shape is a no-op.
+    t = tl.constant([1.0, 2.0])
+    t.set_shape([2])
+    t.set_shape([None])
+    with pytest.raises(ValueError, match="incompatible"):
+        t.set_shape([3])
+    with pytest.raises(ValueError, match="incompatible"):
+        t.set_shape([2, 1])
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_scalar_tensor_index_inside_a_loop(jit):
+    # TensorFlow's x[i] with a scalar integer tensor (strided_slice).
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    def f(a):
+        body = lambda i, s: (i + 1, s + a[i])  # noqa: E731
+        return tl.while_loop(lambda i, s: i < 3, body, (tl.constant(0), tl.zeros([4])))[1]
+
+    np.testing.assert_array_equal(tl.function(f, jit_compile=jit)(x).numpy(), x.sum(0))
+    g = tl.function(lambda a, i: (a[:, i], a[i, 1:], a[tl.cast(i, tl.int64)]), jit_compile=jit)
+    got = g(x, tl.constant(2))
+    np.testing.assert_array_equal(got[0].numpy(), x[:, 2])
+    np.testing.assert_array_equal(got[1].numpy(), x[2, 1:])
+    np.testing.assert_array_equal(got[2].numpy(), x[2])
+    # Out of range is clamped, as XLA's dynamic_slice does (TensorFlow raises).
+    np.testing.assert_array_equal(g(x, tl.constant(7))[2].numpy(), x[2])
+    with pytest.raises(TypeError, match="scalar integer"):
+        tl.function(lambda a: a[tl.constant([1, 2])], jit_compile=jit)(x)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_pickled_closure_with_a_none_dim_signature(jit):
+    import pickle
+
+    def make():
+        @tl.function(jit_compile=jit, input_signature=[tl.TensorSpec([None], tl.float32)])
+        def f(x):
+            return tl.reduce_sum(x * 2.0)
+
+        return f
+
+    f = make()
+    x = np.arange(4, dtype=np.float32)
+    assert float(f(x)) == 12.0
+    g = pickle.loads(pickle.dumps(f))
+    assert float(g(x)) == 12.0
+    assert float(g(np.arange(6, dtype=np.float32))) == 30.0
+    assert float(g(x)) == 12.0
