@@ -26,6 +26,14 @@ const UNKNOWN_SHAPE_REMEDY: &str = "\nRemedy: a callback's result has an unknown
     tl.contrib.framework.py_func), or call the callback outside the branch or loop (there \
     compiled code is split at it), or use jit_compile=False.";
 
+/// What to do when an in-function gradient would run a loop or branch
+/// whose body has effects again.
+const STATEFUL_REGION_REMEDY: &str = "\nRemedy: this loop or branch runs a callback (a \
+    numpy_function or py_func is stateful by default), and a gradient inside a tl.function \
+    keeps no forward values from within a loop or branch, so it would run the callback again, \
+    even under a tl.custom_gradient. If running it again is harmless, pass stateful=False to \
+    the callback; or call it (with its custom gradient) outside the loop or branch.";
+
 /// `e` as the matching `tensorlift.errors` exception, with the exception a
 /// callback raised (when this error came from one) as its `__cause__`.
 pub(crate) fn raise(py: Python<'_>, e: Error) -> PyErr {
@@ -38,6 +46,14 @@ pub(crate) fn raise(py: Python<'_>, e: Error) -> PyErr {
         })
     {
         text.push_str(UNKNOWN_SHAPE_REMEDY);
+    }
+    if let Error::InvalidArgument(d) = &e
+        && d.message.contains("would run this stateful node again")
+        && d.node
+            .as_ref()
+            .is_some_and(|n| matches!(n.op.as_str(), "while" | "case"))
+    {
+        text.push_str(STATEFUL_REGION_REMEDY);
     }
     let class = match &e {
         Error::InvalidArgument(_) => "InvalidArgumentError",

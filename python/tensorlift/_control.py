@@ -8,7 +8,59 @@ taken runs.
 
 from . import _core, _native
 from ._core import SymbolicTensor, Tensor, convert_to_tensor, site, to_sym
-from ._nest import flatten, pack
+from ._nest import _LEAF, flatten, pack
+
+# What to do when a callback's result of undeclared shape is carried by a
+# loop or returned by one branch (the text of python/src/lib.rs's remedy).
+_UNKNOWN_SHAPE_REMEDY = (
+    "a callback's result has an unknown shape unless declared: declare it where the callback "
+    "is called, `y = tl.numpy_function(...); y.set_shape([...])` (output_shapes= for "
+    "tl.contrib.framework.py_func), or call the callback outside the loop or branch"
+)
+
+
+def _shape_text(shape):
+    return "of unknown rank" if shape is None else str([d for d in shape])
+
+
+def _unknown(shape):
+    return shape is None or None in shape
+
+
+def _invariant_leaves(structure, invariants):
+    """``shape_invariants`` (the structure of the loop variables, a shape
+    where each has a tensor) as one shape per leaf, in ``flatten`` order:
+    ``None`` for an unknown rank, else a list of dims (``None`` unknown)."""
+    out = []
+
+    def walk(s, inv):
+        if s is _LEAF:
+            out.append(None if inv is None else [None if d is None else int(d) for d in inv])
+        elif s is None:
+            return
+        elif s[0] is dict:
+            for k, x in zip(s[1], s[2]):
+                walk(x, inv[k])
+        else:
+            items = s[1]
+            if not isinstance(inv, (list, tuple)) or len(inv) != len(items):
+                raise ValueError(
+                    "tl.while_loop: shape_invariants must have the structure of loop_vars"
+                )
+            for x, i in zip(items, inv):
+                walk(x, i)
+
+    walk(structure, invariants)
+    return out
+
+
+def _relaxes(invariant, shape):
+    """Whether ``invariant`` admits ``shape`` (a known or unknown one)."""
+    if invariant is None:
+        return True
+    if shape is None or len(shape) != len(invariant):
+        return False
+    return all(i is None or i == d for i, d in zip(invariant, shape))
 
 
 def _symbolic(leaves):
@@ -45,6 +97,16 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     where = site()
     init = _as_syms(leaves, where)
+    invariants = None
+    if shape_invariants is not None:
+        invariants = _invariant_leaves(structure, [shape_invariants] if single else shape_invariants)
+        for k, (inv, s) in enumerate(zip(invariants, init)):
+            if not _relaxes(inv, s.shape):
+                raise ValueError(
+                    f"tl.while_loop: loop variable {k} enters the loop with shape "
+                    f"{_shape_text(s.shape)}, which its shape_invariants {_shape_text(inv)} "
+                    "does not allow"
+                )
     counted = maximum_iterations is not None
     if counted:
         init.append(to_sym(convert_to_tensor(0), init[0] if init else None, where))
@@ -77,6 +139,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                 f"{len(flat)} loop variable(s)"
             )
         res = _as_syms(out_leaves, site())
+        for k, (c, r) in enumerate(zip(flat, res)):
+            _same_carry_shape(k, c, r, invariants)
         if counted:
             res.append(to_sym(SymbolicTensor(syms[-1]) + 1, syms[0], site()))
         return res
@@ -93,6 +157,30 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     _core.record(replay, leaves, flat_out)
     v = unpack(flat_out)
     return v[0] if single else _like(loop_vars, v)
+
+
+def _same_carry_shape(k, carry, result, invariants):
+    """A loop variable keeps its shape (the ``while`` op's carries keep their
+    types): the body changing it is a ``ValueError`` that says why."""
+    cs, rs = carry.shape, result.shape
+    if cs == rs or carry.dtype != result.dtype:
+        return  # the same, or a dtype change the graph's own error names
+    if _unknown(rs):
+        raise ValueError(
+            f"tl.while_loop: the body returns loop variable {k} with an unknown shape "
+            f"({_shape_text(rs)}), but it enters the loop with shape {_shape_text(cs)} and a "
+            f"loop variable keeps its shape: {_UNKNOWN_SHAPE_REMEDY}"
+        )
+    inv = None if invariants is None else invariants[k]
+    relaxed = invariants is not None and _relaxes(inv, rs)
+    raise ValueError(
+        f"tl.while_loop: loop variable {k} enters the loop with shape {_shape_text(cs)}, but the "
+        f"body returns shape {_shape_text(rs)}: tensorlift loops keep their loop variables' shapes"
+        + (f", so shape_invariants ({_shape_text(inv)} here) cannot let a shape change (a "
+           "deviation from TensorFlow, docs/porting-from-tensorflow.md)" if relaxed else
+           " (TensorFlow's shape_invariants cannot relax them either)")
+        + "; keep the shape fixed (pad to a maximum size), or run the loop eagerly"
+    )
 
 
 def _like(loop_vars, values):
@@ -116,20 +204,41 @@ class _Region:
         return False
 
 
-def _branches(fns, where, operands_like):
+def _branches(fns, where, operands_like, what, names):
     structures = []
+    results = []
 
-    def wrap(fn):
+    def wrap(fn, name):
         def run(_syms):
             with _Region():
                 out = fn()
             leaves, structure = flatten(out)
             structures.append(structure)
-            return _as_syms(leaves, site())
+            syms = _as_syms(leaves, site())
+            # (A branch's symbols are read while it is traced only.)
+            types = [(s.shape, s.dtype) for s in syms]
+            if results and len(results[0][1]) == len(types):
+                _same_branch_shapes(what, results[0], (name, types))
+            results.append((name, types))
+            return syms
 
         return run
 
-    return [wrap(f) for f in fns], structures
+    return [wrap(f, n) for f, n in zip(fns, names)], structures
+
+
+def _same_branch_shapes(what, first, this):
+    """A branch's result of unknown shape (a callback's) where another's is
+    known: a ``ValueError`` that says how to declare it."""
+    (n0, t0), (n1, t1) = first, this
+    for k, ((a, da), (b, db)) in enumerate(zip(t0, t1)):
+        if a != b and da == db and (_unknown(a) or _unknown(b)):
+            name, shape, other, known = (n1, b, n0, a) if _unknown(b) else (n0, a, n1, b)
+            raise ValueError(
+                f"{what}: {name} returns result {k} with an unknown shape ({_shape_text(shape)}), "
+                f"but {other} returns shape {_shape_text(known)}, and every branch must return "
+                f"the same shapes: {_UNKNOWN_SHAPE_REMEDY}"
+            )
 
 
 def switch_case(branch_index, branch_fns, default=None, name=None):
@@ -152,7 +261,8 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
         i = int(index)
         return (fns[i] if 0 <= i < len(fns) else fns[-1])()
     where = site()
-    runs, structures = _branches(fns, where, index)
+    runs, structures = _branches(fns, where, index, "tl.switch_case",
+                                 [f"branch {i}" for i in range(len(fns))])
     out = _native.switch(index._s, runs, [], where)
     _same_structures("tl.switch_case", [f"branch {i}" for i in range(len(fns))], structures)
     return pack(structures[0], [SymbolicTensor(s) for s in out])
@@ -181,7 +291,8 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     if not isinstance(pred, SymbolicTensor):
         return true_fn() if bool(pred) else false_fn()
     where = site()
-    runs, structures = _branches([false_fn, true_fn], where, pred)
+    runs, structures = _branches([false_fn, true_fn], where, pred, "tl.cond",
+                                 ["false_fn", "true_fn"])
     out = _native.switch(pred._s, runs, [], where)
     _same_structures("tl.cond", ["false_fn", "true_fn"], structures)
     return pack(structures[0], [SymbolicTensor(s) for s in out])
