@@ -178,7 +178,8 @@ def _same_carry_shape(k, carry, result, invariants):
         f"body returns shape {_shape_text(rs)}: tensorlift loops keep their loop variables' shapes"
         + (f", so shape_invariants ({_shape_text(inv)} here) cannot let a shape change (a "
            "deviation from TensorFlow, docs/porting-from-tensorflow.md)" if relaxed else
-           " (TensorFlow's shape_invariants cannot relax them either)")
+           " (where TensorFlow lets shape_invariants relax a shape: a deviation, "
+           "docs/porting-from-tensorflow.md)")
         + "; keep the shape fixed (pad to a maximum size), or run the loop eagerly"
     )
 

@@ -418,12 +418,23 @@ def apply_n(name, inputs, attrs=None):
 
 
 def binary(name, a, b):
-    """A binary op; a Python scalar or list takes the tensor operand's dtype."""
+    """A binary op; a Python or NumPy scalar or list takes the tensor
+    operand's dtype, unless that would change its value's kind (a float
+    into an integer tensor: a TypeError, as in TensorFlow)."""
     if not isinstance(a, Tensor):
+        _check_number(a, b.dtype)
         a = convert_to_tensor(a, dtype=b.dtype)
     elif not isinstance(b, Tensor):
+        _check_number(b, a.dtype)
         b = convert_to_tensor(b, dtype=a.dtype)
     return apply(name, [a, b])
+
+
+def _check_number(value, dtype):
+    """`_check_python_value` for NumPy scalars and arrays too (beside a
+    tensor, `tl.constant(3) + np.float64(0.5)` would be 3)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        _check_python_value(value, as_dtype(dtype))
 
 
 def getitem(x, key):

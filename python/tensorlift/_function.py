@@ -71,14 +71,22 @@ def _is_static(a):
     return not isinstance(a, (Tensor, np.ndarray, np.generic, list, tuple))
 
 
-def _static_key(v):
-    """A static argument as a dict key: its type and value when hashable
-    (``1``, ``1.0`` and ``True`` differ), else its identity."""
+def _static_key(v, name="function", position=0):
+    """A static argument as a dict key: its type and value (``1``, ``1.0``
+    and ``True`` differ; every NaN is one key). A value that cannot be
+    hashed (a dict, a set, an object comparing by value) is refused: keyed
+    by identity, every new one would trace again and be kept, and one
+    changed in place would run a stale trace."""
+    if isinstance(v, float) and v != v:
+        return (float, "nan")
     try:
         hash(v)
-        return (type(v), v)
     except TypeError:
-        return (type(v), "id", id(v))
+        raise TypeError(
+            f"function '{name}': argument {position} is a {type(v).__name__}, which cannot be a static "
+            "argument (it is not hashable): pass its tensors as separate arguments, or a list or tuple"
+        ) from None
+    return (type(v), v)
 
 
 def _merge(tensors, statics):
@@ -104,8 +112,9 @@ class Function:
         # -> (native function traced with them, its structures by
         # signature). Each set of static values is traced separately.
         self._static = {}
-        # Instance -> this function bound to it (a method; see __get__).
-        self._bound = weakref.WeakKeyDictionary()
+        # id(instance) -> (a weak reference to it, this function bound to
+        # it): a method (see __get__), by identity, not by `==`.
+        self._bound = {}
         # Callback target -> the callable it calls (for pickling).
         self._callbacks = {}
         # Set on a function unpickled from its graphs: signature -> (text,
@@ -196,7 +205,7 @@ class Function:
         if len(positions) == len(args):
             return None, tensors
         pairs = tuple((i, a) for i, a in enumerate(args) if _is_static(a))
-        return (tuple((i, _static_key(a)) for i, a in pairs), pairs), tensors
+        return (tuple((i, _static_key(a, self._name, i)) for i, a in pairs), pairs), tensors
 
     def _native_for(self, statics):
         """The native function traced with static arguments ``statics``."""
@@ -392,7 +401,7 @@ class Function:
                 _is_static(a) and not isinstance(a, TensorSpec) for a in args
             ):
                 pairs = tuple((i, a) for i, a in enumerate(args) if _is_static(a) and not isinstance(a, TensorSpec))
-                statics = (tuple((i, _static_key(a)) for i, a in pairs), pairs)
+                statics = (tuple((i, _static_key(a, self._name, i)) for i, a in pairs), pairs)
                 args = [a for a in args if not _is_static(a) or isinstance(a, TensorSpec)]
             specs = [
                 (a if isinstance(a, TensorSpec) else TensorSpec.from_tensor(convert_to_tensor(a)))._native()
@@ -437,14 +446,18 @@ class Function:
         only as long as the instance lives."""
         if instance is None:
             return self
+        key = id(instance)
+        entry = self._bound.get(key)
+        if entry is not None and entry[0]() is instance:
+            return entry[1]
         try:
-            bound = self._bound.get(instance)
-        except TypeError:  # not weakly referenceable or not hashable: a static argument
+            # The entry goes when the instance does (and its id may be reused).
+            ref = weakref.ref(instance, lambda _, b=self._bound, k=key: b.pop(k, None))
+        except TypeError:  # not weakly referenceable: a static argument
             return functools.partial(self, instance)
-        if bound is None:
-            bound = Function(_Method(self.python_function, instance), self.input_signature, self.jit_compile,
-                             self._name)
-            self._bound[instance] = bound
+        bound = Function(_Method(self.python_function, instance), self.input_signature, self.jit_compile,
+                         self._name)
+        self._bound[key] = (ref, bound)
         return bound
 
     def __repr__(self):
@@ -574,7 +587,7 @@ def _rebuild(name, site_, input_signature, jit_compile, graphs, callbacks):
     f._site = site_
     f._structures = {}
     f._static = {}
-    f._bound = weakref.WeakKeyDictionary()
+    f._bound = {}
     f._callbacks = dict(callbacks)
     f._callback_list = list(callbacks)
     f._signature = None

@@ -676,3 +676,68 @@ def test_a_custom_gradient_of_a_callback_in_a_loop_under_an_inner_tape(stateful)
             in_loop(a)
     else:
         np.testing.assert_allclose(in_loop(a).numpy(), 9 * a ** 8, rtol=1e-5)
+
+
+# --- review of the session's changes --------------------------------------------
+
+
+def test_methods_bind_by_identity_not_equality():
+    class M:
+        def __init__(self, w):
+            self.w = w
+
+        def __eq__(self, other):
+            return isinstance(other, M)
+
+        def __hash__(self):
+            return 0
+
+        @tl.function
+        def f(self, x):
+            return x * self.w
+
+    a, b = M(2.0), M(3.0)
+    assert float(a.f(tl.constant(1.0)).numpy()) == 2.0
+    assert float(b.f(tl.constant(1.0)).numpy()) == 3.0
+
+
+def test_unhashable_instances_are_not_kept_alive():
+    import dataclasses
+    import gc
+    import weakref
+
+    @dataclasses.dataclass
+    class D:
+        w: float
+
+        @tl.function
+        def f(self, x):
+            return x * self.w
+
+    refs = []
+    for i in range(3):
+        o = D(float(i))
+        o.f(tl.constant(1.0))
+        refs.append(weakref.ref(o))
+        del o
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_numpy_floats_do_not_truncate_into_integer_tensors():
+    with pytest.raises(TypeError, match="Cannot convert"):
+        tl.constant(3) + np.float64(0.5)
+    with pytest.raises(TypeError, match="Cannot convert"):
+        tl.function(lambda x: x * np.float32(2.5))(tl.constant(3))
+    assert int((tl.constant(3) + np.int64(2)).numpy()) == 5
+
+
+def test_a_dict_argument_is_a_clear_error_not_a_stale_trace():
+    f = tl.function(lambda x, d: x + d["k"])
+    with pytest.raises(TypeError, match="not hashable"):
+        f(tl.constant(1.0), {"k": 1.0})
+    # NaN as a static value: one trace, not one per call.
+    g = tl.function(lambda x, s: x + 1.0)
+    for _ in range(3):
+        g(tl.constant(1.0), float("nan"))
+    assert g.experimental_get_tracing_count() == 1
