@@ -624,17 +624,7 @@ impl Function {
             return Ok(r.clone());
         }
         let c = self.concrete_for(types)?;
-        let params: Vec<TensorType> = c
-            .optimized
-            .params()
-            .iter()
-            .map(|p| c.optimized.ty(*p).clone())
-            .collect();
-        let graph = if params == types {
-            c.optimized.clone()
-        } else {
-            c.optimized.specialize(types)?
-        };
+        let graph = c.optimized.specialize(types)?;
         let runner = Runner::build(&graph, &self.inner.cfg.jit_options, &self.inner.compiles)?;
         *slot = Some(runner.clone());
         Ok(runner)

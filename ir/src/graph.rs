@@ -824,6 +824,10 @@ impl Graph {
                 types.len()
             )));
         }
+        // Already of those types: nothing to re-infer.
+        if params.iter().zip(types).all(|(p, t)| self.ty(*p) == t) {
+            return Ok(self.clone());
+        }
         self.rewrite(|g, node, _| {
             let Op::Parameter { index } = node.op else {
                 return Ok(None);

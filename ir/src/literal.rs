@@ -281,13 +281,13 @@ pub(crate) fn nan_from_bits(bits: u64) -> Option<f64> {
 }
 
 /// Whether `bits` is the whole bit pattern of a NaN of the float type `d`
-/// (all exponent bits set, a nonzero mantissa, nothing above the width).
+/// (nothing above its width).
 fn is_nan_bits(d: DType, bits: u64) -> bool {
-    let (width, exponent) = match d {
-        DType::F16 => (16, 0x7c00),
-        DType::BF16 => (16, 0x7f80),
-        DType::F32 => (32, 0x7f80_0000),
-        DType::F64 => (64, 0x7ff0_0000_0000_0000),
+    match d {
+        DType::F16 => u16::try_from(bits).is_ok_and(|b| f16::from_bits(b).is_nan()),
+        DType::BF16 => u16::try_from(bits).is_ok_and(|b| bf16::from_bits(b).is_nan()),
+        DType::F32 => u32::try_from(bits).is_ok_and(|b| f32::from_bits(b).is_nan()),
+        DType::F64 => f64::from_bits(bits).is_nan(),
         DType::Bool
         | DType::I8
         | DType::I16
@@ -299,12 +299,8 @@ fn is_nan_bits(d: DType, bits: u64) -> bool {
         | DType::U64
         | DType::C64
         | DType::C128
-        | DType::String => return false,
-    };
-    let sign = 1u64 << (width - 1);
-    (width == 64 || bits >> width == 0)
-        && bits & exponent == exponent
-        && bits & !(sign | exponent) != 0
+        | DType::String => false,
+    }
 }
 
 fn float_scalar(v: f64, raw: u64, canonical_nan: u64) -> Scalar {

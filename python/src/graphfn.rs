@@ -106,17 +106,7 @@ impl PyGraphFunction {
         if let Some(c) = cache().get(&types) {
             return Ok(c.clone());
         }
-        let params: Vec<TensorType> = self
-            .optimized
-            .params()
-            .iter()
-            .map(|p| self.optimized.ty(*p).clone())
-            .collect();
-        let c = if params == types {
-            compile_graph(&self.optimized, &JitOptions::default())?
-        } else {
-            compile_graph(&self.optimized.specialize(&types)?, &JitOptions::default())?
-        };
+        let c = compile_graph(&self.optimized.specialize(&types)?, &JitOptions::default())?;
         Ok(cache().entry(types).or_insert_with(|| Arc::new(c)).clone())
     }
 }
