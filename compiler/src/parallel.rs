@@ -219,6 +219,10 @@ fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
         (Some(e), GemmSplit::Rows(_)) => {
             format!("; its epilogue '{}' on each part's rows", e.kernel.name)
         }
+        (Some(e), GemmSplit::Tiles { .. }) => format!(
+            "; its epilogue '{}' on each range of rows once its tiles are done",
+            e.kernel.name
+        ),
         (Some(e), GemmSplit::One(_) | GemmSplit::Batch(_) | GemmSplit::Columns(_)) => {
             // (`Epilogue::split`, set by `record`; the runtime's ranges.)
             match e.split {
@@ -247,6 +251,10 @@ fn gemm_line(what: &str, g: &Gemm, opts: &JitOptions) -> String {
             )
         }
         GemmSplit::Rows(n) => format!("threads: {what}: split into {n} ranges of its {} rows", g.m),
+        GemmSplit::Tiles { rows, columns } => format!(
+            "threads: {what}: split into {rows}×{columns} tiles of its {} rows and {} columns",
+            g.m, g.n
+        ),
     };
     line + &then
 }

@@ -5,13 +5,14 @@
 //! row-major strides, computed by [`GemmDims::of`]) and call [`gemm`], so a
 //! product gives the same bits on both (the JIT's exact mode relies on it).
 //! Splitting over threads never changes a bit either: a part is a range of
-//! whole batch items, or of more than 64 columns or rows of every item,
-//! and `gemm` computes each element of such a part exactly as in the whole
+//! whole batch items, or of more than 64 columns or rows of every item, or
+//! a tile of both, and `gemm` computes each element of such a part exactly as in the whole
 //! product (it sums `k` in the same blocks, which depend on `k` and the
 //! cache sizes alone, with the same micro-kernel; small or thin products,
 //! which take other paths, are never split).
 
 use crate::memory::AlignedBytes;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tensorlift_ir::{DType, DotDims};
 
 /// A batched product `out[b] = lhs[b] @ rhs[b]` over strided operands; the
@@ -49,6 +50,15 @@ pub enum GemmSplit {
     Columns(usize),
     /// Row ranges of every item (each over 64 rows).
     Rows(usize),
+    /// `rows` row ranges by `columns` column ranges of every item, each
+    /// range as wide as [`GemmSplit::Rows`] and [`GemmSplit::Columns`]
+    /// want theirs: for pools larger than either alone fills.
+    Tiles {
+        /// Row ranges.
+        rows: usize,
+        /// Column ranges.
+        columns: usize,
+    },
 }
 
 /// A part of a split must be wider than this (narrower ones take `gemm`'s
@@ -108,7 +118,8 @@ impl GemmDims {
     /// ([`GemmType::host_packs`]), whose bits no split changes: ranges of whole
     /// blocks of the micro-kernel's 6 rows while each part gets two or
     /// more (each part then runs its rows' epilogue at once, on its
-    /// thread), else ranges of whole panels of columns.
+    /// thread), else ranges of whole panels of columns, tiled by ranges
+    /// of two blocks or more where the panels are fewer than the threads.
     pub fn split_packed(&self, threads: usize) -> GemmSplit {
         if self.work() < GEMM_PARALLEL_WORK {
             return GemmSplit::One("one thread: too little work to pay for waking the pool");
@@ -123,9 +134,13 @@ impl GemmDims {
             return GemmSplit::Rows(threads);
         }
         let panels = self.n / MAX_PANEL;
-        match panels.min(threads) {
-            0 | 1 => GemmSplit::One("one thread: too few rows and columns to split"),
-            parts => GemmSplit::Columns(parts),
+        // Tiles where whole panels leave threads idle: each range of rows
+        // two blocks or more.
+        let rows = (threads / panels.max(1)).min(row_blocks / 2);
+        match (panels.min(threads), rows) {
+            (0 | 1, _) => GemmSplit::One("one thread: too few rows and columns to split"),
+            (columns, 2..) => GemmSplit::Tiles { rows, columns },
+            (parts, _) => GemmSplit::Columns(parts),
         }
     }
 
@@ -143,14 +158,29 @@ impl GemmDims {
         }
         // Other shapes take gemm's paths for thin or tiny products.
         if self.k > 2 && self.m > 4 && self.n > 4 {
+            let wide = |parts| {
+                column_cuts(self.n, parts)
+                    .windows(2)
+                    .all(|w| w[1] - w[0] > MIN_PART)
+            };
+            let rows = (1..=threads).rev().find(|&p| self.m / p > MIN_PART);
+            let columns = (1..=threads).rev().find(|&p| wide(p));
+            // Tiles where they keep more threads busy than either split
+            // alone (the most tiles; of those, the fewest ranges of rows).
+            if let (Some(r), Some(c)) = (rows, columns)
+                && let Some((rows, columns)) = (2..=r)
+                    .flat_map(|r| (2..=c).map(move |c| (r, c)))
+                    .filter(|(r, c)| r * c <= threads)
+                    .max_by_key(|&(r, c)| (r * c, std::cmp::Reverse(r)))
+                && rows * columns > r.max(c)
+            {
+                return GemmSplit::Tiles { rows, columns };
+            }
             for parts in (2..=threads).rev() {
                 if rows_first && self.m / parts > MIN_PART {
                     return GemmSplit::Rows(parts);
                 }
-                if column_cuts(self.n, parts)
-                    .windows(2)
-                    .all(|w| w[1] - w[0] > MIN_PART)
-                {
+                if wide(parts) {
                     return GemmSplit::Columns(parts);
                 }
                 if self.m / parts > MIN_PART {
@@ -652,8 +682,8 @@ pub unsafe fn gemm_then<T: GemmFloat>(
 /// blocks of 16×16 (a cache line of each of 16 rows on both sides), 16
 /// source rows at a time read from start to end (a weight matrix that the
 /// products before evicted streams in; reading block columns instead was
-/// no faster); split over the pool by ranges of `k` when `threads` and the
-/// copy is large.
+/// no faster); split over the pool when `threads` and the copy is large,
+/// by ranges of batch items where there are as many as ranges of `k`.
 fn row_major_copy<T: GemmFloat>(
     d: &GemmDims,
     rhs: *const T,
@@ -677,9 +707,9 @@ fn row_major_copy<T: GemmFloat>(
     // (`move`: the sizes as the closure's own values, which the stores
     // through raw pointers cannot alias, and the whole `Ptrs`, which is
     // Sync, not its raw pointer fields.)
-    let rows = move |part: std::ops::Range<usize>| {
+    let rows = move |items: std::ops::Range<usize>, part: std::ops::Range<usize>| {
         let dst = dst;
-        for bi in 0..b {
+        for bi in items {
             for j0 in (0..n).step_by(BLOCK) {
                 for k0 in part.clone().step_by(BLOCK) {
                     let (j1, k1) = ((j0 + BLOCK).min(n), (k0 + BLOCK).min(part.end));
@@ -720,11 +750,19 @@ fn row_major_copy<T: GemmFloat>(
             }
         }
     };
-    let parts = if threads && b * k * n >= COPY_PARALLEL {
-        crate::pool::threads().min(k / BLOCK).max(1)
-    } else {
-        1
+    let pool = match threads && b * k * n >= COPY_PARALLEL {
+        true => crate::pool::threads(),
+        false => 1,
     };
+    if b >= pool.min(k / BLOCK).max(2) {
+        // Ranges of batch items where they give as many parts as ranges of
+        // `k` or more (attention's 64 items of k = 64 on 16 threads).
+        let parts = pool.min(b);
+        let cut = |i: usize| b * i / parts;
+        crate::pool::run_parts(parts, &|i| rows(cut(i)..cut(i + 1), 0..k));
+        return Some(copy);
+    }
+    let parts = pool.min(k / BLOCK).max(1);
     let cut = |i: usize| {
         if i == parts {
             k
@@ -732,7 +770,7 @@ fn row_major_copy<T: GemmFloat>(
             k * i / parts / BLOCK * BLOCK
         }
     };
-    crate::pool::run_parts(parts, &|i| rows(cut(i)..cut(i + 1)));
+    crate::pool::run_parts(parts, &|i| rows(0..b, cut(i)..cut(i + 1)));
     Some(copy)
 }
 
@@ -839,33 +877,43 @@ unsafe fn run<T: GemmFloat>(
         }),
         GemmSplit::Columns(parts) => {
             let cuts = match p.packed {
-                // Whole panels of the packed operand.
-                Some(pk) => {
-                    let mr = pk.micro.panel();
-                    let panels = d.n.div_ceil(mr);
-                    (0..=parts)
-                        .map(|i| (panels * i / parts * mr).min(d.n))
-                        .collect()
-                }
+                Some(pk) => panel_cuts(d, pk, parts),
                 None => column_cuts(d.n, parts),
             };
             go(parts, &|i| block(0..d.b, 0..d.m, cuts[i]..cuts[i + 1]));
         }
         GemmSplit::Rows(parts) => {
-            // (Whole blocks of the micro-kernel's rows where they are
-            // called directly.)
-            let unit = if p.packed.is_some() { PACKED_ROWS } else { 1 };
-            let cut = |i: usize| match i == parts {
-                true => d.m,
-                false => d.m / unit * i / parts * unit,
-            };
+            let cut = row_cuts(d, p, parts);
             go(parts, &|i| {
-                let rows = cut(i)..cut(i + 1);
+                let rows = cut[i]..cut[i + 1];
                 block(0..d.b, rows.clone(), 0..d.n);
                 if let Some(f) = then
                     && !rows.is_empty()
                 {
                     f(rows);
+                }
+            });
+            return;
+        }
+        GemmSplit::Tiles { rows, columns } => {
+            let cut = row_cuts(d, p, rows);
+            let cuts = match p.packed {
+                Some(pk) => panel_cuts(d, pk, columns),
+                None => column_cuts(d.n, columns),
+            };
+            // Tiles left in each range of rows: the last to finish runs
+            // the epilogue on it (its writes and the others' are visible
+            // to it through the counter's acquire-release).
+            let left: Vec<AtomicUsize> = (0..rows).map(|_| AtomicUsize::new(columns)).collect();
+            go(rows * columns, &|t| {
+                let (i, j) = (t / columns, t % columns);
+                let band = cut[i]..cut[i + 1];
+                block(0..d.b, band.clone(), cuts[j]..cuts[j + 1]);
+                if let Some(f) = then
+                    && left[i].fetch_sub(1, Ordering::AcqRel) == 1
+                    && !band.is_empty()
+                {
+                    f(band);
                 }
             });
             return;
@@ -880,6 +928,28 @@ unsafe fn run<T: GemmFloat>(
             f(0..d.m);
         }
     }
+}
+
+/// Row boundaries of `parts` ranges of `d.m`: whole blocks of the
+/// micro-kernel's rows where they are called directly.
+fn row_cuts<T>(d: &GemmDims, p: Ptrs<T>, parts: usize) -> Vec<usize> {
+    let unit = if p.packed.is_some() { PACKED_ROWS } else { 1 };
+    (0..=parts)
+        .map(|i| match i == parts {
+            true => d.m,
+            false => d.m / unit * i / parts * unit,
+        })
+        .collect()
+}
+
+/// Column boundaries of `parts` ranges of whole panels of the packed
+/// operand.
+fn panel_cuts<T>(d: &GemmDims, pk: Packed<T>, parts: usize) -> Vec<usize> {
+    let mr = pk.micro.panel();
+    let panels = d.n.div_ceil(mr);
+    (0..=parts)
+        .map(|i| (panels * i / parts * mr).min(d.n))
+        .collect()
 }
 
 /// Rows `rows` × columns `cols` of items `items`.
@@ -1094,8 +1164,8 @@ mod tests {
             .collect()
     }
 
-    /// Every split [`GemmDims::split`] can choose (pools of 2 to 4
-    /// threads) gives the whole product's bits, accumulating into `out` or
+    /// Every split [`GemmDims::split`] can choose (pools of 2 to 16
+    /// threads, tiles among them) gives the whole product's bits, accumulating into `out` or
     /// not (accumulating adds the product up to rounding), over shapes on both sides
     /// of gemm's path boundaries (64, 512-deep blocks), with row-major and
     /// transposed operands.
@@ -1111,7 +1181,7 @@ mod tests {
             seed ^= seed << 5;
             seed as usize
         };
-        let mut splits = 0;
+        let (mut splits, mut tiles) = (0, 0);
         for _ in 0..300 {
             let (b, m, k, n) = (
                 1 + rnd() % 2,
@@ -1169,12 +1239,13 @@ mod tests {
                     assert!((w - (p + s)).abs() <= tol, "{w} != {p} + {s} for {d:?}");
                 }
             }
-            for threads in 2..=4 {
+            for threads in 2..=16 {
                 let split = d.split(threads);
                 if matches!(split, GemmSplit::One(_)) {
                     continue;
                 }
                 splits += 1;
+                tiles += usize::from(matches!(split, GemmSplit::Tiles { .. }));
                 let got = whole(split);
                 assert!(
                     got.iter()
@@ -1185,6 +1256,7 @@ mod tests {
             }
         }
         assert!(splits > 50, "only {splits} splits exercised");
+        assert!(tiles > 20, "only {tiles} tilings exercised");
     }
 
     /// A right operand packed by `pack_rhs` gives `gemm`'s bits, whatever
@@ -1253,10 +1325,18 @@ mod tests {
                     GemmSplit::Rows(3),
                     GemmSplit::Columns(2),
                     GemmSplit::Columns(3),
+                    GemmSplit::Tiles {
+                        rows: 2,
+                        columns: 3,
+                    },
+                    GemmSplit::Tiles {
+                        rows: 3,
+                        columns: 2,
+                    },
                 ]
                 .into_iter()
                 // (Unpacked products are split only as `split` would.)
-                .take(if packed.is_some() { 5 } else { 1 })
+                .take(if packed.is_some() { 7 } else { 1 })
                 {
                     let mut out = start.clone();
                     let p = Ptrs {
@@ -1307,6 +1387,14 @@ mod tests {
             GemmSplit::Rows(2),
             GemmSplit::Rows(3),
             GemmSplit::Columns(2),
+            GemmSplit::Tiles {
+                rows: 2,
+                columns: 2,
+            },
+            GemmSplit::Tiles {
+                rows: 3,
+                columns: 2,
+            },
         ];
         for (split, then_parts) in splits.into_iter().flat_map(|s| [(s, 1), (s, 3)]) {
             let mut out = vec![0f32; m * n];
@@ -1430,6 +1518,8 @@ mod tests {
             (2, 37, 29, 40, false),
             (1, 512, 130, 515, true),
             (3, 64, 48, 64, true),
+            // Split by batch items (as many as the pool).
+            (8, 64, 256, 70, true),
         ] {
             let rb = (n * rn) as isize;
             // NaN payloads and signed zeros too: the copy moves bits.
@@ -1485,5 +1575,33 @@ mod tests {
         };
         assert_eq!(split.split(2), GemmSplit::Columns(2));
         assert!(matches!(split.split(1), GemmSplit::One(_)));
+    }
+
+    /// A pool larger than either column or row ranges alone can fill cuts
+    /// a product into tiles of both; a small pool keeps its one-way split.
+    #[test]
+    fn large_pools_cut_products_into_tiles() {
+        let dims = |m: usize, k: usize, n: usize| GemmDims {
+            b: 1,
+            m,
+            k,
+            n,
+            lhs_strides: [0, k as isize, 1],
+            rhs_strides: [0, n as isize, 1],
+        };
+        let mlp = dims(256, 512, 512);
+        let tiles = |rows, columns| GemmSplit::Tiles { rows, columns };
+        // 3 ranges of rows over 64, 6 of columns: 15 tiles of 16.
+        assert_eq!(mlp.split(16), tiles(3, 5));
+        assert_eq!(mlp.split_by_rows(16), tiles(3, 5));
+        assert_eq!(mlp.split(8), tiles(2, 4));
+        assert_eq!(mlp.split(6), GemmSplit::Columns(6));
+        assert_eq!(mlp.split(2), GemmSplit::Columns(2));
+        assert_eq!(mlp.split_by_rows(2), GemmSplit::Rows(2));
+        // Packed: 10 blocks of 6 rows, 8 panels of 64 columns.
+        let rnn = dims(64, 512, 512);
+        assert_eq!(rnn.split_packed(16), tiles(2, 8));
+        assert_eq!(rnn.split_packed(8), GemmSplit::Columns(8));
+        assert_eq!(rnn.split_packed(2), GemmSplit::Rows(2));
     }
 }
