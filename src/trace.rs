@@ -767,6 +767,23 @@ impl Tracer {
         self.py_function_at(Some(name), func, inputs, tout, Site::caller())
     }
 
+    /// [`Tracer::py_function_with`] for a call that ran already, traced
+    /// again for its gradient (the Python package's tape replays an eager
+    /// call this way): stateless, so that a gradient which does not read
+    /// its result drops it instead of running the function again.
+    #[cfg(feature = "python")]
+    #[doc(hidden)]
+    #[track_caller]
+    pub fn py_function_replayed(
+        &self,
+        name: Option<&str>,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+    ) -> Vec<Sym> {
+        self.py_function_stateful(name, func, inputs, tout, Site::caller(), false)
+    }
+
     #[cfg(feature = "python")]
     fn py_function_at(
         &self,
@@ -776,13 +793,26 @@ impl Tracer {
         tout: &[DType],
         site: Site,
     ) -> Vec<Sym> {
+        self.py_function_stateful(name, func, inputs, tout, site, true)
+    }
+
+    #[cfg(feature = "python")]
+    fn py_function_stateful(
+        &self,
+        name: Option<&str>,
+        func: pyo3::Py<pyo3::PyAny>,
+        inputs: &[&Sym],
+        tout: &[DType],
+        site: Site,
+        stateful: bool,
+    ) -> Vec<Sym> {
         let spec = CallbackSpec {
             kind: CallbackKind::PyFunction,
             id: CallableId::Address(func.as_ptr() as usize),
             name,
             tout,
             output_shapes: None,
-            stateful: true,
+            stateful,
         };
         let body = tensorlift_runtime::eager::py_function_callback(
             func,

@@ -546,6 +546,41 @@ fn custom_vjp_replaces_the_gradient() {
 }
 
 #[test]
+fn a_callback_result_of_unknown_shape_is_named_when_differentiated() {
+    // The forward callback's result is not declared: the rule that needs
+    // its shape (reduce_sum's, to broadcast the cotangent back) fails, and
+    // the error names that op, the callback whose result has no shape, and
+    // what to do.
+    let x = f64s(&ramp(4, -2.0, 2.0, 25), &[4]);
+    let f = function(|x: Sym| {
+        custom_vjp(
+            |a| {
+                a[0].graph()
+                    .host_fn(|ts| Ok(vec![ts[0].clone()]), &[&a[0]], &[DType::F64], false)
+            },
+            |a, _, _| vec![a[0].cos()],
+            std::slice::from_ref(&x),
+        )
+        .remove(0)
+        .sin()
+        .reduce_sum(None, false)
+    });
+    let err = f
+        .grad(&[0])
+        .call(std::slice::from_ref(&x))
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "reduce_sum '",
+        "its operand 0 is f64[*], the result of host_fn 'host_fn' (created at tests/autodiff.rs:",
+        "inside custom_vjp 'custom_vjp' (created at tests/autodiff.rs:",
+        "differentiation needs static shapes: declare the shape (set_shape",
+    ] {
+        assert!(err.contains(part), "{part:?} not in: {err}");
+    }
+}
+
+#[test]
 fn a_callback_with_a_custom_gradient_is_differentiable() {
     // y = x³ computed on the host; its gradient 3x²·ct on the host too.
     let x = f64s(&ramp(4, -2.0, 2.0, 25), &[4]);

@@ -461,9 +461,10 @@ fn callback(
     let refs: Vec<&Sym> = args.iter().collect();
     let out = Site::scoped(site_of(&site), || match kind {
         CallbackKind::PyFunction => {
-            let out = match &name {
-                Some(name) => tracer.py_function_with(name, func, &refs, &tout),
-                None => tracer.py_function(func, &refs, &tout),
+            let out = match (&name, stateful) {
+                (_, false) => tracer.py_function_replayed(name.as_deref(), func, &refs, &tout),
+                (Some(name), true) => tracer.py_function_with(name, func, &refs, &tout),
+                (None, true) => tracer.py_function(func, &refs, &tout),
             };
             match &shapes {
                 Some(shapes) => out

@@ -103,11 +103,14 @@ def py_function(func, inp, Tout, name=None):
 
     forward = _PyForward(func)
     where = site()
+    # Traced again for a tape's gradient after it ran: stateless, dropped
+    # unless the gradient reads its result (TensorFlow runs it once).
+    stateful = not _core.state.forward_retrace
     floats = [i for i, x in enumerate(xs) if x.dtype.is_floating]
     if not floats or not any(as_dtype(d).is_floating for d in tout):
         # Nothing to differentiate: the callback alone.
         syms = [_core.to_sym(x, like, where) for x in xs]
-        out, target = _native.callback("py_function", forward, syms, tout, where, name)
+        out, target = _native.callback("py_function", forward, syms, tout, where, name, None, stateful)
         _core.register_callback(target, forward)
         _core.record(lambda ys: _flat(py_function(func, ys, Tout, name)), xs,
                      [SymbolicTensor(o) for o in out])
@@ -119,7 +122,7 @@ def py_function(func, inp, Tout, name=None):
     backward = _PyBackward(func, single, tout, floats, n)
 
     def body(s):
-        out, target = _native.callback("py_function", forward, s, tout, site(), name)
+        out, target = _native.callback("py_function", forward, s, tout, site(), name, None, stateful)
         _core.register_callback(target, forward)
         return out
 

@@ -191,18 +191,30 @@ def _reached(records, sources):
 
 
 def _replay(records, sources, sym_sources, targets):
-    """The targets recomputed from symbolic sources by the recorded ops."""
+    """The targets recomputed from symbolic sources by the recorded ops.
+
+    The callbacks a replay traces ran when the ops were recorded: they are
+    traced stateless (``forward_retrace``), so the gradient drops those
+    whose results it does not need instead of running their effects again
+    (a ``tl.function`` that logs through ``numpy_function``, called under
+    a tape); one whose result the gradient reads runs again."""
     env = {id(s): SymbolicTensor(x) for s, x in zip(sources, sym_sources)}
-    for r in records:
-        if not any(id(x) in env for x in r.inputs):
-            continue
-        outs = r.replay([env.get(id(x), x) for x in r.inputs])
-        for o, n in zip(r.outputs, outs):
-            if isinstance(n, SymbolicTensor) and n.shape != o.shape and o.shape is not None:
-                # A shape declared after the op ran (set_shape on a
-                # callback's result) holds for the replayed result too.
-                n.set_shape(o.shape)
-            env[id(o)] = n
+    _core.state.forward_retrace += 1
+    try:
+        for r in records:
+            if not any(id(x) in env for x in r.inputs):
+                continue
+            outs = r.replay([env.get(id(x), x) for x in r.inputs])
+            for o, n in zip(r.outputs, outs):
+                if (isinstance(n, SymbolicTensor) and n.shape != o.shape
+                        and not _unknown(o.shape)):
+                    # The shape the op had when it ran (a callback's result
+                    # inside a tl.function, or one declared by set_shape)
+                    # holds for the replayed result, checked when it runs.
+                    n = apply("reshape", [n], {"shape": list(o.shape)})
+                env[id(o)] = n
+    finally:
+        _core.state.forward_retrace -= 1
     return [env[id(t)] for t in targets]
 
 
@@ -228,8 +240,7 @@ def _check_static(targets):
 
             raise InvalidArgumentError(
                 f"the gradient target {t!r} has an unknown shape (the result of a callback?): "
-                "gradients are compiled for static shapes; declare it with set_shape (a "
-                "py_function's result inside tl.function cannot be declared yet)"
+                "gradients are compiled for static shapes; declare it with set_shape"
             )
 
 

@@ -535,8 +535,13 @@ def test_custom_gradient_of_a_numpy_function(mode, set_shape):
     x = np.array([0.5, -1.0, 2.0], np.float32)
     if mode != "eager" and not set_shape:
         # Traced, gradients need static shapes (docs/python.md): the
-        # callback's result must be declared before reduce_sum.
-        with pytest.raises(tl.errors.InvalidArgumentError, match="rank is unknown"):
+        # callback's result must be declared before reduce_sum; the error
+        # names the op, the custom gradient's result it could not size (at
+        # the call's line) and set_shape.
+        with pytest.raises(tl.errors.InvalidArgumentError,
+                           match=r"reduce_sum .*: its operand 0 is f32\[\*\], the value "
+                                 r"'value_custom_vjp' \(created at .*test_user_reports.py:\d+:\d+\), and "
+                                 r"differentiation needs static shapes: declare the shape \(set_shape"):
             run(tl.constant(x))
         return
     np.testing.assert_allclose(run(tl.constant(x)).numpy(), np.cosh(x), rtol=1e-6)
@@ -741,3 +746,88 @@ def test_a_dict_argument_is_a_clear_error_not_a_stale_trace():
     for _ in range(3):
         g(tl.constant(1.0), float("nan"))
     assert g.experimental_get_tracing_count() == 1
+
+
+# --- a tl.function or a callback called under an eager tape ----------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_function_called_under_a_tape_runs_its_callbacks_once(jit):
+    # TensorFlow keeps the forward pass of a function called under a tape:
+    # the gradient does not run the function's stateful callbacks again.
+    calls = []
+
+    def log(v):
+        calls.append(v.copy())
+        return v
+
+    @tl.function(jit_compile=jit)
+    def f(x):
+        tl.numpy_function(log, [x], tl.float32)
+        return x * x
+
+    x = tl.constant([1.0, 2.0])
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = f(x)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(t.gradient(y, x).numpy(), [2.0, 4.0])
+    assert len(calls) == 1
+
+
+def test_an_eager_custom_gradient_runs_its_callback_once():
+    calls = []
+
+    def cube_np(v):
+        calls.append(1)
+        return v ** 3
+
+    @tl.custom_gradient
+    def cube(x):
+        y = tl.numpy_function(cube_np, [x], tl.float32)
+        return y, lambda dy: dy * 3.0 * x * x
+
+    x = tl.constant([1.0, 2.0])
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = cube(x)
+    np.testing.assert_array_equal(t.gradient(y, x).numpy(), [3.0, 12.0])
+    assert len(calls) == 1
+
+
+def test_a_py_function_in_a_function_under_an_eager_tape():
+    # The function's gradient is its graph's, which needs the py_function's
+    # result shape: undeclared, the error names the py_function and
+    # set_shape (it named a `set_shape` it could not apply); declared, the
+    # gradient runs the body once more (its own gradient), not twice.
+    calls = []
+
+    def square(a):
+        calls.append(1)
+        return a * a
+
+    @tl.function
+    def undeclared(x):
+        return tl.py_function(square, [x], tl.float32) + x
+
+    @tl.function
+    def declared(x):
+        r = tl.py_function(square, [x], tl.float32)
+        r.set_shape(x.shape)
+        return r + x
+
+    x = tl.constant([1.0, 2.0])
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = undeclared(x)
+    with pytest.raises(tl.errors.InvalidArgumentError,
+                       match=r"py_function 'py_function' \(created at .*test_user_reports.py:\d+:\d+\)"
+                             r".*static shapes: declare the shape \(set_shape"):
+        t.gradient(y, x)
+    calls.clear()
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = declared(x)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(t.gradient(y, x).numpy(), [3.0, 5.0])
+    assert len(calls) == 2

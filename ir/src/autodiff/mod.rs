@@ -418,10 +418,12 @@ impl<'a> Ad<'a> {
             let y = (node.results.iter())
                 .map(|v| self.primal(*v))
                 .collect::<Result<Vec<_>>>()?;
-            let contributions = rules::vjp(self, id, node, &x, &y, &cts, &needs)?;
+            let contributions = rules::vjp(self, id, node, &x, &y, &cts, &needs)
+                .map_err(|e| unknown_shape(src, id, e))?;
             for ((v, c), need) in node.inputs.iter().zip(contributions).zip(&needs) {
                 if let (Some(c), true) = (c, need) {
-                    self.accumulate(*v, c, &node.site)?;
+                    self.accumulate(*v, c, &node.site)
+                        .map_err(|e| unknown_shape(src, id, e))?;
                 }
             }
         }
@@ -468,13 +470,74 @@ fn fail(g: &Graph, id: NodeId, message: String) -> Error {
     })
 }
 
+/// What the errors of rules that need static shapes say.
+pub(crate) const NEEDS_STATIC_SHAPES: &str = "differentiation needs static shapes";
+
 /// The static dims of `t`, or an error.
 fn static_dims(t: &TensorType) -> Result<Vec<usize>> {
     t.shape.as_known().ok_or_else(|| {
         Error::invalid(format!(
-            "differentiation needs static shapes, but a value is {t} (specialize the graph first)"
+            "{NEEDS_STATIC_SHAPES}, but a value is {t} (specialize the graph first)"
         ))
     })
+}
+
+/// `e`, a rule's error at node `id`, said again where a value of unknown
+/// shape made it: which of the node's values, and the op its unknown
+/// shape comes from (a callback's result, whose shape only its run
+/// knows), with what to do.
+fn unknown_shape(g: &Graph, id: NodeId, e: Error) -> Error {
+    let node = g.node(id);
+    let unknown = |v: &ValueId| g.ty(*v).shape.as_known().is_none();
+    let Some(&v) = node.inputs.iter().chain(&node.results).find(|v| unknown(v)) else {
+        return e;
+    };
+    if !e.to_string().contains(NEEDS_STATIC_SHAPES) {
+        return e;
+    }
+    let what = match node.inputs.iter().position(|x| *x == v) {
+        Some(k) => format!("its operand {k}"),
+        None => "its result".to_string(),
+    };
+    // Back to the first op whose result is unknown from known operands.
+    let mut origin = g.producer(v);
+    while let Some(u) = origin.inputs.iter().find(|u| unknown(u)) {
+        origin = g.producer(*u);
+    }
+    // A custom gradient passes on its body's result: the body's op that
+    // made it (a py_function's callback), or the operand it came from.
+    let mut from = origin;
+    if let Op::CustomVjp { body, .. } = &origin.op {
+        let b = body.graph();
+        let k = origin.results.iter().position(unknown).unwrap_or(0);
+        if let Some(o) = b.outputs().get(k) {
+            let p = b.producer(o.value);
+            from = if let Op::Parameter { index } = p.op {
+                origin.inputs.get(index).map_or(origin, |x| g.producer(*x))
+            } else {
+                p
+            };
+        }
+    }
+    let source = |n: &crate::Node| format!("{} '{}' (created at {})", n.op.name(), n.name, n.site);
+    let made = match (
+        matches!(origin.op, Op::Parameter { .. }),
+        std::ptr::eq(from, origin) || matches!(from.op, Op::Parameter { .. }),
+    ) {
+        // (Made outside the graph differentiated here: where it was made.)
+        (true, _) => format!("the value '{}' (created at {})", origin.name, origin.site),
+        (false, true) => format!("the result of {}", source(origin)),
+        (false, false) => format!("the result of {} inside {}", source(from), source(origin)),
+    };
+    fail(
+        g,
+        id,
+        format!(
+            "{what} is {}, {made}, and {NEEDS_STATIC_SHAPES}: declare the shape (set_shape on a \
+             callback's result, or its output_shapes) or specialize the graph",
+            g.ty(v)
+        ),
+    )
 }
 
 /// A tensor of zeros of type `t`.
