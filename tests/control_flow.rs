@@ -1674,3 +1674,102 @@ fn using_a_value_of_an_ended_body_names_the_op_that_uses_it() {
         "{msg} (expected op add at line {line})"
     );
 }
+
+/// A stateful callback of `i` (an i32 scalar) that fails with "boom at
+/// `i`" where `i` is `at`, else passes its operand `x` (f32[2]) on.
+fn fails_at(x: &Sym, i: &Sym, at: i32) -> Sym {
+    let out = x.graph().host_fn(
+        move |ts| {
+            let i = ts[1]
+                .to_ndarray::<i32>()?
+                .iter()
+                .copied()
+                .next()
+                .unwrap_or(-1);
+            match i == at {
+                true => Err(Error::invalid(format!("boom at {i}"))),
+                false => Ok(vec![ts[0].clone()]),
+            }
+        },
+        &[x, i],
+        &[DType::F32],
+        true,
+    );
+    out[0].set_shape(&[Some(2)])
+}
+
+#[test]
+fn errors_in_loops_and_branches_say_where_in_both_modes() {
+    // The interpreter and compiled code name the iteration of every loop
+    // around a failing step and the branch it ran in, the outermost first,
+    // in the same words (compiled code counts iterations in a register).
+    let x = Tensor::from(ndarray::arr1(&[1.0f32, 2.0]).into_dyn());
+    let nested = || {
+        function(|x: Sym| {
+            fori_loop(
+                0,
+                3,
+                |i, c| {
+                    let i10 = i * 10;
+                    fori_loop(0, 4, move |j, d| vec![fails_at(&d[0], &(&i10 + j), 12)], c)
+                },
+                &[x],
+            )
+            .remove(0)
+        })
+    };
+    let branch = || {
+        function(|x: Sym| {
+            fori_loop(
+                0,
+                5,
+                |i, c| {
+                    let hit = i.equal(3);
+                    let i = i.clone();
+                    cond(
+                        &hit,
+                        move |o| vec![fails_at(&o[0], &i, 3)],
+                        |o| vec![o[0].clone() + 1.0],
+                        c,
+                    )
+                },
+                &[x],
+            )
+            .remove(0)
+        })
+    };
+    let condition = || {
+        function(|x: Sym| {
+            let k0 = x.graph().scalar(DType::I32, 0.0);
+            while_loop(
+                |c| {
+                    let k = c[1].clone();
+                    fails_at(&c[0], &k, 4).reduce_sum(None, false).less(1e9)
+                },
+                |c| vec![c[0].clone(), &c[1] + 1],
+                &[x, k0],
+            )
+            .remove(0)
+        })
+    };
+    let cases: [(&dyn Fn() -> Function, &str); 3] = [
+        (
+            &nested,
+            "in iteration 1 of the body: in iteration 2 of the body: boom at 12",
+        ),
+        (
+            &branch,
+            "in iteration 3 of the body: in branch 1: boom at 3",
+        ),
+        (
+            &condition,
+            "in the condition, before iteration 4: boom at 4",
+        ),
+    ];
+    for (make, want) in cases {
+        for f in both(make) {
+            let err = f.call(std::slice::from_ref(&x)).unwrap_err().to_string();
+            assert!(err.ends_with(want), "{want:?} is not the end of: {err}");
+        }
+    }
+}

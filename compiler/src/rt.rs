@@ -778,6 +778,35 @@ pub(crate) unsafe extern "C" fn tl_gemm(
     unsafe { tl_runtime_step(table, step, bufs, ctx) }
 }
 
+/// What [`tl_where`] adds: a `while`'s condition before iteration `n`.
+pub(crate) const WHERE_CONDITION: i32 = 0;
+/// What [`tl_where`] adds: iteration `n` of a `while`'s body.
+pub(crate) const WHERE_BODY: i32 = 1;
+/// What [`tl_where`] adds: branch `n` of a `case`.
+pub(crate) const WHERE_BRANCH: i32 = 2;
+
+/// Adds where a failing step ran to the call's error, as the interpreter
+/// says it (`interp::in_loop`, `interp::in_branch`): `main` calls it on its
+/// way out, once per loop and branch around the step, the innermost
+/// first, with the loop's iteration counted in a register.
+///
+/// # Safety
+/// `ctx` is the call's context.
+pub(crate) unsafe extern "C" fn tl_where(ctx: *mut CallCtx, what: i32, n: i64) {
+    // (Only formats a message: a panic is dropped with it.)
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller's contract.
+        let ctx = unsafe { &mut *ctx };
+        let n = n.max(0) as u64;
+        let place = match what {
+            WHERE_CONDITION => interp::in_loop(false, n),
+            WHERE_BODY => interp::in_loop(true, n),
+            _ => interp::in_branch(n),
+        };
+        ctx.error = ctx.error.take().map(|e| e.context(place));
+    }));
+}
+
 /// Runs GEMM step `step` and its epilogue `kernel` on each range of rows
 /// the product finishes (`kernels::gemm::gemm_then`).
 ///
@@ -991,6 +1020,9 @@ runtime_functions! {
     GemmThen,
     /// `tl_parallel(kernel, bufs, ctx, n, work)`: a kernel split across threads.
     Parallel,
+    /// `tl_where(ctx, what, n)`: where a failing step ran, added to the
+    /// call's error.
+    Where,
     /// `tl_row_group(fns, count, bufs, ctx, rows, block, parallel)`.
     RowGroup,
     /// `tl_wide_f32(op, buf, n)`: wide math over an f32 chunk buffer.
@@ -1107,6 +1139,9 @@ impl RtFn {
             RtFn::Parallel => Symbol::of::<
                 unsafe extern "C" fn(KernelFn, *const *mut u8, *mut CallCtx, i64, i64) -> i32,
             >("tl_parallel", tl_parallel),
+            RtFn::Where => {
+                Symbol::of::<unsafe extern "C" fn(*mut CallCtx, i32, i64)>("tl_where", tl_where)
+            }
             RtFn::RowGroup => Symbol::of::<
                 unsafe extern "C" fn(
                     *const KernelFn,

@@ -356,8 +356,7 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
             };
             let k = usize::try_from(index).map_or(last, |k| k.min(last));
             let owned: Vec<Tensor> = args[1..].iter().map(|t| (*t).clone()).collect();
-            return run(branches[k].graph(), &owned)
-                .map_err(|e| e.context(format!("in branch {k}")));
+            return run(branches[k].graph(), &owned).map_err(|e| e.context(in_branch(k as u64)));
         }
         Op::StopGradient => a(0).clone(),
         Op::CustomVjp { body, .. } => {
@@ -372,15 +371,30 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
 fn run_while(cond: &Graph, body: &Graph, args: &[&Tensor]) -> Result<Vec<Tensor>> {
     let mut carries: Vec<Tensor> = args.iter().map(|t| (*t).clone()).collect();
     for step in 0u64.. {
-        let pred = run(cond, &carries)
-            .map_err(|e| e.context(format!("in the condition, before iteration {step}")))?;
+        let pred = run(cond, &carries).map_err(|e| e.context(in_loop(false, step)))?;
         if !scalar_bool(&pred[0])? {
             break;
         }
-        carries = run_owned(body, carries)
-            .map_err(|e| e.context(format!("in iteration {step} of the body")))?;
+        carries = run_owned(body, carries).map_err(|e| e.context(in_loop(true, step)))?;
     }
     Ok(carries)
+}
+
+/// Where in a `while` an error happened, as the interpreter and compiled
+/// code both say it: in the body (`in_body`) or the condition, at
+/// `iteration` (counted from 0). Nested loops and branches each add theirs,
+/// the outermost first.
+pub fn in_loop(in_body: bool, iteration: u64) -> String {
+    match in_body {
+        true => format!("in iteration {iteration} of the body"),
+        false => format!("in the condition, before iteration {iteration}"),
+    }
+}
+
+/// Where in a `case` an error happened: in branch `k` (the index clamped
+/// to the branches).
+pub fn in_branch(k: u64) -> String {
+    format!("in branch {k}")
 }
 
 /// The value of a `bool[]` tensor (a loop condition).

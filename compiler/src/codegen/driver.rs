@@ -295,6 +295,37 @@ pub(crate) fn generate(
         let slot_ptr = |b: &mut FunctionBuilder<'_>, s: usize| {
             b.ins().load(ptr, trusted(), bufs, (s * 8) as i32)
         };
+        // Loops and branch arms: a failing step inside them says which
+        // iteration or branch it ran in (`rt::tl_where`, innermost first),
+        // each loop counting its iterations in a variable.
+        // (Only those around a step that can fail.)
+        let fallible = |i: usize| match &plan.steps[i] {
+            Step::Kernel(k) => {
+                !inline_in_main(k) || plan.groups.iter().any(|g| (g.start..g.end).contains(&i))
+            }
+            Step::Gemm(_) | Step::Pack(_) | Step::Runtime { .. } => true,
+            Step::Copy { .. }
+            | Step::Label(_)
+            | Step::Jump(_)
+            | Step::BranchUnless { .. }
+            | Step::Switch { .. } => false,
+        };
+        let places: Vec<Place> = (places(plan).into_iter())
+            .filter(|p| (p.start + 1..p.end).any(fallible))
+            .collect();
+        let where_ref = match places.is_empty() {
+            true => None,
+            false => {
+                let f = helpers.get(&mut module, RtFn::Where)?;
+                Some(module.declare_func_in_func(f, b.func))
+            }
+        };
+        let counters: HashMap<usize, Variable> = (places.iter())
+            .filter_map(|p| match p.kind {
+                PlaceKind::Loop { label, .. } => Some((label, b.declare_var(types::I64))),
+                PlaceKind::Branch(_) => None,
+            })
+            .collect();
         let mut regs: HashMap<SlotId, Variable> = HashMap::new();
         for s in register_slots(plan) {
             let ty = comp_ty(plan.slots[s].dtype);
@@ -370,11 +401,22 @@ pub(crate) fn generate(
                     continue;
                 }
                 Step::Label(l) => {
+                    if let Some(&c) = counters.get(l) {
+                        // Entering a loop: iteration 0.
+                        let zero = b.ins().iconst(types::I64, 0);
+                        b.def_var(c, zero);
+                    }
                     b.ins().jump(labels[*l], &[]);
                     b.switch_to_block(labels[*l]);
                     continue;
                 }
                 Step::Jump(l) => {
+                    if let Some(&c) = counters.get(l) {
+                        // Back to the loop's condition: the next iteration.
+                        let v = b.use_var(c);
+                        let next = b.ins().iadd_imm_s(v, 1);
+                        b.def_var(c, next);
+                    }
                     b.ins().jump(labels[*l], &[]);
                     let dead = b.create_block();
                     b.switch_to_block(dead);
@@ -487,6 +529,27 @@ pub(crate) fn generate(
             let next = b.create_block();
             b.ins().brif(status, fail, &[], next, &[]);
             b.switch_to_block(fail);
+            if let Some(where_ref) = where_ref {
+                let mut around: Vec<&Place> = places.iter().filter(|p| p.holds(i)).collect();
+                around.sort_unstable_by_key(|p| std::cmp::Reverse(p.start));
+                for p in around {
+                    let (what, n) = match p.kind {
+                        PlaceKind::Loop { label, body } => {
+                            let what = match i > body {
+                                true => crate::rt::WHERE_BODY,
+                                false => crate::rt::WHERE_CONDITION,
+                            };
+                            (what, b.use_var(counters[&label]))
+                        }
+                        PlaceKind::Branch(k) => (
+                            crate::rt::WHERE_BRANCH,
+                            b.ins().iconst(types::I64, k as i64),
+                        ),
+                    };
+                    let what = b.ins().iconst(types::I32, i64::from(what));
+                    b.ins().call(where_ref, &[ctx, what, n]);
+                }
+            }
             b.ins().return_(&[status]);
             b.switch_to_block(next);
         }
@@ -887,4 +950,88 @@ impl Helpers {
         self.ids.insert(f, id);
         Ok(id)
     }
+}
+
+/// A loop or a branch arm of `main`, by the steps it spans (exclusive at
+/// both ends: its label and its closing jump).
+struct Place {
+    start: usize,
+    end: usize,
+    kind: PlaceKind,
+}
+
+enum PlaceKind {
+    /// A `while` starting at `label`; steps after step `body` (its
+    /// condition's exit) are its body.
+    Loop { label: usize, body: usize },
+    /// Arm `k` of a `case`.
+    Branch(usize),
+}
+
+impl Place {
+    fn holds(&self, step: usize) -> bool {
+        self.start < step && step < self.end
+    }
+}
+
+/// The loops and branch arms of a plan, as `fusion` lays them out: a loop
+/// is `Label(start)`, its condition, `BranchUnless { label: end }`, its
+/// body, `Jump(start)`, `Label(end)`; a `case` is `Switch { labels }`,
+/// then each arm from its label to a `Jump(end)`, then `Label(end)` (an
+/// arm of a one-armed `case` is not listed).
+fn places(plan: &Plan) -> Vec<Place> {
+    let steps = &plan.steps;
+    let label_at = |l: usize| (steps.iter()).position(|s| matches!(s, Step::Label(x) if *x == l));
+    let mut out = Vec::new();
+    for (j, step) in steps.iter().enumerate() {
+        match step {
+            Step::Jump(l) => {
+                let (Some(start), Some(Step::Label(end))) = (label_at(*l), steps.get(j + 1)) else {
+                    continue;
+                };
+                if start >= j {
+                    continue;
+                }
+                let exit = (start..j).find(
+                    |&k| matches!(&steps[k], Step::BranchUnless { label, .. } if label == end),
+                );
+                if let Some(body) = exit {
+                    out.push(Place {
+                        start,
+                        end: j,
+                        kind: PlaceKind::Loop { label: *l, body },
+                    });
+                }
+            }
+            Step::Switch { labels, .. } => {
+                let at: Option<Vec<usize>> = labels.iter().map(|l| label_at(*l)).collect();
+                let Some(at) = at.filter(|a| a.len() >= 2) else {
+                    continue;
+                };
+                // The arm before the second ends with `Jump(end)`.
+                let Some(Step::Jump(end)) = steps.get(at[1] - 1) else {
+                    continue;
+                };
+                let Some(close) = label_at(*end) else {
+                    continue;
+                };
+                for (k, &a) in at.iter().enumerate() {
+                    let next = at.get(k + 1).map_or(close, |&n| n);
+                    out.push(Place {
+                        start: a,
+                        end: next - 1,
+                        kind: PlaceKind::Branch(k),
+                    });
+                }
+            }
+            Step::Kernel(_)
+            | Step::Gemm(_)
+            | Step::Pack(_)
+            | Step::Runtime { .. }
+            | Step::Copy { .. }
+            | Step::Label(_)
+            | Step::BranchUnless { .. } => {}
+        }
+    }
+    out
 }
