@@ -216,9 +216,31 @@ struct Derive {
 /// A concrete signature's executable, filled by its first compilation.
 type CompileSlot = Arc<Mutex<Option<Runner>>>;
 
+/// A signature's trace, filled by its first trace (locked meanwhile, so
+/// that threads making the first call at once trace it once).
+type TraceSlot = Arc<Mutex<Option<Arc<ConcreteFunction>>>>;
+
+thread_local! {
+    /// The functions (by `Inner` address) and signatures this thread is
+    /// tracing now: a body that calls its own function for the signature
+    /// being traced is an error, not a deadlock on the trace slot.
+    static TRACING: std::cell::RefCell<Vec<(usize, Vec<TensorType>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Pops this thread's innermost [`TRACING`] entry when the trace ends,
+/// however it ends.
+struct Tracing;
+
+impl Drop for Tracing {
+    fn drop(&mut self) {
+        TRACING.with(|t| t.borrow_mut().pop());
+    }
+}
+
 struct Inner {
     cfg: Config,
-    traces_cache: Mutex<HashMap<Vec<TensorType>, Arc<ConcreteFunction>>>,
+    traces_cache: Mutex<HashMap<Vec<TensorType>, TraceSlot>>,
     /// One slot per concrete signature, locked while that signature
     /// compiles: compilations of one signature never run twice, and a
     /// callback may call the function (re-entrancy) without deadlock.
@@ -228,9 +250,7 @@ struct Inner {
 }
 
 impl Inner {
-    fn lock_traces(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Vec<TensorType>, Arc<ConcreteFunction>>> {
+    fn lock_traces(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<TensorType>, TraceSlot>> {
         // Nothing panics while the lock is held; recover if something did.
         self.traces_cache.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -379,15 +399,38 @@ impl Function {
 
     fn concrete_for(&self, types: &[TensorType]) -> Result<Arc<ConcreteFunction>, Error> {
         let key = self.signature_for(types)?;
-        if let Some(c) = self.inner.lock_traces().get(&key) {
+        let slot = self
+            .inner
+            .lock_traces()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let id = Arc::as_ptr(&self.inner) as usize;
+        if TRACING.with(|t| t.borrow().iter().any(|(i, k)| *i == id && *k == key)) {
+            let cfg = &self.inner.cfg;
+            return Err(Error::invalid(format!(
+                "function '{}' (defined at {}) was called by its own body while being traced for \
+                 the same argument types: a traced function cannot call itself (use a loop)",
+                cfg.name, cfg.site
+            )));
+        }
+        // One trace per signature: a thread making the first call while
+        // another traces it waits for that trace.
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = &*slot {
             return Ok(c.clone());
         }
-        let traced = self.trace(&key)?;
-        let mut optimized = traced.clone();
-        interp::optimize(&mut optimized)?;
-        let c = Arc::new(ConcreteFunction { traced, optimized });
+        TRACING.with(|t| t.borrow_mut().push((id, key.clone())));
+        let c = {
+            let _tracing = Tracing;
+            let traced = self.trace(&key)?;
+            let mut optimized = traced.clone();
+            interp::optimize(&mut optimized)?;
+            Arc::new(ConcreteFunction { traced, optimized })
+        };
         self.inner.traces.fetch_add(1, Ordering::Relaxed);
-        Ok(self.inner.lock_traces().entry(key).or_insert(c).clone())
+        *slot = Some(c.clone());
+        Ok(c)
     }
 
     fn trace(&self, types: &[TensorType]) -> Result<Graph, Error> {

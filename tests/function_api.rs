@@ -72,6 +72,79 @@ fn traces_once_per_signature() {
 }
 
 #[test]
+fn concurrent_first_calls_trace_once() {
+    // Eight threads make their first calls at once, half through the
+    // function, half through its gradient (which traces the function):
+    // the body runs once per signature, as tf.function's lock makes it.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+    for jit in [false, true] {
+        let bodies = Arc::new(AtomicUsize::new(0));
+        let counted = bodies.clone();
+        let f = Arc::new(
+            function(move |x: Sym| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                // (A body that takes a moment to trace widens the window.)
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                (&x * 2.0).sin().reduce_sum(None, false)
+            })
+            .jit_compile(jit),
+        );
+        let g = Arc::new(f.grad(&[0]));
+        let start = Arc::new(Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let (f, g, start) = (f.clone(), g.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let x = v32(&[0.5, 1.0, 1.5]);
+                    start.wait();
+                    match i % 2 {
+                        0 => f.call(&[x]).map(drop),
+                        _ => g.call(&[x]).map(drop),
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
+        assert_eq!(
+            (
+                f.trace_count(),
+                g.trace_count(),
+                bodies.load(Ordering::SeqCst)
+            ),
+            (1, 1, 1),
+            "jit {jit}: traces of f and of its gradient, runs of the body"
+        );
+    }
+}
+
+#[test]
+fn a_body_calling_its_own_function_while_traced_is_an_error() {
+    // Not a deadlock on the signature's trace, nor a stack overflow.
+    use std::sync::{Arc, OnceLock};
+    let me: Arc<OnceLock<tensorlift::Function>> = Arc::new(OnceLock::new());
+    let inner = me.clone();
+    let f = function(move |x: Sym| {
+        if let Some(f) = inner.get() {
+            let err = f.call(&[v32(&[1.0])]).unwrap_err().to_string();
+            assert!(
+                err.contains("was called by its own body while being traced"),
+                "{err}"
+            );
+        }
+        &x + 1.0
+    });
+    let _ = me.set(f.clone());
+    let y = f.call(&[v32(&[1.0])]).unwrap();
+    assert_eq!(
+        y[0].to_ndarray::<f32>().unwrap().as_slice().unwrap(),
+        &[2.0]
+    );
+}
+
+#[test]
 fn a_relaxed_input_signature_traces_once() {
     let f = function(|x: Sym| (&x * 2.0).reduce_sum(Some(&[0]), false))
         .input_signature(vec![TensorSpec::new(DType::F32, &[None])]);

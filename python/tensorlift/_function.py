@@ -214,7 +214,10 @@ class Function:
         entry = self._static.get(statics[0])
         if entry is None:
             native = _native.Function(_WeakBody(self, statics), self._name, self._site, self.jit_compile, None)
-            entry = self._static[statics[0]] = (native, {})
+            # (setdefault: two threads making the first call with the same
+            # new static value share the first one's entry, whose structures
+            # the trace records, instead of replacing it.)
+            entry = self._static.setdefault(statics[0], (native, {}))
         return entry[0]
 
     def _check_no_statics(self, statics):
