@@ -2064,3 +2064,46 @@ fn divisions_by_broadcast_values_multiply_by_reciprocals_as_xla_does() {
     let divided = common::to_vec::<f32>(&interpreted[0]);
     assert_ne!(divided, common::to_vec::<f32>(&jit[0]));
 }
+
+#[test]
+fn two_reductions_feeding_one_kernel_keep_their_own_values() {
+    // A reduction may store its per-element values (softmax's exp) in the
+    // output of the loop kernel that needs them again; a second reduction
+    // stashing in the same kernel's output overwrote the first's, and the
+    // kernel read one value for both (`softmax(x) * softmax(2x)`).
+    type Body = fn(Sym) -> Sym;
+    let bodies: [(&str, Body); 3] = [
+        ("softmax(x) * softmax(2x)", |x| {
+            softmax(x.clone()) * softmax(&x * 2.0)
+        }),
+        ("softmax(sin x) + softmax(cos x)", |x| {
+            softmax(x.sin()) + softmax(x.cos())
+        }),
+        ("sin x · Σ sin x + cos x · Σ cos x", |x| {
+            let (s, c) = (x.sin(), x.cos());
+            let sum = |v: &Sym| v.reduce_sum(Some(&[1]), true);
+            &s * &sum(&s) + &c * &sum(&c)
+        }),
+    ];
+    let x = uniform(DType::F32, &[37, 300], 5);
+    for (what, body) in bodies {
+        let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+        let got = function(body)
+            .jit_compile(true)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        let (w, g) = (
+            common::to_vec::<f32>(&want[0]),
+            common::to_vec::<f32>(&got[0]),
+        );
+        let worst = w
+            .iter()
+            .zip(&g)
+            .map(|(a, b)| (a - b).abs() / (1e-6 + a.abs()))
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst < 1e-4,
+            "{what}: compiled differs from interpreted by {worst} (relative)"
+        );
+    }
+}

@@ -82,3 +82,39 @@ fn matrix_vector_products_are_reductions_and_agree_with_the_interpreter() {
         assert!(common::same_bits(&exe.run(&inputs).unwrap()[0], &want[0]));
     }
 }
+
+#[test]
+fn sums_of_matrix_vector_products_keep_every_product() {
+    // `a @ x + b @ y` with one output column (an RNN cell `W·x + U·h` of
+    // column vectors): the add may not be fused into the second product
+    // as an accumulating GEMM, since outside exact mode that product
+    // becomes a reduction, which writes its sums (the compiled result was
+    // `b @ y` alone). Also 1×1 and batched.
+    use tensorlift::{Sym, function};
+    let vals = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 37 + seed * 11) % 23) as f32 / 8.0 - 1.0)
+            .collect()
+    };
+    for (a_dims, x_dims, b_dims, y_dims) in [
+        (vec![4, 3], vec![3, 1], vec![4, 2], vec![2, 1]),
+        (vec![1, 1], vec![1, 1], vec![1, 1], vec![1, 1]),
+        (vec![2, 4, 3], vec![2, 3, 1], vec![2, 4, 5], vec![2, 5, 1]),
+    ] {
+        let t = |d: &Vec<usize>, seed| common::f32s(&vals(d.iter().product(), seed), d);
+        let inputs = [t(&a_dims, 1), t(&x_dims, 2), t(&b_dims, 3), t(&y_dims, 4)];
+        let body = |a: Sym, x: Sym, b: Sym, y: Sym| a.matmul(&x) + b.matmul(&y);
+        let want = function(body).call(&inputs).unwrap();
+        let got = function(body).jit_compile(true).call(&inputs).unwrap();
+        let (w, g) = (
+            common::to_vec::<f32>(&want[0]),
+            common::to_vec::<f32>(&got[0]),
+        );
+        assert!(
+            w.iter()
+                .zip(&g)
+                .all(|(a, b)| (a - b).abs() <= 1e-5 * (1.0 + a.abs())),
+            "{a_dims:?}@{x_dims:?} + {b_dims:?}@{y_dims:?}: compiled {g:?}, interpreted {w:?}"
+        );
+    }
+}

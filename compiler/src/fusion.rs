@@ -1874,9 +1874,13 @@ fn accumulate_gemms(plan: &mut Plan, params_writable: bool) {
         let (add, s_out) = (k.name.clone(), k.out);
         let (mut fused, mut why_not) = (false, None);
         for (s_dot, s_acc) in [(b, a), (a, b)] {
-            let Some(i) = plan.steps[..j].iter().position(
-                |st| matches!(st, Step::Gemm(g) if g.out == s_dot && !g.accumulate && g.dtype == dtype),
-            ) else {
+            // (Not a product of one column: outside exact mode it becomes
+            // row reductions, `matvec_as_reductions`, which write their
+            // sums instead of adding them.)
+            let Some(i) = plan.steps[..j].iter().position(|st| {
+                matches!(st, Step::Gemm(g)
+                    if g.out == s_dot && !g.accumulate && g.dtype == dtype && g.n > 1)
+            }) else {
                 continue;
             };
             let Step::Gemm(g) = &plan.steps[i] else {
@@ -2075,7 +2079,7 @@ pub fn matvec_as_reductions(plan: &mut Plan) {
         let Step::Gemm(g) = &plan.steps[i] else {
             continue;
         };
-        if g.n != 1 || g.m == 0 || g.k == 0 || g.epilogue.is_some() {
+        if g.n != 1 || g.m == 0 || g.k == 0 || g.epilogue.is_some() || g.accumulate {
             continue;
         }
         let [lb, lm, lk] = g.lhs_strides.map(|s| s as i64);
@@ -2565,8 +2569,13 @@ fn share_reduced_values(plan: &mut Plan) {
                     }
                     return None;
                 }
+                // A kernel that reads its own output holds a stash already
+                // (its output has room for one per-element value): a second
+                // reduction stashing there overwrote the first's values
+                // (`softmax(x) * softmax(2x)`).
                 let ok = k.kind == KernelKind::Loop
                     && reads_result
+                    && !reads(k.out)
                     && k.dims == r.dims
                     && dense
                     && plan.slots[k.out].dtype == dtype
