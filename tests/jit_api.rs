@@ -2107,3 +2107,42 @@ fn two_reductions_feeding_one_kernel_keep_their_own_values() {
         );
     }
 }
+
+#[test]
+fn long_f32_sums_are_accurate_when_compiled() {
+    // A row's lanes add their elements in sequence: one row of 10^7 values
+    // of 0.1 summed to 1,005,958.6 (6e-3 off). Split into rows near √n
+    // (`passes::split_long_sums`), the sum is within 2e-6 of the exact one
+    // (a pairwise sum's bound; in sequence these were 2e-4 to 6e-3 off);
+    // so are sums over the trailing axes, kept dims or not.
+    /// (dims, axes, keepdims)
+    type Case<'a> = (&'a [usize], Option<&'a [i64]>, bool);
+    let cases: [Case<'_>; 4] = [
+        (&[10_000_000], None, false),
+        (&[4, 1 << 18], Some(&[1]), false),
+        (&[3, 250, 1000], Some(&[1, 2]), true),
+        (&[1 << 20], Some(&[0]), true),
+    ];
+    for (dims, axes, keep) in cases {
+        let n: usize = dims.iter().product();
+        let x = Tensor::from(ndarray::ArrayD::from_elem(ndarray::IxDyn(dims), 0.1f32));
+        let axes: Option<Vec<i64>> = axes.map(<[i64]>::to_vec);
+        let body = move |x: Sym| x.reduce_sum(axes.as_deref(), keep);
+        let got = function(body.clone())
+            .jit_compile(true)
+            .call(std::slice::from_ref(&x))
+            .unwrap();
+        let want = function(body).call(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(got[0].shape(), want[0].shape(), "{dims:?}");
+        let (g, w) = (
+            common::to_vec::<f32>(&got[0]),
+            common::to_vec::<f32>(&want[0]),
+        );
+        for (a, b) in g.iter().zip(&w) {
+            assert!(
+                (a - b).abs() <= 2e-6 * b.abs(),
+                "{dims:?} ({n} elements): compiled {a}, interpreted (f64 sum) {b}"
+            );
+        }
+    }
+}

@@ -133,6 +133,11 @@ pub fn compile(graph: &Graph, options: &JitOptions) -> Result<Executable> {
         if tensorlift_ir::passes::scale_into_dot(&mut g) {
             interp::optimize(&mut g)?;
         }
+        // Long f32 sums as rows and their sums (an f32 row sum's lanes add
+        // in sequence; the interpreter sums in f64).
+        if tensorlift_ir::passes::split_long_sums(&mut g) {
+            interp::optimize(&mut g)?;
+        }
     }
     let mut plan = fusion::plan(&g, options.exact)?;
     if !options.exact {
