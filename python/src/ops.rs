@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tensorlift::ir::{BinaryOp, UnaryOp};
-use tensorlift::{DType, Error, Function, Site, Sym, Tensor, TensorType, function};
+use tensorlift::{DType, DotDims, Error, Function, Site, Sym, Tensor, TensorType, function};
 
 /// The attributes an op takes besides its tensors (TensorFlow's keyword
 /// arguments), parsed once: part of the eager cache key.
@@ -23,8 +23,9 @@ pub struct Attrs {
     pub dtype: Option<DType>,
     /// A shape (`reshape`, `broadcast_to`); -1 infers one dimension.
     pub shape: Option<Vec<i64>>,
-    /// A permutation (`transpose`).
-    pub perm: Option<Vec<usize>>,
+    /// A permutation (`transpose`); signed so that a negative entry is an
+    /// error naming the op, not a failed conversion.
+    pub perm: Option<Vec<i64>>,
     /// `slice`: first index, one past the last index, step per axis.
     pub start: Option<Vec<usize>>,
     /// See `start`.
@@ -337,24 +338,7 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
         }
         "reduce_mean" => {
             arity(name, inputs, 1)?;
-            let x = &inputs[0];
-            let dims = x
-                .shape()
-                .and_then(|s| s.dims().map(|d| d.to_vec()))
-                .unwrap_or_default();
-            let axes_all: Vec<i64> = (0..dims.len() as i64).collect();
-            let chosen = axes.unwrap_or(&axes_all);
-            let rank = dims.len() as i64;
-            let count: usize = chosen
-                .iter()
-                .filter_map(|&i| {
-                    let i = if i < 0 { i + rank } else { i };
-                    usize::try_from(i)
-                        .ok()
-                        .and_then(|i| dims.get(i).copied().flatten())
-                })
-                .product();
-            x.reduce_sum(axes, a.keepdims) / count as f64
+            reduce_mean(&inputs[0], axes, a.keepdims)
         }
         "argmax" => {
             arity(name, inputs, 1)?;
@@ -366,16 +350,24 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
         }
         "matmul" => {
             arity(name, inputs, 2)?;
-            inputs[0].matmul(&inputs[1])
+            matmul(&inputs[0], &inputs[1])?
         }
         "transpose" => {
             arity(name, inputs, 1)?;
+            let rank = inputs[0].shape().and_then(|s| s.rank());
             let perm = match &a.perm {
-                Some(p) => p.clone(),
-                None => {
-                    let rank = inputs[0].shape().and_then(|s| s.rank()).unwrap_or(0);
-                    (0..rank).rev().collect()
-                }
+                // TensorFlow takes no negative entries (it wants dims in [0, rank)).
+                Some(p) => p
+                    .iter()
+                    .map(|&d| usize::try_from(d))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| {
+                        let rank = rank.map_or("unknown".to_string(), |r| r.to_string());
+                        Error::invalid(format!(
+                            "transpose: perm {p:?} must hold the dims 0..rank of a tensor of rank {rank}"
+                        ))
+                    })?,
+                None => (0..rank.unwrap_or(0)).rev().collect(),
             };
             inputs[0].transpose(&perm)
         }
@@ -419,7 +411,8 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
         }
         "clip_by_value" => {
             arity(name, inputs, 3)?;
-            inputs[0].clamp(&inputs[1], &inputs[2])
+            let x = &inputs[0];
+            x.clamp(bound_like(&inputs[1], x), bound_like(&inputs[2], x))
         }
         "reverse" => {
             arity(name, inputs, 1)?;
@@ -454,6 +447,148 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
         other => return Err(Error::invalid(format!("unknown op '{other}'"))),
     };
     Ok(vec![out])
+}
+
+/// TensorFlow's `reduce_mean`: the sum over `axes` divided by the number of
+/// elements summed. When a reduced dim (or the rank) is unknown until the
+/// function runs, that number is counted then, as a sum of ones of `x`'s
+/// shape over the same axes.
+fn reduce_mean(x: &Sym, axes: Option<&[i64]>, keepdims: bool) -> Sym {
+    let sum = x.reduce_sum(axes, keepdims);
+    let dims = x.shape().and_then(|s| s.dims().map(|d| d.to_vec()));
+    let known_count = dims.and_then(|dims| {
+        let rank = dims.len() as i64;
+        let all: Vec<i64> = (0..rank).collect();
+        axes.unwrap_or(&all)
+            .iter()
+            .map(|&i| {
+                let i = if i < 0 { i + rank } else { i };
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| dims.get(i).copied().flatten())
+            })
+            .product::<Option<usize>>()
+    });
+    if let Some(n) = known_count {
+        return sum / n as f64;
+    }
+    let Some(d) = x.dtype() else {
+        return sum; // `x` is poisoned: its error is recorded already
+    };
+    // Ones that do not depend on `x`'s values (`x * 0 + 1` would be NaN
+    // where `x` is NaN or infinite), counted in int64 so that the count is
+    // exact.
+    let ones = x.cast(DType::Bool).logical_and(0).cast(DType::I64) + 1;
+    sum / ones.reduce_sum(axes, keepdims).cast(d)
+}
+
+/// `x @ y` as TensorFlow 2's `matmul` (BatchMatMulV2): the batch dims (all
+/// but the last two) broadcast with NumPy's rule. A batch of matrices times
+/// one matrix contracts directly, without copying the matrix per batch;
+/// other broadcasts copy the operands to the common batch shape first.
+fn matmul(x: &Sym, y: &Sym) -> Result<Sym, Error> {
+    let dims = |s: &Sym| s.shape().and_then(|s| s.dims().map(|d| d.to_vec()));
+    let (Some(a), Some(b)) = (dims(x), dims(y)) else {
+        return Ok(x.matmul(y));
+    };
+    let (ra, rb) = (a.len(), b.len());
+    // Vectors, matrices and batches of one shape: the builder's own rules.
+    if ra < 2 || rb < 2 || a[..ra - 2] == b[..rb - 2] {
+        return Ok(x.matmul(y));
+    }
+    let text = |d: &[Option<usize>]| {
+        let d: Vec<String> = d
+            .iter()
+            .map(|n| n.map_or("?".into(), |n| n.to_string()))
+            .collect();
+        format!("[{}]", d.join(","))
+    };
+    let mismatch = |why: &str| {
+        Error::invalid(format!(
+            "matmul of shapes {} and {}: {why}",
+            text(&a),
+            text(&b)
+        ))
+    };
+    let matrix = |d: &[Option<usize>]| [d[d.len() - 2], d[d.len() - 1]];
+    // `y` is one matrix (its batch dims, if any, are all 1) and `x` has
+    // the whole batch, of any size: contract `x`'s last dim with the matrix's rows.
+    if ra >= rb && b[..rb - 2].iter().all(|&d| d == Some(1)) {
+        let [k, m] = matrix(&b);
+        if rb == 2 || k.is_some() || m.is_some() {
+            let y = if rb == 2 {
+                y.clone()
+            } else {
+                y.reshape(&[k.map_or(-1, |k| k as i64), m.map_or(-1, |m| m as i64)])
+            };
+            return Ok(x.dot_general(
+                &y,
+                DotDims {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![ra - 1],
+                    rhs_contract: vec![0],
+                },
+            ));
+        }
+    }
+    // The batch dims, left-padded with 1s to one rank, broadcast per dim.
+    let n = ra.max(rb) - 2;
+    let padded = |d: &[Option<usize>]| -> Vec<Option<usize>> {
+        let batch = &d[..d.len() - 2];
+        std::iter::repeat_n(Some(1), n - batch.len())
+            .chain(batch.iter().copied())
+            .collect()
+    };
+    let (pa, pb) = (padded(&a), padded(&b));
+    let mut batch = Vec::with_capacity(n);
+    for (&p, &q) in pa.iter().zip(&pb) {
+        batch.push(match (p, q) {
+            (Some(p), Some(q)) if p == q || q == 1 => p,
+            (Some(1), Some(q)) => q,
+            (Some(_), Some(_)) => return Err(mismatch("the batch dims do not broadcast")),
+            _ => {
+                return Err(mismatch(
+                    "batch dims of unknown size broadcast only against a batch of the same shape \
+                     or a single matrix (declare them in the input_signature)",
+                ));
+            }
+        });
+    }
+    let to = |d: &[Option<usize>]| -> Result<Vec<usize>, Error> {
+        batch
+            .iter()
+            .map(|&n| Some(n))
+            .chain(matrix(d))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| mismatch("broadcasting the batch dims needs the matrix dims known"))
+    };
+    let widen = |s: &Sym, d: &[Option<usize>]| -> Result<Sym, Error> {
+        let full = to(d)?;
+        Ok(if d.iter().copied().eq(full.iter().map(|&n| Some(n))) {
+            s.clone()
+        } else {
+            s.broadcast_to(&full)
+        })
+    };
+    Ok(widen(x, &a)?.matmul(&widen(y, &b)?))
+}
+
+/// A bound of `clip_by_value`, broadcast to `x`'s shape: TensorFlow takes
+/// a scalar or any shape that broadcasts to `t`'s, while `clamp` takes a
+/// scalar or `x`'s own shape. A bound that would change `x`'s shape is left
+/// for `clamp` to refuse.
+fn bound_like(bound: &Sym, x: &Sym) -> Sym {
+    let (Some(bs), Some(xs)) = (bound.shape(), x.shape()) else {
+        return bound.clone();
+    };
+    let known = xs
+        .dims()
+        .and_then(|d| d.iter().copied().collect::<Option<Vec<usize>>>());
+    match (bs.rank(), known) {
+        (Some(r), Some(dims)) if r > 0 && bs != xs && r <= dims.len() => bound.broadcast_to(&dims),
+        _ => bound.clone(),
+    }
 }
 
 type EagerKey = (String, Attrs, Vec<TensorType>);

@@ -149,9 +149,14 @@ class Tensor:
         return binary("greater_equal", self, o)
 
     def __eq__(self, o):
+        # TensorFlow 2: a tensor is never None (`t == None` is False).
+        if o is None:
+            return False
         return binary("equal", self, o)
 
     def __ne__(self, o):
+        if o is None:
+            return True
         return binary("not_equal", self, o)
 
     # Elementwise __eq__ makes tensors unhashable, as in TensorFlow;

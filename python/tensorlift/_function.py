@@ -431,6 +431,11 @@ class Function:
         def at(stage="hlo", device_name=None):
             return native.compiler_ir(specs, stage)
 
+        # The native function traces through a weak reference to this
+        # Function (_Body), so the callable holds it: TensorFlow's idiom
+        # calls it on a temporary, `tf.function(f).experimental_get_compiler_ir(x)(...)`.
+        at.function = self
+
         return at
 
     def _natives(self):

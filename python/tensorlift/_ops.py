@@ -5,6 +5,7 @@ import numpy as np
 
 from ._core import Tensor, apply, binary, convert_to_tensor
 from .dtypes import as_dtype
+from .errors import InvalidArgumentError
 
 
 def _unary(op):
@@ -34,7 +35,6 @@ sigmoid = _unary("sigmoid")
 sin = _unary("sin")
 cos = _unary("cos")
 erf = _unary("erf")
-logical_not = _unary("logical_not")
 is_finite = _unary("is_finite")
 square = _unary("square")
 reciprocal = _unary("reciprocal")
@@ -66,9 +66,39 @@ truncatemod = _binary("truncatemod")
 pow = _binary("pow")  # noqa: A001
 maximum = _binary("maximum")
 minimum = _binary("minimum")
-logical_and = _binary("logical_and")
-logical_or = _binary("logical_or")
-logical_xor = _binary("logical_xor")
+
+
+def _check_bool(op, *xs):
+    """TensorFlow's logical ops take bool tensors only: on integers they
+    are an error, not bitwise (the operators ``&``, ``|``, ``^`` and ``~``
+    stay bitwise there, as TensorFlow's are)."""
+    for i, x in enumerate(xs):
+        if not x.dtype.is_bool:
+            raise TypeError(f"{op}: input {i} is a {x.dtype.name} tensor, but {op} takes bool tensors")
+
+
+def logical_not(x, name=None):
+    """Elementwise ``logical_not`` of a bool tensor (``tf.math.logical_not``)."""
+    x = convert_to_tensor(x)
+    _check_bool("logical_not", x)
+    return apply("logical_not", [x])
+
+
+def _logical(op):
+    def f(x, y, name=None):
+        x, y = convert_to_tensor(x), convert_to_tensor(y)
+        _check_bool(op, x, y)
+        return apply(op, [x, y])
+
+    f.__name__ = op
+    f.__qualname__ = op
+    f.__doc__ = f"Elementwise ``{op}`` of bool tensors with NumPy broadcasting (``tf.math.{op}``)."
+    return f
+
+
+logical_and = _logical("logical_and")
+logical_or = _logical("logical_or")
+logical_xor = _logical("logical_xor")
 equal = _binary("equal")
 not_equal = _binary("not_equal")
 less = _binary("less")
@@ -126,6 +156,9 @@ def matrix_transpose(a, name=None):
 
 
 def transpose(a, perm=None, name=None):
+    """Permutes the dims: result dim ``i`` is dim ``perm[i]``, with every
+    entry in ``[0, rank)`` as TensorFlow takes it (negative entries are an
+    ``InvalidArgumentError``)."""
     return apply("transpose", [a], {"perm": None if perm is None else [int(p) for p in perm]})
 
 
@@ -156,8 +189,15 @@ def stack(values, axis=0, name=None):
 
 def expand_dims(input, axis, name=None):  # noqa: A002
     x = convert_to_tensor(input)
+    _known_rank(x, "tl.expand_dims")
     shape = list(x.shape)
-    axis = axis + len(shape) + 1 if axis < 0 else axis
+    rank = len(shape)
+    if not -rank - 1 <= axis <= rank:
+        raise InvalidArgumentError(
+            f"expand_dims: axis {axis} is out of range for a tensor of rank {rank} "
+            f"(it takes -{rank + 1}..{rank})"
+        )
+    axis = axis + rank + 1 if axis < 0 else axis
     shape.insert(axis, 1)
     if shape.count(None) > 1:
         raise ValueError(
@@ -169,16 +209,39 @@ def expand_dims(input, axis, name=None):  # noqa: A002
 
 
 def squeeze(input, axis=None, name=None):  # noqa: A002
+    """Removes dims of size 1: those in ``axis``, or every one known to be
+    1 when ``axis`` is None (a dim of unknown size is kept, as TensorFlow
+    keeps it). A dim of unknown size named in ``axis`` must be 1 when the
+    function runs (the reshape checks the element count)."""
     x = convert_to_tensor(input)
+    _known_rank(x, "tl.squeeze")
     shape = list(x.shape)
+    rank = len(shape)
     if axis is None:
         axes = [i for i, d in enumerate(shape) if d == 1]
     else:
-        axes = [a % len(shape) for a in ([axis] if isinstance(axis, int) else axis)]
-        for a in axes:
-            if shape[a] != 1:
-                raise ValueError(f"cannot squeeze axis {a} of size {shape[a]}")
-    return reshape(x, [d for i, d in enumerate(shape) if i not in axes])
+        axes = []
+        for a in [axis] if isinstance(axis, int) else axis:
+            if not -rank <= a < rank:
+                raise InvalidArgumentError(f"squeeze: axis {a} is out of range for a tensor of rank {rank}")
+            a %= rank
+            if shape[a] not in (1, None):
+                raise InvalidArgumentError(f"squeeze: cannot squeeze axis {a} of size {shape[a]}")
+            axes.append(a)
+    out = [d for i, d in enumerate(shape) if i not in axes]
+    if out.count(None) <= 1:
+        return reshape(x, [-1 if d is None else d for d in out])
+    # A reshape infers one unknown dim at most; gathering index 0 of each
+    # axis (known to be of size 1) removes it whatever the other dims are.
+    if any(shape[a] is None for a in axes):
+        raise InvalidArgumentError(
+            f"squeeze of axes {sorted(axes)} of a tensor of shape {shape}: an axis of unknown size "
+            "can be squeezed only when at most one other dim is unknown (declare the dims in the "
+            "input_signature)"
+        )
+    for a in sorted(axes, reverse=True):
+        x = gather(x, convert_to_tensor(0, dtype="int32"), axis=a)
+    return x
 
 
 def gather(params, indices, axis=None, batch_dims=0, name=None):
@@ -299,12 +362,18 @@ def log_softmax(logits, axis=-1, name=None):
 
 
 def relu(features, name=None):
+    """``max(features, 0)``, with TensorFlow's (and JAX's) gradient: 1 where
+    ``features > 0``, else 0 — 0 at 0, where ``maximum`` would split the tie
+    (0.5). NaN stays NaN."""
     f = convert_to_tensor(features)
-    return maximum(f, convert_to_tensor(0, dtype=f.dtype))
+    return where(f <= 0, convert_to_tensor(0, dtype=f.dtype), f)
 
 
 def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None):
-    m = stop_gradient(reduce_max(input_tensor, axis=axis, keepdims=True))
+    m = reduce_max(input_tensor, axis=axis, keepdims=True)
+    # TensorFlow's: a max of +-inf is replaced by 0, so that x - m is not
+    # inf - inf (NaN); the sum is then 0 (-inf) or inf (inf), as it should.
+    m = stop_gradient(where(is_finite(m), m, 0))
     r = log(reduce_sum(exp(input_tensor - m), axis=axis, keepdims=True)) + m
     return r if keepdims else squeeze(r, axis) if axis is not None else reshape(r, [])
 

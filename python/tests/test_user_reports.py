@@ -831,3 +831,267 @@ def test_a_py_function_in_a_function_under_an_eager_tape():
     assert len(calls) == 1
     np.testing.assert_array_equal(t.gradient(y, x).numpy(), [3.0, 5.0])
     assert len(calls) == 2
+
+
+# --- fifth round: reduce_mean over a None dim ---------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_reduce_mean_counts_dims_of_unknown_size_at_run_time(jit):
+    # TensorFlow divides by the number of elements reduced, read from the
+    # tensor when the function runs: a dim declared None counts too.
+    f = _sig_function(lambda x: tl.reduce_mean(x), jit, [tl.TensorSpec([None], tl.float32)])
+    assert f(np.array([2.0, 4.0, 6.0], np.float32)).numpy() == 4.0
+    g = _sig_function(
+        lambda x: (tl.reduce_mean(x, axis=0), tl.reduce_mean(x), tl.reduce_mean(x, axis=1, keepdims=True)),
+        jit,
+    )
+    for n in (1, 4):
+        a = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+        by_col, whole, by_row = g(a)
+        np.testing.assert_allclose(by_col.numpy(), a.mean(axis=0))
+        np.testing.assert_allclose(whole.numpy(), a.mean(), rtol=1e-6)
+        np.testing.assert_allclose(by_row.numpy(), a.mean(axis=1, keepdims=True))
+    assert g.experimental_get_tracing_count() == 1
+
+
+# --- fifth round: reduce_logsumexp of an infinite max ---------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "traced", "jit"])
+def test_reduce_logsumexp_of_an_infinite_max(mode):
+    # TensorFlow replaces a non-finite max by 0 before subtracting it:
+    # logsumexp([-inf, -inf]) = -inf and logsumexp([inf, 1]) = inf.
+    def f(x):
+        return tl.reduce_logsumexp(x, axis=-1)
+
+    fn = f if mode == "eager" else tl.function(f, jit_compile=mode == "jit")
+    x = tl.constant(np.array([[-np.inf, -np.inf], [np.inf, 1.0], [0.0, 0.0], [-np.inf, 0.0]], np.float32))
+    np.testing.assert_allclose(fn(x).numpy(), [-np.inf, np.inf, np.log(2.0), 0.0], rtol=1e-6)
+
+
+def test_reduce_logsumexp_gradient_is_softmax():
+    # d logsumexp(x) / dx = softmax(x), for finite inputs (large ones too).
+    x = tl.constant([[1.0, 2.0, 3.0], [1000.0, 1000.0, -5.0]])
+    with tl.GradientTape() as t:
+        t.watch(x)
+        y = tl.reduce_logsumexp(x, axis=1)
+    a = x.numpy().astype(np.float64)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(t.gradient(y, x).numpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(y.numpy(), [np.log(np.exp(a[0]).sum()), 1000.0 + np.log(2.0)], rtol=1e-6)
+
+
+# --- fifth round: matmul broadcasts batch dims --------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "traced", "jit"])
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [
+        ([2, 3, 4], [4, 5]),
+        ([2, 3, 4], [1, 4, 5]),
+        ([4, 5], [2, 5, 6]),
+        ([1, 4, 5], [2, 5, 6]),
+        ([2, 1, 3, 4], [5, 4, 2]),
+        ([3, 1, 2, 3], [1, 4, 3, 2]),
+        ([2, 3], [3, 2]),
+        ([2, 2, 3], [2, 3, 2]),
+    ],
+)
+def test_matmul_broadcasts_batch_dims(a_shape, b_shape, mode):
+    # TF2's matmul (BatchMatMulV2) broadcasts the batch dims as NumPy does.
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    fn = tl.matmul if mode == "eager" else tl.function(lambda x, y: tl.matmul(x, y), jit_compile=mode == "jit")
+    r = fn(tl.constant(a), tl.constant(b))
+    assert r.shape == (a @ b).shape
+    np.testing.assert_allclose(r.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_matmul_by_a_matrix_keeps_an_unknown_batch_dim(jit):
+    # [None, T, D] @ [D, H]: TensorFlow's dense layer on a sequence.
+    f = _sig_function(lambda x, w: tl.matmul(x, w), jit,
+                      [tl.TensorSpec([None, 3, 4], tl.float32), tl.TensorSpec([4, 5], tl.float32)])
+    w = np.arange(20, dtype=np.float32).reshape(4, 5)
+    for n in (1, 2):
+        a = np.ones([n, 3, 4], np.float32)
+        np.testing.assert_allclose(f(a, w).numpy(), a @ w)
+
+
+def test_matmul_of_mismatched_batch_dims_names_both_shapes():
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"\[2, ?3, ?4\].*\[3, ?4, ?5\]"):
+        tl.matmul(tl.zeros([2, 3, 4]), tl.zeros([3, 4, 5]))
+
+
+def test_matmul_gradient_through_a_broadcast_batch():
+    a = tl.constant(np.ones([2, 3, 4], np.float32))
+    b = tl.constant(np.arange(20, dtype=np.float32).reshape(4, 5))
+    with tl.GradientTape() as t:
+        t.watch([a, b])
+        y = tl.reduce_sum(tl.matmul(a, b))
+    ga, gb = t.gradient(y, [a, b])
+    np.testing.assert_allclose(ga.numpy(), np.broadcast_to(b.numpy().sum(axis=1), [2, 3, 4]))
+    np.testing.assert_allclose(gb.numpy(), np.full([4, 5], 6.0))
+
+
+# --- fifth round: clip_by_value with broadcastable bounds -------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "traced", "jit"])
+def test_clip_by_value_bounds_broadcast_to_t(mode):
+    # tf.clip_by_value: each bound is a scalar or broadcastable to t's shape.
+    def f(t, lo, hi):
+        return tl.clip_by_value(t, lo, hi)
+
+    fn = f if mode == "eager" else tl.function(f, jit_compile=mode == "jit")
+    t = np.array([[0.0, 5.0], [-5.0, 2.0]], np.float32)
+    for lo, hi in [([1.0, -1.0], [3.0, 1.0]), ([[1.0, -1.0]], [[3.0, 1.0]]), ([[1.0], [-1.0]], 3.0)]:
+        lo, hi = np.array(lo, np.float32), np.array(hi, np.float32)
+        r = fn(tl.constant(t), tl.constant(lo), tl.constant(hi))
+        np.testing.assert_array_equal(r.numpy(), np.clip(t, lo, hi))
+
+
+def test_clip_by_value_bounds_do_not_broadcast_t():
+    # TensorFlow keeps t's shape: bounds that would grow it are an error.
+    with pytest.raises((tl.errors.InvalidArgumentError, ValueError)):
+        tl.clip_by_value(tl.constant([1.0, 2.0]), tl.constant([[0.0], [1.0]]), 3.0)
+
+
+# --- fifth round: expand_dims axis range ------------------------------------------
+
+
+@pytest.mark.parametrize("axis", [3, 7, -4, -10])
+def test_expand_dims_out_of_range_axis_is_an_error(axis):
+    # TensorFlow takes axis in [-rank-1, rank] and raises InvalidArgumentError otherwise.
+    with pytest.raises(tl.errors.InvalidArgumentError, match=rf"axis {axis}.*rank 2"):
+        tl.expand_dims(tl.zeros([2, 3]), axis)
+
+
+def test_expand_dims_in_range_axes():
+    x = tl.zeros([2, 3])
+    assert [list(tl.expand_dims(x, a).shape) for a in (-3, -1, 0, 2)] == [[1, 2, 3], [2, 3, 1], [1, 2, 3],
+                                                                          [2, 3, 1]]
+
+
+# --- fifth round: squeeze of a tensor with a None dim -----------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_squeeze_with_a_none_dim(jit):
+    # TensorFlow: squeezing known size-1 axes keeps the unknown dims; with
+    # axis=None a dim of unknown size is kept ([None, 3, 1] -> [None, 3]).
+    sig = [tl.TensorSpec([None, 3, 1], tl.float32)]
+    for axis in (-1, 2, None, [2]):
+        f = _sig_function(lambda x, axis=axis: tl.squeeze(x, axis), jit, sig)
+        for n in (1, 2):
+            a = np.arange(n * 3, dtype=np.float32).reshape(n, 3, 1)
+            r = f(a)
+            assert r.shape == (n, 3)
+            np.testing.assert_array_equal(r.numpy(), a[:, :, 0])
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_squeeze_of_an_unknown_dim_named_by_axis(jit):
+    # An explicit axis of unknown size is allowed when tracing; it must be 1
+    # when the function runs.
+    f = _sig_function(lambda x: tl.squeeze(x, 0), jit, [tl.TensorSpec([None, 3], tl.float32)])
+    np.testing.assert_array_equal(f(np.ones([1, 3], np.float32)).numpy(), np.ones([3]))
+    with pytest.raises(tl.errors.InvalidArgumentError):
+        f(np.ones([2, 3], np.float32))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_squeeze_keeps_two_dims_of_unknown_size(jit):
+    # More than one unknown dim left: a reshape cannot infer them, the
+    # known size-1 axes are removed anyway.
+    f = _sig_function(lambda x: tl.squeeze(x), jit, [tl.TensorSpec([None, 1, None, 1], tl.float32)])
+    a = np.arange(6, dtype=np.float32).reshape(2, 1, 3, 1)
+    np.testing.assert_array_equal(f(a).numpy(), a[:, 0, :, 0])
+
+
+def test_squeeze_of_a_known_dim_not_of_size_one_is_an_error():
+    with pytest.raises((tl.errors.InvalidArgumentError, ValueError), match=r"axis 1.*size 3"):
+        tl.squeeze(tl.zeros([1, 3]), 1)
+
+
+# --- fifth round: transpose with a negative perm entry ----------------------------
+
+
+def test_transpose_negative_perm_entry_is_an_error():
+    # TensorFlow: "transpose expects a vector containing elements of
+    # [0, rank)"; a negative entry is InvalidArgumentError.
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"\[-1, 0, 1\].*rank 3"):
+        tl.transpose(tl.zeros([2, 3, 4]), [-1, 0, 1])
+    f = tl.function(lambda x: tl.transpose(x, [0, -1]))
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"\[0, -1\].*rank 2"):
+        f(tl.zeros([2, 3]))
+
+
+# --- fifth round: compiler IR of a temporary tl.function -------------------------
+
+
+def test_compiler_ir_of_a_temporary_function():
+    # TensorFlow's idiom tf.function(f, jit_compile=True).experimental_get_compiler_ir(x)(stage=...):
+    # the callable keeps the function alive.
+    import gc
+
+    at = tl.function(lambda x: tl.sin(x) * 2.0, jit_compile=True).experimental_get_compiler_ir(
+        tl.TensorSpec([3], tl.float32))
+    gc.collect()
+    assert at(stage="hlo").startswith("graph")
+
+
+# --- fifth round: == None and logical ops on non-bool tensors ---------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "traced"])
+def test_tensor_compared_with_none(mode):
+    # TensorFlow 2: `t == None` is False and `t != None` is True (Python bools).
+    def f(x):
+        assert (x == None) is False  # noqa: E711
+        assert (x != None) is True  # noqa: E711
+        return x
+
+    fn = f if mode == "eager" else tl.function(f)
+    fn(tl.constant([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("mode", ["eager", "traced"])
+@pytest.mark.parametrize("op", [tl.logical_and, tl.logical_or, tl.math.logical_xor])
+def test_logical_ops_need_bool_tensors(op, mode):
+    # TensorFlow's LogicalAnd/LogicalOr take bool only (an error, not a bitwise op).
+    fn = op if mode == "eager" else tl.function(lambda x, y: op(x, y))
+    with pytest.raises((TypeError, tl.errors.InvalidArgumentError), match="bool"):
+        fn(tl.constant([1, 2]), tl.constant([3, 1]))
+    np.testing.assert_array_equal(
+        fn(tl.constant([True, False]), tl.constant([True, True])).numpy(),
+        op(np.array([True, False]), np.array([True, True])).numpy(),
+    )
+
+
+def test_logical_not_needs_a_bool_tensor():
+    with pytest.raises((TypeError, tl.errors.InvalidArgumentError), match="bool"):
+        tl.logical_not(tl.constant([1, 2]))
+    np.testing.assert_array_equal(tl.logical_not(tl.constant([True, False])).numpy(), [False, True])
+
+
+# --- relu's gradient at 0 ------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "jit"])
+def test_relu_gradient_is_zero_at_zero(mode):
+    # TensorFlow's ReluGrad passes the gradient where x > 0 only (JAX's
+    # relu too); relu as maximum(x, 0) split the tie at 0 (0.5).
+    def f(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.reduce_sum(tl.nn.relu(x))
+        return tl.nn.relu(x), t.gradient(y, x)
+
+    run = f if mode == "eager" else tl.function(f, jit_compile=(mode == "jit"))
+    y, g = run(tl.constant([-1.0, 0.0, 2.0, np.nan], dtype=tl.float32))
+    np.testing.assert_array_equal(y.numpy(), [0.0, 0.0, 2.0, np.nan])
+    np.testing.assert_array_equal(g.numpy()[:3], [0.0, 0.0, 1.0])
