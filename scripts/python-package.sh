@@ -25,6 +25,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 venv=${TENSORLIFT_VENV:-target/python-venv}
+# (Absolute from here on: maturin is told the venv by its path.)
+case $venv in /*) ;; *) venv=$PWD/$venv ;; esac
 py=${PYO3_PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then
   echo "== creating $venv"
@@ -33,7 +35,7 @@ fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   "maturin>=1.9,<2" numpy ml_dtypes pytest cloudpickle "dask[array]" distributed
 echo "== building the Python package (maturin develop ${profile[*]:---dev profile}, +${SECONDS}s)"
-VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop "${profile[@]}" --quiet -m python/Cargo.toml
+VIRTUAL_ENV="$venv" "$venv/bin/maturin" develop "${profile[@]}" --quiet -m python/Cargo.toml
 if [ "$test" -eq 1 ]; then
   echo "== pytest python/tests (+${SECONDS}s)"
   "$venv/bin/python" -m pytest -q python/tests "$@"
