@@ -145,6 +145,46 @@ fn a_body_calling_its_own_function_while_traced_is_an_error() {
 }
 
 #[test]
+fn a_batch_of_unknown_size_broadcasts_against_known_dims() {
+    // x: f32[?, 3] plus a bias f32[3] (a dense layer's `x·W + b`), minus
+    // its column sums kept as [1, 3]: broadcast_in_dim cannot add a dim of
+    // unknown size, so these broadcasts wait for the call's shapes (the
+    // result keeps its rank and known dims for the ops after it). Any
+    // batch size, interpreted and compiled, one trace.
+    let bias = Tensor::from(arr1(&[1.0f32, 2.0, 3.0]).into_dyn());
+    for jit in [false, true] {
+        let b = bias.clone();
+        let f = function(move |x: Sym| {
+            let y = &x + &x.graph().constant(&b);
+            assert_eq!(
+                y.shape()
+                    .and_then(|s| s.dims().map(<[Option<usize>]>::to_vec)),
+                Some(vec![None, Some(3)])
+            );
+            // (The count of rows is not known at trace time: a sum here.)
+            &y - y.reduce_sum(Some(&[0]), true)
+        })
+        .input_signature(vec![TensorSpec::new(DType::F32, &[None, Some(3)])])
+        .jit_compile(jit);
+        for n in [1usize, 4] {
+            let rows: Vec<f32> = (0..n * 3).map(|i| i as f32).collect();
+            let x = Tensor::from(ArrayD::from_shape_vec(vec![n, 3], rows.clone()).unwrap());
+            let got = common::to_vec::<f32>(&f.call(&[x]).unwrap()[0]);
+            // Column sums of x + b, subtracted.
+            let want: Vec<f32> = (0..n * 3)
+                .map(|i| {
+                    let b = (i % 3 + 1) as f32;
+                    let column: f32 = (0..n).map(|r| rows[r * 3 + i % 3] + b).sum();
+                    rows[i] + b - column
+                })
+                .collect();
+            assert_eq!(got, want, "jit {jit}, batch {n}");
+        }
+        assert_eq!(f.trace_count(), 1);
+    }
+}
+
+#[test]
 fn a_relaxed_input_signature_traces_once() {
     let f = function(|x: Sym| (&x * 2.0).reduce_sum(Some(&[0]), false))
         .input_signature(vec![TensorSpec::new(DType::F32, &[None])]);

@@ -137,6 +137,14 @@ pub fn binary(
         Ok(s) => s,
         Err(m) => return Err(fail(g, &name, site, m)),
     };
+    // A broadcast to a shape with dims unknown until the call (a None dim
+    // of an input signature: a bias added to a batch) is expanded once the
+    // function is specialized to its arguments' shapes, as unranked
+    // operands are: `broadcast_in_dim` needs the sizes of the dims it adds.
+    let unknown = shape.dims().is_some_and(|d| d.contains(&None));
+    if unknown && (a.shape != shape || b.shape != shape) {
+        return g.add(Op::Dynamic(e.dynamic()), &[x, y], site.clone());
+    }
     let x = broadcast_to_shape(g, x, &shape, site)?;
     let y = broadcast_to_shape(g, y, &shape, site)?;
     g.add(op, &[x, y], site.clone())

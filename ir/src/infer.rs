@@ -332,6 +332,16 @@ fn custom_vjp_types(
     Ok(out)
 }
 
+/// The shape of a dynamic elementwise op's result: the broadcast of its
+/// operands' shapes where both ranks are known (dims known where either
+/// side knows them), else unranked.
+fn dynamic_broadcast(a: &TensorType, b: &TensorType) -> InferResult<Shape> {
+    match (a.shape.rank(), b.shape.rank()) {
+        (Some(_), Some(_)) => broadcast_shapes(&a.shape, &b.shape),
+        _ => Ok(Shape::Unranked),
+    }
+}
+
 /// The type of a [`DynamicOp`]: what is known before its operands' ranks
 /// are (dtypes are checked now; shapes when it is expanded).
 fn dynamic(d: &DynamicOp, ins: &[&TensorType]) -> InferResult<TensorType> {
@@ -345,12 +355,12 @@ fn dynamic(d: &DynamicOp, ins: &[&TensorType]) -> InferResult<TensorType> {
             let dt = same(ins)?;
             let s = TensorType::scalar(dt);
             let t = binary(*b, &s, &s)?;
-            TensorType::new(t.dtype, Shape::Unranked)
+            TensorType::new(t.dtype, dynamic_broadcast(ins[0], ins[1])?)
         }
         DynamicOp::Compare(c) => {
             let s = TensorType::scalar(same(ins)?);
             let t = infer(&Op::Compare(*c), &[&s, &s])?.remove(0);
-            TensorType::new(t.dtype, Shape::Unranked)
+            TensorType::new(t.dtype, dynamic_broadcast(ins[0], ins[1])?)
         }
         DynamicOp::Reduce { op, axes, keepdims } => {
             arity(ins, 1)?;

@@ -1095,3 +1095,33 @@ def test_relu_gradient_is_zero_at_zero(mode):
     y, g = run(tl.constant([-1.0, 0.0, 2.0, np.nan], dtype=tl.float32))
     np.testing.assert_array_equal(y.numpy(), [0.0, 0.0, 2.0, np.nan])
     np.testing.assert_array_equal(g.numpy()[:3], [0.0, 0.0, 1.0])
+
+
+# --- a batch dim declared None broadcasts ----------------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+@pytest.mark.parametrize("batch", [0, 1, 4])
+def test_a_none_batch_dim_broadcasts_against_known_dims(jit, batch):
+    # TensorFlow: [None, 3] + [3] is [None, 3] (a dense layer's bias); so
+    # are [None, 3] + [1, 3], a softmax over either axis and centring by the
+    # column means. broadcast_in_dim needed the batch's size at trace time
+    # (an error for a bias; under jit a softmax failed for a batch of one).
+    b = np.array([1.0, 2.0, 3.0], np.float32)
+    x = np.arange(batch * 3, dtype=np.float32).reshape(batch, 3) / 4
+
+    def np_softmax(v, axis):
+        e = np.exp(v - v.max(axis=axis, keepdims=True)) if v.size else v
+        return e / e.sum(axis=axis, keepdims=True) if v.size else v
+
+    cases = [
+        (lambda v: v + b, x + b),
+        (lambda v: v + tl.constant(b)[None], x + b[None]),
+        (lambda v: tl.nn.softmax(v), np_softmax(x, -1)),
+        (lambda v: tl.nn.softmax(v, axis=0), np_softmax(x, 0)),
+    ]
+    if batch:
+        cases.append((lambda v: v - tl.reduce_mean(v, 0, keepdims=True), x - x.mean(0, keepdims=True)))
+    for body, want in cases:
+        f = tl.function(body, input_signature=[tl.TensorSpec([None, 3], tl.float32)], jit_compile=jit)
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6, atol=1e-7)
