@@ -2114,11 +2114,15 @@ fn long_f32_sums_are_accurate_when_compiled() {
     // of 0.1 summed to 1,005,958.6 (6e-3 off). Split into rows near √n
     // (`passes::split_long_sums`), the sum is within 2e-6 of the exact one
     // (a pairwise sum's bound; in sequence these were 2e-4 to 6e-3 off);
-    // so are sums over the trailing axes, kept dims or not.
+    // so are sums over the trailing axes, kept dims or not, and of lengths
+    // no block divides.
     /// (dims, axes, keepdims)
     type Case<'a> = (&'a [usize], Option<&'a [i64]>, bool);
-    let cases: [Case<'_>; 4] = [
+    let cases: [Case<'_>; 6] = [
         (&[10_000_000], None, false),
+        // Prime lengths: whole rows of 4096, plus the rest.
+        (&[10_000_019], None, false),
+        (&[3, 65_537], Some(&[1]), true),
         (&[4, 1 << 18], Some(&[1]), false),
         (&[3, 250, 1000], Some(&[1, 2]), true),
         (&[1 << 20], Some(&[0]), true),

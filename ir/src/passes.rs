@@ -876,8 +876,9 @@ pub const LONG_SUM: usize = 1 << 16;
 /// 10^7 values of 0.1 summed to 1,005,958.6 (6e-3 off); as rows of 3200
 /// it is within 1e-7 of the exact sum, and the rows split over threads
 /// (a whole tensor's sum ran on one). The JIT runs it outside exact mode
-/// only (the interpreter and exact mode sum in f64); lengths with no such
-/// divisor are left as they are. Not applied inside regions.
+/// only (the interpreter and exact mode sum in f64). A length with no such
+/// divisor (a prime) sums its whole rows of 4096 that way and adds the sum
+/// of the rest. Not applied inside regions.
 pub fn split_long_sums(g: &mut Graph) -> bool {
     let block_of = |n: usize| {
         let root = (n as f64).sqrt();
@@ -888,8 +889,9 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
                 d(*a).total_cmp(&d(*b))
             })
     };
-    // The sums to split, by their result: (kept dims, trailing length, block).
-    let mut long: HashMap<ValueId, (Vec<usize>, usize, usize)> = HashMap::new();
+    // The sums to split, by their result: (kept dims, trailing length, and
+    // the block that divides it, if one does).
+    let mut long: HashMap<ValueId, (Vec<usize>, usize, Option<usize>)> = HashMap::new();
     for n in g.nodes() {
         let Op::Reduce {
             op: ReduceOp::Sum,
@@ -912,9 +914,7 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
         if len < LONG_SUM {
             continue;
         }
-        if let Some(b) = block_of(len) {
-            long.insert(n.results[0], (dims[..kept].to_vec(), len, b));
-        }
+        long.insert(n.results[0], (dims[..kept].to_vec(), len, block_of(len)));
     }
     if long.is_empty() {
         return false;
@@ -936,17 +936,49 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
             Ok(ng.node(id).results[0])
         };
         let k = kept.len();
-        let rows: Vec<Option<usize>> = (kept.iter().copied().chain([len / b, *b]))
-            .map(Some)
-            .collect();
-        let x = add(ng, Op::Reshape(Shape::Ranked(rows)), inputs[0], "rows")?;
+        let shape =
+            |tail: &[usize]| Shape::Ranked(kept.iter().chain(tail).map(|&d| Some(d)).collect());
         let sum = |axis: usize| Op::Reduce {
             op: ReduceOp::Sum,
             axes: vec![axis],
             keepdims: false,
         };
+        // The elements as one trailing dim, then its whole rows of `b`.
+        let flat = add(ng, Op::Reshape(shape(&[*len])), inputs[0], "flat")?;
+        let b = b.unwrap_or(4096);
+        let whole = len / b * b;
+        let part = |ng: &mut Graph, from: usize, to: usize, what: &str| {
+            let start = (0..k).map(|_| 0).chain([from]).collect();
+            let limit = kept.iter().copied().chain([to]).collect();
+            let stride = vec![1; k + 1];
+            let op = Op::Slice {
+                start,
+                limit,
+                stride,
+            };
+            match (from, to) == (0, *len) {
+                true => Ok(flat),
+                false => add(ng, op, flat, what),
+            }
+        };
+        let head = part(ng, 0, whole, "whole_rows")?;
+        let x = add(ng, Op::Reshape(shape(&[whole / b, b])), head, "rows")?;
         let partial = add(ng, sum(k + 1), x, "row_sums")?;
-        let total = add(ng, sum(k), partial, "sum")?;
+        let mut total = add(ng, sum(k), partial, "sum")?;
+        if whole < *len {
+            let rest = part(ng, whole, *len, "rest")?;
+            let rest = add(ng, sum(k), rest, "rest_sum")?;
+            let name = fresh_name(g, ng, &format!("{}.total", node.name));
+            let id = ng.add_node(NewNode {
+                op: Op::Binary(BinaryOp::Add),
+                inputs: vec![total, rest],
+                name: Some(name),
+                site: node.site.clone(),
+                effect: Effect::Pure,
+                result_types: None,
+            })?;
+            total = ng.node(id).results[0];
+        }
         let want = g.ty(node.results[0]).shape.clone();
         if ng.ty(total).shape == want {
             return Ok(Some(vec![total]));
