@@ -864,21 +864,23 @@ pub fn reciprocal_of_broadcast_divisors(g: &mut Graph) -> bool {
     adopt(g, rewritten)
 }
 
-/// Trailing elements an f32 sum adds from which [`split_long_sums`] splits
+/// Elements an f32 sum adds (per output element) from which [`split_long_sums`] splits
 /// it in two.
 pub const LONG_SUM: usize = 1 << 16;
 
-/// An f32 sum over `n ≥ LONG_SUM` trailing elements (the innermost axes,
-/// a whole tensor's sum among them) becomes two: the elements as rows of
-/// `b` (a divisor of `n` near `√n`, from 256 to 8192), each row summed,
-/// then the `n / b` row sums. Compiled code sums a row with f32 vector
+/// An f32 sum over `n ≥ LONG_SUM` elements of one group of adjacent axes
+/// (the innermost ones, a whole tensor's sum, a column sum over many rows,
+/// a batch norm's N·H·W) becomes two: the elements as rows of `b` (a
+/// divisor of `n` near `√n`, from 256 to 8192), each row summed, then the
+/// `n / b` row sums. Compiled column and middle-axis sums add each column
+/// in row order too (the sum of 2^25 rows of ones stopped at 2^24). Compiled code sums a row with f32 vector
 /// accumulators, each lane adding its elements in sequence, so one row of
 /// 10^7 values of 0.1 summed to 1,005,958.6 (6e-3 off); as rows of 3200
 /// it is within 1e-7 of the exact sum, and the rows split over threads
 /// (a whole tensor's sum ran on one). The JIT runs it outside exact mode
 /// only (the interpreter and exact mode sum in f64). A length with no such
-/// divisor (a prime) sums its whole rows of 4096 that way and adds the sum
-/// of the rest. Not applied inside regions.
+/// divisor (a prime) sums its whole rows of 4096 (of `√n` for a column sum)
+/// that way and adds the sum of the rest. Not applied inside regions.
 pub fn split_long_sums(g: &mut Graph) -> bool {
     let block_of = |n: usize| {
         let root = (n as f64).sqrt();
@@ -889,9 +891,11 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
                 d(*a).total_cmp(&d(*b))
             })
     };
-    // The sums to split, by their result: (kept dims, trailing length, and
-    // the block that divides it, if one does).
-    let mut long: HashMap<ValueId, (Vec<usize>, usize, Option<usize>)> = HashMap::new();
+    // The sums to split, by their result: the dims before the reduced
+    // ones, their length, the dims after them, and the block that divides
+    // the length, if one does.
+    type Long = (Vec<usize>, usize, Vec<usize>, Option<usize>);
+    let mut long: HashMap<ValueId, Long> = HashMap::new();
     for n in g.nodes() {
         let Op::Reduce {
             op: ReduceOp::Sum,
@@ -905,22 +909,26 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
         let Some(dims) = t.shape.as_known() else {
             continue;
         };
-        let kept = dims.len() - axes.len().min(dims.len());
-        let trailing = axes.iter().enumerate().all(|(i, a)| *a == kept + i);
-        if t.dtype != DType::F32 || axes.is_empty() || !trailing {
+        // Axes `p..q`, one group (sorted and unique, as `Reduce` keeps them).
+        let (Some(&p), Some(&last)) = (axes.first(), axes.last()) else {
+            continue;
+        };
+        let q = last + 1;
+        if t.dtype != DType::F32 || q - p != axes.len() || q > dims.len() {
             continue;
         }
-        let len: usize = dims[kept..].iter().product();
+        let len: usize = dims[p..q].iter().product();
         if len < LONG_SUM {
             continue;
         }
-        long.insert(n.results[0], (dims[..kept].to_vec(), len, block_of(len)));
+        let (pre, post) = (dims[..p].to_vec(), dims[q..].to_vec());
+        long.insert(n.results[0], (pre, len, post, block_of(len)));
     }
     if long.is_empty() {
         return false;
     }
     let rewritten = g.rewrite(|ng, node, inputs| {
-        let Some((kept, len, b)) = node.results.first().and_then(|r| long.get(r)) else {
+        let Some((pre, len, post, b)) = node.results.first().and_then(|r| long.get(r)) else {
             return Ok(None);
         };
         let add = |ng: &mut Graph, op: Op, input: ValueId, what: &str| -> Result<ValueId> {
@@ -935,22 +943,42 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
             })?;
             Ok(ng.node(id).results[0])
         };
-        let k = kept.len();
-        let shape =
-            |tail: &[usize]| Shape::Ranked(kept.iter().chain(tail).map(|&d| Some(d)).collect());
+        // Dims `pre ++ mid ++ post`.
+        let k = pre.len();
+        let shape = |mid: &[usize]| {
+            Shape::Ranked(
+                pre.iter()
+                    .chain(mid)
+                    .chain(post)
+                    .map(|&d| Some(d))
+                    .collect(),
+            )
+        };
         let sum = |axis: usize| Op::Reduce {
             op: ReduceOp::Sum,
             axes: vec![axis],
             keepdims: false,
         };
-        // The elements as one trailing dim, then its whole rows of `b`.
+        // The reduced elements as one dim, then its whole rows of `b`.
         let flat = add(ng, Op::Reshape(shape(&[*len])), inputs[0], "flat")?;
-        let b = b.unwrap_or(4096);
+        // (No divisor: rows of 4096 for a row sum, whose 16 to 64 vector
+        // chains share a row; rows of √n for a column sum, which adds each
+        // column's `b` rows in sequence.)
+        let b = b.unwrap_or(match post.is_empty() {
+            true => 4096,
+            false => (*len as f64).sqrt() as usize,
+        });
         let whole = len / b * b;
         let part = |ng: &mut Graph, from: usize, to: usize, what: &str| {
-            let start = (0..k).map(|_| 0).chain([from]).collect();
-            let limit = kept.iter().copied().chain([to]).collect();
-            let stride = vec![1; k + 1];
+            let start = (pre.iter().map(|_| 0))
+                .chain([from])
+                .chain(post.iter().map(|_| 0))
+                .collect();
+            let limit = (pre.iter().copied())
+                .chain([to])
+                .chain(post.iter().copied())
+                .collect();
+            let stride = vec![1; k + 1 + post.len()];
             let op = Op::Slice {
                 start,
                 limit,
