@@ -185,6 +185,25 @@ fn a_batch_of_unknown_size_broadcasts_against_known_dims() {
 }
 
 #[test]
+fn specializing_keeps_names_unique() {
+    // x / sum(x) over [?, ?, 4] is a dynamic division (`unranked_div`);
+    // specialized, it expands into a node named `div`, which the later
+    // division by 4 (traced as `div`) then collided with: "a node named
+    // 'div' already exists", under jit only.
+    for jit in [false, true] {
+        let f = function(|x: Sym| {
+            let y = &x / &x.reduce_sum(Some(&[-1]), true);
+            y.reduce_sum(Some(&[-1]), false) / 4.0
+        })
+        .input_signature(vec![TensorSpec::new(DType::F32, &[None, None, Some(4)])])
+        .jit_compile(jit);
+        let x = Tensor::from(ArrayD::from_elem(vec![2, 3, 4], 1.0f32));
+        let y = f.call(&[x]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&y[0]), vec![0.25; 6], "jit {jit}");
+    }
+}
+
+#[test]
 fn a_relaxed_input_signature_traces_once() {
     let f = function(|x: Sym| (&x * 2.0).reduce_sum(Some(&[0]), false))
         .input_signature(vec![TensorSpec::new(DType::F32, &[None])]);

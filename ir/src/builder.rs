@@ -287,6 +287,11 @@ pub fn select(
         Ok(s) => s,
         Err(m) => return Err(fail(g, "select", site, m)),
     };
+    // Broadcasts to dims unknown until the call wait for it (see `binary`).
+    let unknown = shape.dims().is_some_and(|d| d.contains(&None));
+    if unknown && shapes.iter().any(|s| *s != shape) {
+        return g.add(Op::Dynamic(DynamicOp::Select), &vs, site.clone());
+    }
     let p = broadcast_to_shape(g, pred, &shape, site)?;
     let t = broadcast_to_shape(g, on_true, &shape, site)?;
     let f = broadcast_to_shape(g, on_false, &shape, site)?;

@@ -722,10 +722,16 @@ impl Graph {
                             .collect()
                     });
                     let ins: Vec<TensorType> = inputs.iter().map(|v| g.ty(*v).clone()).collect();
+                    // (A dynamic op expanded earlier may have taken the
+                    // name: its ops are named after their kind, `div`.)
+                    let name = match g.has_name(&node.name) {
+                        true => g.fresh_name(&node.name),
+                        false => node.name.clone(),
+                    };
                     let id = g.add_node(NewNode {
                         op: node.op.with_operand_types(&ins)?,
                         inputs,
-                        name: Some(node.name.clone()),
+                        name: Some(name),
                         site: node.site.clone(),
                         effect: node.effect,
                         result_types: declared,

@@ -387,7 +387,11 @@ fn dynamic(d: &DynamicOp, ins: &[&TensorType]) -> InferResult<TensorType> {
                 return Err(format!("select predicate must be bool, got {}", ins[0]));
             }
             same_dtype(ins[1], ins[2])?;
-            TensorType::new(ins[1].dtype, Shape::Unranked)
+            let shape = match dynamic_broadcast(ins[0], ins[1])? {
+                Shape::Unranked => Shape::Unranked,
+                s => dynamic_broadcast(&TensorType::new(ins[1].dtype, s), ins[2])?,
+            };
+            TensorType::new(ins[1].dtype, shape)
         }
         DynamicOp::BroadcastTo(dims) => {
             arity(ins, 1)?;

@@ -454,6 +454,17 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
 /// function runs, that number is counted then, as a sum of ones of `x`'s
 /// shape over the same axes.
 fn reduce_mean(x: &Sym, axes: Option<&[i64]>, keepdims: bool) -> Sym {
+    // Half precision in f32, as TensorFlow's mean accumulates it: a sum or
+    // a count past 65504 is inf in f16 (the mean of 70000 ones was NaN).
+    if let Some(d @ (DType::F16 | DType::BF16)) = x.dtype() {
+        return reduce_mean(&x.cast(DType::F32), axes, keepdims).cast(d);
+    }
+    // Narrow integers in int64, truncated as before: a count may not fit
+    // the dtype (256 elements of uint8 was an error about a constant the
+    // user never made), nor may the sum.
+    if let Some(d @ (DType::I8 | DType::U8 | DType::I16 | DType::U16)) = x.dtype() {
+        return reduce_mean(&x.cast(DType::I64), axes, keepdims).cast(d);
+    }
     let sum = x.reduce_sum(axes, keepdims);
     let dims = x.shape().and_then(|s| s.dims().map(|d| d.to_vec()));
     let known_count = dims.and_then(|dims| {

@@ -407,8 +407,33 @@ def apply(name, inputs, attrs=None):
     return apply_n(name, inputs, attrs)[0]
 
 
+def _static_attr(op, key, v):
+    """An attribute given as tensors (an eager tensor, or a list holding
+    them: ``axis=tf.constant(1)``) as the Python values it holds. A value
+    computed inside a traced function is not known until it runs, and the
+    op needs it to build its graph: a clear error, where an axis read from
+    it was once taken as no axis at all (the input came back unreduced)."""
+    if isinstance(v, (list, tuple)):
+        return [_static_attr(op, key, x) for x in v]
+    if isinstance(v, SymbolicTensor):
+        raise TypeError(
+            f"{op}: {key} is a tensor of the traced function ({v!r}), whose value is only known when "
+            f"it runs; {op} needs it while tracing: pass a Python value (an int or a list of ints; "
+            "a Python argument of a tl.function is static)"
+        )
+    if isinstance(v, Tensor):
+        return v.numpy().tolist()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
 def apply_n(name, inputs, attrs=None):
     """Runs or traces op ``name``; every result."""
+    if attrs:
+        attrs = {k: _static_attr(name, k, v) for k, v in attrs.items()}
     inputs = [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in inputs]
     like = next((x._s for x in inputs if isinstance(x, SymbolicTensor)), None)
     if like is not None:

@@ -1125,3 +1125,44 @@ def test_a_none_batch_dim_broadcasts_against_known_dims(jit, batch):
     for body, want in cases:
         f = tl.function(body, input_signature=[tl.TensorSpec([None, 3], tl.float32)], jit_compile=jit)
         np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+# --- sixth round: a second TF model port ----------------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_where_and_logsumexp_over_none_dims(jit):
+    # tl.where(x > 0, x, 0.0) and reduce_logsumexp over a [None, None, 4]
+    # input failed to trace ("broadcast_in_dim: result dim 0 is unknown").
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 3, 4)
+    sig = [tl.TensorSpec([None, None, 4], tl.float32)]
+    f = tl.function(lambda v: tl.where(v > 0, v, 0.0), input_signature=sig, jit_compile=jit)
+    np.testing.assert_array_equal(f(x).numpy(), np.where(x > 0, x, 0))
+    g = tl.function(lambda v: tl.reduce_logsumexp(v, axis=1), input_signature=sig, jit_compile=jit)
+    np.testing.assert_allclose(g(x).numpy(), np.log(np.exp(x).sum(1)), rtol=1e-6, atol=1e-6)
+    # x / sum(x) then a mean: an expanded dynamic division took the name of
+    # the later one ("a node named 'div' already exists", jit only).
+    h = tl.function(lambda v: tl.reduce_mean(v / tl.reduce_sum(v, -1, keepdims=True), -1),
+                    input_signature=sig, jit_compile=jit)
+    np.testing.assert_allclose(h(np.abs(x) + 1).numpy(), np.full((2, 3), 0.25), rtol=1e-6)
+
+
+def test_an_axis_computed_inside_a_function_is_an_error_not_no_axis():
+    # The axis came from a traced tensor: it was read as no axis at all and
+    # the input came back unreduced. Eager tensors and NumPy values work.
+    x = np.ones((2, 3, 4), np.float32)
+    assert tl.reduce_sum(tl.constant(x), axis=tl.constant(1)).shape == (2, 4)
+    assert tl.reduce_sum(tl.constant(x), axis=np.array([0, 1])).shape == (4,)
+    with pytest.raises(TypeError, match="reduce_sum: axis is a tensor of the traced function"):
+        tl.function(lambda v, a: tl.reduce_sum(v, axis=a))(x, np.int32(1))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_means_of_narrow_dtypes(jit):
+    # float16: the sum and the count of 70000 elements overflow f16 (the
+    # mean was NaN or 0); TensorFlow accumulates half precision in float.
+    # uint8: a count of 256 does not fit (an error about a constant).
+    f = tl.function(lambda v: tl.reduce_mean(v), jit_compile=jit)
+    assert f(np.full(70000, 0.1, np.float16)).numpy() == np.float16(0.1)
+    m = f(np.full((16, 16), 200, np.uint8))
+    assert m.dtype == tl.uint8 and m.numpy() == 200
