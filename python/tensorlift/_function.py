@@ -66,9 +66,19 @@ def _key(tensors):
 def _is_static(a):
     """Whether a call's argument is a static Python value (part of the
     trace key, as in TensorFlow) rather than a tensor input: anything but a
-    tensor, a NumPy array or scalar, and a list or tuple (converted to a
-    tensor)."""
+    tensor, a NumPy array or scalar, and a list or tuple (of numbers,
+    converted to a tensor; of tensors or arrays, refused by ``_convert``)."""
     return not isinstance(a, (Tensor, np.ndarray, np.generic, list, tuple))
+
+
+def _holds_arrays(v):
+    """Whether a list or tuple holds a tensor or a NumPy array, at any depth
+    (a nested structure of tensors in TensorFlow's terms, not a list of
+    numbers)."""
+    return any(
+        isinstance(x, (Tensor, np.ndarray)) or (isinstance(x, (list, tuple)) and _holds_arrays(x))
+        for x in v
+    )
 
 
 def _static_key(v, name="function", position=0):
@@ -183,6 +193,16 @@ class Function:
             if isinstance(a, Tensor):
                 tensors.append(a)
                 continue
+            if isinstance(a, (list, tuple)) and _holds_arrays(a):
+                # TensorFlow passes such a list as a nested structure of
+                # tensors, each keeping its dtype and shape; stacking it
+                # into one tensor changed dtypes silently ([x_f32, i_int32]
+                # came back float32) and the structure of gradients.
+                raise TypeError(
+                    f"function '{self._name}': argument {i} is a {type(a).__name__} of tensors or arrays; "
+                    "tl.function does not take nested structures of tensors yet (TensorFlow does): pass each "
+                    "tensor as an argument of its own, or tl.stack them first"
+                )
             try:
                 tensors.append(convert_to_tensor(a, dtype=None if spec is None else spec.dtype))
             except (TypeError, ValueError) as e:

@@ -1166,3 +1166,14 @@ def test_means_of_narrow_dtypes(jit):
     assert f(np.full(70000, 0.1, np.float16)).numpy() == np.float16(0.1)
     m = f(np.full((16, 16), 200, np.uint8))
     assert m.dtype == tl.uint8 and m.numpy() == 200
+
+
+def test_a_list_of_tensors_as_an_argument_is_refused_not_stacked():
+    # TensorFlow passes it as a nested structure (each tensor keeps its
+    # dtype); stacking turned [x_f32, step_int32] into float32 silently.
+    f = tl.function(lambda ws: ws[1] + 1)
+    with pytest.raises(TypeError, match="argument 0 is a list of tensors or arrays.*pass each tensor"):
+        f([tl.constant([1.0]), tl.constant([2], dtype=tl.int32)])
+    with pytest.raises(TypeError, match="nested structures"):
+        f((np.ones(2, np.float32), np.ones(3, np.float32)))
+    assert f([1.0, 2.0]).numpy() == 3.0  # numbers: one tensor, as before
