@@ -250,35 +250,52 @@ def _vjp(records, sources, targets, cts):
     seeds = [_ones_like(t) if c is None else convert_to_tensor(c, dtype=t.dtype)
              for t, c in zip(targets, cts)]
     symbolic = any(isinstance(x, SymbolicTensor) for x in [*sources, *targets, *seeds])
+    # The tensors the records read that no record made and that are not
+    # sources, where a tape around this one tracks them: the gradient is a
+    # function of them too (d/dW of a gradient with respect to x, a mixed
+    # second derivative; recorded with the sources alone, W was a constant
+    # of the replay and the outer gradient None).
+    made = {id(o) for r in records for o in r.outputs}
+    skip = made | {id(s) for s in sources}
+    outer = [t for t in _core.state.tapes]
+    extra = []
+    for r in records:
+        for t in r.inputs:
+            if (isinstance(t, Tensor) and id(t) not in skip
+                    and any(id(t) in tape._live for tape in outer)):
+                skip.add(id(t))
+                extra.append(t)
 
-    def in_trace(src, sds):
+    def in_trace(src, sds, ext):
         """The gradient as traced code, where the trace is under way."""
         where = site()
-        like = next((x._s for x in [*src, *sds] if isinstance(x, SymbolicTensor)), None)
+        like = next((x._s for x in [*src, *sds, *ext] if isinstance(x, SymbolicTensor)), None)
         prim = [_core.to_sym(s, like, where) for s in src]
         seed = [_core.to_sym(c, like, where) for c in sds]
+        held = [_core.to_sym(e, like, where) for e in ext]
 
         def f(xs):
-            return [t._s for t in _replay(records, sources, xs, targets)]
+            return [t._s for t in _replay(records, [*sources, *extra], [*xs, *held], targets)]
 
         return [SymbolicTensor(g) for g in _native.vjp(f, prim, seed, where)]
 
     if symbolic:
-        grads = in_trace(sources, seeds)
+        grads = in_trace(sources, seeds, extra)
     else:
         n = len(sources)
 
         def body(syms):
             sy = [SymbolicTensor(s) for s in syms]
-            return [g._s for g in in_trace(sy[:n], sy[n:])]
+            return [g._s for g in in_trace(sy[:n], sy[n:], extra)]
 
         fn = _native.Function(body, "gradient_tape", site(), False, None)
         grads = [EagerTensor(v) for v in fn([t._v for t in [*sources, *seeds]])]
-    # Recorded on the tapes around this one: a gradient of a gradient.
-    def replay(xs, n=len(sources)):
-        return in_trace(xs[:n], xs[n:])
 
-    _core.record(replay, [*sources, *seeds], grads)
+    # Recorded on the tapes around this one: a gradient of a gradient.
+    def replay(xs, n=len(sources), m=len(seeds)):
+        return in_trace(xs[:n], xs[n:n + m], xs[n + m:])
+
+    _core.record(replay, [*sources, *seeds, *extra], grads)
     return grads
 
 

@@ -1177,3 +1177,28 @@ def test_a_list_of_tensors_as_an_argument_is_refused_not_stacked():
     with pytest.raises(TypeError, match="nested structures"):
         f((np.ones(2, np.float32), np.ones(3, np.float32)))
     assert f([1.0, 2.0]).numpy() == 3.0  # numbers: one tensor, as before
+
+
+@pytest.mark.parametrize("inner_watches_w", [False, True])
+def test_eager_nested_tapes_give_mixed_second_derivatives(inner_watches_w):
+    # d/dW of the inner gradient with respect to x (a WGAN-GP gradient
+    # penalty): eagerly it was None, the inner gradient recorded on the
+    # outer tape as a function of x alone (W a constant of its replay).
+    W = tl.constant([[1.0, 2.0], [3.0, 4.0]])
+    x = tl.constant([[0.1, 0.2]])
+
+    def penalty(W, x):
+        with tl.GradientTape() as outer:
+            outer.watch(W)
+            with tl.GradientTape() as inner:
+                inner.watch(x)
+                if inner_watches_w:
+                    inner.watch(W)
+                d = tl.reduce_sum(tl.tanh(tl.matmul(x, W)))
+            gx = inner.gradient(d, x)
+            pen = tl.reduce_sum(tl.square(gx))
+        return outer.gradient(pen, W)
+
+    eager = penalty(W, x)
+    assert eager is not None
+    np.testing.assert_allclose(eager.numpy(), tl.function(penalty)(W, x).numpy(), rtol=1e-5)
