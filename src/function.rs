@@ -238,6 +238,15 @@ impl Drop for Tracing {
     }
 }
 
+/// The slot of signature `key` in `map`, made on its first call (the key
+/// is copied then only: every call of a function looks up its slot).
+fn slot_of<S: Clone + Default>(map: &mut HashMap<Vec<TensorType>, S>, key: &[TensorType]) -> S {
+    match map.get(key) {
+        Some(slot) => slot.clone(),
+        None => map.entry(key.to_vec()).or_default().clone(),
+    }
+}
+
 struct Inner {
     cfg: Config,
     traces_cache: Mutex<HashMap<Vec<TensorType>, TraceSlot>>,
@@ -399,12 +408,7 @@ impl Function {
 
     fn concrete_for(&self, types: &[TensorType]) -> Result<Arc<ConcreteFunction>, Error> {
         let key = self.signature_for(types)?;
-        let slot = self
-            .inner
-            .lock_traces()
-            .entry(key.clone())
-            .or_default()
-            .clone();
+        let slot = slot_of(&mut self.inner.lock_traces(), &key);
         let id = Arc::as_ptr(&self.inner) as usize;
         if TRACING.with(|t| t.borrow().iter().any(|(i, k)| *i == id && *k == key)) {
             let cfg = &self.inner.cfg;
@@ -660,7 +664,7 @@ impl Function {
                 .executables
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            exes.entry(types.to_vec()).or_default().clone()
+            slot_of(&mut exes, types)
         };
         let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = &*slot {

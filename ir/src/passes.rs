@@ -931,11 +931,11 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
         let Some((pre, len, post, b)) = node.results.first().and_then(|r| long.get(r)) else {
             return Ok(None);
         };
-        let add = |ng: &mut Graph, op: Op, input: ValueId, what: &str| -> Result<ValueId> {
+        let add_n = |ng: &mut Graph, op: Op, inputs: Vec<ValueId>, what: &str| -> Result<ValueId> {
             let name = fresh_name(g, ng, &format!("{}.{what}", node.name));
             let id = ng.add_node(NewNode {
                 op,
-                inputs: vec![input],
+                inputs,
                 name: Some(name),
                 site: node.site.clone(),
                 effect: Effect::Pure,
@@ -943,6 +943,7 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
             })?;
             Ok(ng.node(id).results[0])
         };
+        let add = |ng: &mut Graph, op: Op, x: ValueId, what: &str| add_n(ng, op, vec![x], what);
         // Dims `pre ++ mid ++ post`.
         let k = pre.len();
         let shape = |mid: &[usize]| {
@@ -996,16 +997,7 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
         if whole < *len {
             let rest = part(ng, whole, *len, "rest")?;
             let rest = add(ng, sum(k), rest, "rest_sum")?;
-            let name = fresh_name(g, ng, &format!("{}.total", node.name));
-            let id = ng.add_node(NewNode {
-                op: Op::Binary(BinaryOp::Add),
-                inputs: vec![total, rest],
-                name: Some(name),
-                site: node.site.clone(),
-                effect: Effect::Pure,
-                result_types: None,
-            })?;
-            total = ng.node(id).results[0];
+            total = add_n(ng, Op::Binary(BinaryOp::Add), vec![total, rest], "total")?;
         }
         let want = g.ty(node.results[0]).shape.clone();
         if ng.ty(total).shape == want {

@@ -42,15 +42,20 @@ stop_gradient = _unary("stop_gradient")
 identity = _unary("identity")
 
 
-def _binary(op):
+def _binary(op, bools=False):
+    """``tf.math.{op}``; with ``bools``, of bool tensors only (the logical
+    ops, see ``_check_bool``)."""
     def f(x, y, name=None):
         if not isinstance(x, Tensor) and not isinstance(y, Tensor):
             x = convert_to_tensor(x)
+        if bools:
+            _check_bool(op, x, y)
         return binary(op, x, y)
 
     f.__name__ = op
     f.__qualname__ = op
-    f.__doc__ = f"Elementwise ``{op}`` with NumPy broadcasting (``tf.math.{op}``)."
+    what = " of bool tensors" if bools else ""
+    f.__doc__ = f"Elementwise ``{op}``{what} with NumPy broadcasting (``tf.math.{op}``)."
     return f
 
 
@@ -73,7 +78,7 @@ def _check_bool(op, *xs):
     are an error, not bitwise (the operators ``&``, ``|``, ``^`` and ``~``
     stay bitwise there, as TensorFlow's are)."""
     for i, x in enumerate(xs):
-        if not x.dtype.is_bool:
+        if isinstance(x, Tensor) and not x.dtype.is_bool:
             raise TypeError(f"{op}: input {i} is a {x.dtype.name} tensor, but {op} takes bool tensors")
 
 
@@ -84,21 +89,9 @@ def logical_not(x, name=None):
     return apply("logical_not", [x])
 
 
-def _logical(op):
-    def f(x, y, name=None):
-        x, y = convert_to_tensor(x), convert_to_tensor(y)
-        _check_bool(op, x, y)
-        return apply(op, [x, y])
-
-    f.__name__ = op
-    f.__qualname__ = op
-    f.__doc__ = f"Elementwise ``{op}`` of bool tensors with NumPy broadcasting (``tf.math.{op}``)."
-    return f
-
-
-logical_and = _logical("logical_and")
-logical_or = _logical("logical_or")
-logical_xor = _logical("logical_xor")
+logical_and = _binary("logical_and", bools=True)
+logical_or = _binary("logical_or", bools=True)
+logical_xor = _binary("logical_xor", bools=True)
 equal = _binary("equal")
 not_equal = _binary("not_equal")
 less = _binary("less")
