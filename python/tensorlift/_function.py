@@ -71,14 +71,60 @@ def _is_static(a):
     return not isinstance(a, (Tensor, np.ndarray, np.generic, list, tuple))
 
 
-def _holds_arrays(v):
-    """Whether a list or tuple holds a tensor or a NumPy array, at any depth
-    (a nested structure of tensors in TensorFlow's terms, not a list of
-    numbers)."""
+def _holds_arrays(v, specs=False):
+    """Whether a list, tuple or dict holds a tensor or a NumPy array (with
+    ``specs``, a TensorSpec), at any depth: a nested structure of tensors in
+    TensorFlow's terms, not a list of numbers."""
+    kinds = (Tensor, np.ndarray, TensorSpec) if specs else (Tensor, np.ndarray)
+    items = v.values() if isinstance(v, dict) else v
     return any(
-        isinstance(x, (Tensor, np.ndarray)) or (isinstance(x, (list, tuple)) and _holds_arrays(x))
-        for x in v
+        isinstance(x, kinds) or (isinstance(x, (list, tuple, dict)) and _holds_arrays(x, specs)) for x in items
     )
+
+
+def _is_nest(a, specs=False):
+    """Whether an argument is a nested structure of tensors (TensorFlow's
+    ``tf.nest``): its tensors are inputs of the trace, its structure and
+    other leaves part of the trace key."""
+    return isinstance(a, (list, tuple, dict)) and _holds_arrays(a, specs)
+
+
+def _frozen(structure):
+    """A ``flatten`` structure as a hashable value."""
+    if isinstance(structure, (list, tuple)):
+        return tuple(_frozen(s) for s in structure)
+    return structure
+
+
+class _Nest:
+    """A nested structure argument in a trace key: its structure and its
+    leaves that are not tensors (Python values, static as TensorFlow's),
+    and the number of tensor leaves it takes from the inputs."""
+
+    __slots__ = ("structure", "statics", "count", "key")
+
+    def __init__(self, structure, statics, count, name, position):
+        self.structure = structure
+        self.statics = statics
+        self.count = count
+        self.key = (_Nest, _frozen(structure), tuple((j, _static_key(v, name, position)) for j, v in statics),
+                    count)
+
+    @classmethod
+    def of(cls, value, name, position, specs=False):
+        """``(nest, tensor leaves)`` of an argument."""
+        leaves, structure = flatten(value)
+        kinds = (Tensor, np.ndarray, np.generic, TensorSpec) if specs else (Tensor, np.ndarray, np.generic)
+        statics = tuple((j, v) for j, v in enumerate(leaves) if not isinstance(v, kinds))
+        tensors = [v for v in leaves if isinstance(v, kinds)]
+        return cls(structure, statics, len(tensors), name, position), tensors
+
+    def build(self, tensors):
+        """The argument rebuilt with ``tensors`` for its tensor leaves."""
+        leaves = list(tensors)
+        for j, v in self.statics:
+            leaves.insert(j, v)
+        return pack(self.structure, leaves)
 
 
 def _static_key(v, name="function", position=0):
@@ -101,11 +147,30 @@ def _static_key(v, name="function", position=0):
 
 def _merge(tensors, statics):
     """The positional arguments: ``statics`` ((position, value) pairs) put
-    back among the tensors."""
-    args = list(tensors)
-    for i, v in statics:
-        args.insert(i, v)
-    return args
+    back among the tensors, a nested structure (``_Nest``) taking its
+    tensors from them."""
+    args = []
+    it = iter(tensors)
+    at = dict(statics)
+    last = max(at, default=-1)
+    i = 0
+    while True:
+        v = at.get(i, _MISSING)
+        if isinstance(v, _Nest):
+            args.append(v.build([next(it) for _ in range(v.count)]))
+        elif v is not _MISSING:
+            args.append(v)
+        else:
+            t = next(it, _MISSING)
+            if t is _MISSING:
+                if i > last:
+                    return args
+                raise AssertionError("a static argument's position is past the arguments")
+            args.append(t)
+        i += 1
+
+
+_MISSING = object()
 
 
 class Function:
@@ -113,9 +178,9 @@ class Function:
 
     def __init__(self, python_function, input_signature=None, jit_compile=None, name=None):
         self.python_function = python_function
-        self.input_signature = None if input_signature is None else list(input_signature)
         self.jit_compile = bool(jit_compile)
         self._name = name or getattr(python_function, "__name__", "function")
+        self._set_signature(input_signature)
         self._site = _definition_site(python_function)
         self._structures = {}
         # Static arguments (Python values: numbers, strings, None, objects)
@@ -136,18 +201,45 @@ class Function:
             self._signature = inspect.signature(python_function)
         except (TypeError, ValueError):
             self._signature = None
-        sig = None if self.input_signature is None else [s._native() for s in self.input_signature]
+        sig = None if self.input_signature is None else [s._native() for s in self._flat_signature]
         # The native function holds its body weakly: a strong reference
         # would make a cycle through Rust that Python's collector cannot
         # see, and the function and its callbacks would never be freed.
         self._native = _native.Function(_WeakBody(self), self._name, self._site, self.jit_compile, sig)
         functools.update_wrapper(self, python_function)
 
+    def _set_signature(self, input_signature):
+        self.input_signature = None if input_signature is None else list(input_signature)
+        # The signature's TensorSpecs in order (tf.nest.flatten), and whether
+        # it nests them (input_signature=[[spec_w, spec_b], spec_x]).
+        self._flat_signature = None
+        self._signature_structure = None
+        self._nested_signature = False
+        if self.input_signature is None:
+            return
+        self._flat_signature, self._signature_structure = flatten(self.input_signature)
+        for s in self._flat_signature:
+            if not isinstance(s, TensorSpec):
+                raise TypeError(
+                    f"function '{self._name}': input_signature holds a {type(s).__name__} ({_short(s)}); "
+                    "it takes TensorSpecs, in lists, tuples and dicts"
+                )
+        self._nested_signature = any(not isinstance(s, TensorSpec) for s in self.input_signature)
+
+    def _arguments(self, tensors, statics):
+        """The positional arguments of a call whose inputs are ``tensors``:
+        with its static values and nested structures rebuilt."""
+        if statics is not None:
+            return _merge(tensors, statics[1])
+        if self._nested_signature:
+            return pack(self._signature_structure, tensors)
+        return tensors
+
     def _body(self, syms, statics=None):
         args = [SymbolicTensor(s) for s in syms]
         _core.state.tracing_functions.append(self)
         try:
-            out = self.python_function(*(args if statics is None else _merge(args, statics[1])))
+            out = self.python_function(*self._arguments(args, statics))
         finally:
             _core.state.tracing_functions.pop()
         leaves, structure = flatten(out)
@@ -175,7 +267,7 @@ class Function:
             values = list(bound.args)
             if len(values) > n or len(bound.kwargs) > 0:
                 raise TypeError(
-                    f"function '{self._name}' has an input_signature of {n} tensor(s); the other "
+                    f"function '{self._name}' has an input_signature of {n} argument(s); the other "
                     f"arguments keep their defaults (got {len(values) + len(bound.kwargs)} argument(s))"
                 )
             return values
@@ -185,24 +277,14 @@ class Function:
         bound.apply_defaults()
         return list(bound.args)
 
-    def _convert(self, args, positions=None):
+    def _convert(self, args, positions=None, specs=None):
         tensors = []
         for k, a in enumerate(args):
             i = k if positions is None else positions[k]
-            spec = self.input_signature[i] if self.input_signature and i < len(self.input_signature) else None
+            spec = None if specs is None else specs[k]
             if isinstance(a, Tensor):
                 tensors.append(a)
                 continue
-            if isinstance(a, (list, tuple)) and _holds_arrays(a):
-                # TensorFlow passes such a list as a nested structure of
-                # tensors, each keeping its dtype and shape; stacking it
-                # into one tensor changed dtypes silently ([x_f32, i_int32]
-                # came back float32) and the structure of gradients.
-                raise TypeError(
-                    f"function '{self._name}': argument {i} is a {type(a).__name__} of tensors or arrays; "
-                    "tl.function does not take nested structures of tensors yet (TensorFlow does): pass each "
-                    "tensor as an argument of its own, or tl.stack them first"
-                )
             try:
                 tensors.append(convert_to_tensor(a, dtype=None if spec is None else spec.dtype))
             except (TypeError, ValueError) as e:
@@ -213,19 +295,54 @@ class Function:
                 ) from e
         return tensors
 
+    def _convert_signed(self, args):
+        """The tensors of ``args`` under the input_signature, nested
+        structures flattened against the signature's."""
+        if not self._nested_signature:
+            return self._convert(args, specs=self.input_signature)
+        tensors = []
+        for i, (a, spec) in enumerate(zip(args, self.input_signature)):
+            if isinstance(spec, TensorSpec):
+                tensors += self._convert([a], [i], [spec])
+                continue
+            leaves, structure = flatten(a)
+            specs, expected = flatten(spec)
+            if _loose(structure) != _loose(expected):
+                raise TypeError(
+                    f"function '{self._name}': argument {i} ({_short(a, 80)}) does not have the structure "
+                    f"of its input_signature ({_short(spec, 160)})"
+                )
+            tensors += self._convert(leaves, [i] * len(leaves), specs)
+        return tensors
+
     def _split(self, args):
-        """``(statics, tensors)``: the static Python values among ``args``
-        (None when there are none; else their key and (position, value)
-        pairs) and the other arguments as tensors. With an input_signature
-        every argument is a tensor."""
+        """``(statics, tensors)``: the static Python values and nested
+        structures among ``args`` (None when there are none; else their key
+        and (position, value or ``_Nest``) pairs) and the tensors of the
+        other arguments and of the structures. With an input_signature every
+        argument is a tensor or a structure of them."""
         if self.input_signature is not None:
-            return None, self._convert(args)
-        positions = [i for i, a in enumerate(args) if not _is_static(a)]
-        tensors = self._convert([args[i] for i in positions], positions)
-        if len(positions) == len(args):
-            return None, tensors
-        pairs = tuple((i, a) for i, a in enumerate(args) if _is_static(a))
-        return (tuple((i, _static_key(a, self._name, i)) for i, a in pairs), pairs), tensors
+            return None, self._convert_signed(args)
+        pairs = []
+        tensors = []
+        for i, a in enumerate(args):
+            if _is_nest(a):
+                nest, leaves = _Nest.of(a, self._name, i)
+                pairs.append((i, nest))
+                tensors += self._convert(leaves, [i] * len(leaves))
+            elif _is_static(a):
+                pairs.append((i, a))
+            else:
+                tensors += self._convert([a], [i])
+        return self._statics(pairs), tensors
+
+    def _statics(self, pairs):
+        """The static arguments of a call (None when there are none): their
+        trace key and their (position, value or ``_Nest``) pairs."""
+        if not pairs:
+            return None
+        key = tuple((i, v.key if isinstance(v, _Nest) else _static_key(v, self._name, i)) for i, v in pairs)
+        return key, tuple(pairs)
 
     def _native_for(self, statics):
         """The native function traced with static arguments ``statics``."""
@@ -276,7 +393,7 @@ class Function:
         flat, _ = flatten(result)
 
         def replay(xs):
-            leaves, _ = flatten(self.python_function(*(xs if statics is None else _merge(xs, statics[1]))))
+            leaves, _ = flatten(self.python_function(*self._arguments(xs, statics)))
             return [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in leaves]
 
         _core.record(replay, tensors, [x for x in flat if isinstance(x, Tensor)])
@@ -357,8 +474,8 @@ class Function:
         if not graphs and self._static:
             raise pickle.PicklingError(
                 f"function '{self._name}' (defined at {self._site[0]}:{self._site[1]}) is not importable "
-                "and has been traced only with static (Python value) arguments, which its pickled graphs "
-                "cannot take: define it at module level to pickle it by reference"
+                "and has been traced only with static (Python value) arguments or nested structures, which "
+                "its pickled graphs cannot take: define it at module level to pickle it by reference"
             )
         if not graphs:
             raise pickle.PicklingError(
@@ -388,7 +505,7 @@ class Function:
         key = _key(tensors)
         entry = self._graphs.get(key)
         if entry is None and self.input_signature is not None:
-            key = tuple((s.dtype.name, s.shape) for s in self.input_signature)
+            key = tuple((s.dtype.name, s.shape) for s in self._flat_signature)
             entry = self._graphs.get(key)
         if entry is None:
             have = ", ".join(str(k) for k in self._graphs) or "none"
@@ -409,7 +526,7 @@ class Function:
         if key in self._structures:
             return self._structures[key]
         if self.input_signature is not None:
-            key = tuple((s.dtype.name, s.shape) for s in self.input_signature)
+            key = tuple((s.dtype.name, s.shape) for s in self._flat_signature)
             if key in self._structures:
                 return self._structures[key]
         # Traced under a relaxed signature: any trace's structure fits.
@@ -419,21 +536,24 @@ class Function:
         """``(native, specs)``: the native function for ``args`` (tensors,
         TensorSpecs and static Python values) and the specs of its inputs."""
         if args:
-            statics = None
-            if self.input_signature is None and any(
-                _is_static(a) and not isinstance(a, TensorSpec) for a in args
-            ):
-                pairs = tuple((i, a) for i, a in enumerate(args) if _is_static(a) and not isinstance(a, TensorSpec))
-                statics = (tuple((i, _static_key(a, self._name, i)) for i, a in pairs), pairs)
-                args = [a for a in args if not _is_static(a) or isinstance(a, TensorSpec)]
-            specs = [
-                (a if isinstance(a, TensorSpec) else TensorSpec.from_tensor(convert_to_tensor(a)))._native()
-                for a in args
-            ]
-            return self._native_for(statics), specs
+            if self.input_signature is not None:
+                leaves, _ = flatten(list(args))
+                return self._native, [_spec_of(a)._native() for a in leaves]
+            pairs = []
+            specs = []
+            for i, a in enumerate(args):
+                if _is_nest(a, specs=True):
+                    nest, leaves = _Nest.of(a, self._name, i, specs=True)
+                    pairs.append((i, nest))
+                    specs += [_spec_of(x) for x in leaves]
+                elif _is_static(a) and not isinstance(a, TensorSpec):
+                    pairs.append((i, a))
+                else:
+                    specs.append(_spec_of(a))
+            return self._native_for(self._statics(pairs)), [s._native() for s in specs]
         if self.input_signature is None:
             raise ValueError(f"function '{self._name}' has no input_signature: give example inputs or specs")
-        return self._native, [s._native() for s in self.input_signature]
+        return self._native, [s._native() for s in self._flat_signature]
 
     def get_concrete_function(self, *args):
         """Traces (and under jit_compile compiles) for ``args`` (tensors,
@@ -559,6 +679,21 @@ class _Method:
         return self.fn(instance, *args, **kwargs)
 
 
+def _spec_of(a):
+    return a if isinstance(a, TensorSpec) else TensorSpec.from_tensor(convert_to_tensor(a))
+
+
+def _loose(structure):
+    """A ``flatten`` structure with lists and tuples alike (an argument
+    matches its input_signature's structure either way, as in TensorFlow)."""
+    if structure is None or not isinstance(structure, tuple):
+        return structure
+    if structure[0] is dict:
+        return (dict, structure[1], [_loose(x) for x in structure[2]])
+    kind = tuple if structure[0] in (list, tuple) else structure[0]
+    return (kind, [_loose(x) for x in structure[1]])
+
+
 def _short(v, n=40):
     r = repr(v)
     return r if len(r) <= n else r[: n - 3] + "..."
@@ -609,9 +744,9 @@ def _rebuild(name, site_, input_signature, jit_compile, graphs, callbacks):
     """A function unpickled from its graphs (see ``Function.__reduce__``)."""
     f = Function.__new__(Function)
     f.python_function = None
-    f.input_signature = input_signature
     f.jit_compile = jit_compile
     f._name = name
+    f._set_signature(input_signature)
     f._site = site_
     f._structures = {}
     f._static = {}

@@ -1,6 +1,7 @@
 """Defects a new-user test found (reproducers r01-r13): each test states
 TensorFlow's behaviour, which tensorlift follows."""
 
+import collections
 import threading
 import time
 
@@ -1168,15 +1169,63 @@ def test_means_of_narrow_dtypes(jit):
     assert m.dtype == tl.uint8 and m.numpy() == 200
 
 
-def test_a_list_of_tensors_as_an_argument_is_refused_not_stacked():
-    # TensorFlow passes it as a nested structure (each tensor keeps its
-    # dtype); stacking turned [x_f32, step_int32] into float32 silently.
-    f = tl.function(lambda ws: ws[1] + 1)
-    with pytest.raises(TypeError, match="argument 0 is a list of tensors or arrays.*pass each tensor"):
-        f([tl.constant([1.0]), tl.constant([2], dtype=tl.int32)])
-    with pytest.raises(TypeError, match="nested structures"):
-        f((np.ones(2, np.float32), np.ones(3, np.float32)))
-    assert f([1.0, 2.0]).numpy() == 3.0  # numbers: one tensor, as before
+@pytest.mark.parametrize("jit", BOTH)
+def test_nested_structures_of_tensors_as_arguments(jit):
+    # TensorFlow passes a list, tuple, dict or namedtuple of tensors as a
+    # nested structure, each tensor keeping its dtype and shape (train_step
+    # ([W, b], x)); it was stacked into one tensor ([x_f32, step_int32]
+    # came back float32), then refused.
+    @tl.function(jit_compile=jit)
+    def step(ws, x):
+        w, b = ws
+        return tl.matmul(x, w) + b, ws
+
+    w = tl.constant(np.arange(6, dtype=np.float32).reshape(3, 2))
+    b = tl.constant([1.0, 2.0])
+    x = tl.constant(np.ones((4, 3), np.float32))
+    y, (w2, b2) = step([w, b], x)
+    np.testing.assert_array_equal(y.numpy(), np.ones((4, 3)) @ w.numpy() + b.numpy())
+    assert b2.dtype == tl.float32 and w2.shape == (3, 2)
+    f = tl.function(lambda d, n: tl.cast(d["step"], tl.float32) * d["x"] + n, jit_compile=jit)
+    out = f({"x": np.ones(2, np.float32), "step": tl.constant(3)}, 1.0)
+    np.testing.assert_array_equal(out.numpy(), [4.0, 4.0])
+    point = collections.namedtuple("Point", "w b")
+    g = tl.function(lambda p, s: p.w * s[0] + p.b, jit_compile=jit)
+    assert g(point(tl.constant(2.0), tl.constant(1.0)), (tl.constant(3.0), 7)).numpy() == 7.0
+    # The structure and its Python leaves are part of the trace key.
+    assert g(point(tl.constant(2.0), tl.constant(1.0)), (tl.constant(4.0), 7)).numpy() == 9.0
+    assert g.experimental_get_tracing_count() == 1
+    g(point(tl.constant(2.0), tl.constant(1.0)), (tl.constant(4.0), 8))
+    g(point(tl.constant(2.0), tl.constant(1.0)), [tl.constant(4.0), 7])
+    assert g.experimental_get_tracing_count() == 3
+    # A list of Python numbers is still one tensor.
+    h = tl.function(lambda v: v * 2, jit_compile=jit)
+    assert h([1.0, 2.0]).shape == (2,)
+    with tl.GradientTape() as tape:
+        tape.watch([w, b])
+        loss = tl.reduce_sum(step([w, b], x)[0] ** 2)
+    gw, gb = tape.gradient(loss, [w, b])
+    r = np.ones((4, 3)) @ w.numpy() + b.numpy()
+    np.testing.assert_allclose(gb.numpy(), 2 * r.sum(0))
+    np.testing.assert_allclose(gw.numpy(), np.ones((3, 4)) @ (2 * r))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_nested_input_signature(jit):
+    spec = [[tl.TensorSpec([None]), tl.TensorSpec([], tl.int32)], tl.TensorSpec([None])]
+    f = tl.function(lambda ws, x: ws[0] * x + tl.cast(ws[1], tl.float32), input_signature=spec, jit_compile=jit)
+    np.testing.assert_array_equal(f([np.ones(3, np.float32), 2], np.arange(3, dtype=np.float32)).numpy(), [2, 3, 4])
+    np.testing.assert_array_equal(f((np.ones(2, np.float32), 1), np.arange(2, dtype=np.float32)).numpy(), [1, 2])
+    assert f.experimental_get_tracing_count() == 1
+    with pytest.raises(TypeError, match="argument 0 .* does not have the structure of its input_signature"):
+        f([np.ones(3, np.float32)], np.arange(3, dtype=np.float32))
+    with pytest.raises(TypeError, match="input_signature holds a str"):
+        tl.function(lambda a: a, input_signature=[[tl.TensorSpec([2]), "x"]])
+    # Ahead of a call, from nested specs.
+    g = tl.function(lambda ws, x: ws[0] * x, jit_compile=jit)
+    g.get_concrete_function([tl.TensorSpec([2]), tl.TensorSpec([2])], tl.TensorSpec([2]))
+    g([np.ones(2, np.float32), np.ones(2, np.float32)], np.ones(2, np.float32))
+    assert g.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("inner_watches_w", [False, True])
