@@ -409,7 +409,8 @@ fn gemm_accumulates_into_a_loop_carried_accumulator() {
 /// is exact for values in the normal range, so the compiled scores are
 /// bitwise the interpreter's (and the softmax after them its values
 /// within the default mode's bounds: its division is a product with the
-/// reciprocal, as XLA's); a
+/// reciprocal, as XLA's); the scale is then the GEMM's own (`gemm`'s
+/// beta, `fusion::scale_into_gemms`), no kernel writing the scaled q; a
 /// scale that is not a power of two stays on the product.
 #[test]
 fn a_power_of_two_scale_moves_into_the_smaller_operand_bitwise() {
@@ -443,8 +444,11 @@ fn a_power_of_two_scale_moves_into_the_smaller_operand_bitwise() {
             .jit_compile(true)
             .compiler_ir(&specs, IrStage::Fused)
             .unwrap();
+        // The scaled operand is no kernel of its own: the GEMM scales its
+        // product (`gemm`'s beta).
+        assert!(!fused.contains(".scaled' loop"), "scale {scale}:\n{fused}");
         assert_eq!(
-            fused.contains(".scaled' loop"),
+            fused.contains(&format!("scaled by {scale} ->")),
             moves,
             "scale {scale}:\n{fused}"
         );
@@ -458,5 +462,101 @@ fn a_power_of_two_scale_moves_into_the_smaller_operand_bitwise() {
             );
         }
         common::assert_close(&got[1], &want[1], 1e-5, 1e-6, &format!("scale {scale}"));
+    }
+}
+
+/// A user's `(x · 2^k) @ w` (or `x @ (w · 2^k)`): outside exact mode the
+/// GEMM scales its product itself (`fusion::scale_into_gemms`), no kernel
+/// writing the scaled operand, with the bits of the product of the scaled
+/// operand; not where the scaled operand is also returned, nor in exact
+/// mode; inside a loop body too, on a carried value. Checked against the
+/// interpreter and against the same program in exact mode.
+#[test]
+fn an_operands_power_of_two_scale_becomes_the_gemms_own() {
+    let (x, w) = (randoms(&[48, 96], 21), randoms(&[96, 80], 22));
+    let specs = [
+        TensorSpec::known(DType::F32, &[48, 96]),
+        TensorSpec::known(DType::F32, &[96, 80]),
+    ];
+    type Make = fn() -> Function;
+    let cases: [(&str, Make, Option<&str>); 5] = [
+        (
+            "lhs",
+            || function(|x: Sym, w: Sym| (&x * 0.5).matmul(&w)),
+            Some("scaled by 0.5 ->"),
+        ),
+        (
+            "rhs",
+            || function(|x: Sym, w: Sym| x.matmul(&(&w * -4.0))),
+            Some("scaled by -4 ->"),
+        ),
+        (
+            "also returned",
+            || {
+                function(|x: Sym, w: Sym| {
+                    let s = &x * 0.5;
+                    (s.matmul(&w), s)
+                })
+            },
+            None,
+        ),
+        (
+            "not a power of two",
+            || function(|x: Sym, w: Sym| (&x * 0.3).matmul(&w)),
+            None,
+        ),
+        (
+            "in a loop",
+            || {
+                function(|x: Sym, w: Sym| {
+                    let w2 = w.slice(&[0, 0], &[80, 80], &[1, 1]);
+                    let h = x.matmul(&w);
+                    fori_loop(
+                        0,
+                        3,
+                        move |_, c| vec![(&c[0] * 0.25).matmul(&w2).tanh()],
+                        &[h],
+                    )
+                })
+            },
+            Some("scaled by 0.25 ->"),
+        ),
+    ];
+    let exact = JitOptions {
+        exact: true,
+        ..Default::default()
+    };
+    let inputs = [x, w];
+    for (what, make, scaled) in cases {
+        let want = make().call(&inputs).unwrap();
+        let fused = (make().jit_compile(true))
+            .compiler_ir(&specs, IrStage::Fused)
+            .unwrap();
+        assert_eq!(
+            scaled.is_some_and(|s| fused.contains(s)),
+            scaled.is_some(),
+            "{what}:\n{fused}"
+        );
+        assert_eq!(
+            fused.contains("scaled by"),
+            scaled.is_some(),
+            "{what}:\n{fused}"
+        );
+        let strict = make().jit_compile(true).jit_options(exact);
+        let plan = strict.compiler_ir(&specs, IrStage::Fused).unwrap();
+        assert!(!plan.contains("scaled by"), "{what} (exact):\n{plan}");
+        let got = make().jit_compile(true).call(&inputs).unwrap();
+        let strict = strict.call(&inputs).unwrap();
+        for (i, ((g, s), w)) in got.iter().zip(&strict).zip(&want).enumerate() {
+            assert!(
+                common::same_bits(s, w),
+                "{what} output {i}: exact mode not bitwise"
+            );
+            if scaled.is_some() && what != "in a loop" {
+                // The same calls as exact mode's, the scale moved.
+                assert!(common::same_bits(g, s), "{what} output {i}: not bitwise");
+            }
+            common::assert_close(g, w, 1e-5, 1e-5, &format!("{what} output {i}"));
+        }
     }
 }

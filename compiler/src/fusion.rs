@@ -15,8 +15,8 @@ use std::fmt::Write as _;
 use rustc_hash::FxHashMap;
 
 use tensorlift_ir::{
-    BinaryOp, CmpOp, DType, Error, Graph, Literal, Node, NodeId, Op, ReduceOp, Result, UnaryOp,
-    ValueId,
+    BinaryOp, CmpOp, DType, Error, Graph, Literal, Node, NodeId, Op, ReduceOp, Result, Scalar,
+    UnaryOp, ValueId,
 };
 use tensorlift_runtime::kernels::gemm::{self, GemmDims, GemmSplit};
 
@@ -281,6 +281,10 @@ pub struct Gemm {
     /// `out += lhs @ rhs`: `out` holds an accumulator the product is added
     /// to (an `add(acc, dot_general(..))` fused by [`accumulate_gemms`]).
     pub accumulate: bool,
+    /// The product's factor, a power of two (1 for a plain product): an
+    /// operand's scale moved into the call by [`scale_into_gemms`]
+    /// (`gemm`'s `beta`).
+    pub scale: f64,
     /// A kernel over the output's rows (a loop, or a reduction keeping
     /// them) run on each part's rows as the part finishes them (the bias
     /// and activation of a layer, a softmax's row max; see
@@ -1263,6 +1267,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                     rhs_strides: rs,
                     threads: true,
                     accumulate: false,
+                    scale: 1.0,
                     epilogue: None,
                     packed: None,
                 }));
@@ -1362,6 +1367,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
     };
     if accumulate {
         accumulate_gemms(&mut plan, params_writable);
+        scale_into_gemms(&mut plan);
     }
     write_copies_in_place(&mut plan);
     share_reduced_values(&mut plan);
@@ -1924,6 +1930,117 @@ fn accumulate_gemms(plan: &mut Plan, params_writable: bool) {
             plan.decisions.extend(why_not);
             j += 1;
         }
+    }
+}
+
+/// The slot a kernel scales by a power of two, the scale and the kernel's
+/// output: `out = x · c` (either order) over the whole of `x`, laid out as
+/// `out`, f32 or f64.
+fn scaled_slot(k: &Kernel) -> Option<(SlotId, f64)> {
+    if k.kind != KernelKind::Loop || k.stash.is_some() || k.root != 2 || k.nodes.len() != 3 {
+        return None;
+    }
+    let ENode::Binary(BinaryOp::Mul, a, b, dtype) = k.nodes[2] else {
+        return None;
+    };
+    if !matches!(dtype, DType::F32 | DType::F64) || k.out_strides != row_major(&k.dims) {
+        return None;
+    }
+    let (load, c) = match (&k.nodes[a], &k.nodes[b]) {
+        (l @ ENode::Load { .. }, ENode::Const(c)) | (ENode::Const(c), l @ ENode::Load { .. }) => {
+            (l, c)
+        }
+        _ => return None,
+    };
+    let ENode::Load {
+        slot,
+        dtype: d,
+        offset: 0,
+        strides,
+    } = load
+    else {
+        return None;
+    };
+    let c = match c.element(0) {
+        Scalar::Float(c, _) => c,
+        Scalar::Bool(_) | Scalar::Int(_) | Scalar::Complex(..) => return None,
+    };
+    let (bits, exponent) = (c.to_bits(), (c.to_bits() >> 52) & 0x7ff);
+    let power_of_two = bits & ((1 << 52) - 1) == 0 && exponent != 0 && exponent != 0x7ff;
+    (*d == dtype && *strides == k.out_strides && power_of_two).then_some((*slot, c))
+}
+
+/// Moves an operand's scale by a power of two into the GEMM reading it:
+/// `dot(x · c, y)` calls `gemm` on `x` with `beta = c` (`Gemm::scale`),
+/// and the kernel writing `x · c` (attention's `q · 0.125`, which
+/// `passes::scale_into_dot` puts on the smaller operand) and its
+/// temporary go. The bits are those of the product of the scaled
+/// operand: each block of sums is scaled once, exactly, as every product
+/// and partial sum of the scaled operand was, unless a value leaves the
+/// normal range, where the JIT outside exact mode already allows a
+/// difference (`scale_into_dot`). Not in exact mode ([`plan`]).
+///
+/// The kernel's output must be a temporary only that GEMM reads (as one
+/// operand), later in the same straight run of steps, with nothing
+/// between them writing `x` or holding control flow; the GEMM not yet
+/// scaled, with more than one column (one column becomes reductions,
+/// [`matvec_as_reductions`]).
+fn scale_into_gemms(plan: &mut Plan) {
+    let mut j = 0;
+    while j < plan.steps.len() {
+        let Step::Kernel(k) = &plan.steps[j] else {
+            j += 1;
+            continue;
+        };
+        let Some((x, c)) = scaled_slot(k) else {
+            j += 1;
+            continue;
+        };
+        let (s, name) = (k.out, k.name.clone());
+        let readers: Vec<usize> = (plan.steps.iter().enumerate())
+            .filter(|(_, st)| step_slots(st).0.contains(&s))
+            .map(|(i, _)| i)
+            .collect();
+        let fits = match readers[..] {
+            [i] if i > j => {
+                if let Step::Gemm(g) = &plan.steps[i] {
+                    (g.lhs == s) != (g.rhs == s)
+                        && g.scale == 1.0
+                        && g.n > 1
+                        && g.packed.is_none()
+                        && plan.slots[x].dims.iter().product::<usize>()
+                            == plan.slots[s].dims.iter().product::<usize>()
+                        && matches!(plan.slots[s].kind, SlotKind::Temp { .. })
+                        && !plan.outputs.contains(&s)
+                        && plan.steps[j + 1..i].iter().all(|st| {
+                            !step_slots(st).1.contains(&x)
+                                && !matches!(st, Step::Runtime { graph: 0, node, .. }
+                                    if !plan.graph.node(*node).op.regions().is_empty())
+                        })
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if !fits {
+            j += 1;
+            continue;
+        }
+        let i = readers[0];
+        if let Step::Gemm(g) = &mut plan.steps[i] {
+            if g.lhs == s {
+                g.lhs = x;
+            } else {
+                g.rhs = x;
+            }
+            g.scale = c;
+            let dot = g.name.clone();
+            plan.decisions.push(format!(
+                "{name}: its scale by {c} moved into GEMM '{dot}' (gemm's beta; no kernel, no temporary; not in exact mode)"
+            ));
+        }
+        plan.steps.remove(j);
     }
 }
 
@@ -3317,7 +3434,7 @@ impl Plan {
                 Step::Gemm(g) => {
                     let _ = writeln!(
                         s,
-                        "  step {i}: gemm '{}' {} b={} m={} k={} n={} lhs=slot {} {:?} rhs=slot {} {:?} {} slot {}",
+                        "  step {i}: gemm '{}' {} b={} m={} k={} n={} lhs=slot {} {:?} rhs=slot {} {:?}{} {} slot {}",
                         g.name,
                         g.dtype.short_name(),
                         g.b,
@@ -3328,6 +3445,11 @@ impl Plan {
                         g.lhs_strides,
                         g.rhs,
                         g.rhs_strides,
+                        if g.scale == 1.0 {
+                            String::new()
+                        } else {
+                            format!(" scaled by {}", g.scale)
+                        },
                         if g.accumulate { "+=" } else { "->" },
                         g.out
                     );

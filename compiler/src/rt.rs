@@ -557,13 +557,17 @@ fn run_step(
                     g.dtype
                 )));
             };
+            let store = gemm::Store {
+                accumulate: g.accumulate,
+                scale: g.scale,
+            };
             // SAFETY: slot pointers are valid while main runs, the plan's
             // strides stay inside each operand's slot, the output slot
             // (b·m·n elements, holding the accumulator when
             // `g.accumulate`) is distinct from the operands, and the packed
             // slot (if any) holds `rhs` as the pack step before the loop
             // packed it.
-            unsafe { ty.gemm_then(&d, [a, b, c, packed], g.threads, g.accumulate, then, parts) };
+            unsafe { ty.gemm_then(&d, [a, b, c, packed], g.threads, store, then, parts) };
             match status.into_inner() {
                 0 => Ok(()),
                 st => Err(Error::internal(format!(

@@ -264,7 +264,7 @@ impl GemmType {
         d: &GemmDims,
         ptrs: [*mut u8; 4],
         threads: bool,
-        accumulate: bool,
+        store: Store,
         then: Option<Epilogue<'_>>,
         then_parts: usize,
     ) {
@@ -276,7 +276,7 @@ impl GemmType {
             d: &GemmDims,
             [lhs, rhs, out, packed]: [*mut u8; 4],
             threads: bool,
-            accumulate: bool,
+            store: Store,
             then: Option<Epilogue<'_>>,
             then_parts: usize,
         ) {
@@ -290,7 +290,7 @@ impl GemmType {
                     out.cast(),
                     p.cast(),
                     threads,
-                    accumulate,
+                    store,
                     then,
                     then_parts,
                 )
@@ -301,7 +301,7 @@ impl GemmType {
             GemmType::F64 => typed::<f64>,
         };
         // SAFETY: the caller's contract.
-        unsafe { f(d, ptrs, threads, accumulate, then, then_parts) }
+        unsafe { f(d, ptrs, threads, store, then, then_parts) }
     }
 
     /// [`pack_rhs`] over untyped pointers to elements of this type.
@@ -333,6 +333,8 @@ pub trait GemmFloat:
     const ZERO: Self;
     /// 1.
     const ONE: Self;
+    /// `v` rounded to this type.
+    fn of(v: f64) -> Self;
     /// The micro-kernels `gemm` runs on this host, where they fuse their
     /// multiply-adds (FMA or AVX-512); `None` elsewhere.
     fn micro() -> Option<Micro<Self>>;
@@ -341,6 +343,9 @@ pub trait GemmFloat:
 impl GemmFloat for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn of(v: f64) -> Self {
+        v as f32
+    }
     fn micro() -> Option<Micro<Self>> {
         #[cfg(target_arch = "x86_64")]
         {
@@ -364,6 +369,9 @@ impl GemmFloat for f32 {
 impl GemmFloat for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn of(v: f64) -> Self {
+        v
+    }
     fn micro() -> Option<Micro<Self>> {
         #[cfg(target_arch = "x86_64")]
         {
@@ -505,13 +513,40 @@ mod private {
     impl Sealed for f64 {}
 }
 
+/// How a product is stored: `out = scale·(lhs @ rhs)`, or with
+/// `accumulate`, `out += scale·(lhs @ rhs)` (`gemm`'s `beta` is the scale:
+/// it multiplies each finished block of sums, so a power of two gives the
+/// bits of a product of an operand scaled by it, in the normal range).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Store {
+    /// Add to the output's values instead of overwriting them.
+    pub accumulate: bool,
+    /// The product's factor (1 for a plain product).
+    pub scale: f64,
+}
+
+impl Store {
+    /// `out = lhs @ rhs`.
+    pub const WRITE: Store = Store {
+        accumulate: false,
+        scale: 1.0,
+    };
+    /// `out += lhs @ rhs`.
+    pub const ADD: Store = Store {
+        accumulate: true,
+        scale: 1.0,
+    };
+}
+
 #[derive(Clone, Copy)]
 struct Ptrs<T: 'static> {
     lhs: *const T,
     rhs: *const T,
     out: *mut T,
-    /// `out += lhs @ rhs` instead of `out = lhs @ rhs`.
+    /// `out += …` instead of `out = …`.
     accumulate: bool,
+    /// `gemm`'s `beta`: the product's factor ([`Store::scale`]).
+    scale: T,
     /// `rhs` as [`pack_rhs`] packed it, read instead of `rhs` (`None`:
     /// `gemm` reads `rhs`).
     packed: Option<Packed<T>>,
@@ -551,20 +586,9 @@ pub unsafe fn gemm<T: GemmFloat>(
     threads: bool,
     accumulate: bool,
 ) {
+    let store = if accumulate { Store::ADD } else { Store::WRITE };
     // SAFETY: the caller's contract.
-    unsafe {
-        gemm_then(
-            d,
-            lhs,
-            rhs,
-            out,
-            std::ptr::null(),
-            threads,
-            accumulate,
-            None,
-            1,
-        )
-    }
+    unsafe { gemm_then(d, lhs, rhs, out, std::ptr::null(), threads, store, None, 1) }
 }
 
 /// Rows of every item of a product's output, finished: what [`gemm_then`]
@@ -596,10 +620,12 @@ pub unsafe fn gemm_then<T: GemmFloat>(
     out: *mut T,
     packed: *const T,
     threads: bool,
-    accumulate: bool,
+    store: Store,
     then: Option<Epilogue<'_>>,
     then_parts: usize,
 ) {
+    let Store { accumulate, scale } = store;
+    let scale = T::of(scale);
     let total = d.b * d.m * d.n;
     let done = || {
         if let Some(f) = then
@@ -635,6 +661,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
             rhs,
             out,
             accumulate,
+            scale,
             packed,
         };
         // SAFETY: the caller's contract; `packed` holds `rhs` packed.
@@ -658,6 +685,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
                 rhs: copy.as_mut_ptr().cast::<T>().cast_const(),
                 out,
                 accumulate,
+                scale,
                 packed: None,
             };
             // SAFETY: the caller's contract for `lhs` and `out`; `copy` holds
@@ -671,6 +699,7 @@ pub unsafe fn gemm_then<T: GemmFloat>(
         rhs,
         out,
         accumulate,
+        scale,
         packed: None,
     };
     // SAFETY: the caller's contract.
@@ -701,6 +730,7 @@ fn row_major_copy<T: GemmFloat>(
         // (16-byte aligned, as f32 and f64 need.)
         out: copy.as_mut_ptr().cast::<T>(),
         accumulate: false,
+        scale: T::ONE,
         packed: None,
     };
     let avx = std::mem::size_of::<T>() == 4 && has_avx();
@@ -1008,7 +1038,7 @@ unsafe fn part<T: GemmFloat>(
                 rn,
                 rk,
                 if p.accumulate { T::ONE } else { T::ZERO },
-                T::ONE,
+                p.scale,
                 false,
                 false,
                 false,
@@ -1072,7 +1102,7 @@ unsafe fn part_packed<T: GemmFloat>(
                         lk,
                         lm,
                         alpha,
-                        T::ONE,
+                        p.scale,
                         status,
                         false,
                         false,
@@ -1125,7 +1155,7 @@ unsafe fn part_transposed<T: GemmFloat>(
                 lm,
                 lk,
                 T::ZERO,
-                T::ONE,
+                p.scale,
                 false,
                 false,
                 false,
@@ -1168,7 +1198,8 @@ mod tests {
     /// threads, tiles among them) gives the whole product's bits, accumulating into `out` or
     /// not (accumulating adds the product up to rounding), over shapes on both sides
     /// of gemm's path boundaries (64, 512-deep blocks), with row-major and
-    /// transposed operands.
+    /// transposed operands; scaled by a power of two, the bits of the
+    /// product of the scaled left operand.
     #[test]
     fn splits_do_not_change_bits() {
         let sizes = [
@@ -1211,29 +1242,39 @@ mod tests {
             };
             assert_eq!((l.len(), r.len()), (bm, bk));
             let accumulate = rnd() % 2 == 1;
+            let scale = [1.0f32, 0.125, 4.0][rnd() % 3];
+            let scaled: Vec<f32> = l.iter().map(|v| v * scale).collect();
             let start = data(b * m * n, rnd() as u32);
-            let product = |split, accumulate| {
+            let product = |split, accumulate, lhs: &[f32], scale| {
                 let mut out = if accumulate {
                     start.clone()
                 } else {
                     vec![0f32; b * m * n]
                 };
                 let p = Ptrs {
-                    lhs: l.as_ptr(),
+                    lhs: lhs.as_ptr(),
                     rhs: r.as_ptr(),
                     out: out.as_mut_ptr(),
                     accumulate,
+                    scale,
                     packed: None,
                 };
                 // SAFETY: the strides describe `l` and `r`; `out` is b·m·n.
                 unsafe { run(&d, p, split, false, None, 1) };
                 out
             };
-            let whole = |split| product(split, accumulate);
+            let whole = |split| product(split, accumulate, &l, scale);
             let want = whole(GemmSplit::One("whole"));
+            let of_scaled = product(GemmSplit::One("whole"), accumulate, &scaled, 1.0);
+            assert!(
+                want.iter()
+                    .zip(&of_scaled)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "a product scaled by {scale} is not that of the scaled operand for {d:?}"
+            );
             if accumulate {
                 // `out + lhs @ rhs`, up to rounding.
-                let plain = product(GemmSplit::One("whole"), false);
+                let plain = product(GemmSplit::One("whole"), false, &l, scale);
                 for ((w, p), s) in want.iter().zip(&plain).zip(&start) {
                     let tol = 1e-5 * (1.0 + k as f32) * (1.0 + s.abs() + p.abs());
                     assert!((w - (p + s)).abs() <= tol, "{w} != {p} + {s} for {d:?}");
@@ -1260,7 +1301,7 @@ mod tests {
     }
 
     /// A right operand packed by `pack_rhs` gives `gemm`'s bits, whatever
-    /// the split, in f32 and f64, accumulating or not, over operands
+    /// the split, in f32 and f64, accumulating or not, scaled, over operands
     /// row-major, column-major and strided, sizes off the panel and row
     /// blocks, and shapes `packs` refuses (which read `rhs`).
     #[test]
@@ -1301,11 +1342,14 @@ mod tests {
                 };
                 let start: Vec<T> = data(m * n, 3).into_iter().map(cast).collect();
                 let mut want = start.clone();
+                // Scaled by 1/2 (gemm's `beta`): the bits of the product
+                // of the halved left operand.
+                let halved: Vec<T> = data(m * k, 1).into_iter().map(|v| cast(v * 0.5)).collect();
                 // SAFETY: the strides describe `l` and `r`; `want` is m·n.
                 unsafe {
                     gemm(
                         &d,
-                        l.as_ptr(),
+                        halved.as_ptr(),
                         r.as_ptr(),
                         want.as_mut_ptr(),
                         false,
@@ -1344,6 +1388,7 @@ mod tests {
                         rhs: r.as_ptr(),
                         out: out.as_mut_ptr(),
                         accumulate,
+                        scale: cast(0.5),
                         packed,
                     };
                     // SAFETY: as above.
@@ -1415,6 +1460,7 @@ mod tests {
                 rhs: r.as_ptr(),
                 out: out.as_mut_ptr(),
                 accumulate: false,
+                scale: 1.0,
                 packed: None,
             };
             // SAFETY: as above; the epilogue reads rows once they are final.
