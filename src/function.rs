@@ -220,21 +220,30 @@ type CompileSlot = Arc<Mutex<Option<Runner>>>;
 /// that threads making the first call at once trace it once).
 type TraceSlot = Arc<Mutex<Option<Arc<ConcreteFunction>>>>;
 
+/// Functions (by `Inner` address) and signatures a thread is working on.
+type Underway = std::cell::RefCell<Vec<(usize, Vec<TensorType>)>>;
+
 thread_local! {
-    /// The functions (by `Inner` address) and signatures this thread is
-    /// tracing now: a body that calls its own function for the signature
-    /// being traced is an error, not a deadlock on the trace slot.
-    static TRACING: std::cell::RefCell<Vec<(usize, Vec<TensorType>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// The functions and signatures this thread is tracing now: a body
+    /// that calls its own function for the signature being traced is an
+    /// error, not a deadlock on the trace slot.
+    static TRACING: Underway = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Pops this thread's innermost [`TRACING`] entry when the trace ends,
-/// however it ends.
-struct Tracing;
+thread_local! {
+    /// The same for compilations: a stateless callback on constants runs
+    /// while the compiler folds it, and one that calls the function being
+    /// compiled for the same types would wait for its own compile slot.
+    static COMPILING: Underway = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Pops this thread's innermost entry of [`TRACING`] or [`COMPILING`] when
+/// the trace or compilation ends, however it ends.
+struct Tracing(&'static std::thread::LocalKey<Underway>);
 
 impl Drop for Tracing {
     fn drop(&mut self) {
-        TRACING.with(|t| t.borrow_mut().pop());
+        self.0.with(|t| t.borrow_mut().pop());
     }
 }
 
@@ -426,7 +435,7 @@ impl Function {
         }
         TRACING.with(|t| t.borrow_mut().push((id, key.clone())));
         let c = {
-            let _tracing = Tracing;
+            let _tracing = Tracing(&TRACING);
             let traced = self.trace(&key)?;
             let mut optimized = traced.clone();
             interp::optimize(&mut optimized)?;
@@ -658,6 +667,21 @@ impl Function {
 
     /// The executable for concrete input types, compiling it on first use.
     fn executable_for(&self, types: &[TensorType]) -> Result<Runner, Error> {
+        let id = Arc::as_ptr(&self.inner) as usize;
+        if COMPILING.with(|t| t.borrow().iter().any(|(i, k)| *i == id && k == types)) {
+            let cfg = &self.inner.cfg;
+            return Err(Error::invalid(format!(
+                "function '{}' (defined at {}) was called while being traced or compiled for \
+                 the same argument types, by its own body or by a stateless callback the compiler \
+                 runs ahead on constants: a function cannot call itself then (use a loop; make \
+                 such a callback stateful)",
+                cfg.name, cfg.site
+            )));
+        }
+        // (Before the slot's lock: the first trace, under it, folds
+        // stateless callbacks too.)
+        COMPILING.with(|t| t.borrow_mut().push((id, types.to_vec())));
+        let _compiling = Tracing(&COMPILING);
         let slot = {
             let mut exes = self
                 .inner

@@ -341,6 +341,12 @@ fn shapes_whose_size_overflows_are_errors_not_empty_tensors() {
     let empty = Tensor::from_bytes(DType::F32, &[0], &[]).unwrap();
     let e = empty.reshaped(&huge).expect_err("reshape");
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    // Traced, the reshape's type rule says so (its product wrapped to 0,
+    // or panicked with overflow checks).
+    let f = function(|x: Sym| x.reshape(&[1 << 62, 4]));
+    let e = f.call(&[common::f32s(&[1.0], &[1])]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("overflows"), "{e}");
     // A zeros tensor that fits is one.
     let z = Tensor::zeros(DType::F64, &[2, 3]).unwrap();
     assert_eq!(common::to_vec::<f64>(&z), vec![0.0; 6]);

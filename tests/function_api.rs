@@ -122,26 +122,27 @@ fn concurrent_first_calls_trace_once() {
 
 #[test]
 fn a_body_calling_its_own_function_while_traced_is_an_error() {
-    // Not a deadlock on the signature's trace, nor a stack overflow.
+    // Not a deadlock on the signature's trace (or, compiled, on its
+    // compile slot), nor a stack overflow.
     use std::sync::{Arc, OnceLock};
-    let me: Arc<OnceLock<tensorlift::Function>> = Arc::new(OnceLock::new());
-    let inner = me.clone();
-    let f = function(move |x: Sym| {
-        if let Some(f) = inner.get() {
-            let err = f.call(&[v32(&[1.0])]).unwrap_err().to_string();
-            assert!(
-                err.contains("was called by its own body while being traced"),
-                "{err}"
-            );
-        }
-        &x + 1.0
-    });
-    let _ = me.set(f.clone());
-    let y = f.call(&[v32(&[1.0])]).unwrap();
-    assert_eq!(
-        y[0].to_ndarray::<f32>().unwrap().as_slice().unwrap(),
-        &[2.0]
-    );
+    for jit in [false, true] {
+        let me: Arc<OnceLock<tensorlift::Function>> = Arc::new(OnceLock::new());
+        let inner = me.clone();
+        let f = function(move |x: Sym| {
+            if let Some(f) = inner.get() {
+                let err = f.call(&[v32(&[1.0])]).unwrap_err().to_string();
+                assert!(err.contains("by its own body"), "jit {jit}: {err}");
+            }
+            &x + 1.0
+        })
+        .jit_compile(jit);
+        let _ = me.set(f.clone());
+        let y = f.call(&[v32(&[1.0])]).unwrap();
+        assert_eq!(
+            y[0].to_ndarray::<f32>().unwrap().as_slice().unwrap(),
+            &[2.0]
+        );
+    }
 }
 
 #[test]

@@ -206,7 +206,7 @@ pub(crate) fn jumping_read(k: &Kernel) -> bool {
 /// loop dim `q`.
 fn jumps(n: &ENode, q: usize) -> bool {
     matches!(n, ENode::Load { strides, dtype, .. }
-        if strides[q].abs() * (dtype.size() as i64) >= JUMP_BYTES)
+        if strides[q].unsigned_abs().saturating_mul(dtype.size() as u64) >= JUMP_BYTES as u64)
 }
 
 /// Whether `k` reduces a middle dim between kept outer and innermost

@@ -782,7 +782,15 @@ fn reshape(t: &TensorType, shape: &Shape) -> InferResult<TensorType> {
             "reshape to {shape}: at most one dim may be unknown"
         ));
     }
-    let known: usize = to.iter().flatten().product();
+    let Some(known) = to
+        .iter()
+        .flatten()
+        .try_fold(1usize, |a, d| a.checked_mul(*d))
+    else {
+        return Err(format!(
+            "reshape to {shape}: the number of elements overflows"
+        ));
+    };
     if let Some(n) = t.shape.num_elements() {
         if unknown == 0 && known != n {
             return Err(format!(

@@ -207,6 +207,13 @@ impl<'a> OutBuffers<'a> {
                      contiguous array, e.g. numpy.empty(shape, dtype)"
                 )));
             }
+            if a.dtype().is_native_byteorder() == Some(false) {
+                let name = a.dtype().str()?.to_string();
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "call_into: outputs[{k}] has a byte order other than this machine's \
+                     ({name}); pass a native-order array, e.g. numpy.empty(shape, dtype)"
+                )));
+            }
             let len = a.len() * a.dtype().itemsize();
             let start = data as usize;
             if len > 0 {

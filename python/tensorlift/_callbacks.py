@@ -195,6 +195,10 @@ def _eager_py_function(func, xs, single, tout, name):
         got = v.dtype if isinstance(v, Tensor) else _dtype_of(v)
         if got is not None and got != as_dtype(d):
             raise errors.InvalidArgumentError(f"output {i} of {who} is {got.name}, but Tout says {d}")
+        if v is None:
+            raise errors.InvalidArgumentError(
+                f"output {i} of {who} is None, but Tout says {d} (does the function return its result?)"
+            )
         if not isinstance(v, Tensor):
             try:
                 v = convert_to_tensor(v, dtype=d)

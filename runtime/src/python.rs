@@ -79,13 +79,22 @@ pub fn prepare(py: Python<'_>) -> Result<()> {
 /// Converts a Python exception into an error of the matching kind with the
 /// traceback text.
 pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
-    let traceback = py
-        .import("traceback")
-        .and_then(|tb| tb.call_method1("format_exception", (e.clone_ref(py),)))
+    // Without the exception's chain: a tensorlift error raised by a call
+    // inside the callback holds its cause's traceback in its message
+    // already (with the chain, every level of callbacks re-entering
+    // functions doubled the text).
+    let kwargs = pyo3::types::PyDict::new(py);
+    let traceback = kwargs
+        .set_item("chain", false)
+        .and_then(|()| py.import("traceback"))
+        .and_then(|tb| {
+            tb.getattr("format_exception")?
+                .call((e.clone_ref(py),), Some(&kwargs))
+        })
         .and_then(|lines| lines.extract::<Vec<String>>())
         .map(|l| l.concat())
         .unwrap_or_else(|_| e.to_string());
-    let message = format!("{what} raised {}", traceback.trim_end());
+    let message = shorten(&format!("{what} raised {}", traceback.trim_end()));
     remember_raised(py, &message, &e);
     let detail = Detail::msg(message);
     if e.is_instance_of::<PyValueError>(py) || e.is_instance_of::<PyTypeError>(py) {
@@ -99,6 +108,26 @@ pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
     } else {
         Error::Unknown(detail)
     }
+}
+
+/// Longest message an exception in a callback becomes: past it, the middle
+/// gives way to a note (deep chains of callbacks calling functions whose
+/// callbacks fail, a runaway recursion).
+const MESSAGE_KEPT: usize = 16 << 10;
+
+/// `message`, its middle cut when it is longer than [`MESSAGE_KEPT`].
+fn shorten(message: &str) -> String {
+    if message.len() <= MESSAGE_KEPT {
+        return message.to_string();
+    }
+    let head = message.floor_char_boundary(MESSAGE_KEPT / 4);
+    let tail = message.ceil_char_boundary(message.len() - MESSAGE_KEPT * 3 / 4);
+    format!(
+        "{}\n... ({} characters left out) ...\n{}",
+        &message[..head],
+        tail - head,
+        &message[tail..]
+    )
 }
 
 /// The exceptions callbacks raised most recently, each with the message
@@ -320,6 +349,12 @@ pub fn from_numpy(
     index: usize,
     who: &str,
 ) -> Result<Tensor> {
+    if value.is_none() {
+        // (NumPy would make it a NaN, or an object array.)
+        return Err(Error::invalid(format!(
+            "output {index} of {who} is None, but Tout says {want} (does the function return its result?)"
+        )));
+    }
     // Fastest path: an array of exactly the declared dtype that owns its
     // C-contiguous, aligned data and that nothing else references (the
     // usual fresh result, e.g. `x + 1`) is adopted without a copy. Arrays
