@@ -9,6 +9,8 @@
 //! traced inside a body cannot be used after the body has ended (return
 //! it instead).
 
+use std::collections::HashSet;
+
 use tensorlift_ir::builder::Elementwise;
 use tensorlift_ir::{
     BinaryOp, CmpOp, DType, Detail, Effect, Error, Graph, NodeRef, Op, Shape, Site, TensorType,
@@ -844,12 +846,40 @@ fn list(types: &[TensorType]) -> String {
 /// target is an error naming it (its effects would run twice).
 #[track_caller]
 pub fn vjp_of_values(targets: &[Sym], sources: &[Sym], cotangents: &[Sym]) -> Vec<Option<Sym>> {
+    vjp_of_values_recorded(targets, sources, cotangents, &Recorded::default())
+}
+
+/// What a gradient tape recorded of the trace under way, for
+/// [`vjp_of_values_recorded`]: the values it did not record stop the
+/// gradient, as constants (TensorFlow's tapes inside a `tf.function`).
+#[doc(hidden)]
+#[derive(Clone, Debug, Default)]
+pub struct Recorded {
+    /// How many values the trace ops go to now held when the tape began:
+    /// those made before (but the sources) are constants.
+    pub since: Option<usize>,
+    /// Results of ops the tape saw and did not record (under
+    /// `stop_recording`, reading nothing it watched, or before a reset).
+    pub unrecorded: Vec<Sym>,
+}
+
+/// [`vjp_of_values`] through what a tape recorded only: a value made
+/// before `recorded.since` or listed unrecorded (but a source) is a
+/// constant of the gradient.
+#[doc(hidden)]
+#[track_caller]
+pub fn vjp_of_values_recorded(
+    targets: &[Sym],
+    sources: &[Sym],
+    cotangents: &[Sym],
+    recorded: &Recorded,
+) -> Vec<Option<Sym>> {
     let site = Site::caller();
     let Some(first) = targets.first().or(sources.first()) else {
         return Vec::new();
     };
     let tracer = first.graph();
-    match vjp_of_values_impl(&tracer, targets, sources, cotangents, &site) {
+    match vjp_of_values_impl(&tracer, targets, sources, cotangents, recorded, &site) {
         Ok(Some((here, grads))) => grads
             .into_iter()
             .map(|g| g.map(|v| here.syms(&[v]).remove(0)))
@@ -869,12 +899,22 @@ fn vjp_of_values_impl(
     targets: &[Sym],
     sources: &[Sym],
     cotangents: &[Sym],
+    recorded: &Recorded,
     site: &Site,
 ) -> Result<ValuesVjp, Error> {
     let refs: Vec<&Sym> = targets.iter().chain(sources).chain(cotangents).collect();
     let Some((here, vs)) = tracer.operands(&refs, "gradient", site)? else {
         return Ok(None);
     };
+    // The values the tape did not record, of the trace the gradient is in.
+    let mut unrecorded: HashSet<ValueId> = HashSet::new();
+    for s in &recorded.unrecorded {
+        if let Some(v) = here.own_value(s) {
+            unrecorded.insert(v);
+        }
+    }
+    let since = recorded.since.unwrap_or(0);
+    let constant = |v: ValueId| v.index() < since || unrecorded.contains(&v);
     let (tv, rest) = vs.split_at(targets.len());
     let (sv, cv) = rest.split_at(sources.len());
     let g = here.graph_ref(|g| g.clone());
@@ -910,7 +950,7 @@ fn vjp_of_values_impl(
             Some(c) => vec![c],
             None => ks.iter().map(|&k| sv[k]).collect(),
         };
-        let grads = values_vjp(&here, &g, &starts, tv, cv, site)?;
+        let grads = values_vjp(&here, &g, &starts, tv, cv, &constant, site)?;
         for &k in &ks {
             let j = starts.iter().position(|v| *v == sv[k]).unwrap_or(0);
             result[k] = grads[j];
@@ -944,8 +984,19 @@ fn prune_active(h: &mut Graph) -> Result<(), Error> {
             false
         };
         if n.effect == Effect::Stateful && !param && !given {
+            // A callback there is a function of a source: not
+            // differentiable, whatever its effects (making it stateless
+            // would only lead to that error).
+            let message = if let Op::Callback(c) = &n.op {
+                format!(
+                    "this {} lies between a source and a target of the gradient, and it is not differentiable (its body is opaque to tensorlift): give it a gradient with custom_vjp (tl.custom_gradient in Python), or apply stop_gradient to its operands",
+                    c.kind.name()
+                )
+            } else {
+                "a gradient taken inside a function would run this stateful node again: make it stateless or give it a custom gradient (custom_vjp; tl.custom_gradient in Python)".into()
+            };
             return Err(Error::InvalidArgument(Detail {
-                message: "a gradient taken inside a function would run this stateful node again: make it stateless or give it a custom gradient".into(),
+                message,
                 node: Some(h.node_ref(id)),
                 pos: None,
             }));
@@ -970,6 +1021,7 @@ fn values_vjp(
     starts: &[ValueId],
     tv: &[ValueId],
     cv: &[ValueId],
+    constant: &dyn Fn(ValueId) -> bool,
     site: &Site,
 ) -> Result<Vec<Option<ValueId>>, Error> {
     // Callbacks keep the bindings they have in the trace's graph.
@@ -989,6 +1041,7 @@ fn values_vjp(
         if node.results.iter().any(|r| starts.contains(r))
             || matches!(node.op, Op::Parameter { .. })
             || !node.inputs.iter().any(|v| active[v.index()])
+            || node.results.iter().all(|r| constant(*r))
         {
             continue;
         }
@@ -999,9 +1052,16 @@ fn values_vjp(
                 None => {
                     // A value the gradient reads but that does not depend
                     // on the starts: taken from `g` as it is.
-                    let name = h.fresh_name(&format!("value_{}", g.producer(*v).name));
-                    let p =
-                        h.add_parameter(args.len(), g.ty(*v).clone(), Some(name), site.clone())?;
+                    // (Named and sited after the node that made it: errors
+                    // about it point there, not at the gradient's line.)
+                    let made = g.producer(*v);
+                    let name = h.fresh_name(&format!("value_{}", made.name));
+                    let p = h.add_parameter(
+                        args.len(),
+                        g.ty(*v).clone(),
+                        Some(name),
+                        made.site.clone(),
+                    )?;
                     args.push(*v);
                     map[v.index()] = Some(p);
                     p

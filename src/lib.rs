@@ -27,7 +27,8 @@ pub use bind::{CallbackTarget, bind_host_fn, callback_target, callback_targets};
 #[cfg(feature = "python")]
 pub use contrib::PyArg;
 pub use control::{
-    Branch, cond, custom_vjp, fori_loop, scan, switch, vjp_in_trace, vjp_of_values, while_loop,
+    Branch, Recorded, cond, custom_vjp, fori_loop, scan, switch, vjp_in_trace, vjp_of_values,
+    vjp_of_values_recorded, while_loop,
 };
 pub use function::{
     CompiledFunction, ConcreteFunction, Function, IntoOutputs, IrStage, SliceArgs, TensorSpec,

@@ -322,6 +322,20 @@ impl Tracer {
         f(&self.ctx.graph.borrow())
     }
 
+    /// `s`'s value when it is one of this trace's own (not of an enclosing
+    /// or another trace).
+    pub(crate) fn own_value(&self, s: &Sym) -> Option<ValueId> {
+        (Rc::ptr_eq(&self.ctx, &s.ctx)).then_some(s.v).flatten()
+    }
+
+    /// How many values the trace ops go to now (a region open inside this
+    /// one, or this one) holds: where a gradient tape begins
+    /// ([`crate::control::Recorded::since`]).
+    #[doc(hidden)]
+    pub fn position(&self) -> usize {
+        self.current().graph_ref(|g| g.num_values())
+    }
+
     /// Values of this trace as symbols.
     pub(crate) fn syms(&self, vs: &[ValueId]) -> Vec<Sym> {
         vs.iter()

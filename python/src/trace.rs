@@ -218,6 +218,13 @@ fn tracing() -> bool {
     Tracer::active().is_some()
 }
 
+/// How many values the trace ops go to now holds (None when nothing is
+/// traced): where a gradient tape begins recording (see `vjp_values`).
+#[pyfunction]
+fn trace_position() -> Option<usize> {
+    Tracer::active().map(|t| t.position())
+}
+
 /// Calls Python `f` on symbolic values and reads back a list of them; an
 /// exception is kept in [`PENDING`] and `None` returned.
 fn call_body(py: Python<'_>, f: &Bound<'_, PyAny>, args: &[Sym]) -> Option<Vec<Sym>> {
@@ -378,25 +385,34 @@ fn vjp(
 
 /// The cotangents of `targets` with respect to `sources`, values of the
 /// trace under way, added to it (a gradient tape used inside a function):
-/// every path counts, through loops, branches and their captures; None
-/// for a source no target depends on.
+/// every path through what the tape recorded counts, through loops,
+/// branches and their captures; values made before `since` (a
+/// `trace_position`) and the `unrecorded` ones are constants. None for a
+/// source no target depends on.
 #[pyfunction]
+#[pyo3(signature = (targets, sources, cotangents, site, since=None, unrecorded=Vec::new()))]
 fn vjp_values(
     py: Python<'_>,
     targets: Vec<PyRef<'_, PySym>>,
     sources: Vec<PyRef<'_, PySym>>,
     cotangents: Vec<PyRef<'_, PySym>>,
     site: PySite,
+    since: Option<usize>,
+    unrecorded: Vec<PyRef<'_, PySym>>,
 ) -> PyResult<Vec<Option<Py<PySym>>>> {
     let targets = syms(&targets)?;
     let sources = syms(&sources)?;
     let cts = syms(&cotangents)?;
+    let recorded = tensorlift::Recorded {
+        since,
+        unrecorded: syms(&unrecorded)?,
+    };
     let first = targets
         .first()
         .cloned()
         .ok_or_else(|| raise(py, Error::invalid("a gradient needs a target")))?;
     let out = Site::scoped(site_of(&site), || {
-        tensorlift::vjp_of_values(&targets, &sources, &cts)
+        tensorlift::vjp_of_values_recorded(&targets, &sources, &cts, &recorded)
     });
     check(py, &first)?;
     out.into_iter()
@@ -691,6 +707,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vjp, m)?)?;
     m.add_function(wrap_pyfunction!(vjp_values, m)?)?;
     m.add_function(wrap_pyfunction!(tracing, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_position, m)?)?;
     m.add_function(wrap_pyfunction!(sym_set_shape, m)?)?;
     Ok(())
 }

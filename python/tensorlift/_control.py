@@ -8,7 +8,7 @@ taken runs.
 
 from . import _core, _native
 from ._core import SymbolicTensor, Tensor, convert_to_tensor, site, to_sym
-from ._nest import _LEAF, flatten, pack
+from ._nest import _LEAF, flatten, loose, pack
 
 # What to do when a callback's result of undeclared shape is carried by a
 # loop or returned by one branch (the text of python/src/lib.rs's remedy).
@@ -89,7 +89,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     if not _symbolic(leaves):
         v = unpack(leaves)
         i = 0
-        while (maximum_iterations is None or i < int(maximum_iterations)) and bool(cond(*v)):
+        while (maximum_iterations is None or i < int(maximum_iterations)) and _scalar_pred(
+            cond(*v), "the condition of tl.while_loop"
+        ):
             out = body(*v)
             v = [out] if single or not isinstance(out, (list, tuple)) else list(out)
             i += 1
@@ -132,11 +134,19 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         flat = syms[:-1] if counted else syms
         out = body(*unpack([SymbolicTensor(s) for s in flat]))
         out = [out] if single or not isinstance(out, (list, tuple)) else list(out)
-        out_leaves, _ = flatten(out)
+        out_leaves, out_structure = flatten(out)
         if len(out_leaves) != len(flat):
             raise ValueError(
                 f"the body of tl.while_loop returned {len(out_leaves)} value(s), but the loop has "
                 f"{len(flat)} loop variable(s)"
+            )
+        if loose(out_structure) != loose(structure):
+            # The values would be bound by position to other loop variables.
+            def text(st):
+                return repr(pack(st, iter(lambda: "T", None)))
+            raise ValueError(
+                f"the body of tl.while_loop returned {text(out_structure)}, but the loop variables are "
+                f"{text(structure)} (T a tensor): the body must return the loop variables' structure"
             )
         res = _as_syms(out_leaves, site())
         for k, (c, r) in enumerate(zip(flat, res)):
@@ -154,9 +164,18 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         r = while_loop(cond, body, pack(structure, xs), maximum_iterations=maximum_iterations)
         return flatten([r] if single else list(r))[0]
 
-    _core.record(replay, leaves, flat_out)
+    _core.record(replay, leaves, flat_out, captures=True)
     v = unpack(flat_out)
     return v[0] if single else _like(loop_vars, v)
+
+
+def _scalar_pred(pred, what):
+    """An eager predicate as a Python bool: a scalar (TensorFlow's rule; a
+    tensor of several elements would be NumPy's ambiguity error)."""
+    t = pred if isinstance(pred, Tensor) else convert_to_tensor(pred)
+    if t.shape != ():
+        raise ValueError(f"{what}: the predicate must be a scalar bool, got shape {list(t.shape)}")
+    return bool(t)
 
 
 def _same_carry_shape(k, carry, result, invariants):
@@ -233,6 +252,11 @@ def _same_branch_shapes(what, first, this):
     known: a ``ValueError`` that says how to declare it."""
     (n0, t0), (n1, t1) = first, this
     for k, ((a, da), (b, db)) in enumerate(zip(t0, t1)):
+        if da != db or (a != b and not _unknown(a) and not _unknown(b)):
+            raise TypeError(
+                f"{what}: {n1} returns result {k} as {db} {_shape_text(b)}, but {n0} returns "
+                f"{da} {_shape_text(a)}: every branch must return the same dtypes and shapes"
+            )
         if a != b and da == db and (_unknown(a) or _unknown(b)):
             name, shape, other, known = (n1, b, n0, a) if _unknown(b) else (n0, a, n1, b)
             raise ValueError(
@@ -264,9 +288,10 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
     where = site()
     runs, structures = _branches(fns, where, index, "tl.switch_case",
                                  [f"branch {i}" for i in range(len(fns))])
-    out = _native.switch(index._s, runs, [], where)
+    out = [SymbolicTensor(s) for s in _native.switch(index._s, runs, [], where)]
     _same_structures("tl.switch_case", [f"branch {i}" for i in range(len(fns))], structures)
-    return pack(structures[0], [SymbolicTensor(s) for s in out])
+    _core.record(_from_graph, [index], out, captures=True)
+    return pack(structures[0], out)
 
 
 def _same_structures(what, names, structures):
@@ -289,11 +314,22 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     branch taken runs. Both return the same structure and types."""
     if true_fn is None or false_fn is None:
         raise TypeError("tl.cond needs true_fn and false_fn")
+    for what, fn in (("true_fn", true_fn), ("false_fn", false_fn)):
+        if not callable(fn):
+            raise TypeError(
+                f"tl.cond: {what} must be callable (a function returning the branch's values), not a "
+                f"{type(fn).__name__}: write lambda: value"
+            )
     if not isinstance(pred, SymbolicTensor):
-        return true_fn() if bool(pred) else false_fn()
+        return true_fn() if _scalar_pred(pred, "tl.cond") else false_fn()
     where = site()
     runs, structures = _branches([false_fn, true_fn], where, pred, "tl.cond",
                                  ["false_fn", "true_fn"])
-    out = _native.switch(pred._s, runs, [], where)
+    out = [SymbolicTensor(s) for s in _native.switch(pred._s, runs, [], where)]
     _same_structures("tl.cond", ["false_fn", "true_fn"], structures)
-    return pack(structures[0], [SymbolicTensor(s) for s in out])
+    _core.record(_from_graph, [pred], out, captures=True)
+    return pack(structures[0], out)
+
+
+def _from_graph(xs):
+    raise AssertionError("a traced branch is differentiated from the trace's graph")

@@ -284,6 +284,35 @@ class SymbolicTensor(Tensor):
             raise TypeError("len() of a tensor without a known first dimension")
         return s[0]
 
+    def __iter__(self):
+        # Without it Python would index 0, 1, 2, ... until an IndexError,
+        # which a clamped traced index never raises.
+        s = self.shape
+        if not s or s[0] is None:
+            raise TypeError(
+                f"iterating over a symbolic tensor of shape {self._s.shape} in a traced function: the "
+                "first dimension must be known (a loop over it is unrolled); for a dimension known only "
+                "when the function runs, use tl.while_loop over its indices"
+            )
+        for i in range(s[0]):
+            yield self[i]
+
+    def _no_python_value(self, what):
+        raise TypeError(
+            f"{what} of a symbolic tensor in a traced function: it has no value until the function "
+            "runs; use tensor ops (tl.cast for a dtype), tl.cond / tl.while_loop for control flow, "
+            "or tl.numpy_function for Python code on its value"
+        )
+
+    def __float__(self):
+        self._no_python_value("float()")
+
+    def __int__(self):
+        self._no_python_value("int()")
+
+    def __index__(self):
+        self._no_python_value("Using as a Python integer (an index, range(), a size)")
+
     def __repr__(self):
         return f"<tl.Tensor (symbolic): shape={self._s.shape}, dtype={self._s.dtype}>"
 
@@ -344,11 +373,25 @@ def _check_python_value(value, dt):
     into an integer or bool tensor (``tl.constant(3) + 0.5`` would be 3), a
     complex number into a real one."""
     try:
-        kind = np.asarray(value).dtype.kind
+        array = np.asarray(value)
     except (TypeError, ValueError):
         return
+    kind = array.dtype.kind
     if (kind == "f" and (dt.is_integer or dt.is_bool)) or (kind == "c" and not dt.is_complex):
         raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dt.name}")
+    if kind in "iu" and dt.is_integer and array.size:
+        # NumPy integers beside a narrower tensor would wrap (Python ints
+        # are checked by NumPy itself).
+        limits = np.iinfo(dt.as_numpy_dtype)
+        if array.min() < limits.min or array.max() > limits.max:
+            raise OverflowError(
+                f"Cannot convert {_short_repr(value)} to a tensor of dtype {dt.name}: out of its range"
+            )
+
+
+def _short_repr(v, n=60):
+    r = repr(v)
+    return r if len(r) <= n else r[: n - 3] + "..."
 
 
 class _ThreadState(threading.local):
@@ -382,11 +425,12 @@ def register_callback(target, func):
         state.tracing_functions[-1]._callbacks[target] = func
 
 
-def record(replay, inputs, outputs):
+def record(replay, inputs, outputs, captures=False):
     """Records an op on the active tapes: ``replay(inputs)`` recomputes
-    ``outputs`` (a list) on symbolic inputs."""
+    ``outputs`` (a list) on symbolic inputs; with ``captures``, a loop or
+    branch whose bodies may read other values."""
     for t in state.tapes:
-        t._record(replay, inputs, outputs)
+        t._record(replay, inputs, outputs, captures)
 
 
 def _wrap(out, symbolic):
@@ -513,7 +557,9 @@ def getitem(x, key):
                 count = max(0, (hi - lo + step - 1) // step)
                 start.append(lo)
                 limit.append(lo + max(count - 1, 0) * step + (1 if count else 0))
-                stride.append(step)
+                # (A step past the dim selects one element: any step does,
+                # and one of 2**63 overflowed the compiler's arithmetic.)
+                stride.append(step if count > 1 else 1)
             else:
                 count = max(0, (lo - hi - step - 1) // -step)
                 # Reverse the axis, then slice forward.
@@ -521,7 +567,7 @@ def getitem(x, key):
                 first = n - 1 - lo
                 start.append(first)
                 limit.append(first + max(count - 1, 0) * -step + (1 if count else 0))
-                stride.append(-step)
+                stride.append(-step if count > 1 else 1)
             out_shape.append(count)
         else:
             i = int(k)

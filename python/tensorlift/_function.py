@@ -3,6 +3,7 @@ signature, and run interpreted or compiled (``jit_compile=True``)."""
 
 import functools
 import inspect
+import operator
 import pickle
 import sys
 import weakref
@@ -11,7 +12,7 @@ import numpy as np
 
 from . import _core, _native
 from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site, to_sym
-from ._nest import flatten, pack
+from ._nest import flatten, loose, pack
 from .dtypes import as_dtype
 
 
@@ -21,7 +22,11 @@ class TensorSpec:
 
     def __init__(self, shape, dtype="float32", name=None):
         # None: any rank (TensorFlow's TensorSpec(None, ...)).
-        self.shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
+        try:
+            # (operator.index: a float dim is an error, not truncated.)
+            self.shape = None if shape is None else tuple(None if d is None else operator.index(d) for d in shape)
+        except TypeError:
+            raise TypeError(f"TensorSpec dimensions are integers or None, got {shape!r}") from None
         if self.shape is not None and any(d is not None and d < 0 for d in self.shape):
             raise ValueError(f"TensorSpec dimensions are sizes (>= 0) or None, got {list(self.shape)}")
         self.dtype = as_dtype(dtype)
@@ -101,14 +106,15 @@ class _Nest:
     leaves that are not tensors (Python values, static as TensorFlow's),
     and the number of tensor leaves it takes from the inputs."""
 
-    __slots__ = ("structure", "statics", "count", "key")
+    __slots__ = ("structure", "statics", "count", "key", "keywords")
 
-    def __init__(self, structure, statics, count, name, position):
+    def __init__(self, structure, statics, count, name, position, keywords=False):
         self.structure = structure
         self.statics = statics
         self.count = count
+        self.keywords = keywords
         self.key = (_Nest, _frozen(structure), tuple((j, _static_key(v, name, position)) for j, v in statics),
-                    count)
+                    count, keywords)
 
     @classmethod
     def of(cls, value, name, position, specs=False):
@@ -117,14 +123,25 @@ class _Nest:
         kinds = (Tensor, np.ndarray, np.generic, TensorSpec) if specs else (Tensor, np.ndarray, np.generic)
         statics = tuple((j, v) for j, v in enumerate(leaves) if not isinstance(v, kinds))
         tensors = [v for v in leaves if isinstance(v, kinds)]
-        return cls(structure, statics, len(tensors), name, position), tensors
+        nest = cls(structure, statics, len(tensors), name, position, isinstance(value, _Keywords))
+        return nest, tensors
 
     def build(self, tensors):
         """The argument rebuilt with ``tensors`` for its tensor leaves."""
         leaves = list(tensors)
         for j, v in self.statics:
             leaves.insert(j, v)
-        return pack(self.structure, leaves)
+        value = pack(self.structure, leaves)
+        return _Keywords(value) if self.keywords else value
+
+
+class _Keywords(dict):
+    """A call's keyword-only arguments and ``**kwargs`` (see ``_bind``): a
+    static argument when it holds no tensor (hashable by its items), else
+    a nested structure rebuilt as one."""
+
+    def __hash__(self):
+        return hash(tuple(sorted((k, _static_key(v, "function", k)) for k, v in self.items())))
 
 
 def _static_key(v, name="function", position=0):
@@ -172,6 +189,10 @@ def _merge(tensors, statics):
 
 _MISSING = object()
 
+# What a trace error says when a gradient needed static shapes
+# (tensorlift_ir::autodiff's NEEDS_STATIC_SHAPES).
+_STATIC_SHAPES = "differentiation needs static shapes"
+
 
 class Function:
     """A traced function (``tf.function``); see ``function``."""
@@ -206,6 +227,10 @@ class Function:
         # would make a cycle through Rust that Python's collector cannot
         # see, and the function and its callbacks would never be freed.
         self._native = _native.Function(_WeakBody(self), self._name, self._site, self.jit_compile, sig)
+        # Traced per concrete shape instead, once a trace under an
+        # input_signature with None dims needed static shapes (a gradient
+        # inside the function: see _run).
+        self._per_shape = None
         functools.update_wrapper(self, python_function)
 
     def _set_signature(self, input_signature):
@@ -226,6 +251,18 @@ class Function:
                 )
         self._nested_signature = any(not isinstance(s, TensorSpec) for s in self.input_signature)
 
+    def _invoke(self, args):
+        """Calls the Python function on positional ``args``, the last of
+        them its keyword arguments when it is a ``_Keywords``."""
+        if self.python_function is None:
+            raise TypeError(
+                f"function '{self._name}' was unpickled from its graphs: it runs on tensors, but it cannot "
+                "be traced into another tl.function (define it at module level to pickle it by reference)"
+            )
+        if args and isinstance(args[-1], _Keywords):
+            return self.python_function(*args[:-1], **args[-1])
+        return self.python_function(*args)
+
     def _arguments(self, tensors, statics):
         """The positional arguments of a call whose inputs are ``tensors``:
         with its static values and nested structures rebuilt."""
@@ -239,7 +276,7 @@ class Function:
         args = [SymbolicTensor(s) for s in syms]
         _core.state.tracing_functions.append(self)
         try:
-            out = self.python_function(*self._arguments(args, statics))
+            out = self._invoke(self._arguments(args, statics))
         finally:
             _core.state.tracing_functions.pop()
         leaves, structure = flatten(out)
@@ -255,7 +292,8 @@ class Function:
         self._structures[_key(args)] = (structure, len(flat), _unpacker(structure))
         first = next(iter(self._structures.values()))[0]
         same = all(_same_structure(v[0], first) for v in self._structures.values())
-        self._unpack = self._structures[_key(args)][2] if same and self._graphs is None else None
+        plain = same and self._graphs is None and self._per_shape is None
+        self._unpack = self._structures[_key(args)][2] if plain else None
         return flat
 
     def _bind(self, args, kwargs):
@@ -275,7 +313,9 @@ class Function:
             return list(args)
         bound = self._signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        return list(bound.args)
+        # Keyword-only parameters and **kwargs: one more argument, passed
+        # back as keywords (static values, tensors or structures of them).
+        return list(bound.args) + ([_Keywords(bound.kwargs)] if bound.kwargs else [])
 
     def _convert(self, args, positions=None, specs=None):
         tensors = []
@@ -285,6 +325,12 @@ class Function:
             if isinstance(a, Tensor):
                 tensors.append(a)
                 continue
+            if spec is not None and isinstance(a, (np.ndarray, np.generic)):
+                # NumPy values keep their dtype, which must be the
+                # signature's (TensorFlow's rule); casting them changed
+                # values (2**40 wrapped, 1.7 truncated) on the first call
+                # only, the later ones taking the native path.
+                spec = None
             try:
                 tensors.append(convert_to_tensor(a, dtype=None if spec is None else spec.dtype))
             except (TypeError, ValueError) as e:
@@ -307,7 +353,7 @@ class Function:
                 continue
             leaves, structure = flatten(a)
             specs, expected = flatten(spec)
-            if _loose(structure) != _loose(expected):
+            if loose(structure) != loose(expected):
                 raise TypeError(
                     f"function '{self._name}': argument {i} ({_short(a, 80)}) does not have the structure "
                     f"of its input_signature ({_short(spec, 160)})"
@@ -357,6 +403,22 @@ class Function:
             entry = self._static.setdefault(statics[0], (native, {}))
         return entry[0]
 
+    def _relaxed(self):
+        """Whether the input_signature leaves a dim (or a rank) unknown."""
+        return self._flat_signature is not None and any(
+            s.shape is None or None in s.shape for s in self._flat_signature
+        )
+
+    def _check_shapes(self, tensors):
+        """The input_signature's check, for the per-shape traces (which
+        take any shapes)."""
+        for i, (t, spec) in enumerate(zip(tensors, self._flat_signature)):
+            if not spec.is_compatible_with(t):
+                raise _errors().InvalidArgumentError(
+                    f"input {i} of function '{self._name}' is {t.dtype.name}{list(t.shape)}, which does not "
+                    f"match its input_signature {spec}"
+                )
+
     def _check_no_statics(self, statics):
         if statics is not None:
             raise _errors().InvalidArgumentError(
@@ -369,7 +431,23 @@ class Function:
         if self._graphs is not None:
             self._check_no_statics(statics)
             return self._call_graph(tensors)
-        out = self._native_for(statics)([t._v for t in tensors])
+        if statics is None and self._per_shape is not None:
+            self._check_shapes(tensors)
+            out = self._per_shape([t._v for t in tensors])
+            return self._structure_for(tensors)[2](out)
+        try:
+            out = self._native_for(statics)([t._v for t in tensors])
+        except _errors().InvalidArgumentError as e:
+            if statics is None and self._per_shape is None and _STATIC_SHAPES in str(e) and self._relaxed():
+                # A gradient needs static shapes where the signature has
+                # None dims (a train step over batches of any size): from
+                # now on traced (and compiled) per concrete shape, as the
+                # compiled code is anyway.
+                self._per_shape = _native.Function(_WeakBody(self), self._name, self._site, self.jit_compile,
+                                                   None)
+                self._unpack = None
+                return self._run(statics, tensors)
+            raise
         if statics is None:
             return self._structure_for(tensors)[2](out)
         structures = self._static[statics[0]][1]
@@ -380,6 +458,15 @@ class Function:
     def __call__(self, *args, **kwargs):
         if _core.state.tapes and self.python_function is not None:
             return self._call_on_tapes(args, kwargs)
+        if _core.state.tapes and self._graphs is not None:
+            watched = [t for t in flatten([args, kwargs])[0] if isinstance(t, Tensor)
+                       and any(tape._recording and id(t) in tape._live for tape in _core.state.tapes)]
+            if watched:
+                raise TypeError(
+                    f"function '{self._name}' was unpickled from its graphs, which a GradientTape cannot "
+                    "differentiate (it replays the Python function): define it at module level to pickle "
+                    "it by reference, or call it outside the tape"
+                )
         return self._call(args, kwargs)
 
     def _call_on_tapes(self, args, kwargs):
@@ -387,15 +474,16 @@ class Function:
         replayed by tracing the Python function inline."""
         args = self._bind(args, kwargs)
         if any(isinstance(a, SymbolicTensor) for a in args):
-            return self.python_function(*args)
+            return self._invoke(args)
         statics, tensors = self._split(args)
         result = self._run(statics, tensors)
         flat, _ = flatten(result)
 
         def replay(xs):
-            leaves, _ = flatten(self.python_function(*self._arguments(xs, statics)))
+            leaves, _ = flatten(self._invoke(self._arguments(xs, statics)))
             return [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in leaves]
 
+        replay.symbolic_inputs = True
         _core.record(replay, tensors, [x for x in flat if isinstance(x, Tensor)])
         return result
 
@@ -410,7 +498,7 @@ class Function:
             args = self._bind(args, kwargs)
         if any(isinstance(a, SymbolicTensor) for a in args):
             # Called while another function is traced: inline it.
-            return self.python_function(*args)
+            return self._invoke(args)
         statics, tensors = self._split(args)
         return self._run(statics, tensors)
 
@@ -453,6 +541,9 @@ class Function:
             native = self._graph_native(tensors)[0]
         else:
             native = self._native_for(statics)
+            if statics is None and self._per_shape is not None:
+                self._check_shapes(tensors)
+                native = self._per_shape
         native.call_into([t._v for t in tensors], outs)
         return outputs
 
@@ -493,7 +584,7 @@ class Function:
         out = []
         for key, (structure, _, _) in self._structures.items():
             specs = [(d, None if shape is None else list(shape), None) for d, shape in key]
-            out.append((key, self._native.compiler_ir(specs, "hlo"), structure))
+            out.append((key, (self._per_shape or self._native).compiler_ir(specs, "hlo"), structure))
         return out
 
     def _call_graph(self, tensors):
@@ -579,7 +670,10 @@ class Function:
         return at
 
     def _natives(self):
-        return [self._native, *(n for n, _ in self._static.values())] if self._native is not None else []
+        if self._native is None:
+            return []
+        per_shape = [] if self._per_shape is None else [self._per_shape]
+        return [self._native, *per_shape, *(n for n, _ in self._static.values())]
 
     def experimental_get_tracing_count(self):
         return sum(n.trace_count for n in self._natives())
@@ -683,17 +777,6 @@ def _spec_of(a):
     return a if isinstance(a, TensorSpec) else TensorSpec.from_tensor(convert_to_tensor(a))
 
 
-def _loose(structure):
-    """A ``flatten`` structure with lists and tuples alike (an argument
-    matches its input_signature's structure either way, as in TensorFlow)."""
-    if structure is None or not isinstance(structure, tuple):
-        return structure
-    if structure[0] is dict:
-        return (dict, structure[1], [_loose(x) for x in structure[2]])
-    kind = tuple if structure[0] in (list, tuple) else structure[0]
-    return (kind, [_loose(x) for x in structure[1]])
-
-
 def _short(v, n=40):
     r = repr(v)
     return r if len(r) <= n else r[: n - 3] + "..."
@@ -754,6 +837,7 @@ def _rebuild(name, site_, input_signature, jit_compile, graphs, callbacks):
     f._callbacks = dict(callbacks)
     f._callback_list = list(callbacks)
     f._signature = None
+    f._per_shape = None
     f._native = None
     f._graphs = {key: (text, structure, None) for key, text, structure in graphs}
     f._unpack = None

@@ -53,3 +53,15 @@ def pack(structure, leaves):
 
     return build(structure)
 
+
+
+def loose(structure):
+    """A ``flatten`` structure, hashable, with lists and tuples alike: what
+    must match where TensorFlow lets a tuple stand for a list (a loop body's
+    results, an argument against its input_signature)."""
+    if not isinstance(structure, tuple):
+        return structure
+    if structure[0] is dict:
+        return (dict, tuple(structure[1]), tuple(loose(x) for x in structure[2]))
+    kind = tuple if structure[0] in (list, tuple) else structure[0]
+    return (kind, tuple(loose(x) for x in structure[1]))

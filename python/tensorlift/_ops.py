@@ -3,6 +3,7 @@ and ignored: nodes are named after their op and line)."""
 
 import numpy as np
 
+from . import _native
 from ._core import Tensor, apply, binary, convert_to_tensor
 from .dtypes import as_dtype
 from .errors import InvalidArgumentError
@@ -159,8 +160,31 @@ def reshape(tensor, shape, name=None):
     return apply("reshape", [tensor], {"shape": [int(d) for d in shape]})
 
 
+def _dims(shape, op):
+    """A shape argument as Python ints, or an error naming ``op``."""
+    from ._core import SymbolicTensor
+
+    if isinstance(shape, SymbolicTensor) or (
+        isinstance(shape, (list, tuple)) and any(isinstance(d, SymbolicTensor) for d in shape)
+    ):
+        raise TypeError(
+            f"{op}: the shape is a tensor computed in the traced function (tl.shape of a None dim?), but "
+            "a shape must be known when the function is traced: use tl.zeros_like / tl.ones_like of a "
+            "tensor of that shape, or give the input_signature a known size"
+        )
+    if isinstance(shape, Tensor):
+        shape = shape.numpy()
+    dims = np.asarray(shape)
+    if dims.ndim > 1 or not (dims.size == 0 or dims.dtype.kind in "iu"):
+        raise TypeError(f"{op}: a shape is a list of integers, not {shape!r}")
+    dims = [int(d) for d in dims.reshape(-1)]
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"{op}: the shape {dims} has a negative dimension")
+    return dims
+
+
 def broadcast_to(input, shape, name=None):  # noqa: A002
-    return apply("broadcast_to", [input], {"shape": [int(d) for d in shape]})
+    return apply("broadcast_to", [input], {"shape": _dims(shape, "tl.broadcast_to")})
 
 
 def cast(x, dtype, name=None):
@@ -262,17 +286,26 @@ def reverse(tensor, axis, name=None):
     return apply("reverse", [tensor], {"axis": list(axis)})
 
 
+def _splat(value, dims):
+    """``value`` (a scalar tensor) broadcast to ``dims``; while a function
+    is traced, as a broadcast there (not a constant of the whole shape)."""
+    from ._core import SymbolicTensor, site, to_sym
+
+    if _native.tracing() and not isinstance(value, SymbolicTensor) and value.shape == ():
+        value = SymbolicTensor(to_sym(value, None, site()))
+    return broadcast_to(value, dims)
+
+
 def zeros(shape, dtype="float32", name=None):
-    return convert_to_tensor(np.zeros(shape, as_dtype(dtype).as_numpy_dtype))
+    return _splat(convert_to_tensor(0, dtype=as_dtype(dtype)), _dims(shape, "tl.zeros"))
 
 
 def ones(shape, dtype="float32", name=None):
-    return convert_to_tensor(np.ones(shape, as_dtype(dtype).as_numpy_dtype))
+    return _splat(convert_to_tensor(1, dtype=as_dtype(dtype)), _dims(shape, "tl.ones"))
 
 
 def fill(dims, value, name=None):
-    v = convert_to_tensor(value)
-    return broadcast_to(v, dims)
+    return _splat(convert_to_tensor(value), _dims(dims, "tl.fill"))
 
 
 def _fully_known(x):
@@ -292,7 +325,7 @@ def zeros_like(input, dtype=None, name=None):  # noqa: A002
     d = as_dtype(dtype) if dtype is not None else x.dtype
     if not _fully_known(x):
         return _zeros_of(x, d)
-    return broadcast_to(convert_to_tensor(0, dtype=d), list(x.shape))
+    return _splat(convert_to_tensor(0, dtype=d), list(x.shape))
 
 
 def ones_like(input, dtype=None, name=None):  # noqa: A002
@@ -300,7 +333,7 @@ def ones_like(input, dtype=None, name=None):  # noqa: A002
     d = as_dtype(dtype) if dtype is not None else x.dtype
     if not _fully_known(x):
         return _zeros_of(x, d) + convert_to_tensor(1, dtype=d)
-    return broadcast_to(convert_to_tensor(1, dtype=d), list(x.shape))
+    return _splat(convert_to_tensor(1, dtype=d), list(x.shape))
 
 
 def _dim_size(x, axis, out_type="int32"):

@@ -9,6 +9,8 @@ function's own graph. Computing a gradient is itself recorded on the tapes
 around it, so nested tapes give higher derivatives.
 """
 
+import numpy as np
+
 from . import _core, _native
 from ._core import EagerTensor, SymbolicTensor, Tensor, apply, convert_to_tensor, site
 from ._nest import flatten, pack
@@ -33,8 +35,20 @@ class GradientTape:
         self._live = set()
         self._recording = False
         self._used = False
+        # Inside a trace: where the tape began (``_native.trace_position``)
+        # and at which loop or branch depth, and the symbolic results of ops
+        # it saw there and did not record. A gradient taken there passes
+        # through what the tape recorded only, as TensorFlow's tapes do
+        # inside a tf.function (``stop_recording``, ``reset``, values made
+        # before the tape or before ``watch``).
+        self._since = None
+        self._depth = 0
+        self._unrecorded = []
 
     def __enter__(self):
+        if _native.tracing():
+            self._since = _native.trace_position()
+            self._depth = _core.state.region_depth
         self._push()
         return self
 
@@ -68,11 +82,13 @@ class GradientTape:
         tape = self
 
         class _Paused:
+            # The tape stays among the active ones, not recording: inside a
+            # trace it notes what it did not record.
             def __enter__(self):
-                tape._pop()
+                tape._recording = False
 
             def __exit__(self, *exc):
-                tape._push()
+                tape._recording = tape in _core.state.tapes
                 return False
 
         return _Paused()
@@ -80,14 +96,23 @@ class GradientTape:
     def reset(self):
         self._records.clear()
         self._live = set(self._watched)
+        if self._since is not None and _native.tracing() and _core.state.region_depth == self._depth:
+            self._since = _native.trace_position()
 
-    def _record(self, replay, inputs, outputs):
-        if not self._recording or not any(id(x) in self._live for x in inputs):
-            return
-        if _core.state.region_depth:
+    def _record(self, replay, inputs, outputs, captures=False):
+        if _core.state.region_depth != self._depth:
             # Inside a loop or branch body being traced: the loop or branch
             # is recorded as one op (and gradients inside a function are
             # taken from its graph, which sees the body).
+            return
+        live = any(id(x) in self._live for x in inputs)
+        # A loop or branch traced under the tape may read a watched value
+        # its bodies capture: recorded unless paused (the gradient, taken
+        # from the graph, sees whether it does).
+        live = live or (captures and self._since is not None)
+        if not self._recording or not live:
+            if self._since is not None:
+                self._unrecorded += [o._s for o in outputs if isinstance(o, SymbolicTensor)]
             return
         self._records.append(_Record(replay, list(inputs), list(outputs)))
         for o in outputs:
@@ -105,15 +130,42 @@ class GradientTape:
             )
         self._used = True
         targets, _ = flatten(target)
-        src, src_structure = flatten(sources)
+        listed, src_structure = flatten(sources)
         if output_gradients is None:
             cts = [None] * len(targets)
         else:
-            cts, _ = flatten(output_gradients)
-            cts = cts + [None] * (len(targets) - len(cts))
+            # (None entries kept: ones for their targets.)
+            cts = _deep_leaves(output_gradients)
+            if len(cts) != len(targets):
+                raise ValueError(
+                    f"GradientTape.gradient: output_gradients holds {len(cts)} tensor(s) for "
+                    f"{len(targets)} target(s); give one per target, in the target's structure"
+                )
+        # A tensor listed twice (tied weights) gets its gradient in each place.
+        first = {}
+        src = []
+        for x in listed:
+            if id(x) not in first:
+                first[id(x)] = len(src)
+                src.append(x)
+        grads = self._gradients(targets, src, cts)
+        grads = [grads[first[id(x)]] for x in listed]
+        return self._finish(listed, src_structure, grads, unconnected_gradients)
+
+    def _gradients(self, targets, src, cts):
+        """The gradient with respect to each of ``src`` (distinct), None
+        where unconnected."""
+        for what, xs in (("target", targets), ("source", src)):
+            for i, x in enumerate(xs):
+                if isinstance(x, Tensor) and x.dtype.is_complex and (what == "target" or id(x) in self._live):
+                    from .errors import UnimplementedError
+
+                    raise UnimplementedError(
+                        f"GradientTape.gradient: {what} {i} is {x.dtype.name}: complex differentiation is "
+                        "not supported yet (docs/autodiff.md, Limits)"
+                    )
         if any(isinstance(x, SymbolicTensor) for x in [*targets, *src]):
-            grads = self._graph_gradient(targets, src, cts)
-            return self._finish(src, src_structure, grads, unconnected_gradients)
+            return self._graph_gradient(targets, src, cts)
         records = list(self._records)
         connected = _connected(records, targets)
         # A source is differentiated when the tape watched it or recorded
@@ -133,7 +185,7 @@ class GradientTape:
                           [cts[i] for i in outs])
             for i, g in zip(diff, values):
                 grads[i] = g
-        return self._finish(src, src_structure, grads, unconnected_gradients)
+        return grads
 
     def _finish(self, src, src_structure, grads, unconnected_gradients):
         if unconnected_gradients in ("zero", "ZERO") or getattr(unconnected_gradients, "value", None) == "zero":
@@ -158,19 +210,29 @@ class GradientTape:
         like = next(x._s for x in [*targets, *src] if isinstance(x, SymbolicTensor))
         seeds = [_seed_like(targets[i]) if cts[i] is None else convert_to_tensor(cts[i], dtype=targets[i].dtype)
                  for i in outs]
+        here = self._since is not None and _core.state.region_depth == self._depth
         res = _native.vjp_values(
             [_core.to_sym(targets[i], like, where) for i in outs],
             [_core.to_sym(src[i], like, where) for i in diff],
             [_core.to_sym(c, like, where) for c in seeds],
             where,
+            self._since if here else None,
+            self._unrecorded if here else [],
         )
         for i, r in zip(diff, res):
             grads[i] = None if r is None else SymbolicTensor(r)
+        # Recorded on the tapes around this one (a gradient of a gradient,
+        # taken from the graph as this one is).
+        _core.record(_graph_only, [*targets, *src], [g for g in grads if g is not None])
         return grads
 
     def jacobian(self, target, sources, unconnected_gradients="none", parallel_iterations=None,
                  experimental_use_pfor=True):
         raise NotImplementedError("GradientTape.jacobian is not implemented; use gradient per output")
+
+
+def _graph_only(xs):
+    raise AssertionError("a gradient taken inside a trace is differentiated from the trace's graph")
 
 
 def _connected(records, targets):
@@ -257,12 +319,16 @@ def _vjp(records, sources, targets, cts):
     # of the replay and the outer gradient None).
     made = {id(o) for r in records for o in r.outputs}
     skip = made | {id(s) for s in sources}
-    outer = [t for t in _core.state.tapes]
+    outer = [t for t in _core.state.tapes if t._recording]
     extra = []
+    # So are all the tensors a replayed tl.function reads: its body may
+    # differentiate with respect to them itself (a gradient penalty's
+    # inner tape watching x), which needs them symbolic.
     for r in records:
+        whole = getattr(r.replay, "symbolic_inputs", False)
         for t in r.inputs:
             if (isinstance(t, Tensor) and id(t) not in skip
-                    and any(id(t) in tape._live for tape in outer)):
+                    and (whole or any(id(t) in tape._live for tape in outer))):
                 skip.add(id(t))
                 extra.append(t)
 
@@ -307,7 +373,13 @@ def custom_gradient(f=None):
         return custom_gradient
 
     def wrapped(*args):
-        xs = [a if isinstance(a, Tensor) else convert_to_tensor(a) for a in args]
+        # Arguments may be nested structures of tensors (TensorFlow's x is
+        # "a sequence of (nested structures of) Tensor inputs"): f gets them
+        # rebuilt, grad_fn returns one gradient per tensor, flattened.
+        args = [a if _nested(a) else a if isinstance(a, Tensor) else convert_to_tensor(a) for a in args]
+        leaves, arg_structure = flatten(args)
+        xs = [a if isinstance(a, Tensor) else convert_to_tensor(a) for a in leaves]
+        g = _Rebuilt(f, arg_structure)
         symbolic = any(isinstance(x, SymbolicTensor) for x in xs)
         if not symbolic:
             # Eager: run f without recording its ops; the tapes record the
@@ -316,16 +388,16 @@ def custom_gradient(f=None):
             for t in paused:
                 t._pop()
             try:
-                y, _ = f(*xs)
+                y, _ = g(*xs)
             finally:
                 for t in paused:
                     t._push()
             ys, structure = flatten(y)
             shapes = [list(t.shape) for t in ys]
-            _core.record(lambda syms: _custom_traced(f, syms, shapes)[0], xs, ys)
+            _core.record(lambda syms: _custom_traced(g, syms, shapes)[0], xs, ys)
             return y
-        ys, structure = _custom_traced(f, xs)
-        _core.record(lambda syms: _custom_traced(f, syms)[0], xs, ys)
+        ys, structure = _custom_traced(g, xs)
+        _core.record(lambda syms: _custom_traced(g, syms)[0], xs, ys)
         return pack(structure, ys)
 
     wrapped.__name__ = getattr(f, "__name__", "custom_gradient")
@@ -335,6 +407,33 @@ def custom_gradient(f=None):
 
 def _unknown(shape):
     return shape is None or any(d is None for d in shape)
+
+
+def _nested(a):
+    """Whether a custom_gradient argument is a structure holding tensors
+    (a list of numbers is one tensor)."""
+    items = a.values() if isinstance(a, dict) else a if isinstance(a, (list, tuple)) else None
+    return items is not None and any(isinstance(x, (Tensor, np.ndarray)) or _nested(x) for x in items)
+
+
+def _deep_leaves(v):
+    """The leaves of nested lists, tuples and dicts, None included."""
+    if isinstance(v, dict):
+        return [leaf for k in sorted(v) for leaf in _deep_leaves(v[k])]
+    if not isinstance(v, (list, tuple)):
+        return [v]
+    return [leaf for x in v for leaf in _deep_leaves(x)]
+
+
+class _Rebuilt:
+    """``f`` called on flat tensors with its arguments' structure rebuilt."""
+
+    def __init__(self, f, structure):
+        self.f, self.structure = f, structure
+        self.__name__ = getattr(f, "__name__", "f")
+
+    def __call__(self, *xs):
+        return self.f(*pack(self.structure, list(xs)))
 
 
 def _custom_traced(f, xs, shapes=None):
@@ -371,10 +470,24 @@ def _custom_traced(f, xs, shapes=None):
         dys = [SymbolicTensor(v) for v in s[n + nout:]]
         g = grad_fn(*dys)
         g = list(g) if isinstance(g, (list, tuple)) else [g]
+        if len(g) != n:
+            # One gradient per input tensor, in the structure of the
+            # arguments (lists in lists, None where there is none).
+            g = _deep_leaves(g)
+        if len(g) != n:
+            raise ValueError(
+                f"custom_gradient '{getattr(f, '__name__', 'f')}': its gradient function returned "
+                f"{len(g)} gradient(s) for {n} input(s); return one per input (None for no gradient)"
+            )
         out = []
         for t, xi in zip(g, x):
             if not xi.dtype.is_floating:
                 continue
+            if t is None:
+                # No gradient for this input (TensorFlow allows it): zeros.
+                from ._ops import zeros_like
+
+                t = zeros_like(xi)
             t = t if isinstance(t, Tensor) else convert_to_tensor(t)
             if isinstance(t, SymbolicTensor) and _unknown(t.shape) and not _unknown(xi.shape):
                 # A gradient has its input's shape: what grad_fn computes

@@ -192,10 +192,10 @@ pub(super) fn vjp(
         Op::Callback(c) => {
             let what = match c.kind {
                 CallbackKind::NumpyFunction | CallbackKind::PyFunc | CallbackKind::HostFn => {
-                    "it is not differentiable (its body is opaque to tensorlift); give it a gradient with custom_vjp, or apply stop_gradient to its operands"
+                    "it is not differentiable (its body is opaque to tensorlift); give it a gradient with custom_vjp (tl.custom_gradient in Python), or apply stop_gradient to its operands"
                 }
                 CallbackKind::PyFunction => {
-                    "its Python body is differentiated only in eager mode (GradientTape); give it a gradient with custom_vjp to differentiate a traced function"
+                    "its Python body is differentiated only in eager mode (GradientTape); give it a gradient with custom_vjp (tl.custom_gradient in Python) to differentiate a traced function"
                 }
             };
             return Err(b.ad.fail(
