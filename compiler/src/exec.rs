@@ -106,10 +106,17 @@ fn check_graph(g: &Graph, shapes: bool, offenders: &mut Vec<Offender>) {
         if shapes && let Some(r) = n.results.iter().find(|r| !g.ty(**r).shape.is_static()) {
             offenders.push(Offender {
                 node,
-                reason: format!(
-                    "its type {} is not static; the JIT compiles for concrete input shapes",
-                    g.ty(*r)
-                ),
+                reason: if let Op::Callback(_) = n.op {
+                    format!(
+                        "its result type {} is not static: inside a loop or branch body (compiled as a whole) a callback's result needs a declared shape (set_shape, host_fn_with, output_shapes); at the top level compiled code is split at it",
+                        g.ty(*r)
+                    )
+                } else {
+                    format!(
+                        "its type {} is not static: inside a loop or branch body, a value computed from a callback's result of undeclared shape cannot be compiled (declare the callback's result shape with set_shape)",
+                        g.ty(*r)
+                    )
+                },
             });
         }
     }
@@ -349,6 +356,7 @@ impl Executable {
             inputs: inputs.to_vec(),
             owned,
             kept: Vec::new(),
+            poll_status: 0,
         };
         for (i, s) in plan.slots.iter().enumerate() {
             if let (SlotKind::Input(k), tensorlift_ir::DType::String) = (&s.kind, s.dtype) {

@@ -51,7 +51,13 @@ pub struct CallCtx {
     /// pointer in `bufs` is redirected to the tensor's bytes, which later
     /// steps only read, and an output slot returns the tensor itself.
     pub kept: Vec<Option<Tensor>>,
+    /// What the last poll of a loop said ([`tl_poll`], through the
+    /// trampoline that keeps every register: it returns nothing).
+    pub poll_status: i32,
 }
+
+/// Where [`CallCtx::poll_status`] lies, for compiled code.
+pub(crate) const POLL_STATUS_OFFSET: i32 = std::mem::offset_of!(CallCtx, poll_status) as i32;
 
 /// What runtime steps need at run time: the plan (slots, graphs) and the
 /// callable of each callback step, resolved once when compiling.
@@ -811,6 +817,27 @@ pub(crate) unsafe extern "C" fn tl_where(ctx: *mut CallCtx, what: i32, n: i64) {
     }));
 }
 
+/// Whether a compiled loop must stop (the embedding's check, e.g. a
+/// pending Ctrl-C; `tensorlift_runtime::interrupt`): 0 to go on, else 1
+/// with the call's error set. Loops reach it through a trampoline that
+/// preserves every register (`codegen::driver`), so that their values
+/// stay in registers across the call.
+///
+/// # Safety
+/// `ctx` is the call's context.
+pub(crate) unsafe extern "C" fn tl_poll(ctx: *mut CallCtx) -> i32 {
+    let verdict = catch_unwind(tensorlift_runtime::interrupt::poll)
+        .unwrap_or_else(|_| Err(Error::internal("the interrupt check panicked")));
+    match verdict {
+        Ok(()) => 0,
+        Err(e) => {
+            // SAFETY: the caller's contract.
+            unsafe { (*ctx).error = Some(e) };
+            1
+        }
+    }
+}
+
 /// Runs GEMM step `step` and its epilogue `kernel` on each range of rows
 /// the product finishes (`kernels::gemm::gemm_then`).
 ///
@@ -1029,6 +1056,9 @@ runtime_functions! {
     Where,
     /// `tl_row_group(fns, count, bufs, ctx, rows, block, parallel)`.
     RowGroup,
+    /// `tl_poll(ctx)`: whether a loop must stop (`interrupt::poll`), every
+    /// `POLL_EVERY` iterations.
+    Poll,
     /// `tl_wide_f32(op, buf, n)`: wide math over an f32 chunk buffer.
     WideF32,
     /// `tl_wide_f64(op, buf, n)`: wide math over an f64 chunk buffer.
@@ -1145,6 +1175,9 @@ impl RtFn {
             >("tl_parallel", tl_parallel),
             RtFn::Where => {
                 Symbol::of::<unsafe extern "C" fn(*mut CallCtx, i32, i64)>("tl_where", tl_where)
+            }
+            RtFn::Poll => {
+                Symbol::of::<unsafe extern "C" fn(*mut CallCtx) -> i32>("tl_poll", tl_poll)
             }
             RtFn::RowGroup => Symbol::of::<
                 unsafe extern "C" fn(

@@ -71,6 +71,15 @@ pub(crate) fn raise(py: Python<'_>, e: Error) -> PyErr {
             ERRORS.get_or_try_init(py, || py.import("tensorlift.errors").map(Bound::unbind))?;
         let exc = errors.bind(py).getattr(class)?.call1((text.clone(),))?;
         if let Some(cause) = bridge::raised_exception(py, &text) {
+            // Ctrl-C (or sys.exit) inside a callback stops the program as
+            // it would anywhere else: the call's error is that exception
+            // itself, not an UnknownError an `except Exception` swallows.
+            let c = cause.bind(py);
+            if c.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>()
+                || c.is_instance_of::<pyo3::exceptions::PySystemExit>()
+            {
+                return Ok(PyErr::from_value(c.clone()));
+            }
             exc.setattr("__cause__", cause)?;
         }
         Ok(PyErr::from_value(exc))
@@ -337,8 +346,46 @@ fn dtype_names() -> Vec<&'static str> {
         .collect()
 }
 
+/// The thread that imported the package: Python runs signal handlers on
+/// its main thread only, which imports it.
+static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+
+thread_local! {
+    /// When this thread last ran Python's signal handlers from a loop.
+    static LAST_CHECK: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Whether a loop must stop: a Ctrl-C (Python's handlers raise
+/// KeyboardInterrupt) while a loop runs in compiled or interpreted code,
+/// which runs no bytecode where Python would see it. On the main thread
+/// only, and at most every 50 ms (each check takes the GIL, which another
+/// thread may hold for a switch interval).
+fn check_interrupt() -> tensorlift::Result<()> {
+    if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
+        return Ok(());
+    }
+    let now = std::time::Instant::now();
+    let due = LAST_CHECK.with(|last| match last.get() {
+        Some(t) if now.duration_since(t) < std::time::Duration::from_millis(50) => false,
+        _ => {
+            last.set(Some(now));
+            true
+        }
+    });
+    if !due {
+        return Ok(());
+    }
+    Python::attach(|py| {
+        py.check_signals()
+            .map_err(|e| bridge::py_error(py, e, "a signal handler"))
+    })
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let _ = MAIN_THREAD.set(std::thread::current().id());
+    tensorlift::runtime::interrupt::set_check(check_interrupt);
     m.add_class::<PyTensor>()?;
     m.add_class::<trace::PySym>()?;
     m.add_class::<trace::PyFunction>()?;

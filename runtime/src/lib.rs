@@ -11,6 +11,7 @@ pub mod callback;
 pub mod eager;
 pub mod fpmode;
 pub mod interp;
+pub mod interrupt;
 pub mod kernels;
 mod memory;
 pub mod nest;

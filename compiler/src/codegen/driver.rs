@@ -11,7 +11,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     AbiParam, Function, InstBuilder, StackSlotData, StackSlotKind, UserFuncName, types,
 };
-use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
+use cranelift_codegen::isa::{CallConv, OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -310,7 +310,23 @@ pub(crate) fn generate(
             | Step::BranchUnless { .. }
             | Step::Switch { .. } => false,
         };
-        let places: Vec<Place> = (places(plan).into_iter())
+        let every = places(plan);
+        // Every loop counts its iterations: it polls whether it must stop
+        // (`rt::tl_poll`, a Ctrl-C) every `POLL_EVERY` of them.
+        let loops: Vec<usize> = (every.iter())
+            .filter_map(|p| match p.kind {
+                PlaceKind::Loop { label, .. } => Some(label),
+                PlaceKind::Branch(_) => None,
+            })
+            .collect();
+        let poll_ref = match loops.is_empty() {
+            true => None,
+            false => {
+                let id = poll_trampoline(&mut module, &mut helpers, &mut pipeline, &mut clif, ptr)?;
+                Some(module.declare_func_in_func(id, b.func))
+            }
+        };
+        let places: Vec<Place> = (every.into_iter())
             .filter(|p| (p.start + 1..p.end).any(fallible))
             .collect();
         let where_ref = match places.is_empty() {
@@ -320,11 +336,8 @@ pub(crate) fn generate(
                 Some(module.declare_func_in_func(f, b.func))
             }
         };
-        let counters: HashMap<usize, Variable> = (places.iter())
-            .filter_map(|p| match p.kind {
-                PlaceKind::Loop { label, .. } => Some((label, b.declare_var(types::I64))),
-                PlaceKind::Branch(_) => None,
-            })
+        let counters: HashMap<usize, Variable> = (loops.iter())
+            .map(|&label| (label, b.declare_var(types::I64)))
             .collect();
         let mut regs: HashMap<SlotId, Variable> = HashMap::new();
         for s in register_slots(plan) {
@@ -411,11 +424,25 @@ pub(crate) fn generate(
                     continue;
                 }
                 Step::Jump(l) => {
-                    if let Some(&c) = counters.get(l) {
+                    if let (Some(&c), Some(poll_ref)) = (counters.get(l), poll_ref) {
                         // Back to the loop's condition: the next iteration.
                         let v = b.use_var(c);
                         let next = b.ins().iadd_imm_s(v, 1);
                         b.def_var(c, next);
+                        let every = tensorlift_runtime::interrupt::POLL_EVERY - 1;
+                        let masked = b.ins().band_imm_u(next, every as i64);
+                        let (poll, go_on, stop) =
+                            (b.create_block(), b.create_block(), b.create_block());
+                        b.ins().brif(masked, go_on, &[], poll, &[]);
+                        b.switch_to_block(poll);
+                        b.ins().call(poll_ref, &[ctx]);
+                        let status =
+                            b.ins()
+                                .load(types::I32, trusted(), ctx, crate::rt::POLL_STATUS_OFFSET);
+                        b.ins().brif(status, stop, &[], go_on, &[]);
+                        b.switch_to_block(stop);
+                        b.ins().return_(&[status]);
+                        b.switch_to_block(go_on);
                     }
                     b.ins().jump(labels[*l], &[]);
                     let dead = b.create_block();
@@ -899,6 +926,47 @@ fn compile_job(isa: &dyn TargetIsa, mut job: Job) -> Result<MachineCode> {
 
 /// The runtime functions a module imports, and the fused rows it defines
 /// as machine code (`native::compile_row`).
+/// `poll(ctx)`: calls `tl_poll` and leaves its status in the context
+/// (`CallCtx::poll_status`), preserving every register (Cranelift's
+/// `PreserveAll`, which returns nothing): a loop polling every
+/// `POLL_EVERY` iterations keeps its values in registers, where a call of
+/// `tl_poll` itself made them live across a call that clobbers them, and
+/// a scalar loop spilled its value every iteration (2.5× slower).
+fn poll_trampoline(
+    module: &mut JITModule,
+    helpers: &mut Helpers,
+    pipeline: &mut Pipeline,
+    clif: &mut Clif,
+    ptr: types::Type,
+) -> Result<FuncId> {
+    let mut sig = cranelift_codegen::ir::Signature::new(CallConv::PreserveAll);
+    sig.params.push(AbiParam::new(ptr));
+    let id = module
+        .declare_function("poll", Linkage::Local, &sig)
+        .map_err(cg_err)?;
+    let mut func = Function::with_name_signature(UserFuncName::user(0, u32::MAX - 1), sig);
+    let mut fctx = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let ctx = b.block_params(entry)[0];
+    let poll = helpers.get(module, RtFn::Poll)?;
+    let poll = module.declare_func_in_func(poll, b.func);
+    let call = b.ins().call(poll, &[ctx]);
+    let status = b.inst_results(call)[0];
+    b.ins()
+        .store(trusted(), status, ctx, crate::rt::POLL_STATUS_OFFSET);
+    b.ins().return_(&[]);
+    b.finalize(module.target_config());
+    clif.function("; poll (preserves every register)".into(), &func);
+    let mut context = module.make_context();
+    context.func = func;
+    pipeline.submit(id, "poll".into(), context);
+    Ok(id)
+}
+
 pub(super) struct Helpers {
     ids: HashMap<RtFn, FuncId>,
     /// Per fused f32 row (function, stored, prefetched): its function,
