@@ -274,7 +274,7 @@ pub fn switch(index: &Sym, branches: &[&Branch], operands: &[Sym]) -> Vec<Sym> {
     let site = Site::caller();
     let tracer = index.graph();
     let mut arity = None;
-    let r = case_impl(&tracer, index, branches, operands, &site, &mut arity);
+    let r = case_impl(&tracer, index, branches, operands, &site, &mut arity, false);
     let r = r.map(|o| o.map(|b| b.tracer.syms(&b.results)));
     settle(&tracer, r, arity.unwrap_or(0))
 }
@@ -293,13 +293,15 @@ pub fn cond(
     let tracer = pred.graph();
     let branches: [&Branch; 2] = [&false_fn, &true_fn];
     let mut arity = None;
-    let r = case_impl(&tracer, pred, &branches, operands, &site, &mut arity);
+    let r = case_impl(&tracer, pred, &branches, operands, &site, &mut arity, true);
     let r = r.map(|o| o.map(|b| b.tracer.syms(&b.results)));
     settle(&tracer, r, arity.unwrap_or(0))
 }
 
 /// A `case` of `branches` (traced here); `arity` is set to how many values
-/// the first branch returns, also when the op cannot be made.
+/// the first branch returns, also when the op cannot be made. For a
+/// `cond` (`is_cond`: branches false, true), errors name `cond`, its
+/// predicate and `true_fn` / `false_fn`.
 fn case_impl(
     tracer: &Tracer,
     index: &Sym,
@@ -307,6 +309,7 @@ fn case_impl(
     operands: &[Sym],
     site: &Site,
     arity: &mut Option<usize>,
+    is_cond: bool,
 ) -> Result<Option<Built>, Error> {
     let mut refs: Vec<&Sym> = vec![index];
     refs.extend(operands);
@@ -335,17 +338,51 @@ fn case_impl(
         };
         traced.push(t);
     }
+    let branch_name = |k: usize| match (is_cond, k) {
+        (true, 0) => "false_fn".to_string(),
+        (true, _) => "true_fn".to_string(),
+        (false, k) => format!("branch {k}"),
+    };
+    let op = if is_cond { "cond" } else { "switch" };
+    // Every branch returns the first one's types (said here in the user's
+    // words; the case's own rule would say `branch 1` for true_fn).
+    let returns = |t: &Traced| -> Vec<TensorType> {
+        (t.graph.outputs().iter())
+            .map(|o| t.graph.ty(o.value).clone())
+            .collect()
+    };
+    if let Some(first) = traced.first() {
+        let want = returns(first);
+        for (k, t) in traced.iter().enumerate().skip(1) {
+            let got = returns(t);
+            if got != want {
+                return Err(fail(
+                    op,
+                    &name,
+                    site,
+                    format!(
+                        "{} returns {}, but {} returns {}: every branch must return the same types",
+                        branch_name(k),
+                        list(&got),
+                        branch_name(0),
+                        list(&want)
+                    ),
+                ));
+            }
+        }
+    }
     // The index as int32[].
     let index_ty = here.graph_ref(|g| g.ty(vs[0]).clone());
     if index_ty.shape != tensorlift_ir::Shape::known(&[])
         || !(index_ty.dtype.is_int() || index_ty.dtype == DType::Bool)
     {
-        return Err(fail(
-            "case",
-            &name,
-            site,
-            format!("the branch index must be an integer or bool scalar, not {index_ty}"),
-        ));
+        let what = match is_cond {
+            true => format!("the predicate must be a bool (or integer) scalar, not {index_ty}"),
+            false => {
+                format!("the branch index must be an integer or bool scalar, not {index_ty}")
+            }
+        };
+        return Err(fail(op, &name, site, what));
     }
     let m = args.len();
     let mut inputs = vec![vs[0]];
@@ -406,13 +443,23 @@ fn fori_loop_at(
         return Vec::new();
     };
     let tracer = first.graph();
+    // The index has a traced bound's dtype (a Rust integer takes it, as a
+    // Python int does in JAX), else int32.
+    let traced = |o: &Operand| match o {
+        Operand::Sym(s) => s.ty(),
+        Operand::Scalar(_) | Operand::Int(_) => None,
+    };
+    let counter = (traced(&lower).or(traced(&upper))).map_or(DType::I32, |t| t.dtype);
+    if let Some(m) = bounds_problem(&lower, &upper, counter) {
+        tracer.record(fail(what, what, &site, m));
+        return tracer.current_poisoned(init.len());
+    }
     let bound = |o: Operand, dtype: DType| match o {
         Operand::Sym(s) => s,
         Operand::Scalar(v) => tracer.scalar_at(dtype, v, site.clone()),
         Operand::Int(v) => tracer.int_at(dtype, v, site.clone()),
     };
-    let lower = bound(lower, DType::I32);
-    let counter = lower.dtype().unwrap_or(DType::I32);
+    let lower = bound(lower, counter);
     let mut carries = vec![lower];
     carries.extend(init.iter().cloned());
     let elementwise = |op, a: &Sym, b: &Sym| {
@@ -439,6 +486,47 @@ fn fori_loop_at(
         site.clone(),
     );
     out.into_iter().skip(1).collect()
+}
+
+/// What is wrong with a loop's bounds for an index of dtype `counter`
+/// (`None`: nothing): a traced bound that is not an integer scalar, two
+/// traced bounds of other dtypes, a Rust bound that is not an integer or
+/// does not fit.
+fn bounds_problem(lower: &Operand, upper: &Operand, counter: DType) -> Option<String> {
+    let mut dtype = None;
+    for (name, o) in [("lower", lower), ("upper", upper)] {
+        match o {
+            Operand::Sym(s) => {
+                let t = s.ty()?;
+                if !t.dtype.is_int() || t.shape.rank() != Some(0) {
+                    return Some(format!(
+                        "the {name} bound is {t}, but the bounds are integer scalars"
+                    ));
+                }
+                match &dtype {
+                    Some(d) if *d != t => {
+                        return Some(format!(
+                            "the lower bound is {d} and the upper bound {t}: the bounds must have one dtype (cast one)"
+                        ));
+                    }
+                    Some(_) | None => dtype = Some(t),
+                }
+            }
+            Operand::Scalar(v) => {
+                return Some(format!(
+                    "the {name} bound {v} is not an integer (the loop index is {counter})"
+                ));
+            }
+            Operand::Int(v) => {
+                if tensorlift_ir::Literal::scalar_int(counter, *v).is_err() {
+                    return Some(format!(
+                        "the {name} bound {v} does not fit the loop index's dtype {counter}"
+                    ));
+                }
+            }
+        }
+    }
+    None
 }
 
 fn while_loop_at(
@@ -583,8 +671,8 @@ fn scan_impl(
         return Ok(Some((c.to_vec(), ys.to_vec())));
     }
     let out = fori_loop_at(
-        Operand::Scalar(0.0),
-        Operand::Scalar(f64::from(count)),
+        Operand::Int(0),
+        Operand::Int(i128::from(count)),
         |i, c| {
             let step = if reverse {
                 let last = tracer.scalar_at(DType::I32, f64::from(count - 1), site.clone());

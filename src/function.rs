@@ -791,9 +791,12 @@ impl CompiledFunction {
 
     /// An `InvalidArgument` unless `inputs` match the specs.
     fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), Error> {
+        let cfg = &self.function.inner.cfg;
         if inputs.len() != self.specs.len() {
             return Err(Error::invalid(format!(
-                "compiled function takes {} input(s), but {} were given",
+                "compiled function '{}' (defined at {}) takes {} input(s), but {} were given",
+                cfg.name,
+                cfg.site,
                 self.specs.len(),
                 inputs.len()
             )));
@@ -801,7 +804,9 @@ impl CompiledFunction {
         for (i, (s, t)) in self.specs.iter().zip(inputs).enumerate() {
             if s.dtype != t.dtype() || !s.shape.accepts(t.shape()) {
                 return Err(Error::invalid(format!(
-                    "input {i} is {}{:?}, but the function was compiled for {}",
+                    "input {i} of compiled function '{}' (defined at {}) is {}{:?}, but it was compiled for {}",
+                    cfg.name,
+                    cfg.site,
                     t.dtype().short_name(),
                     t.shape(),
                     s.ty()

@@ -23,8 +23,8 @@ pub struct GradCheck {
     /// Seed of the random directions (0 by default).
     pub seed: u64,
     /// Check only this mode (`None`: both). A function whose custom
-    /// gradient is a host callback has no forward mode: check
-    /// [`Mode::Reverse`].
+    /// gradient passes the cotangent to a host callback has no forward
+    /// mode: check [`Mode::Reverse`].
     pub only: Option<Mode>,
 }
 

@@ -247,7 +247,9 @@ pub fn transpose(g: &mut Graph, x: ValueId, perm: &[usize], site: &Site) -> Resu
 
 /// `x` broadcast to the static shape `dims` with NumPy's rule.
 pub fn broadcast_to(g: &mut Graph, x: ValueId, dims: &[usize], site: &Site) -> Result<ValueId> {
-    if g.ty(x).shape.rank().is_none() {
+    // (Unknown dims too: one may be 1, or the target's size, only known at
+    // specialization, where the dynamic op is expanded and checked.)
+    if !g.ty(x).shape.is_static() {
         return g.add(
             Op::Dynamic(DynamicOp::BroadcastTo(dims.to_vec())),
             &[x],

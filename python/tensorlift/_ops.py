@@ -226,15 +226,22 @@ def expand_dims(input, axis, name=None):  # noqa: A002
 
 
 def squeeze(input, axis=None, name=None):  # noqa: A002
-    """Removes dims of size 1: those in ``axis``, or every one known to be
-    1 when ``axis`` is None (a dim of unknown size is kept, as TensorFlow
-    keeps it). A dim of unknown size named in ``axis`` must be 1 when the
-    function runs (the reshape checks the element count)."""
+    """Removes dims of size 1: those in ``axis``, or every one when
+    ``axis`` is None. A dim of unknown size named in ``axis`` must be 1
+    when the function runs (the reshape checks the element count); with no
+    ``axis``, a dim of unknown size is an error (which dims go would depend
+    on the run-time sizes: TensorFlow's result has an unknown rank)."""
     x = convert_to_tensor(input)
     _known_rank(x, "tl.squeeze")
     shape = list(x.shape)
     rank = len(shape)
     if axis is None:
+        if None in shape:
+            raise ValueError(
+                f"tl.squeeze of a tensor of shape {shape} without axis: which dims are removed depends "
+                "on the sizes of its unknown dims, known only when the function runs; name them with "
+                "axis= (or give the input_signature known sizes)"
+            )
         axes = [i for i, d in enumerate(shape) if d == 1]
     else:
         axes = []

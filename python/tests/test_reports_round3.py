@@ -439,3 +439,74 @@ def test_shapes_and_predicates_are_checked_with_clear_errors():
         tl.cond(tl.constant(True), tl.constant(1.0), lambda: 2.0)
     with pytest.raises(ValueError, match="condition of tl.while_loop: the predicate must be a scalar"):
         tl.while_loop(lambda x: x < 3, lambda x: x + 1, [tl.constant([0, 1])])
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_ctrl_c_stops_a_runaway_loop(jit):
+    # Only SIGKILL ended it: a loop in native code runs no bytecode, where
+    # Python's handler would raise KeyboardInterrupt. And where the loop
+    # held a callback, the KeyboardInterrupt became an UnknownError that
+    # `except Exception` swallowed.
+    r = run_script(f"""
+        import os, signal, threading, numpy as np, tensorlift as tl
+        @tl.function(jit_compile={jit})
+        def runaway(x):  # x stops growing at 2**24 in float32
+            return tl.while_loop(lambda v: v[0] >= 0, lambda v: v + 1.0, [x])
+        def step(v):
+            r = tl.numpy_function(lambda a: a + np.float32(1), [v], tl.float32)
+            r.set_shape([])
+            return r
+        @tl.function(jit_compile={jit})
+        def calling(x):
+            return tl.while_loop(lambda v: v >= 0, step, [x])
+        for f in (runaway, calling):
+            threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            try:
+                f(np.ones(2, np.float32) if f is runaway else np.float32(1))
+            except KeyboardInterrupt:
+                print("interrupted", f.__name__)
+            except Exception as e:
+                print("swallowed", type(e).__name__)
+    """, timeout=60)
+    assert r.stdout.split("\n")[:2] == ["interrupted runaway", "interrupted calling"], r.stdout + r.stderr
+
+
+# --- a differential fuzzer's findings -----------------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_the_gradient_of_a_gather_of_no_indices_is_zeros(jit):
+    # The scatter of its gradient cut rows of 0 elements: a panic
+    # (PanicException, not an Exception), in every mode.
+    idx = tl.constant(np.zeros([0], np.int32))
+
+    def g(x):
+        with tl.GradientTape() as t:
+            t.watch(x)
+            y = tl.reduce_sum(tl.gather(x, idx, axis=1))
+        return t.gradient(y, x)
+
+    x = np.ones([5, 3], np.float32)
+    for f in [g, tl.function(g, jit_compile=jit)]:
+        np.testing.assert_array_equal(f(tl.constant(x)).numpy(), np.zeros([5, 3]))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_broadcast_to_a_size_one_dim_over_a_none_dim(jit):
+    # [None, 3] -> [1, 3] was refused at trace time (the None dim may be 1).
+    f = tl.function(lambda x: tl.broadcast_to(x, [1, 3]), input_signature=[tl.TensorSpec([None, 3])],
+                    jit_compile=jit)
+    np.testing.assert_array_equal(f(np.ones([1, 3], np.float32)).numpy(), np.ones([1, 3]))
+    with pytest.raises(tl.errors.InvalidArgumentError):
+        f(np.ones([2, 3], np.float32))
+    g = tl.function(lambda x: tl.broadcast_to(x, [4, 3]), input_signature=[tl.TensorSpec([None, 3])],
+                    jit_compile=jit)
+    np.testing.assert_array_equal(g(np.ones([1, 3], np.float32)).numpy(), np.ones([4, 3]))
+
+
+def test_squeeze_without_axis_of_a_none_dim_is_an_error_not_another_shape():
+    f = tl.function(lambda x: tl.squeeze(x) + tl.zeros([4]), input_signature=[tl.TensorSpec([4, None])])
+    with pytest.raises(ValueError, match="name them with axis="):
+        f(np.ones([4, 1], np.float32))  # was (4, 4): the None dim kept
+    g = tl.function(lambda x: tl.squeeze(x, 1) + tl.zeros([4]), input_signature=[tl.TensorSpec([4, None])])
+    assert g(np.ones([4, 1], np.float32)).shape == (4,)

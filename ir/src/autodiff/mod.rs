@@ -124,7 +124,17 @@ pub fn jvp(g: &Graph, wrt: &[usize]) -> Result<Graph> {
         Seed::Params(&grads),
         false,
         WhileCarries::Recompute,
-    )?;
+    )
+    .map_err(|e| {
+        // A callback reached here takes a cotangent: it is in a custom
+        // gradient (differentiable in reverse mode, not transposable).
+        match e.to_string().contains("cannot differentiate through callback") {
+            true => e.context(
+                "forward mode (jvp) transposes the reverse mode, and a custom gradient's callback that takes the cotangent cannot be transposed: use reverse mode (vjp, grad), or multiply by the cotangent outside the callback (ct · callback(x))",
+            ),
+            false => e,
+        }
+    })?;
     // `vv` takes (x, ct, t) and gives J·t per seeded output; `ct` may be
     // anything (zeros), `x` is ours, `t` the tangents.
     let site = Site::caller();

@@ -1012,6 +1012,10 @@ impl<I: ScatterIndex> Scatter<'_, I> {
             return Err(Error::internal("scatter: buffer sizes"));
         }
         let limit = n as u64;
+        if m == 0 || n == 0 || outer == 0 || inner == 0 {
+            // No updates, or nowhere to put them (chunks of 0 would panic).
+            return Ok(());
+        }
         if inner == 1 {
             // One element per index: no row slices to cut.
             for (dst, from) in out.chunks_exact_mut(n).zip(src.chunks_exact(m)) {

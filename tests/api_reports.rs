@@ -1,0 +1,183 @@
+//! Defects a new user of the Rust API found porting models from a
+//! separate crate (2026-11-28): errors that named internal ops or pointed
+//! the wrong way. Each test failed before its fix.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use tensorlift::{
+    Code, DType, Sym, Tensor, TensorSpec, cond, custom_vjp, fori_loop, function, switch,
+};
+
+fn f32s(v: &[f32]) -> Tensor {
+    common::f32s(v, &[v.len()])
+}
+
+fn scalar_i64(v: i64) -> Tensor {
+    Tensor::from_bytes(DType::I64, &[], &v.to_ne_bytes()).unwrap()
+}
+
+#[test]
+fn fori_loop_bounds_take_a_traced_bounds_dtype_or_say_what_is_wrong() {
+    // A traced i64 bound beside a Rust literal: the index is i64 (it was an
+    // error about an internal compare_lt of i32 and i64).
+    for jit in [false, true] {
+        let f =
+            function(|x: Sym, n: Sym| fori_loop(0, &n, |_, c| vec![&c[0] + 1.0], &[x]).remove(0))
+                .jit_compile(jit);
+        let y = f.call(&[f32s(&[0.5]), scalar_i64(3)]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&y[0]), vec![3.5], "jit {jit}");
+    }
+    let message = |f: tensorlift::Function, inputs: &[Tensor]| {
+        let e = f.call(inputs).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        e.to_string()
+    };
+    let e = message(
+        function(|x: Sym, n: Sym| fori_loop(0, &n, |_, c| vec![&c[0] + 1.0], &[x]).remove(0)),
+        &[f32s(&[0.5]), common::f32s(&[3.0], &[])],
+    );
+    assert!(
+        e.contains("fori_loop 'fori_loop'")
+            && e.contains("the upper bound is f32[], but the bounds are integer scalars")
+            && e.contains("api_reports.rs"),
+        "{e}"
+    );
+    let e = message(
+        function(|x: Sym| fori_loop(2.5, 5, |_, c| vec![&c[0] + 1.0], &[x]).remove(0)),
+        &[f32s(&[0.5])],
+    );
+    assert!(e.contains("the lower bound 2.5 is not an integer"), "{e}");
+    let e = message(
+        function(|x: Sym| fori_loop(0, 3_000_000_000i64, |_, c| vec![&c[0] + 1.0], &[x]).remove(0)),
+        &[f32s(&[0.5])],
+    );
+    assert!(
+        e.contains("the upper bound 3000000000 does not fit the loop index's dtype int32"),
+        "{e}"
+    );
+}
+
+#[test]
+fn cond_errors_name_its_branches_as_written() {
+    let f = function(|x: Sym| {
+        cond(
+            &x.reduce_sum(None, false)
+                .greater(x.graph().scalar(DType::F32, 0.0)),
+            |a| vec![&a[0] * 2.0],
+            |a| vec![a[0].cast(DType::I32)],
+            &[x],
+        )
+        .remove(0)
+    });
+    let e = f.call(&[f32s(&[1.0])]).unwrap_err().to_string();
+    assert!(
+        e.contains("cond 'case")
+            && e.contains("true_fn returns [f32[1]], but false_fn returns [i32[1]]"),
+        "{e}"
+    );
+    let g = function(|x: Sym| {
+        let i = x.graph().scalar(DType::I32, 1.0);
+        switch(
+            &i,
+            &[&|a: &[Sym]| vec![&a[0] * 2.0], &|a: &[Sym]| {
+                vec![a[0].cast(DType::I32)]
+            }],
+            &[x],
+        )
+        .remove(0)
+    });
+    let e = g.call(&[f32s(&[1.0])]).unwrap_err().to_string();
+    assert!(
+        e.contains("branch 1 returns [i32[1]], but branch 0 returns [f32[1]]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn compiled_function_input_errors_name_the_function() {
+    let c = function(|x: Sym, y: Sym| &x + &y)
+        .jit_compile(true)
+        .compile(&[
+            TensorSpec::known(DType::F32, &[2]),
+            TensorSpec::known(DType::F32, &[2]),
+        ])
+        .unwrap();
+    let e = c.call(&[f32s(&[1.0, 2.0])]).unwrap_err().to_string();
+    assert!(
+        e.contains("compiled function 'function' (defined at") && e.contains("api_reports.rs"),
+        "{e}"
+    );
+    let y64 = Tensor::from_bytes(DType::F64, &[2], &[0u8; 16]).unwrap();
+    let e = c.call(&[f32s(&[1.0, 2.0]), y64]).unwrap_err().to_string();
+    assert!(e.contains("input 1 of compiled function 'function'"), "{e}");
+}
+
+#[test]
+fn an_undeclared_callback_shape_in_a_compiled_loop_says_to_declare_it() {
+    let f = function(|x: Sym| {
+        fori_loop(
+            0,
+            3,
+            |_, c| {
+                let y = c[0].graph().host_fn(
+                    |ins: &[Tensor]| Ok(vec![ins[0].clone()]),
+                    &[&c[0]],
+                    &[DType::F32],
+                    false,
+                );
+                vec![(&y[0] + 1.0).reshape(&[2])]
+            },
+            &[x],
+        )
+        .remove(0)
+    });
+    let x = f32s(&[1.0, 2.0]);
+    let y = f.call(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(common::to_vec::<f32>(&y[0]), vec![4.0, 5.0]);
+    let e = f.jit_compile(true).call(&[x]).unwrap_err().to_string();
+    assert!(
+        e.contains("a callback's result needs a declared shape (set_shape, host_fn_with"),
+        "{e}"
+    );
+}
+
+#[test]
+fn forward_mode_of_a_callback_taking_the_cotangent_says_why() {
+    let f = function(|x: Sym| {
+        custom_vjp(
+            |a| vec![a[0].sin()],
+            |a, _o, ct| {
+                let d = a[0].graph().host_fn(
+                    |ins: &[Tensor]| Ok(vec![ins[1].clone()]),
+                    &[&a[0], &ct[0]],
+                    &[DType::F32],
+                    false,
+                );
+                vec![d[0].set_shape(&[Some(3)])]
+            },
+            &[x],
+        )
+        .remove(0)
+    });
+    let e = f
+        .jvp(&[0])
+        .call(&[f32s(&[1.0, 2.0, 3.0]), f32s(&[1.0; 3])])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("forward mode (jvp) transposes the reverse mode"),
+        "{e}"
+    );
+    // Reverse mode works.
+    assert!(
+        f.vjp(&[0])
+            .call(&[f32s(&[1.0, 2.0, 3.0]), f32s(&[1.0; 3])])
+            .is_ok()
+    );
+}
