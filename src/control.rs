@@ -943,16 +943,19 @@ pub fn vjp_of_values(targets: &[Sym], sources: &[Sym], cotangents: &[Sym]) -> Ve
 #[doc(hidden)]
 #[derive(Clone, Debug, Default)]
 pub struct Recorded {
-    /// How many values the trace ops go to now held when the tape began:
-    /// those made before (but the sources) are constants.
-    pub since: Option<usize>,
+    /// The spans of values (`start..end` positions, [`Tracer::position`])
+    /// made while the tape recorded, in the trace ops go to now: values
+    /// made outside them (before the tape, between its `with` blocks,
+    /// under `stop_recording`, after it), but the sources, are constants.
+    /// `None`: every value counts.
+    pub spans: Option<Vec<(usize, usize)>>,
     /// Results of ops the tape saw and did not record (under
     /// `stop_recording`, reading nothing it watched, or before a reset).
     pub unrecorded: Vec<Sym>,
 }
 
 /// [`vjp_of_values`] through what a tape recorded only: a value made
-/// before `recorded.since` or listed unrecorded (but a source) is a
+/// outside `recorded.spans` or listed unrecorded (but a source) is a
 /// constant of the gradient.
 #[doc(hidden)]
 #[track_caller]
@@ -1001,8 +1004,11 @@ fn vjp_of_values_impl(
             unrecorded.insert(v);
         }
     }
-    let since = recorded.since.unwrap_or(0);
-    let constant = |v: ValueId| v.index() < since || unrecorded.contains(&v);
+    let outside = |v: ValueId| {
+        (recorded.spans.as_ref())
+            .is_some_and(|spans| !spans.iter().any(|&(a, b)| (a..b).contains(&v.index())))
+    };
+    let constant = |v: ValueId| outside(v) || unrecorded.contains(&v);
     let (tv, rest) = vs.split_at(targets.len());
     let (sv, cv) = rest.split_at(sources.len());
     let g = here.graph_ref(|g| g.clone());

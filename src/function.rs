@@ -76,7 +76,8 @@ pub enum IrStage {
     Cranelift,
 }
 
-/// What a traced body may return: one value, a tuple, an array or a vector.
+/// What a traced body may return: one value, a tuple (of up to 8), an
+/// array or a vector.
 pub trait IntoOutputs {
     /// The values, in order.
     fn into_outputs(self) -> Vec<Sym>;
@@ -97,16 +98,25 @@ impl<const N: usize> IntoOutputs for [Sym; N] {
         self.into()
     }
 }
-impl IntoOutputs for (Sym, Sym) {
-    fn into_outputs(self) -> Vec<Sym> {
-        vec![self.0, self.1]
-    }
+/// Tuples of 2 to 8 values (a user porting a model returned 4 and met an
+/// opaque trait error).
+macro_rules! tuple_outputs {
+    ($($t:ident . $i:tt),+) => {
+        impl IntoOutputs for ($($t,)+) {
+            fn into_outputs(self) -> Vec<Sym> {
+                vec![$(self.$i),+]
+            }
+        }
+    };
 }
-impl IntoOutputs for (Sym, Sym, Sym) {
-    fn into_outputs(self) -> Vec<Sym> {
-        vec![self.0, self.1, self.2]
-    }
-}
+type S = Sym;
+tuple_outputs!(S.0, S.1);
+tuple_outputs!(S.0, S.1, S.2);
+tuple_outputs!(S.0, S.1, S.2, S.3);
+tuple_outputs!(S.0, S.1, S.2, S.3, S.4);
+tuple_outputs!(S.0, S.1, S.2, S.3, S.4, S.5);
+tuple_outputs!(S.0, S.1, S.2, S.3, S.4, S.5, S.6);
+tuple_outputs!(S.0, S.1, S.2, S.3, S.4, S.5, S.6, S.7);
 impl IntoOutputs for () {
     fn into_outputs(self) -> Vec<Sym> {
         Vec::new()
@@ -678,10 +688,6 @@ impl Function {
                 cfg.name, cfg.site
             )));
         }
-        // (Before the slot's lock: the first trace, under it, folds
-        // stateless callbacks too.)
-        COMPILING.with(|t| t.borrow_mut().push((id, types.to_vec())));
-        let _compiling = Tracing(&COMPILING);
         let slot = {
             let mut exes = self
                 .inner
@@ -694,6 +700,11 @@ impl Function {
         if let Some(r) = &*slot {
             return Ok(r.clone());
         }
+        // (Before the trace: it folds stateless callbacks too. A call of
+        // this function from one of them is refused above, before it
+        // would wait for this slot.)
+        COMPILING.with(|t| t.borrow_mut().push((id, types.to_vec())));
+        let _compiling = Tracing(&COMPILING);
         let c = self.concrete_for(types)?;
         let graph = c.optimized.specialize(types)?;
         let runner = Runner::build(&graph, &self.inner.cfg.jit_options, &self.inner.compiles)?;

@@ -329,8 +329,8 @@ impl Tracer {
     }
 
     /// How many values the trace ops go to now (a region open inside this
-    /// one, or this one) holds: where a gradient tape begins
-    /// ([`crate::control::Recorded::since`]).
+    /// one, or this one) holds: where a gradient tape's recording begins or
+    /// ends ([`crate::control::Recorded::spans`]).
     #[doc(hidden)]
     pub fn position(&self) -> usize {
         self.current().graph_ref(|g| g.num_values())
@@ -1090,6 +1090,13 @@ impl Sym {
         Tracer {
             ctx: self.ctx.clone(),
         }
+    }
+
+    /// Which value this is, as a hashable key: its trace and its index
+    /// there (`None` when poisoned). Two symbols of one value have one key.
+    #[doc(hidden)]
+    pub fn key(&self) -> Option<(usize, usize)> {
+        self.v.map(|v| (Rc::as_ptr(&self.ctx) as usize, v.index()))
     }
 
     /// The tracer that recorded this value (for constants and iota).

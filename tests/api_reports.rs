@@ -181,3 +181,25 @@ fn forward_mode_of_a_callback_taking_the_cotangent_says_why() {
             .is_ok()
     );
 }
+
+#[test]
+fn a_body_returns_tuples_of_up_to_eight_values() {
+    let f = function(|x: Sym| (&x + 1.0, &x + 2.0, &x + 3.0, &x + 4.0));
+    let y = f.call(&[f32s(&[1.0])]).unwrap();
+    let got: Vec<f32> = y.iter().flat_map(common::to_vec::<f32>).collect();
+    assert_eq!(got, vec![2.0, 3.0, 4.0, 5.0]);
+    let g = function(|x: Sym| {
+        (
+            x.clone(),
+            x.clone(),
+            x.clone(),
+            x.clone(),
+            x.clone(),
+            x.clone(),
+            x.clone(),
+            &x * 8.0,
+        )
+    });
+    let y = g.call(&[f32s(&[1.0])]).unwrap();
+    assert_eq!(common::to_vec::<f32>(&y[7]), vec![8.0]);
+}

@@ -479,7 +479,7 @@ fn an_operands_power_of_two_scale_becomes_the_gemms_own() {
         TensorSpec::known(DType::F32, &[96, 80]),
     ];
     type Make = fn() -> Function;
-    let cases: [(&str, Make, Option<&str>); 5] = [
+    let cases: [(&str, Make, Option<&str>); 7] = [
         (
             "lhs",
             || function(|x: Sym, w: Sym| (&x * 0.5).matmul(&w)),
@@ -520,6 +520,35 @@ fn an_operands_power_of_two_scale_becomes_the_gemms_own() {
                 })
             },
             Some("scaled by 0.25 ->"),
+        ),
+        (
+            // The scaled operand is the accumulator an add fuses into the
+            // GEMM: the GEMM would read rows it overwrites.
+            "into its own operand",
+            || {
+                function(|x: Sym, w: Sym| {
+                    let w2 = w.slice(&[0, 0], &[80, 80], &[1, 1]);
+                    let h = x.matmul(&w);
+                    &h + &(&h * 0.5).matmul(&w2)
+                })
+            },
+            None,
+        ),
+        (
+            "into its own operand in a loop",
+            || {
+                function(|x: Sym, w: Sym| {
+                    let w2 = w.slice(&[0, 0], &[80, 80], &[1, 1]);
+                    let h = x.matmul(&w);
+                    fori_loop(
+                        0,
+                        3,
+                        move |_, c| vec![&c[0] + &(&c[0] * 0.5).matmul(&w2)],
+                        &[h],
+                    )
+                })
+            },
+            None,
         ),
     ];
     let exact = JitOptions {

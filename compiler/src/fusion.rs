@@ -1982,8 +1982,8 @@ fn scaled_slot(k: &Kernel) -> Option<(SlotId, f64)> {
 ///
 /// The kernel's output must be a temporary only that GEMM reads (as one
 /// operand), later in the same straight run of steps, with nothing
-/// between them writing `x` or holding control flow; the GEMM not yet
-/// scaled, with more than one column (one column becomes reductions,
+/// between them writing `x` or holding control flow, nor the GEMM itself
+/// (its accumulator); the GEMM not yet scaled, with more than one column (one column becomes reductions,
 /// [`matvec_as_reductions`]).
 fn scale_into_gemms(plan: &mut Plan) {
     let mut j = 0;
@@ -2004,7 +2004,12 @@ fn scale_into_gemms(plan: &mut Plan) {
         let fits = match readers[..] {
             [i] if i > j => {
                 if let Step::Gemm(g) = &plan.steps[i] {
+                    // (Not when the GEMM writes `x`: an accumulating GEMM
+                    // whose accumulator is `x`, `x + (x·c) @ w`, would read
+                    // the rows it overwrites.)
                     (g.lhs == s) != (g.rhs == s)
+                        && g.out != x
+                        && !step_slots(&plan.steps[i]).1.contains(&x)
                         && g.scale == 1.0
                         && g.n > 1
                         && g.packed.is_none()

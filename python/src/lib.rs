@@ -346,14 +346,29 @@ fn dtype_names() -> Vec<&'static str> {
         .collect()
 }
 
-/// The thread that imported the package: Python runs signal handlers on
-/// its main thread only, which imports it.
-static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
-
 thread_local! {
+    /// Whether this thread is Python's main thread (which alone runs
+    /// signal handlers), asked once.
+    static IS_MAIN: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
     /// When this thread last ran Python's signal handlers from a loop.
     static LAST_CHECK: std::cell::Cell<Option<std::time::Instant>> =
         const { std::cell::Cell::new(None) };
+}
+
+/// Whether the calling thread is Python's main thread.
+fn on_main_thread() -> bool {
+    if let Some(main) = IS_MAIN.with(std::cell::Cell::get) {
+        return main;
+    }
+    let main = Python::attach(|py| {
+        let threading = py.import("threading")?;
+        let current = threading.call_method0("current_thread")?;
+        let main = threading.call_method0("main_thread")?;
+        PyResult::Ok(current.is(&main))
+    })
+    .unwrap_or(false);
+    IS_MAIN.with(|m| m.set(Some(main)));
+    main
 }
 
 /// Whether a loop must stop: a Ctrl-C (Python's handlers raise
@@ -362,9 +377,6 @@ thread_local! {
 /// only, and at most every 50 ms (each check takes the GIL, which another
 /// thread may hold for a switch interval).
 fn check_interrupt() -> tensorlift::Result<()> {
-    if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
-        return Ok(());
-    }
     let now = std::time::Instant::now();
     let due = LAST_CHECK.with(|last| match last.get() {
         Some(t) if now.duration_since(t) < std::time::Duration::from_millis(50) => false,
@@ -373,7 +385,7 @@ fn check_interrupt() -> tensorlift::Result<()> {
             true
         }
     });
-    if !due {
+    if !due || !on_main_thread() {
         return Ok(());
     }
     Python::attach(|py| {
@@ -384,7 +396,6 @@ fn check_interrupt() -> tensorlift::Result<()> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let _ = MAIN_THREAD.set(std::thread::current().id());
     tensorlift::runtime::interrupt::set_check(check_interrupt);
     m.add_class::<PyTensor>()?;
     m.add_class::<trace::PySym>()?;

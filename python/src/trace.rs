@@ -104,6 +104,13 @@ impl std::fmt::Debug for PySym {
 #[pymethods]
 impl PySym {
     /// The dtype's name, or None after a trace error.
+    /// Which value this is (its trace and index), hashable: two symbols of
+    /// one value have one key.
+    #[getter]
+    fn key(&self) -> PyResult<Option<(usize, usize)>> {
+        Ok(self.sym()?.key())
+    }
+
     #[getter]
     fn dtype(&self) -> PyResult<Option<&'static str>> {
         Ok(self.sym()?.dtype().map(DType::name))
@@ -386,25 +393,25 @@ fn vjp(
 /// The cotangents of `targets` with respect to `sources`, values of the
 /// trace under way, added to it (a gradient tape used inside a function):
 /// every path through what the tape recorded counts, through loops,
-/// branches and their captures; values made before `since` (a
-/// `trace_position`) and the `unrecorded` ones are constants. None for a
+/// branches and their captures; values made outside `spans` (ranges of
+/// `trace_position`s) and the `unrecorded` ones are constants. None for a
 /// source no target depends on.
 #[pyfunction]
-#[pyo3(signature = (targets, sources, cotangents, site, since=None, unrecorded=Vec::new()))]
+#[pyo3(signature = (targets, sources, cotangents, site, spans=None, unrecorded=Vec::new()))]
 fn vjp_values(
     py: Python<'_>,
     targets: Vec<PyRef<'_, PySym>>,
     sources: Vec<PyRef<'_, PySym>>,
     cotangents: Vec<PyRef<'_, PySym>>,
     site: PySite,
-    since: Option<usize>,
+    spans: Option<Vec<(usize, usize)>>,
     unrecorded: Vec<PyRef<'_, PySym>>,
 ) -> PyResult<Vec<Option<Py<PySym>>>> {
     let targets = syms(&targets)?;
     let sources = syms(&sources)?;
     let cts = syms(&cotangents)?;
     let recorded = tensorlift::Recorded {
-        since,
+        spans,
         unrecorded: syms(&unrecorded)?,
     };
     let first = targets

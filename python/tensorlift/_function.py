@@ -189,6 +189,13 @@ def _merge(tensors, statics):
 
 _MISSING = object()
 
+
+def _symbolic(args):
+    """Whether a call's arguments hold a symbolic tensor (also inside a
+    nested structure or keyword arguments): the call is made while another
+    function is traced, and is inlined there."""
+    return any(isinstance(x, SymbolicTensor) for x in flatten(list(args))[0])
+
 # What a trace error says when a gradient needed static shapes
 # (tensorlift_ir::autodiff's NEEDS_STATIC_SHAPES).
 _STATIC_SHAPES = "differentiation needs static shapes"
@@ -403,6 +410,19 @@ class Function:
             entry = self._static.setdefault(statics[0], (native, {}))
         return entry[0]
 
+    def _go_per_shape(self, statics, e):
+        """Whether, after error ``e``, the function is traced per concrete
+        shape from now on: a gradient needed static shapes where the
+        signature has None dims (a train step over batches of any size),
+        as the compiled code is specialized per shape anyway."""
+        if statics is not None or self._per_shape is not None or _STATIC_SHAPES not in str(e):
+            return False
+        if not self._relaxed():
+            return False
+        self._per_shape = _native.Function(_WeakBody(self), self._name, self._site, self.jit_compile, None)
+        self._unpack = None
+        return True
+
     def _relaxed(self):
         """Whether the input_signature leaves a dim (or a rank) unknown."""
         return self._flat_signature is not None and any(
@@ -438,14 +458,7 @@ class Function:
         try:
             out = self._native_for(statics)([t._v for t in tensors])
         except _errors().InvalidArgumentError as e:
-            if statics is None and self._per_shape is None and _STATIC_SHAPES in str(e) and self._relaxed():
-                # A gradient needs static shapes where the signature has
-                # None dims (a train step over batches of any size): from
-                # now on traced (and compiled) per concrete shape, as the
-                # compiled code is anyway.
-                self._per_shape = _native.Function(_WeakBody(self), self._name, self._site, self.jit_compile,
-                                                   None)
-                self._unpack = None
+            if self._go_per_shape(statics, e):
                 return self._run(statics, tensors)
             raise
         if statics is None:
@@ -473,7 +486,7 @@ class Function:
         """A call while gradient tapes record: the call is one op on them,
         replayed by tracing the Python function inline."""
         args = self._bind(args, kwargs)
-        if any(isinstance(a, SymbolicTensor) for a in args):
+        if _symbolic(args):
             return self._invoke(args)
         statics, tensors = self._split(args)
         result = self._run(statics, tensors)
@@ -496,7 +509,7 @@ class Function:
                 return unpack(out)
         if kwargs or self.input_signature is not None:
             args = self._bind(args, kwargs)
-        if any(isinstance(a, SymbolicTensor) for a in args):
+        if _symbolic(args):
             # Called while another function is traced: inline it.
             return self._invoke(args)
         statics, tensors = self._split(args)
@@ -530,7 +543,7 @@ class Function:
         outs = [outputs] if single else list(outputs)
         if kwargs or self.input_signature is not None:
             args = self._bind(args, kwargs)
-        if any(isinstance(a, SymbolicTensor) for a in args):
+        if _symbolic(args):
             raise TypeError(
                 f"call_into: function '{self._name}' was called while another function is traced; "
                 "call it directly there (its results are symbolic, they cannot be written into arrays)"
@@ -544,7 +557,13 @@ class Function:
             if statics is None and self._per_shape is not None:
                 self._check_shapes(tensors)
                 native = self._per_shape
-        native.call_into([t._v for t in tensors], outs)
+        try:
+            native.call_into([t._v for t in tensors], outs)
+        except _errors().InvalidArgumentError as e:
+            if self._graphs is not None or not self._go_per_shape(statics, e):
+                raise
+            self._check_shapes(tensors)
+            self._per_shape.call_into([t._v for t in tensors], outs)
         return outputs
 
     # --- pickling -------------------------------------------------------------
@@ -651,7 +670,14 @@ class Function:
         TensorSpecs and static Python values; the input_signature when none)
         ahead of a call."""
         native, specs = self._specs(args)
-        native.compile(specs)
+        if native is self._native and self._per_shape is not None:
+            return self  # traced and compiled per shape, on each call
+        try:
+            native.compile(specs)
+        except _errors().InvalidArgumentError as e:
+            # (Specs with None dims cannot give the shapes; the calls will.)
+            if native is not self._native or not self._go_per_shape(None, e):
+                raise
         return self
 
     def experimental_get_compiler_ir(self, *args):

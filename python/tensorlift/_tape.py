@@ -35,26 +35,43 @@ class GradientTape:
         self._live = set()
         self._recording = False
         self._used = False
-        # Inside a trace: where the tape began (``_native.trace_position``)
-        # and at which loop or branch depth, and the symbolic results of ops
-        # it saw there and did not record. A gradient taken there passes
-        # through what the tape recorded only, as TensorFlow's tapes do
-        # inside a tf.function (``stop_recording``, ``reset``, values made
-        # before the tape or before ``watch``).
-        self._since = None
+        # Inside a trace: the spans of values made while the tape recorded
+        # ([start, end] ``_native.trace_position``s, end None while open), at
+        # which loop or branch depth, and the symbolic results of ops it saw
+        # there and did not record (their inputs not watched). A gradient
+        # taken there passes through what the tape recorded only, as
+        # TensorFlow's tapes do inside a tf.function (values made before
+        # the tape, between its ``with`` blocks, under ``stop_recording``,
+        # before a ``reset`` or ``watch``, or after it are constants).
+        self._spans = None
         self._depth = 0
         self._unrecorded = []
 
     def __enter__(self):
         if _native.tracing():
-            self._since = _native.trace_position()
-            self._depth = _core.state.region_depth
+            if self._spans is None:
+                self._spans = []
+                self._depth = _core.state.region_depth
+            self._open()
         self._push()
         return self
 
     def __exit__(self, *exc):
+        self._close()
         self._pop()
         return False
+
+    def _here(self):
+        """Whether ops now go to the trace and depth the spans count in."""
+        return self._spans is not None and _native.tracing() and _core.state.region_depth == self._depth
+
+    def _open(self):
+        if self._here() and not (self._spans and self._spans[-1][1] is None):
+            self._spans.append([_native.trace_position(), None])
+
+    def _close(self):
+        if self._here() and self._spans and self._spans[-1][1] is None:
+            self._spans[-1][1] = _native.trace_position()
 
     def _push(self):
         self._recording = True
@@ -86,9 +103,12 @@ class GradientTape:
             # trace it notes what it did not record.
             def __enter__(self):
                 tape._recording = False
+                tape._close()
 
             def __exit__(self, *exc):
                 tape._recording = tape in _core.state.tapes
+                if tape._recording:
+                    tape._open()
                 return False
 
         return _Paused()
@@ -96,8 +116,12 @@ class GradientTape:
     def reset(self):
         self._records.clear()
         self._live = set(self._watched)
-        if self._since is not None and _native.tracing() and _core.state.region_depth == self._depth:
-            self._since = _native.trace_position()
+        if self._here():
+            # What it recorded so far: constants from now on.
+            self._spans = []
+            self._unrecorded = []
+            if self._recording:
+                self._open()
 
     def _record(self, replay, inputs, outputs, captures=False):
         if _core.state.region_depth != self._depth:
@@ -109,10 +133,16 @@ class GradientTape:
         # A loop or branch traced under the tape may read a watched value
         # its bodies capture: recorded unless paused (the gradient, taken
         # from the graph, sees whether it does).
-        live = live or (captures and self._since is not None)
-        if not self._recording or not live:
-            if self._since is not None:
-                self._unrecorded += [o._s for o in outputs if isinstance(o, SymbolicTensor)]
+        live = live or (captures and self._spans is not None)
+        if not self._recording:
+            return  # (outside the spans)
+        if not live:
+            if self._spans is not None:
+                # (An op may hand back its input's own value, a live one:
+                # tl.identity, a broadcast to the same shape.)
+                given = {x._s.key for x in inputs if isinstance(x, SymbolicTensor)}
+                self._unrecorded += [o._s for o in outputs
+                                     if isinstance(o, SymbolicTensor) and o._s.key not in given]
             return
         self._records.append(_Record(replay, list(inputs), list(outputs)))
         for o in outputs:
@@ -210,13 +240,14 @@ class GradientTape:
         like = next(x._s for x in [*targets, *src] if isinstance(x, SymbolicTensor))
         seeds = [_seed_like(targets[i]) if cts[i] is None else convert_to_tensor(cts[i], dtype=targets[i].dtype)
                  for i in outs]
-        here = self._since is not None and _core.state.region_depth == self._depth
+        here = self._here()
+        spans = [(a, (1 << 62) if b is None else b) for a, b in self._spans] if here else None
         res = _native.vjp_values(
             [_core.to_sym(targets[i], like, where) for i in outs],
             [_core.to_sym(src[i], like, where) for i in diff],
             [_core.to_sym(c, like, where) for c in seeds],
             where,
-            self._since if here else None,
+            spans,
             self._unrecorded if here else [],
         )
         for i, r in zip(diff, res):

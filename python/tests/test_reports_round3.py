@@ -510,3 +510,81 @@ def test_squeeze_without_axis_of_a_none_dim_is_an_error_not_another_shape():
         f(np.ones([4, 1], np.float32))  # was (4, 4): the None dim kept
     g = tl.function(lambda x: tl.squeeze(x, 1) + tl.zeros([4]), input_signature=[tl.TensorSpec([4, None])])
     assert g(np.ones([4, 1], np.float32)).shape == (4,)
+
+
+# --- a review of the session's changes ---------------------------------------------
+
+
+def after_exit(x):
+    with tl.GradientTape() as t:
+        t.watch(x)
+        h = x * x
+    y = tl.reduce_sum(h * 3)  # not recorded: the tape has exited
+    return t.gradient(y, x)
+
+
+def reentered(x):
+    t = tl.GradientTape(persistent=True)
+    with t:
+        t.watch(x)
+        h = x * x
+    with t:
+        y = tl.reduce_sum(h * 3)
+    return t.gradient(y, x)
+
+
+def identity_while_paused(x):
+    with tl.GradientTape() as t:
+        t.watch(x)
+        h = x * 2
+        with t.stop_recording():
+            tl.identity(h)  # hands back h's own value
+            tl.broadcast_to(h, [3])
+        y = tl.reduce_sum(h * h)
+    return t.gradient(y, x)
+
+
+@pytest.mark.parametrize("f, want", [
+    (after_exit, None),
+    (reentered, [6.0, 12.0, 18.0]),
+    (identity_while_paused, [8.0, 16.0, 24.0]),
+])
+def test_a_tape_records_between_enter_and_exit_only(f, want):
+    # Traced, a tape kept a start only: ops after its exit counted, a
+    # second `with` block lost the first's, and a value an op handed back
+    # while paused was cut.
+    x = tl.constant([1.0, 2.0, 3.0])
+    for g in modes(f):
+        r = g(x)
+        assert (None if r is None else r.numpy().tolist()) == want
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_nested_calls_with_structures_or_keywords_inline_while_traced(jit):
+    inner = tl.function(lambda d: d["a"] * 2 + d["b"])
+    inner_list = tl.function(lambda xs: xs[0] * 3)
+    scaled = tl.function(lambda x, *, scale: x * scale)
+
+    @tl.function(jit_compile=jit)
+    def outer(x):
+        return inner({"a": x, "b": x + 1}) + inner_list([x]) + scaled(x, scale=x)
+
+    np.testing.assert_allclose(outer(np.float32(2.0)).numpy(), 2 * 2 + 3 + 6 + 4)
+
+
+def test_the_per_shape_fallback_also_serves_call_into_and_ahead_of_time():
+    spec = [tl.TensorSpec([None, 3]), tl.TensorSpec([3])]
+
+    def step(x, w):
+        with tl.GradientTape() as t:
+            t.watch(w)
+            loss = tl.reduce_sum(x * w)
+        return t.gradient(loss, w)
+
+    f = tl.function(step, input_signature=spec, jit_compile=True)
+    out = np.empty(3, np.float32)
+    f.call_into(out, np.ones((4, 3), np.float32), np.ones(3, np.float32))
+    np.testing.assert_array_equal(out, [4.0, 4.0, 4.0])
+    g = tl.function(step, input_signature=spec, jit_compile=True)
+    g.get_concrete_function()  # was "differentiation needs static shapes"
+    np.testing.assert_array_equal(g(np.ones((2, 3), np.float32), np.ones(3, np.float32)).numpy(), [2.0] * 3)

@@ -376,9 +376,8 @@ fn run_while(cond: &Graph, body: &Graph, args: &[&Tensor]) -> Result<Vec<Tensor>
             break;
         }
         carries = run_owned(body, carries).map_err(|e| e.context(in_loop(true, step)))?;
-        if step % crate::interrupt::POLL_EVERY == crate::interrupt::POLL_EVERY - 1 {
-            crate::interrupt::poll().map_err(|e| e.context(in_loop(true, step)))?;
-        }
+        // (Every iteration: each runs a graph.)
+        crate::interrupt::poll().map_err(|e| e.context(in_loop(true, step)))?;
     }
     Ok(carries)
 }

@@ -1,6 +1,7 @@
 //! Stopping a long computation when its caller asks: the embedding
 //! registers a check (the Python package: a pending Ctrl-C) that loops
-//! poll every [`POLL_EVERY`] iterations, interpreted and compiled alike.
+//! poll — interpreted ones and compiled ones that call the runtime at
+//! every iteration, other compiled ones every [`POLL_EVERY`] iterations.
 //! Without a registered check, polling costs a load and a branch.
 
 use std::sync::OnceLock;
@@ -9,8 +10,9 @@ use crate::Result;
 
 static CHECK: OnceLock<fn() -> Result<()>> = OnceLock::new();
 
-/// Iterations of a loop between two polls (a power of two: compiled loops
-/// mask their iteration counter with `POLL_EVERY - 1`).
+/// Iterations of a compiled loop of inline code between two polls (a
+/// power of two: such loops mask their iteration counter with
+/// `POLL_EVERY - 1`).
 pub const POLL_EVERY: u64 = 1 << 14;
 
 /// Registers `check`, which returns the error a computation stops with

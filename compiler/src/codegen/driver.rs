@@ -329,6 +329,15 @@ pub(crate) fn generate(
         let places: Vec<Place> = (every.into_iter())
             .filter(|p| (p.start + 1..p.end).any(fallible))
             .collect();
+        // Loops whose steps call the runtime (a GEMM, a kernel function, a
+        // callback) poll at every iteration: one more call is nothing there,
+        // and an iteration may take long.
+        let heavy: std::collections::HashSet<usize> = (places.iter())
+            .filter_map(|p| match p.kind {
+                PlaceKind::Loop { label, .. } => Some(label),
+                PlaceKind::Branch(_) => None,
+            })
+            .collect();
         let where_ref = match places.is_empty() {
             true => None,
             false => {
@@ -429,11 +438,15 @@ pub(crate) fn generate(
                         let v = b.use_var(c);
                         let next = b.ins().iadd_imm_s(v, 1);
                         b.def_var(c, next);
-                        let every = tensorlift_runtime::interrupt::POLL_EVERY - 1;
-                        let masked = b.ins().band_imm_u(next, every as i64);
                         let (poll, go_on, stop) =
                             (b.create_block(), b.create_block(), b.create_block());
-                        b.ins().brif(masked, go_on, &[], poll, &[]);
+                        if heavy.contains(l) {
+                            b.ins().jump(poll, &[]);
+                        } else {
+                            let every = tensorlift_runtime::interrupt::POLL_EVERY - 1;
+                            let masked = b.ins().band_imm_u(next, every as i64);
+                            b.ins().brif(masked, go_on, &[], poll, &[]);
+                        }
                         b.switch_to_block(poll);
                         b.ins().call(poll_ref, &[ctx]);
                         let status =
