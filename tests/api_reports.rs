@@ -203,3 +203,56 @@ fn a_body_returns_tuples_of_up_to_eight_values() {
     let y = g.call(&[f32s(&[1.0])]).unwrap();
     assert_eq!(common::to_vec::<f32>(&y[7]), vec![8.0]);
 }
+
+#[test]
+fn matmul_broadcasts_batch_dims_as_numpy_does() {
+    // `[B, S, E] @ [E, E]` was "batch ranks must match" (the Python
+    // package had its own broadcasting; now the builder's).
+    let data = |n: usize, seed: f32| -> Vec<f32> {
+        (0..n).map(|i| ((i as f32) * 0.37 + seed).sin()).collect()
+    };
+    let (xa, ya) = (data(2 * 5 * 4, 0.1), data(3 * 4 * 6, 0.7));
+    for jit in [false, true] {
+        let f = function(|x: Sym, y: Sym| x.matmul(&y)).jit_compile(jit);
+        // [2, 1, 5, 4] @ [3, 4, 6] -> [2, 3, 5, 6].
+        let y = f
+            .call(&[
+                common::f32s(&xa, &[2, 1, 5, 4]),
+                common::f32s(&ya, &[3, 4, 6]),
+            ])
+            .unwrap();
+        assert_eq!(y[0].shape(), &[2, 3, 5, 6]);
+        let got = common::to_vec::<f32>(&y[0]);
+        for (bi, bj, r, c) in [(0, 0, 0, 0), (1, 2, 4, 5), (1, 1, 2, 3)] {
+            let want: f32 = (0..4)
+                .map(|k| xa[bi * 20 + r * 4 + k] * ya[bj * 24 + k * 6 + c])
+                .sum();
+            let at = ((bi * 3 + bj) * 5 + r) * 6 + c;
+            assert!(
+                (got[at] - want).abs() < 1e-5,
+                "jit {jit}: {} vs {want}",
+                got[at]
+            );
+        }
+        // [2, 5, 4] @ [4, 6] contracts without a batch.
+        let y = f
+            .call(&[
+                common::f32s(&xa, &[2, 5, 4]),
+                common::f32s(&ya[..24], &[4, 6]),
+            ])
+            .unwrap();
+        assert_eq!(y[0].shape(), &[2, 5, 6]);
+    }
+    let f = function(|x: Sym, y: Sym| x.matmul(&y));
+    let e = f
+        .call(&[
+            common::f32s(&xa[..32], &[2, 4, 4]),
+            common::f32s(&ya[..48], &[3, 4, 4]),
+        ])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the batch dims do not broadcast") && e.contains("api_reports.rs"),
+        "{e}"
+    );
+}

@@ -196,8 +196,11 @@ pub fn arg(g: &mut Graph, max: bool, x: ValueId, axis: i64, site: &Site) -> Resu
     g.add(op, &[x], site.clone())
 }
 
-/// Matrix product over the last two dims; leading (batch) dims must match.
-/// A rank-1 operand is treated as a row/column vector.
+/// Matrix product over the last two dims, batch dims broadcast with
+/// NumPy's rule (TensorFlow's `BatchMatMulV2`, `jnp.matmul`): a single
+/// matrix on the right (`[B, T, D] @ [D, H]`) contracts without a copy;
+/// other batch dims are broadcast to one shape first. A rank-1 operand is
+/// treated as a row/column vector.
 pub fn matmul(g: &mut Graph, x: ValueId, y: ValueId, site: &Site) -> Result<ValueId> {
     let (Some(a), Some(b)) = (g.ty(x).shape.rank(), g.ty(y).shape.rank()) else {
         return g.add(Op::Dynamic(DynamicOp::MatMul), &[x, y], site.clone());
@@ -209,6 +212,12 @@ pub fn matmul(g: &mut Graph, x: ValueId, y: ValueId, site: &Site) -> Result<Valu
             site,
             "matmul needs operands of rank ≥ 1".into(),
         ));
+    }
+    if a >= 2 && b >= 2 {
+        let (da, db) = (ranked_dims(g, x), ranked_dims(g, y));
+        if da[..a - 2] != db[..b - 2] {
+            return broadcast_matmul(g, x, y, &da, &db, site);
+        }
     }
     let dims = if b == 1 || a == 1 || a == 2 && b == 2 {
         DotDims {
@@ -233,6 +242,93 @@ pub fn matmul(g: &mut Graph, x: ValueId, y: ValueId, site: &Site) -> Result<Valu
         ));
     };
     g.add(Op::DotGeneral(dims), &[x, y], site.clone())
+}
+
+/// The dims of a value of known rank.
+fn ranked_dims(g: &Graph, v: ValueId) -> Vec<Option<usize>> {
+    g.ty(v).shape.dims().map(<[_]>::to_vec).unwrap_or_default()
+}
+
+/// [`matmul`] of operands whose batch dims differ (`a`, `b`: their dims,
+/// ranks ≥ 2).
+fn broadcast_matmul(
+    g: &mut Graph,
+    x: ValueId,
+    y: ValueId,
+    a: &[Option<usize>],
+    b: &[Option<usize>],
+    site: &Site,
+) -> Result<ValueId> {
+    let (ra, rb) = (a.len(), b.len());
+    let text = |d: &[Option<usize>]| {
+        let d: Vec<String> = (d.iter())
+            .map(|n| n.map_or("?".into(), |n| n.to_string()))
+            .collect();
+        format!("[{}]", d.join(","))
+    };
+    let mismatch = |g: &mut Graph, why: &str| {
+        let m = format!("matmul of shapes {} and {}: {why}", text(a), text(b));
+        fail(g, "dot_general", site, m)
+    };
+    let matrix = |d: &[Option<usize>]| [d[d.len() - 2], d[d.len() - 1]];
+    // `y` is one matrix (its batch dims, if any, all 1) and `x` has the
+    // whole batch, of any size: `x`'s last dim contracts with its rows.
+    if ra >= rb && b[..rb - 2].iter().all(|&d| d == Some(1)) {
+        let [k, m] = matrix(b);
+        if rb == 2 || k.is_some() || m.is_some() {
+            let y = if rb == 2 {
+                y
+            } else {
+                g.add(Op::Reshape(Shape::Ranked(vec![k, m])), &[y], site.clone())?
+            };
+            let dims = DotDims {
+                lhs_batch: vec![],
+                rhs_batch: vec![],
+                lhs_contract: vec![ra - 1],
+                rhs_contract: vec![0],
+            };
+            return g.add(Op::DotGeneral(dims), &[x, y], site.clone());
+        }
+    }
+    // The batch dims, left-padded with 1s to one rank, broadcast per dim.
+    let n = ra.max(rb) - 2;
+    let padded = |d: &[Option<usize>]| -> Vec<Option<usize>> {
+        let batch = &d[..d.len() - 2];
+        std::iter::repeat_n(Some(1), n - batch.len())
+            .chain(batch.iter().copied())
+            .collect()
+    };
+    let (pa, pb) = (padded(a), padded(b));
+    let mut batch = Vec::with_capacity(n);
+    for (&p, &q) in pa.iter().zip(&pb) {
+        batch.push(match (p, q) {
+            (Some(p), Some(q)) if p == q || q == 1 => p,
+            (Some(1), Some(q)) => q,
+            (Some(_), Some(_)) => return Err(mismatch(g, "the batch dims do not broadcast")),
+            (None, _) | (_, None) => {
+                return Err(mismatch(
+                    g,
+                    "batch dims of unknown size broadcast only against a batch of the same shape or a single matrix (declare them)",
+                ));
+            }
+        });
+    }
+    let widen = |g: &mut Graph, v: ValueId, d: &[Option<usize>]| -> Result<ValueId> {
+        let full: Option<Vec<usize>> = (batch.iter().map(|&n| Some(n))).chain(matrix(d)).collect();
+        let Some(full) = full else {
+            return Err(mismatch(
+                g,
+                "broadcasting the batch dims needs the matrix dims known",
+            ));
+        };
+        if d.iter().copied().eq(full.iter().map(|&n| Some(n))) {
+            Ok(v)
+        } else {
+            broadcast_to(g, v, &full, site)
+        }
+    };
+    let (x, y) = (widen(g, x, a)?, widen(g, y, b)?);
+    matmul(g, x, y, site)
 }
 
 /// Permutes dims: result dim `i` is operand dim `perm[i]`.

@@ -331,6 +331,12 @@ fn trim_buffer_cache(py: Python<'_>) -> usize {
     py.detach(tensorlift::runtime::trim_buffer_cache)
 }
 
+/// How many one-op functions eager ops keep compiled (bounded).
+#[pyfunction]
+fn eager_cache_size() -> usize {
+    ops::eager_cache_size()
+}
+
 /// The op names the table knows.
 #[pyfunction]
 fn op_names(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
@@ -406,6 +412,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eager_apply, m)?)?;
     m.add_function(wrap_pyfunction!(op_names, m)?)?;
     m.add_function(wrap_pyfunction!(trim_buffer_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(eager_cache_size, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     trace::register(m)?;
     Ok(())

@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tensorlift::ir::{BinaryOp, UnaryOp};
-use tensorlift::{DType, DotDims, Error, Function, Site, Sym, Tensor, TensorType, function};
+use tensorlift::{DType, Error, Function, Site, Sym, Tensor, TensorType, function};
 
 /// The attributes an op takes besides its tensors (TensorFlow's keyword
 /// arguments), parsed once: part of the eager cache key.
@@ -498,91 +498,8 @@ fn reduce_mean(x: &Sym, axes: Option<&[i64]>, keepdims: bool) -> Sym {
 /// one matrix contracts directly, without copying the matrix per batch;
 /// other broadcasts copy the operands to the common batch shape first.
 fn matmul(x: &Sym, y: &Sym) -> Result<Sym, Error> {
-    let dims = |s: &Sym| s.shape().and_then(|s| s.dims().map(|d| d.to_vec()));
-    let (Some(a), Some(b)) = (dims(x), dims(y)) else {
-        return Ok(x.matmul(y));
-    };
-    let (ra, rb) = (a.len(), b.len());
-    // Vectors, matrices and batches of one shape: the builder's own rules.
-    if ra < 2 || rb < 2 || a[..ra - 2] == b[..rb - 2] {
-        return Ok(x.matmul(y));
-    }
-    let text = |d: &[Option<usize>]| {
-        let d: Vec<String> = d
-            .iter()
-            .map(|n| n.map_or("?".into(), |n| n.to_string()))
-            .collect();
-        format!("[{}]", d.join(","))
-    };
-    let mismatch = |why: &str| {
-        Error::invalid(format!(
-            "matmul of shapes {} and {}: {why}",
-            text(&a),
-            text(&b)
-        ))
-    };
-    let matrix = |d: &[Option<usize>]| [d[d.len() - 2], d[d.len() - 1]];
-    // `y` is one matrix (its batch dims, if any, are all 1) and `x` has
-    // the whole batch, of any size: contract `x`'s last dim with the matrix's rows.
-    if ra >= rb && b[..rb - 2].iter().all(|&d| d == Some(1)) {
-        let [k, m] = matrix(&b);
-        if rb == 2 || k.is_some() || m.is_some() {
-            let y = if rb == 2 {
-                y.clone()
-            } else {
-                y.reshape(&[k.map_or(-1, |k| k as i64), m.map_or(-1, |m| m as i64)])
-            };
-            return Ok(x.dot_general(
-                &y,
-                DotDims {
-                    lhs_batch: vec![],
-                    rhs_batch: vec![],
-                    lhs_contract: vec![ra - 1],
-                    rhs_contract: vec![0],
-                },
-            ));
-        }
-    }
-    // The batch dims, left-padded with 1s to one rank, broadcast per dim.
-    let n = ra.max(rb) - 2;
-    let padded = |d: &[Option<usize>]| -> Vec<Option<usize>> {
-        let batch = &d[..d.len() - 2];
-        std::iter::repeat_n(Some(1), n - batch.len())
-            .chain(batch.iter().copied())
-            .collect()
-    };
-    let (pa, pb) = (padded(&a), padded(&b));
-    let mut batch = Vec::with_capacity(n);
-    for (&p, &q) in pa.iter().zip(&pb) {
-        batch.push(match (p, q) {
-            (Some(p), Some(q)) if p == q || q == 1 => p,
-            (Some(1), Some(q)) => q,
-            (Some(_), Some(_)) => return Err(mismatch("the batch dims do not broadcast")),
-            _ => {
-                return Err(mismatch(
-                    "batch dims of unknown size broadcast only against a batch of the same shape \
-                     or a single matrix (declare them in the input_signature)",
-                ));
-            }
-        });
-    }
-    let to = |d: &[Option<usize>]| -> Result<Vec<usize>, Error> {
-        batch
-            .iter()
-            .map(|&n| Some(n))
-            .chain(matrix(d))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| mismatch("broadcasting the batch dims needs the matrix dims known"))
-    };
-    let widen = |s: &Sym, d: &[Option<usize>]| -> Result<Sym, Error> {
-        let full = to(d)?;
-        Ok(if d.iter().copied().eq(full.iter().map(|&n| Some(n))) {
-            s.clone()
-        } else {
-            s.broadcast_to(&full)
-        })
-    };
-    Ok(widen(x, &a)?.matmul(&widen(y, &b)?))
+    // (Batch dims broadcast in the builder: `tensorlift_ir::builder::matmul`.)
+    Ok(x.matmul(y))
 }
 
 /// A bound of `clip_by_value`, broadcast to `x`'s shape: TensorFlow takes
@@ -604,10 +521,21 @@ fn bound_like(bound: &Sym, x: &Sym) -> Sym {
 
 type EagerKey = (String, Attrs, Vec<TensorType>);
 
-/// One interpreted function per op, attributes and input types.
+/// How many one-op functions [`eager_cache`] keeps: past it, the cache
+/// starts over (a loop of `big[i]` over 20,000 indices, or an op over
+/// 20,000 shapes, kept one traced function each: 95 MB, and slower calls).
+const EAGER_KEPT: usize = 1024;
+
+/// One interpreted function per op, attributes and input types (at most
+/// [`EAGER_KEPT`]).
 fn eager_cache() -> &'static Mutex<HashMap<EagerKey, Function>> {
     static CACHE: OnceLock<Mutex<HashMap<EagerKey, Function>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// How many one-op functions the eager cache holds.
+pub fn eager_cache_size() -> usize {
+    eager_cache().lock().unwrap_or_else(|p| p.into_inner()).len()
 }
 
 /// Runs op `name` on concrete tensors (interpreted). An error names `site`
@@ -629,6 +557,9 @@ pub fn eager(
     );
     let f = {
         let mut cache = eager_cache().lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= EAGER_KEPT && !cache.contains_key(&key) {
+            cache.clear();
+        }
         cache
             .entry(key)
             .or_insert_with(|| {
