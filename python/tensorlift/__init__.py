@@ -132,3 +132,32 @@ def _prod(shape):
     for d in shape:
         n *= int(d)
     return n
+
+
+def _before_fork():
+    """``os.fork()`` copies this thread only: a lock another thread holds
+    in tensorlift (a function being compiled or traced there) stays held in
+    the child for ever, and its first call of that function hangs (seen
+    once in ~20–60 forks while a thread called a compiled function). As
+    JAX does, say so when other threads run."""
+    import threading
+    import warnings
+
+    if threading.active_count() > 1:
+        warnings.warn(
+            "os.fork() while other threads run: a tensorlift lock one of them holds (a function being "
+            "traced or compiled) stays held in the child, whose call of that function would hang; use "
+            "multiprocessing's 'spawn' or 'forkserver' start method",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _register_at_fork():
+    import os
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork)
+
+
+_register_at_fork()

@@ -6,6 +6,7 @@ import inspect
 import operator
 import pickle
 import sys
+import warnings
 import weakref
 
 import numpy as np
@@ -189,6 +190,9 @@ def _merge(tensors, statics):
 
 _MISSING = object()
 
+# Traces of one function after which it warns (once).
+_RETRACE_WARNING = 32
+
 
 def _symbolic(args):
     """Whether a call's arguments hold a symbolic tensor (also inside a
@@ -239,6 +243,19 @@ class Function:
         # inside the function: see _run).
         self._per_shape = None
         functools.update_wrapper(self, python_function)
+
+    def _count_trace(self):
+        self._traces = getattr(self, "_traces", 0) + 1
+        if self._traces == _RETRACE_WARNING:
+            warnings.warn(
+                f"tl.function '{self._name}' (defined at {self._site[0]}:{self._site[1]}) has been traced "
+                f"{self._traces} times: every new input shape, dtype or Python value (a static argument) "
+                "is a trace and a compile, kept as long as the function. Pass tensors instead of Python "
+                "numbers, give an input_signature with None dims, or create the function once outside "
+                "the loop",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _set_signature(self, input_signature):
         self.input_signature = None if input_signature is None else list(input_signature)
@@ -295,8 +312,10 @@ class Function:
             flat.append(to_sym(t, like, where))
         if statics is not None:
             self._static[statics[0]][1][_key(args)] = (structure, len(flat), _unpacker(structure))
+            self._count_trace()
             return flat
         self._structures[_key(args)] = (structure, len(flat), _unpacker(structure))
+        self._count_trace()
         first = next(iter(self._structures.values()))[0]
         same = all(_same_structure(v[0], first) for v in self._structures.values())
         plain = same and self._graphs is None and self._per_shape is None
@@ -887,9 +906,21 @@ def function(func=None, input_signature=None, autograph=True, jit_compile=None, 
     ``jit_compile=True`` compiled to native code ahead of its first run.
     Use as ``tl.function(f, ...)`` or as a decorator, with or without
     arguments. AutoGraph is not implemented: write loops and branches that
-    depend on tensors with ``tl.while_loop`` and ``tl.cond``."""
+    depend on tensors with ``tl.while_loop`` and ``tl.cond``. A function
+    traced ``_RETRACE_WARNING`` times warns once (as TensorFlow warns of
+    retracing): each new shape or Python value is a trace and a compile,
+    kept as long as the function."""
     if jit_compile is None and experimental_compile is not None:
         jit_compile = experimental_compile
+    if reduce_retracing or experimental_relax_shapes:
+        # (Accepted for TensorFlow's code, not implemented: say so once.)
+        warnings.warn(
+            "tl.function: reduce_retracing / experimental_relax_shapes is not implemented: the "
+            "function is traced per input shape; give an input_signature with None dims to trace "
+            "once for many shapes",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def make(f):
         return Function(f, input_signature=input_signature, jit_compile=jit_compile, name=name)

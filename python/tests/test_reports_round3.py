@@ -631,3 +631,36 @@ def test_symbols_dropped_on_another_thread_are_freed_on_their_own():
     t.join()
     ended.clear()
     assert tl._native.orphaned_syms() <= before
+
+
+def test_retracing_warns_once_and_reduce_retracing_says_it_is_not_implemented():
+    # 3,000 distinct Python values traced and compiled 3,000 times with no
+    # word (TensorFlow warns of retracing); reduce_retracing was ignored.
+    f = tl.function(lambda x, i: x * i)
+    with pytest.warns(RuntimeWarning, match="has been traced 32 times"):
+        for i in range(40):
+            f(np.float32(1.0), i)
+    with pytest.warns(RuntimeWarning, match="reduce_retracing / experimental_relax_shapes is not implemented"):
+        tl.function(lambda x: x, reduce_retracing=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_fork_with_other_threads_running_warns():
+    # A child forked while another thread held a function's compile lock
+    # hung on its first call of it (as with JAX, which warns too).
+    r = run_script("""
+        import os, threading, warnings, numpy as np, tensorlift as tl
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        stop.set()
+        t.join()
+        print(any("os.fork() while other threads run" in str(x.message) for x in w))
+    """)
+    assert r.stdout.strip() == "True", r.stdout + r.stderr
