@@ -535,7 +535,10 @@ fn eager_cache() -> &'static Mutex<HashMap<EagerKey, Function>> {
 
 /// How many one-op functions the eager cache holds.
 pub fn eager_cache_size() -> usize {
-    eager_cache().lock().unwrap_or_else(|p| p.into_inner()).len()
+    eager_cache()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .len()
 }
 
 /// Runs op `name` on concrete tensors (interpreted). An error names `site`

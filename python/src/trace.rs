@@ -125,13 +125,17 @@ struct OrphansGuard(std::sync::MutexGuard<'static, Option<Orphans>>);
 impl std::ops::Deref for OrphansGuard {
     type Target = Orphans;
     fn deref(&self) -> &Orphans {
-        self.0.as_ref().unwrap_or_else(|| unreachable!("made by lock_orphans"))
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("made by lock_orphans"))
     }
 }
 
 impl std::ops::DerefMut for OrphansGuard {
     fn deref_mut(&mut self) -> &mut Orphans {
-        self.0.as_mut().unwrap_or_else(|| unreachable!("made by lock_orphans"))
+        self.0
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("made by lock_orphans"))
     }
 }
 
