@@ -337,9 +337,26 @@ def _default_dtype(value):
         return "int32"
     if a.dtype == np.complex128:
         return "complex64"
+    if a.dtype.kind == "O" and _too_big_int(value):
+        # (NumPy keeps a Python int past 64 bits as an object.)
+        raise OverflowError(
+            f"Cannot convert {_short_repr(value)} to a tensor: a Python integer is out of the range of int64"
+        )
     if a.dtype.kind in "OSU":
         return "string"
     return None
+
+
+def _too_big_int(value):
+    """Whether ``value`` holds a Python int outside int64's range (also in
+    nested lists)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not -(2**63) <= value < 2**63
+    if isinstance(value, (list, tuple)):
+        return any(_too_big_int(v) for v in value)
+    return False
 
 
 def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
@@ -471,6 +488,10 @@ def _static_attr(op, key, v):
         return v.tolist()
     if isinstance(v, np.generic):
         return v.item()
+    if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"{op}: {key} {v} is out of range (a 64-bit integer)")
     return v
 
 

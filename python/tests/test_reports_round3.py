@@ -664,3 +664,17 @@ def test_fork_with_other_threads_running_warns():
         print(any("os.fork() while other threads run" in str(x.message) for x in w))
     """)
     assert r.stdout.strip() == "True", r.stdout + r.stderr
+
+
+def test_integers_past_64_bits_say_so():
+    # tl.constant(2**64) said "cannot make a string tensor of a Python int";
+    # an axis of 2**63 "'int' object is not an instance of 'Sequence'".
+    with pytest.raises(OverflowError, match="out of the range of int64"):
+        tl.constant(2**64)
+    with pytest.raises(OverflowError, match="out of the range of int64"):
+        tl.constant([1, -(2**63) - 1])
+    with pytest.raises(tl.errors.InvalidArgumentError, match="reduce_sum: axis 9223372036854775808 is out of range"):
+        tl.reduce_sum(tl.constant([1.0, 2.0]), axis=2**63)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="transpose: perm .* is out of range"):
+        tl.transpose(tl.constant([[1.0]]), [2**63, 0])
+    assert tl.constant(2**40).dtype == tl.int64
