@@ -194,6 +194,7 @@ pub const NAMES: &[&str] = &[
     "clip_by_value",
     "reverse",
     "slice",
+    "dynamic_slice",
     "pad",
     "stop_gradient",
     "identity",
@@ -425,6 +426,25 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
             };
             let stride = a.stride.clone().unwrap_or_else(|| vec![1; start.len()]);
             inputs[0].slice(start, limit, &stride)
+        }
+        "dynamic_slice" => {
+            // TensorFlow's `slice` with traced starts (one scalar per dim,
+            // clamped as XLA's `dynamic_slice` clamps) and static sizes.
+            let (Some(x), starts) = (inputs.first(), &inputs[1.min(inputs.len())..]) else {
+                return Err(Error::invalid("dynamic_slice needs an operand"));
+            };
+            let Some(sizes) = &a.shape else {
+                return Err(Error::invalid("dynamic_slice needs sizes"));
+            };
+            let sizes = sizes
+                .iter()
+                .map(|&d| usize::try_from(d))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| {
+                    Error::invalid(format!("dynamic_slice: sizes {sizes:?} must be >= 0"))
+                })?;
+            let refs: Vec<&Sym> = starts.iter().collect();
+            x.dynamic_slice(&refs, &sizes)
         }
         "pad" => {
             // XLA's pad without interior padding: the second tensor is the

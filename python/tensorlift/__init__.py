@@ -81,6 +81,7 @@ from ._ops import (
     zeros,
     zeros_like,
 )
+from ._ops import slice_ as slice  # noqa: A004  (TensorFlow's name)
 from ._tape import GradientTape, custom_gradient
 from .dtypes import (
     DType,

@@ -148,7 +148,7 @@ def _raised(who, e):
     from . import errors
 
     text = f"{who} raised {type(e).__name__}: {e}"
-    if isinstance(e, (ValueError, TypeError)):
+    if isinstance(e, (ValueError, TypeError, OverflowError)):
         return errors.InvalidArgumentError(text)
     if isinstance(e, StopIteration):
         return errors.OutOfRangeError(text)

@@ -551,6 +551,13 @@ def getitem(x, key):
                 "only integers, slices, '...', None and scalar integer tensors are valid "
                 f"indices, not a tensor of dtype {k.dtype.name} and shape {list(k.shape)}"
             )
+        if isinstance(k, slice) and any(isinstance(b, SymbolicTensor) for b in (k.start, k.stop, k.step)):
+            raise TypeError(
+                "a slice bound is a tensor of the traced function (x[a:]): the result's size would be "
+                "known only when the function runs, and tensorlift traces static shapes. Slice with "
+                "Python ints (a dim of unknown size takes crops: x[2:], x[2:-1]), take a fixed-size "
+                "window with tl.slice, or mask with tl.where"
+            )
     if sum(k is Ellipsis for k in key) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     used = sum(1 for k in key if k is not None and k is not Ellipsis)

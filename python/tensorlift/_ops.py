@@ -187,6 +187,59 @@ def broadcast_to(input, shape, name=None):  # noqa: A002
     return apply("broadcast_to", [input], {"shape": _dims(shape, "tl.broadcast_to")})
 
 
+def slice_(input_, begin, size, name=None):
+    """``tf.slice``: the block of ``size`` (Python ints, -1 for the rest of
+    a dim of known size when its start is a Python int) starting at
+    ``begin`` (ints, scalar integer tensors, or a 1-D integer tensor). Traced
+    starts may move in a loop (XLA's ``dynamic_slice``): each is clamped so
+    that the block lies inside the tensor, where TensorFlow raises."""
+    from ._core import SymbolicTensor
+
+    x = convert_to_tensor(input_)
+    _known_rank(x, "tl.slice")
+    shape = list(x.shape)
+    rank = len(shape)
+    if isinstance(begin, Tensor):
+        if begin.shape != (rank,):
+            raise InvalidArgumentError(f"tl.slice: begin has shape {list(begin.shape)}, expected [{rank}]")
+        begin = [begin[i] for i in range(rank)]
+    begin, size = list(begin), [int(d) for d in _dims_signed(size, "tl.slice")]
+    if len(begin) != rank or len(size) != rank:
+        raise InvalidArgumentError(
+            f"tl.slice of a tensor of rank {rank} needs {rank} begin and size entries, got {len(begin)} and "
+            f"{len(size)}"
+        )
+    for i, (b, n) in enumerate(zip(begin, size)):
+        if n == -1:
+            if isinstance(b, Tensor) or shape[i] is None:
+                raise InvalidArgumentError(
+                    f"tl.slice: size -1 in dim {i} needs a Python int start and a dim of known size "
+                    "(tensorlift traces static shapes)"
+                )
+            size[i] = shape[i] - int(b)
+        elif n < -1:
+            raise InvalidArgumentError(f"tl.slice: size {n} in dim {i}")
+    if not any(isinstance(b, SymbolicTensor) for b in begin) and None not in shape:
+        b = [int(v) for v in begin]
+        for i in range(rank):
+            if not 0 <= b[i] <= b[i] + size[i] <= shape[i]:
+                raise InvalidArgumentError(
+                    f"tl.slice: begin {b} and size {size} go past the shape {shape} in dim {i}"
+                )
+        return apply("slice", [x], {"start": b, "limit": [v + n for v, n in zip(b, size)]})
+    starts = [v if isinstance(v, Tensor) else convert_to_tensor(int(v), dtype="int32") for v in begin]
+    dtypes = {t.dtype for t in starts}
+    if len(dtypes) > 1:
+        starts = [cast(t, "int64") for t in starts]
+    return apply("dynamic_slice", [x, *starts], {"shape": size})
+
+
+def _dims_signed(size, op):
+    if isinstance(size, Tensor):
+        size = size.numpy()
+    return [int(d) for d in np.asarray(size).reshape(-1)]
+
+
 def cast(x, dtype, name=None):
     x = convert_to_tensor(x)
     d = as_dtype(dtype)

@@ -678,3 +678,37 @@ def test_integers_past_64_bits_say_so():
     with pytest.raises(tl.errors.InvalidArgumentError, match="transpose: perm .* is out of range"):
         tl.transpose(tl.constant([[1.0]]), [2**63, 0])
     assert tl.constant(2**40).dtype == tl.int64
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_tf_slice_with_traced_starts_is_a_dynamic_slice(jit):
+    # x[a:] with a tensor a cannot have a static shape (a clear error now);
+    # TensorFlow's tf.slice(x, begin, size) with a traced begin can.
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    assert tl.slice(x, [1, 2], [2, 2]).numpy().tolist() == [[7, 8], [12, 13]]
+    assert tl.slice(x, [1, 0], [-1, 3]).shape == (3, 3)
+    f = tl.function(lambda x, i: tl.slice(x, [i, 1], [2, 3]), jit_compile=jit)
+    assert f(x, np.int32(1)).numpy().tolist() == [[6, 7, 8], [11, 12, 13]]
+    assert f(x, np.int32(3)).numpy().tolist() == [[11, 12, 13], [16, 17, 18]]  # clamped, as XLA
+    rows = tl.function(lambda x: tl.while_loop(
+        lambda i, s: i < 3, lambda i, s: (i + 1, s + tl.reduce_sum(tl.slice(x, [i, 0], [1, 5]))), [0, 0.0])[1],
+        jit_compile=jit)
+    assert rows(x).numpy() == x[:3].sum()
+    with pytest.raises(tl.errors.InvalidArgumentError, match="go past the shape"):
+        tl.slice(x, [3, 0], [2, 5])
+    g = tl.function(lambda x, a: x[a:], input_signature=[tl.TensorSpec([None]), tl.TensorSpec([], tl.int32)],
+                    jit_compile=jit)
+    with pytest.raises(TypeError, match="a slice bound is a tensor of the traced function"):
+        g(np.arange(5, dtype=np.float32), np.int32(2))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_an_overflow_error_in_a_callback_is_an_invalid_argument(jit):
+    def boom(a):
+        raise OverflowError("too big")
+
+    f = tl.function(lambda x: tl.numpy_function(boom, [x], tl.float32), jit_compile=jit)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="OverflowError: too big"):
+        f(np.ones(2, np.float32))
+    with pytest.raises(tl.errors.InvalidArgumentError, match="OverflowError: too big"):
+        tl.py_function(boom, [tl.constant([1.0])], tl.float32)

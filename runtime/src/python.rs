@@ -7,7 +7,7 @@
 //! (count, dtype, declared shape) and converted: Python scalars and lists
 //! take the declared dtype, Fortran-ordered and non-contiguous arrays are
 //! accepted, object and structured arrays are `Unimplemented`. Python
-//! exceptions map to error kinds (ValueError/TypeError → InvalidArgument,
+//! exceptions map to error kinds (ValueError/TypeError/OverflowError → InvalidArgument,
 //! StopIteration → OutOfRange, MemoryError → ResourceExhausted,
 //! NotImplementedError → Unimplemented, others → Unknown) and carry the
 //! full traceback text.
@@ -97,7 +97,12 @@ pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
     let message = shorten(&format!("{what} raised {}", traceback.trim_end()));
     remember_raised(py, &message, &e);
     let detail = Detail::msg(message);
-    if e.is_instance_of::<PyValueError>(py) || e.is_instance_of::<PyTypeError>(py) {
+    // (An OverflowError is a value out of a type's range: an argument's
+    // fault, as TensorFlow maps it.)
+    if e.is_instance_of::<PyValueError>(py)
+        || e.is_instance_of::<PyTypeError>(py)
+        || e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+    {
         Error::InvalidArgument(detail)
     } else if e.is_instance_of::<PyStopIteration>(py) {
         Error::OutOfRange(detail)
