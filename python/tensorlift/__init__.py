@@ -82,6 +82,7 @@ from ._ops import (
     zeros_like,
 )
 from ._ops import slice_ as slice  # noqa: A004  (TensorFlow's name)
+from ._more_ops import add_n, eye, one_hot, range, split, tile, unstack  # noqa: A004  (TensorFlow's names)
 from ._tape import GradientTape, custom_gradient
 from .dtypes import (
     DType,

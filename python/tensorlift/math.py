@@ -8,3 +8,7 @@ from ._ops import (  # noqa: F401
     reduce_min, reduce_prod, reduce_sum, round, rsqrt, sigmoid, sign, sin, softmax, sqrt,
     square, subtract, tanh, truediv, truncatemod,
 )
+from ._more_ops import (  # noqa: F401,E402
+    add_n, divide_no_nan, is_inf, is_nan, l2_normalize, reduce_std, reduce_variance, softplus,
+    squared_difference, tan, xlogy,
+)
