@@ -1965,8 +1965,7 @@ fn scaled_slot(k: &Kernel) -> Option<(SlotId, f64)> {
         Scalar::Float(c, _) => c,
         Scalar::Bool(_) | Scalar::Int(_) | Scalar::Complex(..) => return None,
     };
-    let (bits, exponent) = (c.to_bits(), (c.to_bits() >> 52) & 0x7ff);
-    let power_of_two = bits & ((1 << 52) - 1) == 0 && exponent != 0 && exponent != 0x7ff;
+    let power_of_two = tensorlift_ir::passes::is_power_of_two(c);
     (*d == dtype && *strides == k.out_strides && power_of_two).then_some((*slot, c))
 }
 

@@ -717,10 +717,7 @@ pub fn scale_into_dot(g: &mut Graph) -> bool {
                 return None;
             }
             let c = splat_float(g, n.inputs[1 - j])?;
-            let bits = c.to_bits();
-            let exponent = (bits >> 52) & 0x7ff;
-            let power_of_two = bits & ((1 << 52) - 1) == 0 && exponent != 0 && exponent != 0x7ff;
-            power_of_two.then_some((j, p, c))
+            is_power_of_two(c).then_some((j, p, c))
         });
         if let Some((j, p, c)) = found {
             dots.insert(p, c);
@@ -746,28 +743,20 @@ pub fn scale_into_dot(g: &mut Graph) -> bool {
                 .map(|d| d.iter().product::<usize>())
         };
         let side = usize::from(elements(inputs[1]) < elements(inputs[0]));
-        let name = |ng: &Graph, what: &str| fresh_name(g, ng, &format!("{}.{what}", node.name));
-        let cname = name(ng, "scale");
-        let scale = ng.add_node(NewNode {
-            op: Op::Constant(Literal::scalar(dtype, c)?),
-            inputs: vec![],
-            name: Some(cname),
-            site: node.site.clone(),
-            effect: Effect::Pure,
-            result_types: None,
-        })?;
-        let scale = ng.node(scale).results[0];
-        let sname = name(ng, "scaled");
-        let scaled = ng.add_node(NewNode {
-            op: Op::Binary(BinaryOp::Mul),
-            inputs: vec![inputs[side], scale],
-            name: Some(sname),
-            site: node.site.clone(),
-            effect: Effect::Pure,
-            result_types: None,
-        })?;
+        let at = |what| (node.name.as_str(), what);
+        let constant = Op::Constant(Literal::scalar(dtype, c)?);
+        let scale = add_derived(g, ng, at("scale"), &node.site, constant, vec![])?;
+        let mul = Op::Binary(BinaryOp::Mul);
+        let scaled = add_derived(
+            g,
+            ng,
+            at("scaled"),
+            &node.site,
+            mul,
+            vec![inputs[side], scale],
+        )?;
         let mut operands = inputs.to_vec();
-        operands[side] = ng.node(scaled).results[0];
+        operands[side] = scaled;
         replace_node(ng, node, node.op.clone(), operands)
     });
     adopt(g, rewritten)
@@ -834,16 +823,7 @@ pub fn reciprocal_of_broadcast_divisors(g: &mut Graph) -> bool {
                 .then(|| (divisor, shape, Vec::new()))
         });
         let add = |ng: &mut Graph, op: Op, inputs: Vec<ValueId>, what: &str| {
-            let name = fresh_name(g, ng, &format!("{}.{what}", node.name));
-            let id = ng.add_node(NewNode {
-                op,
-                inputs,
-                name: Some(name),
-                site: node.site.clone(),
-                effect: Effect::Pure,
-                result_types: None,
-            })?;
-            Ok::<ValueId, crate::Error>(ng.node(id).results[0])
+            add_derived(g, ng, (&node.name, what), &node.site, op, inputs)
         };
         let mut factor = add(
             ng,
@@ -931,17 +911,8 @@ pub fn split_long_sums(g: &mut Graph) -> bool {
         let Some((pre, len, post, b)) = node.results.first().and_then(|r| long.get(r)) else {
             return Ok(None);
         };
-        let add_n = |ng: &mut Graph, op: Op, inputs: Vec<ValueId>, what: &str| -> Result<ValueId> {
-            let name = fresh_name(g, ng, &format!("{}.{what}", node.name));
-            let id = ng.add_node(NewNode {
-                op,
-                inputs,
-                name: Some(name),
-                site: node.site.clone(),
-                effect: Effect::Pure,
-                result_types: None,
-            })?;
-            Ok(ng.node(id).results[0])
+        let add_n = |ng: &mut Graph, op: Op, inputs: Vec<ValueId>, what: &str| {
+            add_derived(g, ng, (&node.name, what), &node.site, op, inputs)
         };
         let add = |ng: &mut Graph, op: Op, x: ValueId, what: &str| add_n(ng, op, vec![x], what);
         // Dims `pre ++ mid ++ post`.
@@ -1055,6 +1026,37 @@ fn fresh_name(old: &Graph, ng: &Graph, base: &str) -> String {
         .unwrap_or_else(|| base.to_string())
 }
 
+/// A pure node `op(inputs)` added to `ng` by a rewrite of `old`, named
+/// `{base}.{what}` ([`fresh_name`]) at `site`: its result.
+fn add_derived(
+    old: &Graph,
+    ng: &mut Graph,
+    (base, what): (&str, &str),
+    site: &crate::Site,
+    op: Op,
+    inputs: Vec<ValueId>,
+) -> Result<ValueId> {
+    let name = fresh_name(old, ng, &format!("{base}.{what}"));
+    let id = ng.add_node(NewNode {
+        op,
+        inputs,
+        name: Some(name),
+        site: site.clone(),
+        effect: Effect::Pure,
+        result_types: None,
+    })?;
+    Ok(ng.node(id).results[0])
+}
+
+/// Whether `c` is ±2^k of normal magnitude: a scale by it is exact for
+/// every value that stays in the normal range (`scale_into_dot`, and the
+/// JIT's GEMM scales).
+pub fn is_power_of_two(c: f64) -> bool {
+    let bits = c.to_bits();
+    let exponent = (bits >> 52) & 0x7ff;
+    bits & ((1 << 52) - 1) == 0 && exponent != 0 && exponent != 0x7ff
+}
+
 /// `transpose(x, perm)` added to `ng`, a rewrite of `old`, for the
 /// product named `user`: named `{user}.layout` (or with a counter) so that
 /// the name is taken neither in `ng` nor by a node of `old` that the
@@ -1068,16 +1070,14 @@ fn layout_transpose(
     user: &str,
     site: &crate::Site,
 ) -> Result<ValueId> {
-    let name = fresh_name(old, ng, &format!("{user}.layout"));
-    let id = ng.add_node(NewNode {
-        op: Op::Transpose(perm.to_vec()),
-        inputs: vec![x],
-        name: Some(name),
-        site: site.clone(),
-        effect: Effect::Pure,
-        result_types: None,
-    })?;
-    Ok(ng.node(id).results[0])
+    add_derived(
+        old,
+        ng,
+        (user, "layout"),
+        site,
+        Op::Transpose(perm.to_vec()),
+        vec![x],
+    )
 }
 
 /// The transpose [`dot_operand_layout`] reads an operand of shape `dims`

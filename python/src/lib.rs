@@ -403,6 +403,10 @@ fn check_interrupt() -> tensorlift::Result<()> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tensorlift::runtime::interrupt::set_check(check_interrupt);
+    m.add(
+        "NEEDS_STATIC_SHAPES",
+        tensorlift::ir::autodiff::NEEDS_STATIC_SHAPES,
+    )?;
     m.add_class::<PyTensor>()?;
     m.add_class::<trace::PySym>()?;
     m.add_class::<trace::PyFunction>()?;

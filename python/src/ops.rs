@@ -351,7 +351,9 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
         }
         "matmul" => {
             arity(name, inputs, 2)?;
-            matmul(&inputs[0], &inputs[1])?
+            // (TensorFlow 2's BatchMatMulV2: the builder broadcasts the
+            // batch dims, `tensorlift_ir::builder::matmul`.)
+            inputs[0].matmul(&inputs[1])
         }
         "transpose" => {
             arity(name, inputs, 1)?;
@@ -511,15 +513,6 @@ fn reduce_mean(x: &Sym, axes: Option<&[i64]>, keepdims: bool) -> Sym {
     // exact.
     let ones = x.cast(DType::Bool).logical_and(0).cast(DType::I64) + 1;
     sum / ones.reduce_sum(axes, keepdims).cast(d)
-}
-
-/// `x @ y` as TensorFlow 2's `matmul` (BatchMatMulV2): the batch dims (all
-/// but the last two) broadcast with NumPy's rule. A batch of matrices times
-/// one matrix contracts directly, without copying the matrix per batch;
-/// other broadcasts copy the operands to the common batch shape first.
-fn matmul(x: &Sym, y: &Sym) -> Result<Sym, Error> {
-    // (Batch dims broadcast in the builder: `tensorlift_ir::builder::matmul`.)
-    Ok(x.matmul(y))
 }
 
 /// A bound of `clip_by_value`, broadcast to `x`'s shape: TensorFlow takes

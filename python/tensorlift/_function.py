@@ -142,7 +142,8 @@ class _Keywords(dict):
     a nested structure rebuilt as one."""
 
     def __hash__(self):
-        return hash(tuple(sorted((k, _static_key(v, "function", k)) for k, v in self.items())))
+        # (A value that cannot be hashed raises here: `_static_key` says so.)
+        return hash(tuple(sorted((k, _static_key(v, "", k)) for k, v in self.items())))
 
 
 def _static_key(v, name="function", position=0):
@@ -156,9 +157,12 @@ def _static_key(v, name="function", position=0):
     try:
         hash(v)
     except TypeError:
+        what = f"argument {position} is a {type(v).__name__}"
+        if isinstance(v, _Keywords):
+            what = "a keyword argument is a value"
         raise TypeError(
-            f"function '{name}': argument {position} is a {type(v).__name__}, which cannot be a static "
-            "argument (it is not hashable): pass its tensors as separate arguments, or a list or tuple"
+            f"function '{name}': {what} which cannot be a static argument (it is not hashable): pass "
+            "its tensors as separate arguments, or a list or tuple"
         ) from None
     return (type(v), v)
 
@@ -200,9 +204,8 @@ def _symbolic(args):
     function is traced, and is inlined there."""
     return any(isinstance(x, SymbolicTensor) for x in flatten(list(args))[0])
 
-# What a trace error says when a gradient needed static shapes
-# (tensorlift_ir::autodiff's NEEDS_STATIC_SHAPES).
-_STATIC_SHAPES = "differentiation needs static shapes"
+# What a trace error says when a gradient needed static shapes.
+_STATIC_SHAPES = _native.NEEDS_STATIC_SHAPES
 
 
 class Function:

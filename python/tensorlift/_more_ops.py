@@ -38,10 +38,6 @@ from .dtypes import as_dtype
 from .errors import InvalidArgumentError
 
 
-def _t(x):
-    return x if isinstance(x, Tensor) else convert_to_tensor(x)
-
-
 def _c(value, like):
     """A Python number as a scalar of ``like``'s dtype."""
     return convert_to_tensor(value, dtype=like.dtype)
@@ -52,7 +48,7 @@ def _c(value, like):
 
 def gelu(features, approximate=False, name=None):
     """``tf.nn.gelu``: ``x·Φ(x)`` (``erf``), or its ``tanh`` approximation."""
-    x = _t(features)
+    x = convert_to_tensor(features)
     if approximate:
         inner = _c(_math.sqrt(2 / _math.pi), x) * (x + _c(0.044715, x) * x * x * x)
         return _c(0.5, x) * x * (_c(1, x) + tanh(inner))
@@ -61,31 +57,31 @@ def gelu(features, approximate=False, name=None):
 
 def softplus(features, name=None):
     """``tf.nn.softplus``: ``log(1 + exp(x))``, without overflow."""
-    x = _t(features)
+    x = convert_to_tensor(features)
     return maximum(x, _c(0, x)) + log1p(exp(-abs(x)))
 
 
 def leaky_relu(features, alpha=0.2, name=None):
     """``tf.nn.leaky_relu``: ``x`` where positive, else ``alpha·x``."""
-    x = _t(features)
+    x = convert_to_tensor(features)
     return where(x > _c(0, x), x, _c(alpha, x) * x)
 
 
 def elu(features, name=None):
     """``tf.nn.elu``: ``x`` where positive, else ``exp(x) - 1``."""
-    x = _t(features)
+    x = convert_to_tensor(features)
     return where(x > _c(0, x), x, expm1(where(x > _c(0, x), _c(0, x), x)))
 
 
 def relu6(features, name=None):
     """``tf.nn.relu6``: ``min(max(x, 0), 6)``."""
-    x = _t(features)
+    x = convert_to_tensor(features)
     return where(x <= _c(0, x), _c(0, x), where(x >= _c(6, x), _c(6, x), x))
 
 
 def silu(features, beta=1.0, name=None):
     """``tf.nn.silu`` (``swish``): ``x·sigmoid(beta·x)``."""
-    x = _t(features)
+    x = convert_to_tensor(features)
     return x * sigmoid(_c(beta, x) * x)
 
 
@@ -94,14 +90,14 @@ swish = silu
 
 def l2_normalize(x, axis=None, epsilon=1e-12, name=None):
     """``tf.math.l2_normalize``: ``x / sqrt(max(sum(x²), epsilon))``."""
-    x = _t(x)
+    x = convert_to_tensor(x)
     square_sum = reduce_sum(x * x, axis=axis, keepdims=True)
     return x * rsqrt(maximum(square_sum, _c(epsilon, x)))
 
 
 def moments(x, axes, shift=None, keepdims=False, name=None):
     """``tf.nn.moments``: ``(mean, variance)`` over ``axes``."""
-    x = _t(x)
+    x = convert_to_tensor(x)
     mean = reduce_mean(x, axis=axes, keepdims=True)
     variance = reduce_mean((x - stop_gradient(mean)) ** _c(2, x), axis=axes, keepdims=True)
     # (The gradient of the variance through the mean is zero: the centred
@@ -121,32 +117,32 @@ def _axes(axes, rank):
 
 def tan(x, name=None):
     """``tf.math.tan``: ``sin(x) / cos(x)``."""
-    x = _t(x)
+    x = convert_to_tensor(x)
     return sin(x) / cos(x)
 
 
 def is_nan(x, name=None):
     """``tf.math.is_nan``."""
-    x = _t(x)
+    x = convert_to_tensor(x)
     return x != x
 
 
 def is_inf(x, name=None):
     """``tf.math.is_inf``."""
-    x = _t(x)
+    x = convert_to_tensor(x)
     return equal(abs(x), _c(np.inf, x))
 
 
 def squared_difference(x, y, name=None):
     """``tf.math.squared_difference``: ``(x - y)²``."""
-    d = _t(x) - y
+    d = convert_to_tensor(x) - y
     return d * d
 
 
 def divide_no_nan(x, y, name=None):
     """``tf.math.divide_no_nan``: ``x / y``, and 0 where ``y`` is 0 (its
     gradient too: the division sees a safe denominator there)."""
-    x, y = _t(x), _t(y)
+    x, y = convert_to_tensor(x), convert_to_tensor(y)
     zero = equal(y, _c(0, y))
     safe = where(zero, _c(1, y), y)
     return where(zero, _c(0, x) * x, x / safe)
@@ -154,7 +150,7 @@ def divide_no_nan(x, y, name=None):
 
 def xlogy(x, y, name=None):
     """``tf.math.xlogy``: ``x·log(y)``, and 0 where ``x`` is 0."""
-    x, y = _t(x), _t(y)
+    x, y = convert_to_tensor(x), convert_to_tensor(y)
     zero = equal(x, _c(0, x))
     safe = where(zero, _c(1, y), y)
     return where(zero, _c(0, x) * y, x * log(safe))
@@ -162,7 +158,7 @@ def xlogy(x, y, name=None):
 
 def add_n(inputs, name=None):
     """``tf.math.add_n``: the sum of a list of tensors of one shape."""
-    inputs = [_t(v) for v in inputs]
+    inputs = [convert_to_tensor(v) for v in inputs]
     if not inputs:
         raise InvalidArgumentError("add_n needs at least one tensor")
     total = inputs[0]
@@ -173,7 +169,7 @@ def add_n(inputs, name=None):
 
 def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
     """``tf.math.reduce_variance``."""
-    x = _t(input_tensor)
+    x = convert_to_tensor(input_tensor)
     mean = reduce_mean(x, axis=axis, keepdims=True)
     d = x - mean
     return reduce_mean(d * d, axis=axis, keepdims=keepdims)
@@ -214,11 +210,11 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=-1, dtype=None, 
     """``tf.one_hot``: a new axis of ``depth`` holding ``on_value`` (1) at
     each index and ``off_value`` (0) elsewhere (an index out of range gives
     a row of ``off_value``)."""
-    indices = _t(indices)
+    indices = convert_to_tensor(indices)
     if not indices.dtype.is_integer:
         raise TypeError(f"one_hot: indices must be integers, not {indices.dtype.name}")
     dt = as_dtype(dtype) if dtype is not None else (
-        _t(on_value).dtype if on_value is not None else as_dtype("float32"))
+        convert_to_tensor(on_value).dtype if on_value is not None else as_dtype("float32"))
     on = convert_to_tensor(1 if on_value is None else on_value, dtype=dt)
     off = convert_to_tensor(0 if off_value is None else off_value, dtype=dt)
     rank = len(indices.shape)
@@ -234,7 +230,7 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=-1, dtype=None, 
 
 def tile(input, multiples, name=None):  # noqa: A002
     """``tf.tile``: ``input`` repeated ``multiples[i]`` times along dim ``i``."""
-    x = _t(input)
+    x = convert_to_tensor(input)
     shape = list(x.shape)
     multiples = [int(m) for m in (multiples.numpy() if isinstance(multiples, Tensor) else multiples)]
     if len(multiples) != len(shape):
@@ -249,7 +245,7 @@ def tile(input, multiples, name=None):  # noqa: A002
 def split(value, num_or_size_splits, axis=0, num=None, name=None):
     """``tf.split``: a list of pieces along ``axis``, ``num_or_size_splits``
     equal ones or of the sizes given (one may be -1: the rest)."""
-    x = _t(value)
+    x = convert_to_tensor(value)
     shape = list(x.shape)
     axis = axis % len(shape)
     n = shape[axis]
@@ -278,7 +274,7 @@ def split(value, num_or_size_splits, axis=0, num=None, name=None):
 
 def unstack(value, num=None, axis=0, name=None):
     """``tf.unstack``: the slices along ``axis`` (its size known)."""
-    x = _t(value)
+    x = convert_to_tensor(value)
     rank = len(x.shape)
     axis = axis % rank
     n = x.shape[axis]

@@ -4,7 +4,7 @@ and ignored: nodes are named after their op and line)."""
 import numpy as np
 
 from . import _native
-from ._core import Tensor, apply, binary, convert_to_tensor
+from ._core import SymbolicTensor, Tensor, apply, binary, convert_to_tensor, site, to_sym
 from .dtypes import as_dtype
 from .errors import InvalidArgumentError
 
@@ -162,8 +162,6 @@ def reshape(tensor, shape, name=None):
 
 def _dims(shape, op):
     """A shape argument as Python ints, or an error naming ``op``."""
-    from ._core import SymbolicTensor
-
     if isinstance(shape, SymbolicTensor) or (
         isinstance(shape, (list, tuple)) and any(isinstance(d, SymbolicTensor) for d in shape)
     ):
@@ -193,8 +191,6 @@ def slice_(input_, begin, size, name=None):
     ``begin`` (ints, scalar integer tensors, or a 1-D integer tensor). Traced
     starts may move in a loop (XLA's ``dynamic_slice``): each is clamped so
     that the block lies inside the tensor, where TensorFlow raises."""
-    from ._core import SymbolicTensor
-
     x = convert_to_tensor(input_)
     _known_rank(x, "tl.slice")
     shape = list(x.shape)
@@ -349,8 +345,6 @@ def reverse(tensor, axis, name=None):
 def _splat(value, dims):
     """``value`` (a scalar tensor) broadcast to ``dims``; while a function
     is traced, as a broadcast there (not a constant of the whole shape)."""
-    from ._core import SymbolicTensor, site, to_sym
-
     if _native.tracing() and not isinstance(value, SymbolicTensor) and value.shape == ():
         value = SymbolicTensor(to_sym(value, None, site()))
     return broadcast_to(value, dims)

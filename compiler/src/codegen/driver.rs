@@ -313,12 +313,7 @@ pub(crate) fn generate(
         let every = places(plan);
         // Every loop counts its iterations: it polls whether it must stop
         // (`rt::tl_poll`, a Ctrl-C) every `POLL_EVERY` of them.
-        let loops: Vec<usize> = (every.iter())
-            .filter_map(|p| match p.kind {
-                PlaceKind::Loop { label, .. } => Some(label),
-                PlaceKind::Branch(_) => None,
-            })
-            .collect();
+        let loops: Vec<usize> = every.iter().filter_map(Place::loop_label).collect();
         let poll_ref = match loops.is_empty() {
             true => None,
             false => {
@@ -332,12 +327,8 @@ pub(crate) fn generate(
         // Loops whose steps call the runtime (a GEMM, a kernel function, a
         // callback) poll at every iteration: one more call is nothing there,
         // and an iteration may take long.
-        let heavy: std::collections::HashSet<usize> = (places.iter())
-            .filter_map(|p| match p.kind {
-                PlaceKind::Loop { label, .. } => Some(label),
-                PlaceKind::Branch(_) => None,
-            })
-            .collect();
+        let heavy: std::collections::HashSet<usize> =
+            places.iter().filter_map(Place::loop_label).collect();
         let where_ref = match places.is_empty() {
             true => None,
             false => {
@@ -1052,6 +1043,14 @@ enum PlaceKind {
 impl Place {
     fn holds(&self, step: usize) -> bool {
         self.start < step && step < self.end
+    }
+
+    /// The start label of a loop (`None` for a branch arm).
+    fn loop_label(&self) -> Option<usize> {
+        match self.kind {
+            PlaceKind::Loop { label, .. } => Some(label),
+            PlaceKind::Branch(_) => None,
+        }
     }
 }
 

@@ -481,7 +481,10 @@ fn fail(g: &Graph, id: NodeId, message: String) -> Error {
 }
 
 /// What the errors of rules that need static shapes say.
-pub(crate) const NEEDS_STATIC_SHAPES: &str = "differentiation needs static shapes";
+/// What an error says when a rule needs static shapes (a front end may
+/// retrace with concrete shapes on it: the Python package's per-shape
+/// traces).
+pub const NEEDS_STATIC_SHAPES: &str = "differentiation needs static shapes";
 
 /// The static dims of `t`, or an error.
 fn static_dims(t: &TensorType) -> Result<Vec<usize>> {
