@@ -608,7 +608,8 @@ fn scan_impl(
         let Some(t) = x.ty() else { return Ok(None) };
         let dims = t.shape.as_known().ok_or_else(|| {
             err(format!(
-                "xs[{k}] is {t}: scan needs the leading dim and the rest known"
+                "xs[{k}] is {t}: scan needs the leading dim and the rest known when it is \
+                 traced (give them in the input_signature)"
             ))
         })?;
         let Some((&n, rest)) = dims.split_first() else {

@@ -216,11 +216,25 @@ enum DeriveKind {
     Jvp,
 }
 
+impl DeriveKind {
+    /// The method that makes it (also the derived function's name suffix).
+    fn name(self) -> &'static str {
+        match self {
+            DeriveKind::Grad => "grad",
+            DeriveKind::ValueAndGrad => "value_and_grad",
+            DeriveKind::Vjp => "vjp",
+            DeriveKind::Jvp => "jvp",
+        }
+    }
+}
+
 /// A function derived from `base` by `kind`, with respect to `wrt`.
 struct Derive {
     base: Function,
     kind: DeriveKind,
     wrt: Vec<usize>,
+    /// Where `grad`/`vjp`/... was called.
+    site: Site,
 }
 
 /// A concrete signature's executable, filled by its first compilation.
@@ -585,8 +599,11 @@ impl Function {
         };
         let mut out = out.map_err(|e| {
             e.context(format!(
-                "differentiating function '{}' (defined at {})",
-                d.base.inner.cfg.name, d.base.inner.cfg.site
+                "{} of function '{}' (defined at {}), taken at {}",
+                d.kind.name(),
+                d.base.inner.cfg.name,
+                d.base.inner.cfg.site,
+                d.site
             ))
         })?;
         out.name = cfg.name.clone();
@@ -594,8 +611,9 @@ impl Function {
         Ok(out)
     }
 
-    fn derived(&self, kind: DeriveKind, wrt: &[usize], suffix: &str) -> Function {
+    fn derived(&self, kind: DeriveKind, wrt: &[usize], site: Site) -> Function {
         let base = &self.inner.cfg;
+        let suffix = kind.name();
         Function::from_config(Config {
             name: format!("{}_{suffix}", base.name),
             body: base.body.clone(),
@@ -611,6 +629,7 @@ impl Function {
                 base: self.clone(),
                 kind,
                 wrt: wrt.to_vec(),
+                site,
             })),
         })
     }
@@ -622,13 +641,15 @@ impl Function {
     /// compiled like any other function; differentiate it again for
     /// higher orders. Integer, bool and complex inputs cannot be in `wrt`.
     /// See docs/autodiff.md for the rules' conventions.
+    #[track_caller]
     pub fn grad(&self, wrt: &[usize]) -> Function {
-        self.derived(DeriveKind::Grad, wrt, "grad")
+        self.derived(DeriveKind::Grad, wrt, Site::caller())
     }
 
     /// `jax.value_and_grad`: the output first, then the gradients.
+    #[track_caller]
     pub fn value_and_grad(&self, wrt: &[usize]) -> Function {
-        self.derived(DeriveKind::ValueAndGrad, wrt, "value_and_grad")
+        self.derived(DeriveKind::ValueAndGrad, wrt, Site::caller())
     }
 
     /// Reverse mode (`jax.vjp`): a function of this function's inputs and
@@ -636,15 +657,17 @@ impl Function {
     /// returning the outputs and then the cotangent of each input in `wrt`
     /// (`Jᵀ·ct`). This function needs a fixed number of inputs (an arity
     /// or an input_signature).
+    #[track_caller]
     pub fn vjp(&self, wrt: &[usize]) -> Function {
-        self.derived(DeriveKind::Vjp, wrt, "vjp")
+        self.derived(DeriveKind::Vjp, wrt, Site::caller())
     }
 
     /// Forward mode (`jax.jvp`): a function of this function's inputs and
     /// then one tangent per input in `wrt`, returning the outputs and then
     /// the tangent of each real floating output (`J·t`).
+    #[track_caller]
     pub fn jvp(&self, wrt: &[usize]) -> Function {
-        self.derived(DeriveKind::Jvp, wrt, "jvp")
+        self.derived(DeriveKind::Jvp, wrt, Site::caller())
     }
 
     /// Runs the function: traces (once per input signature) and optimizes;

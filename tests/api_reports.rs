@@ -256,3 +256,63 @@ fn matmul_broadcasts_batch_dims_as_numpy_does() {
         "{e}"
     );
 }
+
+#[test]
+fn buffers_too_large_for_the_machine_name_the_op_that_needs_them() {
+    // 2^46 f32s: more than any machine this runs on. The interpreter named
+    // the op; the JIT said only "this program's buffers needs N bytes".
+    for jit in [false, true] {
+        let f = function(|x: Sym| {
+            x.broadcast_to(&[1 << 20, 1 << 20, 16])
+                .reduce_sum(None, false)
+        })
+        .jit_compile(jit);
+        let e = f.call(&[f32s(&[1.0])]).unwrap_err();
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("broadcast_in_dim") && e.contains("api_reports.rs"),
+            "jit {jit}: {e}"
+        );
+        if jit {
+            assert!(
+                e.contains("the largest buffer, f32[1048576,1048576,16]"),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_pad_whose_size_overflows_says_so() {
+    // low + high + size wrapped around and read "a negative size".
+    for jit in [false, true] {
+        let f = function(|x: Sym| x.pad(&[i64::MAX], &[1], &[0], 0.0)).jit_compile(jit);
+        let e = f.call(&[f32s(&[1.0])]).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("overflows a 64-bit size") && e.contains("api_reports.rs"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_wrt_names_the_line_that_asked_for_the_gradient() {
+    let f = function(|x: Sym| x.reduce_sum(None, false));
+    let g = f.grad(&[3]);
+    let line = line!() - 1;
+    let e = g.call(&[f32s(&[1.0])]).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("taken at tests/api_reports.rs:{line}:"))
+            && e.contains("wrt[0] is 3, but the function has 1 input(s)"),
+        "{e}"
+    );
+    let e = f
+        .vjp(&[0, 0])
+        .call(&[f32s(&[1.0]), f32s(&[1.0])])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("vjp of function 'function'"), "{e}");
+}

@@ -263,6 +263,35 @@ impl Executable {
         Ok(())
     }
 
+    /// `e` (the buffers do not fit) at the node whose value needs the
+    /// largest buffer, so that the error names an op and its site.
+    fn at_largest_buffer(&self, e: Error) -> Error {
+        let plan = &self.table.plan;
+        let Some(largest) = plan.slots.iter().max_by_key(|s| s.bytes()) else {
+            return e;
+        };
+        let graph = &plan.graph;
+        let node = graph
+            .node_ids()
+            .find(|&id| graph.node(id).name == largest.name);
+        let e = e.and(format!(
+            "the largest buffer, {}[{}] of '{}', needs {} bytes",
+            largest.dtype.short_name(),
+            largest
+                .dims
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            largest.name,
+            largest.bytes()
+        ));
+        match node {
+            Some(id) => e.at_node(graph.node_ref(id)),
+            None => e,
+        }
+    }
+
     /// Runs the code; output slots the code writes take the matching
     /// caller buffer of `into` where it is 16-byte aligned (first output
     /// of the slot only). Returns each output as a tensor, or `None` where
@@ -285,8 +314,9 @@ impl Executable {
             .sum();
         interp::check_allocation(
             plan.arena_bytes.saturating_add(out_bytes),
-            "this program's buffers",
-        )?;
+            "running this program",
+        )
+        .map_err(|e| self.at_largest_buffer(e))?;
         // Buffers are not zeroed (for_overwrite): every temporary is written
         // by its step before any step reads it (the buffer plan follows
         // program order), the arena itself is never read from Rust, and

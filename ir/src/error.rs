@@ -317,6 +317,14 @@ impl Error {
         self
     }
 
+    /// Appends a clause to the message ("...; the largest buffer is ...").
+    pub fn and(mut self, more: impl fmt::Display) -> Self {
+        if let Some(d) = self.detail_mut() {
+            d.message = format!("{}; {more}", d.message);
+        }
+        self
+    }
+
     /// Prefixes the message with more context ("while loading x.npy: ...").
     pub fn context(mut self, ctx: impl fmt::Display) -> Self {
         if let Some(d) = self.detail_mut() {

@@ -932,8 +932,19 @@ fn pad(
         out.push(match d[i] {
             None => None,
             Some(n) => {
-                let inner = n as i64 + (n.max(1) as i64 - 1) * interior[i] as i64;
-                let size = low[i] + high[i] + inner;
+                let size = i64::try_from(interior[i])
+                    .ok()
+                    .and_then(|gap| (n.max(1) as i64 - 1).checked_mul(gap))
+                    .and_then(|gaps| gaps.checked_add(n as i64))
+                    .and_then(|inner| inner.checked_add(low[i]))
+                    .and_then(|s| s.checked_add(high[i]))
+                    .ok_or_else(|| {
+                        format!(
+                            "pad of {n} elements by low {}, high {}, interior {} in dim {i} \
+                             overflows a 64-bit size",
+                            low[i], high[i], interior[i]
+                        )
+                    })?;
                 if size < 0 {
                     return Err(format!("pad gives a negative size {size} in dim {i}"));
                 }

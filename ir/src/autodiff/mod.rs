@@ -202,8 +202,7 @@ fn check_wrt(g: &Graph, wrt: &[usize]) -> Result<()> {
     for (k, &w) in wrt.iter().enumerate() {
         let Some(p) = params.get(w) else {
             return Err(Error::invalid(format!(
-                "graph '{}' has {} parameter(s); parameter {w} (wrt[{k}]) does not exist",
-                g.name,
+                "wrt[{k}] is {w}, but the function has {} input(s)",
                 params.len()
             )));
         };
