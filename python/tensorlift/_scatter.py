@@ -18,10 +18,8 @@ from ._core import EagerTensor, SymbolicTensor, Tensor, apply, convert_to_tensor
 from ._ops import (
     broadcast_to,
     cast,
-    concat,
     equal,
-    expand_dims,
-    gather,
+    gather as _take,
     greater,
     greater_equal,
     less,
@@ -211,7 +209,7 @@ def gather_nd(params, indices, batch_dims=0, name=None):
         offsets = np.arange(batch, dtype=flat.dtype.as_numpy_dtype).reshape(ishape[:b] + [1] * (len(ishape) - 1 - b))
         flat = where(less(flat, convert_to_tensor(0, dtype=flat.dtype)), flat, flat + convert_to_tensor(offsets * rows))
     table = reshape(params, [batch * rows, *inner[d:]])
-    return gather(table, flat, axis=0)
+    return _take(table, flat, axis=0)
 
 
 def scatter_nd(indices, updates, shape, name=None):
@@ -299,7 +297,7 @@ def _last_of_duplicates(flat, rows):
         # How many live candidates with this bit set land on each row.
         ones = cast(alive, "int32") * has
         count = _scatter_add_rows(rows, flat, ones)
-        row_has = greater(gather(count, maximum(flat, convert_to_tensor(0, dtype=flat.dtype))),
+        row_has = greater(_take(count, maximum(flat, convert_to_tensor(0, dtype=flat.dtype))),
                           convert_to_tensor(0, dtype="int32"))
         # A candidate stays if its bit agrees with the row's best so far.
         alive = logical_and(alive, equal(row_has, equal(has, convert_to_tensor(1, dtype="int32"))))
@@ -466,13 +464,13 @@ def _segment_extreme(data, ids, num, take_max, op):
         v = ids.numpy()
         order = np.argsort(v, kind="stable")
         sorted_ids = convert_to_tensor(v[order])
-        rows = gather(data, convert_to_tensor(order.astype(np.int32)))
+        rows = _take(data, convert_to_tensor(order.astype(np.int32)))
     else:
         from ._sort import _argsort_rows
 
         order = _argsort_rows(ids)
-        sorted_ids = gather(ids, order)
-        rows = gather(data, order)
+        sorted_ids = _take(ids, order)
+        rows = _take(data, order)
     count = _scatter_add_rows(num, ids, convert_to_tensor(np.ones(n, idt.as_numpy_dtype)))
     if n == 0:
         return broadcast_to(fill, [num, *data.shape[1:]]), count
@@ -491,7 +489,7 @@ def _segment_extreme(data, ids, num, take_max, op):
     from ._scan import cumsum
 
     ends = cumsum(count) + negatives - convert_to_tensor(1, dtype=idt)
-    last = gather(rows, maximum(ends, convert_to_tensor(0, dtype=idt)))
+    last = _take(rows, maximum(ends, convert_to_tensor(0, dtype=idt)))
     empty = reshape(equal(count, convert_to_tensor(0, dtype=idt)), [num] + [1] * (len(data.shape) - 1))
     return where(empty, broadcast_to(fill, [num, *data.shape[1:]]), last), count
 
@@ -566,7 +564,7 @@ def segment_min(data, segment_ids, name=None):
 # --- gather with batch dims -------------------------------------------------------------
 
 
-def gather(params, indices, axis=None, batch_dims=0, name=None):  # noqa: F811  (the public one)
+def gather(params, indices, axis=None, batch_dims=0, name=None):
     """``tf.gather``: slices of ``params`` along ``axis`` at ``indices``;
     with ``batch_dims`` ``b``, the first ``b`` dims of ``params`` and
     ``indices`` are batch dims they share (each batch element gathers from
