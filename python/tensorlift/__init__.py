@@ -33,7 +33,6 @@ from ._ops import (
     exp,
     expand_dims,
     fill,
-    gather,
     greater,
     greater_equal,
     identity,
@@ -83,6 +82,19 @@ from ._ops import (
 )
 from ._ops import slice_ as slice  # noqa: A004  (TensorFlow's name)
 from ._more_ops import add_n, eye, one_hot, range, split, tile, unstack  # noqa: A004  (TensorFlow's names)
+from ._einsum import einsum
+from ._scan import cumsum
+from ._scatter import (
+    gather,  # (with batch_dims)
+    gather_nd,
+    scatter_nd,
+    tensor_scatter_nd_add,
+    tensor_scatter_nd_max,
+    tensor_scatter_nd_min,
+    tensor_scatter_nd_sub,
+    tensor_scatter_nd_update,
+)
+from ._sort import argsort, sort
 from ._tape import GradientTape, custom_gradient
 from .dtypes import (
     DType,
@@ -107,7 +119,7 @@ from .dtypes import (
 )
 from .dtypes import bool as bool  # noqa: PLC0414
 
-from . import compat, contrib, linalg, math, nn  # noqa: E402
+from . import compat, contrib, linalg, math, nn, random  # noqa: E402
 
 __version__ = "0.1.0"
 

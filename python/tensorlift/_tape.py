@@ -257,9 +257,93 @@ class GradientTape:
         _core.record(_graph_only, [*targets, *src], [g for g in grads if g is not None])
         return grads
 
+    def _rows(self, op, target, src, seeds):
+        """One gradient of ``target`` per seed (``output_gradients``), each a
+        list over ``src`` (None where unconnected). Allowed once on a
+        non-persistent tape, as TensorFlow's jacobian is."""
+        if self._used and not self._persistent:
+            raise RuntimeError(
+                f"a non-persistent GradientTape can only be used to compute one set of gradients; "
+                f"use GradientTape(persistent=True) to call {op} after another gradient"
+            )
+        self._used = True
+        firsts = {}
+        distinct = []
+        for x in src:
+            if id(x) not in firsts:
+                firsts[id(x)] = len(distinct)
+                distinct.append(x)
+        rows = [self._gradients([target], distinct, [seed]) for seed in seeds]
+        return [[row[firsts[id(x)]] for row in rows] for x in src]
+
     def jacobian(self, target, sources, unconnected_gradients="none", parallel_iterations=None,
                  experimental_use_pfor=True):
-        raise NotImplementedError("GradientTape.jacobian is not implemented; use gradient per output")
+        """``tf.GradientTape.jacobian``: for each source, the derivative of
+        every element of ``target`` (a tensor of known shape) with respect
+        to every element of it, of shape ``target.shape + source.shape``.
+        One gradient per element of the target (a one-hot
+        ``output_gradients``), so it suits small targets; eagerly each is a
+        small traced function, inside ``tl.function`` part of its graph."""
+        from ._ops import reshape, stack, zeros
+
+        target = _jacobian_target(target, "jacobian")
+        listed, structure = flatten(sources)
+        n = target.shape.num_elements()
+        dt = target.dtype.as_numpy_dtype
+        seeds = [convert_to_tensor(np.eye(1, n, i, dtype=dt).reshape(target.shape)) for i in range(n)]
+        out = []
+        for x, rows in zip(listed, self._rows("jacobian", target, listed, seeds)):
+            xs = list(x.shape)
+            if all(g is None for g in rows):
+                out.append(zeros([*target.shape, *xs], x.dtype) if _zero(unconnected_gradients) else None)
+                continue
+            j = stack(rows) if rows else zeros([0, *xs], x.dtype)
+            out.append(reshape(j, [*target.shape, *xs]))
+        return pack(structure, out)
+
+    def batch_jacobian(self, target, source, unconnected_gradients="none", parallel_iterations=None,
+                       experimental_use_pfor=True):
+        """``tf.GradientTape.batch_jacobian``: ``target`` ``[b, ...]`` and
+        ``source`` ``[b, ...]`` whose examples are independent (as
+        TensorFlow assumes: row ``i`` of the target depends on row ``i`` of
+        the source only); the result is ``[b] + target.shape[1:] +
+        source.shape[1:]``. One gradient per element of a target row."""
+        from ._ops import reshape, stack, transpose, zeros
+
+        target = _jacobian_target(target, "batch_jacobian")
+        if not isinstance(source, Tensor):
+            raise TypeError(f"batch_jacobian: the source must be a tensor, not {type(source).__name__}")
+        ts, xs = list(target.shape), list(source.shape)
+        if not ts or not xs or ts[0] != xs[0]:
+            raise ValueError(
+                f"batch_jacobian: target {ts} and source {xs} must have the same first (batch) dim"
+            )
+        b = ts[0]
+        per = int(np.prod(ts[1:], dtype=np.int64))
+        dt = target.dtype.as_numpy_dtype
+        seeds = [convert_to_tensor(np.broadcast_to(np.eye(1, per, i, dtype=dt).reshape(ts[1:]), ts).copy())
+                 for i in range(per)]
+        (rows,) = self._rows("batch_jacobian", target, [source], seeds)
+        if all(g is None for g in rows):
+            return zeros([b, *ts[1:], *xs[1:]], source.dtype) if _zero(unconnected_gradients) else None
+        j = reshape(stack(rows), [per, b, *xs[1:]])
+        j = transpose(j, [1, 0, *range(2, len(xs) + 1)])
+        return reshape(j, [b, *ts[1:], *xs[1:]])
+
+
+def _zero(unconnected_gradients):
+    return unconnected_gradients in ("zero", "ZERO") or getattr(unconnected_gradients, "value", None) == "zero"
+
+
+def _jacobian_target(target, op):
+    if not isinstance(target, Tensor):
+        raise TypeError(f"{op}: the target must be a tensor, not {type(target).__name__}")
+    if target.shape is None or None in target.shape:
+        raise ValueError(f"{op}: the target's shape must be known (one gradient per element), got "
+                         f"{None if target.shape is None else list(target.shape)}")
+    if not target.dtype.is_floating:
+        raise TypeError(f"{op}: the target must be floating-point, not {target.dtype.name}")
+    return target
 
 
 def _graph_only(xs):

@@ -12,3 +12,9 @@ from ._more_ops import (  # noqa: F401,E402
     add_n, divide_no_nan, is_inf, is_nan, l2_normalize, reduce_std, reduce_variance, softplus,
     squared_difference, tan, xlogy,
 )
+from ._scan import cumprod, cumsum  # noqa: F401,E402
+from ._scatter import (  # noqa: F401,E402
+    segment_max, segment_mean, segment_min, segment_sum, unsorted_segment_max, unsorted_segment_mean,
+    unsorted_segment_min, unsorted_segment_sum,
+)
+from ._sort import top_k  # noqa: F401,E402

@@ -4,3 +4,8 @@ from ._more_ops import (  # noqa: F401
     elu, gelu, l2_normalize, leaky_relu, moments, relu6, silu, softplus, swish,
 )
 from ._ops import log_softmax, relu, sigmoid, softmax, tanh  # noqa: F401
+from ._losses import (  # noqa: F401,E402
+    sigmoid_cross_entropy_with_logits, softmax_cross_entropy_with_logits,
+    sparse_softmax_cross_entropy_with_logits,
+)
+from ._sort import top_k  # noqa: F401,E402  (tf.nn.top_k)
