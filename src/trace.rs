@@ -1534,6 +1534,57 @@ impl Sym {
         )
     }
 
+    /// The indices (int32) that sort this tensor along `axis` (negative
+    /// counts from the end), largest first when `descending`: stable
+    /// (equal elements keep their order), NaN above every number, -0.0
+    /// equal to 0.0 (`jnp.argsort(stable=True)`, `tf.argsort`).
+    #[track_caller]
+    pub fn argsort(&self, axis_: i64, descending: bool) -> Sym {
+        let site = Site::caller();
+        self.tracer().build(&[self], "argsort", &site, |g, v| {
+            builder::argsort(g, v[0], axis_, descending, DType::I32, &site)
+        })
+    }
+
+    /// This tensor sorted along `axis` (negative counts from the end), in
+    /// [`Sym::argsort`]'s order; differentiable (the gradient goes back to
+    /// where each element came from). Needs a static shape.
+    #[track_caller]
+    pub fn sort(&self, axis_: i64, descending: bool) -> Sym {
+        let site = Site::caller();
+        self.tracer().build(&[self], "sort", &site, |g, v| {
+            builder::sort(g, v[0], axis_, descending, &site)
+        })
+    }
+
+    /// `tf.math.top_k`: the `k` largest elements along the last axis, in
+    /// descending order (equal ones in index order; NaN above every
+    /// number), and their int32 indices. Needs a static shape.
+    #[track_caller]
+    pub fn top_k(&self, k: usize) -> (Sym, Sym) {
+        let site = Site::caller();
+        let indices = self.tracer().build(&[self], "top_k", &site, |g, v| {
+            builder::top_k(g, v[0], k, &site).map(|(_, i)| i)
+        });
+        let values = self.take_along_axis_at(&indices, -1, site);
+        (values, indices)
+    }
+
+    /// NumPy's `take_along_axis`: `out[.., i, ..] = self[.., indices[..,
+    /// i, ..], ..]` along `axis`; `indices` has this tensor's shape but
+    /// along `axis`. Needs static shapes.
+    #[track_caller]
+    pub fn take_along_axis(&self, indices: &Sym, axis_: i64) -> Sym {
+        self.take_along_axis_at(indices, axis_, Site::caller())
+    }
+
+    fn take_along_axis_at(&self, indices: &Sym, axis_: i64, site: Site) -> Sym {
+        self.tracer()
+            .build(&[self, indices], "take_along_axis", &site, |g, v| {
+                builder::take_along_axis(g, v[0], v[1], axis_, &site)
+            })
+    }
+
     /// Matrix product over the last two dims; leading (batch) dims must
     /// match. A rank-1 operand is treated as a row/column vector.
     #[track_caller]

@@ -98,6 +98,7 @@ fn every_op_matches_numpy() {
         "reverse",
         "argmax",
         "argmin",
+        "argsort",
         "dot_general",
         "take",
         "bitcast_convert",

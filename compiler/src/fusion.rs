@@ -748,6 +748,7 @@ fn fusible_op(op: &Op) -> bool {
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }
@@ -989,6 +990,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             | Op::Reverse(_)
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::DynamicSlice { .. }
             | Op::DynamicUpdateSlice
@@ -1113,6 +1115,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                 | Op::Reduce { .. }
                 | Op::ArgMax { .. }
                 | Op::ArgMin { .. }
+                | Op::ArgSort { .. }
                 | Op::DotGeneral(_)
                 | Op::Take { .. }
                 | Op::DynamicSlice { .. }
@@ -1169,6 +1172,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                 | Op::Reduce { .. }
                 | Op::ArgMax { .. }
                 | Op::ArgMin { .. }
+                | Op::ArgSort { .. }
                 | Op::DotGeneral(_)
                 | Op::Take { .. }
                 | Op::DynamicSlice { .. }
@@ -1312,6 +1316,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -2495,6 +2500,7 @@ fn op_cost(op: &Op) -> usize {
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }
@@ -3144,6 +3150,7 @@ impl<'a> KernelBuilder<'a> {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::DynamicSlice { .. }
             | Op::DynamicUpdateSlice

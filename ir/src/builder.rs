@@ -196,6 +196,151 @@ pub fn arg(g: &mut Graph, max: bool, x: ValueId, axis: i64, site: &Site) -> Resu
     g.add(op, &[x], site.clone())
 }
 
+/// The indices that sort `x` along `axis` (negative counts from the end):
+/// stable, NaN above every number ([`Op::ArgSort`]). `x` needs a known
+/// rank.
+pub fn argsort(
+    g: &mut Graph,
+    x: ValueId,
+    axis: i64,
+    descending: bool,
+    index_dtype: DType,
+    site: &Site,
+) -> Result<ValueId> {
+    let Some(rank) = g.ty(x).shape.rank() else {
+        let m = format!("argsort needs a known rank, got {}", g.ty(x));
+        return Err(fail(g, "argsort", site, m));
+    };
+    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "argsort", site, m))?[0];
+    let op = Op::ArgSort {
+        axis,
+        descending,
+        index_dtype,
+    };
+    g.add(op, &[x], site.clone())
+}
+
+/// NumPy's `take_along_axis`: `out[.., i, ..] = x[.., indices[.., i, ..],
+/// ..]` along `axis` (negative counts from the end), every other dim of
+/// `indices` the same as `x`'s. A gather of the flattened `x` at computed
+/// positions, so that the JIT fuses it into its consumer and its gradient
+/// is a scatter-add. Needs static shapes.
+pub fn take_along_axis(
+    g: &mut Graph,
+    x: ValueId,
+    indices: ValueId,
+    axis: i64,
+    site: &Site,
+) -> Result<ValueId> {
+    let (xt, it) = (g.ty(x).clone(), g.ty(indices).clone());
+    let (Some(xd), Some(id)) = (xt.shape.as_known(), it.shape.as_known()) else {
+        let m = format!("take_along_axis needs static shapes, got {xt} and {it}");
+        return Err(fail(g, "take_along_axis", site, m));
+    };
+    let axis =
+        normalize_axes(xd.len(), &[axis]).map_err(|m| fail(g, "take_along_axis", site, m))?[0];
+    let matches = id.len() == xd.len() && (0..xd.len()).all(|d| d == axis || id[d] == xd[d]);
+    if !matches || !it.dtype.is_int() {
+        let m =
+            format!("the indices {it} must be integers of the shape of {xt} but along axis {axis}");
+        return Err(fail(g, "take_along_axis", site, m));
+    }
+    // Positions in the flattened x: Σ_d coordinate_d · stride_d, where the
+    // coordinate along `axis` is the index.
+    let total = xd
+        .iter()
+        .product::<usize>()
+        .max(id.iter().product::<usize>());
+    let pos_dtype = if i32::try_from(total).is_ok() {
+        DType::I32
+    } else {
+        DType::I64
+    };
+    let mut stride = 1usize;
+    let mut strides = vec![0; xd.len()];
+    for d in (0..xd.len()).rev() {
+        strides[d] = stride;
+        stride *= xd[d];
+    }
+    let mut pos = if it.dtype == pos_dtype {
+        indices
+    } else {
+        g.add(Op::Convert(pos_dtype), &[indices], site.clone())?
+    };
+    for (d, &st) in strides.iter().enumerate() {
+        let term = if d == axis {
+            pos
+        } else {
+            let iota = Op::Iota {
+                dtype: pos_dtype,
+                dims: id.clone(),
+                dim: d,
+            };
+            g.add(iota, &[], site.clone())?
+        };
+        let scaled = if st == 1 {
+            term
+        } else {
+            let c = constant(g, pos_dtype, st as f64, site)?;
+            binary(g, Elementwise::Binary(BinaryOp::Mul), term, c, site)?
+        };
+        pos = if d == axis {
+            scaled
+        } else {
+            binary(g, Elementwise::Binary(BinaryOp::Add), pos, scaled, site)?
+        };
+    }
+    let flat = g.add(
+        Op::Reshape(Shape::known(&[xd.iter().product()])),
+        &[x],
+        site.clone(),
+    )?;
+    g.add(Op::Take { axis: 0 }, &[flat, pos], site.clone())
+}
+
+/// `x` sorted along `axis` (negative counts from the end): stable, NaN
+/// above every number ([`Op::ArgSort`]). Needs a static shape.
+pub fn sort(
+    g: &mut Graph,
+    x: ValueId,
+    axis: i64,
+    descending: bool,
+    site: &Site,
+) -> Result<ValueId> {
+    let order = argsort(g, x, axis, descending, DType::I32, site)?;
+    take_along_axis(g, x, order, axis, site)
+}
+
+/// TensorFlow's `top_k`: the `k` largest elements along the last axis, in
+/// descending order (equal ones in index order), and their int32
+/// indices. Needs a static shape.
+pub fn top_k(g: &mut Graph, x: ValueId, k: usize, site: &Site) -> Result<(ValueId, ValueId)> {
+    let t = g.ty(x).clone();
+    let Some(d) = t.shape.as_known().filter(|d| !d.is_empty()) else {
+        let m = format!("top_k needs a static shape of rank 1 or more, got {t}");
+        return Err(fail(g, "top_k", site, m));
+    };
+    let last = d[d.len() - 1];
+    if k > last {
+        let m = format!("k = {k} is more than the {last} elements of the last axis of {t}");
+        return Err(fail(g, "top_k", site, m));
+    }
+    let order = argsort(g, x, -1, true, DType::I32, site)?;
+    let mut limit = d.clone();
+    limit[d.len() - 1] = k;
+    let first = g.add(
+        Op::Slice {
+            start: vec![0; d.len()],
+            limit,
+            stride: vec![1; d.len()],
+        },
+        &[order],
+        site.clone(),
+    )?;
+    let values = take_along_axis(g, x, first, -1, site)?;
+    Ok((values, first))
+}
+
 /// Matrix product over the last two dims, batch dims broadcast with
 /// NumPy's rule (TensorFlow's `BatchMatMulV2`, `jnp.matmul`): a single
 /// matrix on the right (`[B, T, D] @ [D, H]`) contracts without a copy;

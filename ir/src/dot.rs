@@ -49,6 +49,7 @@ fn body(g: &Graph, prefix: &str, indent: &str, out: &mut String) {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }

@@ -263,6 +263,7 @@ impl Graph {
                     | Op::Reduce { .. }
                     | Op::ArgMax { .. }
                     | Op::ArgMin { .. }
+                    | Op::ArgSort { .. }
                     | Op::DotGeneral(_)
                     | Op::Take { .. }
                     | Op::DynamicSlice { .. }

@@ -178,6 +178,52 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             out.remove(*axis);
             TensorType::new(*index_dtype, Shape::Ranked(out))
         }
+        Op::ArgSort {
+            axis,
+            index_dtype,
+            descending: _,
+        } => {
+            arity(ins, 1)?;
+            let d = ranked(ins[0])?;
+            if !ins[0].dtype.is_real() && ins[0].dtype != DType::Bool {
+                return Err(format!(
+                    "argsort needs a bool, integer or real float operand, got {}",
+                    ins[0].dtype
+                ));
+            }
+            if *axis >= d.len() {
+                return Err(format!("axis {axis} is out of range for {}", ins[0]));
+            }
+            let fits = match index_dtype {
+                DType::I32 => d[*axis].is_none_or(|n| i32::try_from(n).is_ok()),
+                DType::I64 => true,
+                DType::Bool
+                | DType::I8
+                | DType::I16
+                | DType::U8
+                | DType::U16
+                | DType::U32
+                | DType::U64
+                | DType::F16
+                | DType::BF16
+                | DType::F32
+                | DType::F64
+                | DType::C64
+                | DType::C128
+                | DType::String => {
+                    return Err(format!(
+                        "index dtype must be int32 or int64, got {index_dtype}"
+                    ));
+                }
+            };
+            if !fits {
+                return Err(format!(
+                    "argsort of {} along axis {axis}: its indices do not fit int32",
+                    ins[0]
+                ));
+            }
+            TensorType::new(*index_dtype, ins[0].shape.clone())
+        }
         Op::DotGeneral(dd) => {
             arity(ins, 2)?;
             dot_general(ins[0], ins[1], dd)?
@@ -544,6 +590,7 @@ fn takes_strings(op: &Op) -> bool {
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }

@@ -392,6 +392,7 @@ macro_rules! leaf_ops {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -492,6 +493,19 @@ pub enum Op {
     ArgMin {
         /// Axis.
         axis: usize,
+        /// Index dtype (int32 or int64).
+        index_dtype: DType,
+    },
+    /// The indices that sort the operand along `axis` (XLA's `sort` of the
+    /// operand with an iota, keeping the iota): stable, so equal elements
+    /// keep their order; NaN sorts above every number (last ascending,
+    /// first descending), and -0.0 equals 0.0. The sorted values are a
+    /// gather at these indices.
+    ArgSort {
+        /// Axis.
+        axis: usize,
+        /// Largest first.
+        descending: bool,
         /// Index dtype (int32 or int64).
         index_dtype: DType,
     },
@@ -596,6 +610,7 @@ impl Op {
             Op::Reduce { op, .. } => format!("reduce_{}", op.name()),
             Op::ArgMax { .. } => "argmax".into(),
             Op::ArgMin { .. } => "argmin".into(),
+            Op::ArgSort { .. } => "argsort".into(),
             Op::DotGeneral(_) => "dot_general".into(),
             Op::Take { .. } => "take".into(),
             Op::DynamicSlice { .. } => "dynamic_slice".into(),
@@ -711,6 +726,7 @@ impl Op {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -748,6 +764,7 @@ impl Op {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }

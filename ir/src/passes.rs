@@ -251,6 +251,7 @@ fn splat_source(g: &Graph, mut v: ValueId) -> Option<&Literal> {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -344,6 +345,7 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }
@@ -467,6 +469,7 @@ fn hoistable(op: &Op) -> Option<bool> {
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
         | Op::DotGeneral(_)
         | Op::DynamicUpdateSlice
         | Op::Scatter { .. } => Some(true),
@@ -505,6 +508,7 @@ pub fn licm(g: &mut Graph) -> bool {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }

@@ -105,6 +105,7 @@ fn print_node(graph: &Graph, node: &Node, indent: &str, out: &mut String) {
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }

@@ -81,6 +81,7 @@ pub fn verify(g: &Graph) -> Result<()> {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }

@@ -245,6 +245,7 @@ pub fn run_owned(graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
             | Op::Reduce { .. }
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
+            | Op::ArgSort { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -334,6 +335,11 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
         Op::Reduce { op, axes, keepdims } => reduce::reduce(*op, a(0), axes, *keepdims)?,
         Op::ArgMax { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, true)?,
         Op::ArgMin { axis, index_dtype } => reduce::arg_reduce(a(0), *axis, *index_dtype, false)?,
+        Op::ArgSort {
+            axis,
+            descending,
+            index_dtype,
+        } => reduce::argsort(a(0), *axis, *descending, *index_dtype)?,
         Op::DotGeneral(dd) => reduce::dot_general(a(0), a(1), dd)?,
         Op::Take { axis } => layout::take(a(0), a(1), *axis)?,
         Op::DynamicSlice { sizes } => layout::dynamic_slice(a(0), &args[1..], sizes)?,

@@ -339,12 +339,20 @@ fn random_op(rng: &mut Rng, g: &Graph, values: &[ValueId]) -> (Op, Vec<ValueId>)
                 return (Op::Unary(UnaryOp::Neg), vec![a]);
             }
             let axis = rng.below(rank);
-            match rng.below(3) {
+            match rng.below(4) {
                 0 => (Op::Concatenate { axis }, vec![a, a]),
                 1 => (
                     Op::ArgMax {
                         axis,
                         index_dtype: DType::I64,
+                    },
+                    vec![a],
+                ),
+                2 => (
+                    Op::ArgSort {
+                        axis,
+                        descending: rng.chance(50),
+                        index_dtype: DType::I32,
                     },
                     vec![a],
                 ),

@@ -420,6 +420,7 @@ fn cheap(op: &Op) -> bool {
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }

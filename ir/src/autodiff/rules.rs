@@ -35,7 +35,7 @@ pub(super) fn vjp(
             let (gx, gy) = b.binary(*op, g, x[0], x[1], y[0], needs)?;
             vec![gx, gy]
         }
-        Op::Compare(_) | Op::ArgMax { .. } | Op::ArgMin { .. } => none,
+        Op::Compare(_) | Op::ArgMax { .. } | Op::ArgMin { .. } | Op::ArgSort { .. } => none,
         Op::Select => {
             let Some(g) = g0 else { return Ok(none) };
             let t = b.ty(g);

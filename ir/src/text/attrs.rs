@@ -62,6 +62,12 @@ fn attributes<A: Attrs>(op: &mut Op, a: &mut A) -> Result<(), A::Error> {
         | Op::Take { axis }
         | Op::ArgMax { axis, .. }
         | Op::ArgMin { axis, .. } => a.attr("axis", axis),
+        Op::ArgSort {
+            axis, descending, ..
+        } => {
+            a.attr("axis", axis)?;
+            a.attr("descending", descending)
+        }
         Op::Pad {
             low,
             high,
@@ -225,6 +231,11 @@ fn blank_op(name: &str, pos: TextPos, ty: &TensorType) -> Result<Op> {
         },
         "argmin" => Op::ArgMin {
             axis: 0,
+            index_dtype: ty.dtype,
+        },
+        "argsort" => Op::ArgSort {
+            axis: 0,
+            descending: false,
             index_dtype: ty.dtype,
         },
         "pad" => Op::Pad {

@@ -232,6 +232,208 @@ pub fn arg_reduce(x: &Tensor, axis: usize, index_dtype: DType, max: bool) -> Res
     })
 }
 
+/// Keys whose unsigned order is the sort order of `x`'s elements: NaN
+/// above every number, -0.0 equal to 0.0. Narrow (at most 32 bits) for
+/// dtypes of up to 4 bytes. Halves are upcast by the caller.
+fn sort_keys(x: &Tensor) -> Result<(Vec<u64>, bool)> {
+    fn signed<T: Pod>(x: &Tensor, wide: bool, bits: impl Fn(T) -> u64) -> Result<Vec<u64>> {
+        let flip = if wide { 1 << 63 } else { 1 << 31 };
+        Ok(x.view::<T>()?.iter().map(|&v| bits(v) ^ flip).collect())
+    }
+    fn unsigned<T: Pod + Into<u64>>(x: &Tensor) -> Result<Vec<u64>> {
+        Ok(x.view::<T>()?.iter().map(|&v| v.into()).collect())
+    }
+    let d = x.dtype();
+    Ok(match d {
+        DType::F32 => {
+            let key = |v: f32| -> u64 {
+                let b = v.to_bits();
+                if v.is_nan() {
+                    u64::from(u32::MAX)
+                } else if b & 0x7fff_ffff == 0 {
+                    1 << 31
+                } else if b >> 31 == 1 {
+                    u64::from(!b)
+                } else {
+                    u64::from(b | 1 << 31)
+                }
+            };
+            (x.view::<f32>()?.iter().map(|&v| key(v)).collect(), false)
+        }
+        DType::F64 => {
+            let key = |v: f64| -> u64 {
+                let b = v.to_bits();
+                if v.is_nan() {
+                    u64::MAX
+                } else if b & !(1 << 63) == 0 {
+                    1 << 63
+                } else if b >> 63 == 1 {
+                    !b
+                } else {
+                    b | 1 << 63
+                }
+            };
+            (x.view::<f64>()?.iter().map(|&v| key(v)).collect(), true)
+        }
+        DType::Bool | DType::U8 => (unsigned::<u8>(x)?, false),
+        DType::U16 => (unsigned::<u16>(x)?, false),
+        DType::U32 => (unsigned::<u32>(x)?, false),
+        DType::U64 => (unsigned::<u64>(x)?, true),
+        DType::I8 => (
+            signed::<i8>(x, false, |v| u64::from(v as i32 as u32))?,
+            false,
+        ),
+        DType::I16 => (
+            signed::<i16>(x, false, |v| u64::from(v as i32 as u32))?,
+            false,
+        ),
+        DType::I32 => (signed::<i32>(x, false, |v| u64::from(v as u32))?, false),
+        DType::I64 => (signed::<i64>(x, true, |v| v as u64)?, true),
+        DType::F16 | DType::BF16 | DType::C64 | DType::C128 | DType::String => {
+            return Err(Error::internal(format!(
+                "argsort reached the interpreter on {d}"
+            )));
+        }
+    })
+}
+
+/// Sorts the rows of `n` keys into `out` (the index of each row's
+/// elements in order), ties in index order.
+fn argsort_rows<I: TryFrom<usize> + Copy + Send>(
+    keys: &[u64],
+    n: usize,
+    wide: bool,
+    descending: bool,
+    out: &mut [I],
+) {
+    let flip = match (descending, wide) {
+        (false, _) => 0,
+        (true, false) => u64::from(u32::MAX),
+        (true, true) => u64::MAX,
+    };
+    let index = |j: u64| I::try_from(j as usize).ok();
+    if !wide && u32::try_from(n).is_ok() {
+        // One u64 per element, the key above the index: an unstable sort
+        // of distinct values is the stable order of the keys.
+        let mut row: Vec<u64> = Vec::with_capacity(n);
+        for (keys, out) in keys.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            row.clear();
+            row.extend(
+                keys.iter()
+                    .enumerate()
+                    .map(|(j, &k)| ((k ^ flip) << 32) | j as u64),
+            );
+            row.sort_unstable();
+            for (o, &v) in out.iter_mut().zip(&row) {
+                if let Some(i) = index(v & u64::from(u32::MAX)) {
+                    *o = i;
+                }
+            }
+        }
+    } else {
+        let mut row: Vec<u128> = Vec::with_capacity(n);
+        for (keys, out) in keys.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            row.clear();
+            row.extend(
+                (keys.iter().enumerate()).map(|(j, &k)| (u128::from(k ^ flip) << 64) | j as u128),
+            );
+            row.sort_unstable();
+            for (o, &v) in out.iter_mut().zip(&row) {
+                if let Some(i) = index(v as u64) {
+                    *o = i;
+                }
+            }
+        }
+    }
+}
+
+/// The indices that sort `x` along `axis` ([`tensorlift_ir::Op::ArgSort`]):
+/// stable, NaN above every number, -0.0 equal to 0.0; rows sorted on the
+/// pool's threads.
+pub fn argsort(x: &Tensor, axis: usize, descending: bool, index_dtype: DType) -> Result<Tensor> {
+    if x.dtype().is_half() {
+        return argsort(&upcast_half(x)?, axis, descending, index_dtype);
+    }
+    let n = x.shape()[axis];
+    if n == 0 || x.shape().contains(&0) {
+        return Tensor::zeros(index_dtype, x.shape());
+    }
+    let (t, kept, _) = axes_last(x, &[axis])?;
+    let (keys, wide) = sort_keys(&t)?;
+    let rows = keys.len() / n;
+    fn sorted<I: Pod + TryFrom<usize> + Copy + Send>(
+        keys: &[u64],
+        n: usize,
+        rows: usize,
+        wide: bool,
+        descending: bool,
+    ) -> Vec<I> {
+        let mut out = vec![I::zeroed(); keys.len()];
+        // Parts of whole rows, each at least ~64K elements.
+        let parts = crate::pool::threads()
+            .min(keys.len().div_ceil(1 << 16))
+            .min(rows)
+            .max(1);
+        let per = rows.div_ceil(parts);
+        let chunks: Vec<std::sync::Mutex<&mut [I]>> =
+            out.chunks_mut(per * n).map(std::sync::Mutex::new).collect();
+        crate::pool::run_parts(chunks.len(), &|p| {
+            let Ok(mut chunk) = chunks[p].lock() else {
+                return;
+            };
+            let from = p * per * n;
+            argsort_rows(
+                &keys[from..from + chunk.len()],
+                n,
+                wide,
+                descending,
+                &mut chunk,
+            );
+        });
+        drop(chunks);
+        out
+    }
+    let mut dims = kept.clone();
+    dims.push(n);
+    let sorted = match index_dtype {
+        DType::I32 => Tensor::from_vec_as(
+            index_dtype,
+            &dims,
+            sorted::<i32>(&keys, n, rows, wide, descending),
+        ),
+        DType::I64 => Tensor::from_vec_as(
+            index_dtype,
+            &dims,
+            sorted::<i64>(&keys, n, rows, wide, descending),
+        ),
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::F16
+        | DType::BF16
+        | DType::F32
+        | DType::F64
+        | DType::C64
+        | DType::C128
+        | DType::String => {
+            return Err(Error::internal(format!(
+                "argsort into {index_dtype} indices"
+            )));
+        }
+    };
+    if axis + 1 == x.rank() {
+        return Ok(sorted);
+    }
+    // Back from (kept.., axis) to x's order of dims.
+    let mut perm: Vec<usize> = (0..x.rank() - 1).collect();
+    perm.insert(axis, x.rank() - 1);
+    transpose(&sorted, &perm)
+}
+
 /// Generalized matrix product: result dims are batch, lhs free, rhs free.
 pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
     let d = l.dtype();

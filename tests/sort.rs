@@ -1,0 +1,238 @@
+//! `argsort`, `sort`, `top_k` and `take_along_axis` from the Rust API,
+//! interpreted and compiled, against orders computed here in Rust; their
+//! gradients against finite differences; their errors. (Every dtype is in
+//! the NumPy fixtures, tests/fixtures/gen_ops.py.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod common;
+
+use tensorlift::{Code, DType, GradCheck, Sym, Tensor, check_grads, function};
+
+fn i32s(v: &[i32], dims: &[usize]) -> Tensor {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    Tensor::from_bytes(DType::I32, dims, &b).unwrap()
+}
+
+fn f64s(v: &[f64], dims: &[usize]) -> Tensor {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    Tensor::from_bytes(DType::F64, dims, &b).unwrap()
+}
+
+/// A stable order of `row`: NaN above every number, -0.0 equal to 0.0.
+fn order(row: &[f32], descending: bool) -> Vec<i32> {
+    let key = |v: f32| if v.is_nan() { (1, 0.0) } else { (0, v + 0.0) };
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    idx.sort_by(|&a, &b| {
+        let (ka, kb) = (key(row[a]), key(row[b]));
+        let o = ka.0.cmp(&kb.0).then(ka.1.partial_cmp(&kb.1).unwrap());
+        if descending { o.reverse() } else { o }
+    });
+    idx.into_iter().map(|i| i as i32).collect()
+}
+
+/// Rows of values with many ties, NaNs, infinities and signed zeros.
+fn awkward(rows: usize, n: usize) -> Vec<f32> {
+    let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0];
+    (0..rows * n)
+        .map(|i| {
+            let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            if h.is_multiple_of(7) {
+                special[(h / 7) as usize % special.len()]
+            } else {
+                (h % 23) as f32 - 11.0
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn argsort_sort_and_top_k_agree_with_a_stable_sort_in_both_modes() {
+    // 300 rows of 517: several parts on the pool's threads; and 3 rows.
+    for (rows, n) in [(3, 9), (300, 517)] {
+        let x = awkward(rows, n);
+        let want_asc: Vec<i32> = x.chunks(n).flat_map(|r| order(r, false)).collect();
+        let want_desc: Vec<i32> = x.chunks(n).flat_map(|r| order(r, true)).collect();
+        for jit in [false, true] {
+            let f = function(|x: Sym| {
+                let (v, i) = x.top_k(3);
+                vec![
+                    x.argsort(-1, false),
+                    x.argsort(1, true),
+                    x.sort(1, false),
+                    v,
+                    i,
+                ]
+            })
+            .jit_compile(jit);
+            let out = f.call(&[common::f32s(&x, &[rows, n])]).unwrap();
+            assert_eq!(common::to_vec::<i32>(&out[0]), want_asc, "jit {jit}");
+            assert_eq!(common::to_vec::<i32>(&out[1]), want_desc, "jit {jit}");
+            let sorted = common::to_vec::<f32>(&out[2]);
+            let top_v = common::to_vec::<f32>(&out[3]);
+            let top_i = common::to_vec::<i32>(&out[4]);
+            for r in 0..rows {
+                let row = &x[r * n..(r + 1) * n];
+                for j in 0..n {
+                    let w = row[want_asc[r * n + j] as usize];
+                    assert_eq!(sorted[r * n + j].to_bits(), w.to_bits(), "jit {jit}");
+                }
+                assert_eq!(&top_i[r * 3..r * 3 + 3], &want_desc[r * n..r * n + 3]);
+                for j in 0..3 {
+                    let w = row[want_desc[r * n + j] as usize];
+                    assert_eq!(top_v[r * 3 + j].to_bits(), w.to_bits(), "jit {jit}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn argsort_along_a_leading_axis_and_of_integers() {
+    // Columns of a [5, 4] int32 tensor with ties; i32::MIN and MAX.
+    let x = [
+        3,
+        i32::MIN,
+        7,
+        0, //
+        -1,
+        5,
+        7,
+        i32::MAX, //
+        3,
+        5,
+        -7,
+        0, //
+        i32::MIN,
+        2,
+        7,
+        -3, //
+        -1,
+        5,
+        0,
+        0,
+    ];
+    let col = |c: usize| -> Vec<i32> { (0..5).map(|r| x[r * 4 + c]).collect() };
+    for jit in [false, true] {
+        let f = function(|x: Sym| vec![x.argsort(0, false), x.argsort(-2, true)]).jit_compile(jit);
+        let out = f.call(&[i32s(&x, &[5, 4])]).unwrap();
+        let (asc, desc) = (
+            common::to_vec::<i32>(&out[0]),
+            common::to_vec::<i32>(&out[1]),
+        );
+        for c in 0..4 {
+            let values = col(c);
+            let mut a: Vec<usize> = (0..5).collect();
+            a.sort_by_key(|&r| values[r]);
+            let mut d: Vec<usize> = (0..5).collect();
+            d.sort_by_key(|&r| std::cmp::Reverse(values[r]));
+            for r in 0..5 {
+                assert_eq!(asc[r * 4 + c] as usize, a[r], "jit {jit} column {c}");
+                assert_eq!(desc[r * 4 + c] as usize, d[r], "jit {jit} column {c}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gradients_of_sort_and_top_k_go_back_to_where_each_element_came_from() {
+    // Distinct values: sort is differentiable there.
+    let x: Vec<f64> = (0..24)
+        .map(|i| ((i * 7) % 24) as f64 * 0.37 - 3.0)
+        .collect();
+    let w: Vec<f64> = (0..24).map(|i| (i as f64 * 0.11).sin()).collect();
+    let wk: Vec<f64> = w[..8].to_vec();
+    for jit in [false, true] {
+        let f = function(|x: Sym, w: Sym, wk: Sym| {
+            let (top, _) = x.top_k(2);
+            (x.sort(0, true) * &w).reduce_sum(None, false)
+                + (top * wk.reshape(&[4, 2])).reduce_sum(None, false)
+        })
+        .jit_compile(jit);
+        let inputs = [f64s(&x, &[4, 6]), f64s(&w, &[4, 6]), f64s(&wk, &[8])];
+        check_grads(&f, &inputs, &[0], &GradCheck::default()).unwrap();
+        // Analytically: d/dx[i] of Σ w·sort(x) is the w at x[i]'s place.
+        let g = f.grad(&[0]).call(&inputs).unwrap();
+        let g = common::to_vec::<f64>(&g[0]);
+        for c in 0..6 {
+            let mut rows: Vec<usize> = (0..4).collect();
+            rows.sort_by(|&a, &b| x[b * 6 + c].partial_cmp(&x[a * 6 + c]).unwrap());
+            for (k, &r) in rows.iter().enumerate() {
+                let mut want = w[k * 6 + c];
+                let row = &x[r * 6..r * 6 + 6];
+                let rank = row.iter().filter(|&&v| v > row[c]).count();
+                if rank < 2 {
+                    want += wk[r * 2 + rank];
+                }
+                assert!((g[r * 6 + c] - want).abs() < 1e-12, "jit {jit}");
+            }
+        }
+    }
+}
+
+#[test]
+fn take_along_axis_gathers_per_row() {
+    let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let idx = [2, 0, 0, 1, 3, 3];
+    for jit in [false, true] {
+        let f = function(|x: Sym, i: Sym| x.take_along_axis(&i, 1)).jit_compile(jit);
+        let y = f
+            .call(&[common::f32s(&x, &[3, 4]), i32s(&idx, &[3, 2])])
+            .unwrap();
+        assert_eq!(y[0].shape(), &[3, 2]);
+        assert_eq!(
+            common::to_vec::<f32>(&y[0]),
+            vec![2.0, 0.0, 4.0, 5.0, 11.0, 11.0]
+        );
+    }
+}
+
+#[test]
+fn bad_sorts_name_the_op_and_the_line() {
+    let message = |f: tensorlift::Function, inputs: &[Tensor]| {
+        let e = f.call(inputs).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        e.to_string()
+    };
+    let x = common::f32s(&[1.0, 2.0, 3.0], &[3]);
+    let e = message(function(|x: Sym| x.top_k(4).0), std::slice::from_ref(&x));
+    assert!(
+        e.contains("top_k")
+            && e.contains("k = 4 is more than the 3 elements")
+            && e.contains("sort.rs"),
+        "{e}"
+    );
+    let e = message(
+        function(|x: Sym| x.argsort(1, false)),
+        std::slice::from_ref(&x),
+    );
+    assert!(e.contains("argsort") && e.contains("axis 1"), "{e}");
+    let e = message(
+        function(|x: Sym, i: Sym| x.take_along_axis(&i, 0)),
+        &[x.clone(), common::f32s(&[0.0], &[1])],
+    );
+    assert!(e.contains("must be integers"), "{e}");
+    let c = Tensor::from_bytes(DType::C64, &[1], &[0; 8]).unwrap();
+    let e = message(function(|x: Sym| x.argsort(0, false)), &[c]);
+    assert!(
+        e.contains("argsort needs a bool, integer or real float operand, got complex64"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sorting_empty_rows_and_single_elements() {
+    for jit in [false, true] {
+        let f = function(|x: Sym| vec![x.argsort(1, false), x.sort(0, true)]).jit_compile(jit);
+        let out = f.call(&[common::f32s(&[], &[2, 0])]).unwrap();
+        assert_eq!(out[0].shape(), &[2, 0]);
+        assert_eq!(out[1].shape(), &[2, 0]);
+        let out = f.call(&[common::f32s(&[5.0], &[1, 1])]).unwrap();
+        assert_eq!(common::to_vec::<i32>(&out[0]), vec![0]);
+        assert_eq!(common::to_vec::<f32>(&out[1]), vec![5.0]);
+    }
+}
