@@ -258,18 +258,17 @@ pub fn pad(
 /// Indices of an integer tensor as `usize`, each checked against `n`.
 fn indices(idx: &Tensor, n: usize) -> Result<Vec<usize>> {
     let d = idx.dtype();
-    let wide: Vec<i128> = with_int!(d, T => idx.view::<T>()?.iter().map(|v| v.to_i128()).collect(),
-        else => return Err(Error::invalid(format!("take indices must be integers, got {d}"))));
-    wide.iter()
-        .enumerate()
-        .map(|(i, &v)| {
+    // (Compared as i128: exact for every integer dtype; one pass, no
+    // intermediate vector.)
+    with_int!(d, T => idx.view::<T>()?.iter().enumerate().map(|(i, v)| {
+            let v = v.to_i128();
             if v < 0 || v >= n as i128 {
                 Err(index_out_of_range(i, v, n))
             } else {
                 Ok(v as usize)
             }
-        })
-        .collect()
+        }).collect(),
+        else => Err(Error::invalid(format!("take indices must be integers, got {d}"))))
 }
 
 /// `take`'s error for `indices[i] = v` outside `[0, n)`.
@@ -340,16 +339,43 @@ pub fn take_into(out: &mut [u8], x: &Tensor, idx: &Tensor, axis: usize) -> Resul
     if out.is_empty() {
         return Ok(());
     }
-    // Rows `first..` of the result into `block`.
+    // Rows `first..` of the result into `block`: slices of a fixed size
+    // `N` (one element of 1 to 8 bytes: a move, not a call to memcpy)
+    // or of any size.
     let m = ids.len();
-    let gather = |first: usize, block: &mut [u8]| {
+    fn rows_of<const N: usize>(
+        block: &mut [u8],
+        src: &[u8],
+        ids: &[usize],
+        first: usize,
+        n: usize,
+    ) {
+        let m = ids.len();
         let (mut o, mut k) = (first / m, first % m);
-        for row in block.chunks_exact_mut(inner) {
-            let s = (o * n + ids[k]) * inner;
-            row.copy_from_slice(&src[s..s + inner]);
+        for row in block.chunks_exact_mut(N) {
+            let s = (o * n + ids[k]) * N;
+            row.copy_from_slice(&src[s..s + N]);
             k += 1;
             if k == m {
                 (o, k) = (o + 1, 0);
+            }
+        }
+    }
+    let gather = |first: usize, block: &mut [u8]| match inner {
+        1 => rows_of::<1>(block, src, &ids, first, n),
+        2 => rows_of::<2>(block, src, &ids, first, n),
+        4 => rows_of::<4>(block, src, &ids, first, n),
+        8 => rows_of::<8>(block, src, &ids, first, n),
+        16 => rows_of::<16>(block, src, &ids, first, n),
+        _ => {
+            let (mut o, mut k) = (first / m, first % m);
+            for row in block.chunks_exact_mut(inner) {
+                let s = (o * n + ids[k]) * inner;
+                row.copy_from_slice(&src[s..s + inner]);
+                k += 1;
+                if k == m {
+                    (o, k) = (o + 1, 0);
+                }
             }
         }
     };

@@ -7,6 +7,7 @@ use super::elementwise::{downcast_half, int_dtypes, upcast_half, with_int};
 use super::gemm::{self, GemmDims, GemmFloat};
 use super::layout::transpose;
 use super::scalar::{ComplexScalar, FloatScalar, IntScalar};
+use crate::memory::AlignedBytes;
 use crate::tensor::{Pod, Tensor};
 
 /// Moves `axes` to the end (in order), returning the transposed tensor, the
@@ -232,91 +233,98 @@ pub fn arg_reduce(x: &Tensor, axis: usize, index_dtype: DType, max: bool) -> Res
     })
 }
 
-/// Keys whose unsigned order is the sort order of `x`'s elements: NaN
-/// above every number, -0.0 equal to 0.0. Narrow (at most 32 bits) for
-/// dtypes of up to 4 bytes. Halves are upcast by the caller.
-fn sort_keys(x: &Tensor) -> Result<(Vec<u64>, bool)> {
-    fn signed<T: Pod>(x: &Tensor, wide: bool, bits: impl Fn(T) -> u64) -> Result<Vec<u64>> {
+/// Whether [`sort_keys`] of `d` may use all 64 bits (else at most 32).
+fn wide_keys(d: DType) -> bool {
+    d.size() > 4
+}
+
+/// Into `out`, the keys of elements `from..from + n` of `x`: their
+/// unsigned order is the sort order of the elements, NaN above every
+/// number, -0.0 equal to 0.0; below 2^32 unless [`wide_keys`]. Halves are
+/// upcast by the caller.
+fn sort_keys(x: &Tensor, from: usize, n: usize, out: &mut Vec<u64>) -> Result<()> {
+    fn signed<T: Pod>(v: &[T], out: &mut Vec<u64>, wide: bool, bits: impl Fn(T) -> u64) {
         let flip = if wide { 1 << 63 } else { 1 << 31 };
-        Ok(x.view::<T>()?.iter().map(|&v| bits(v) ^ flip).collect())
+        out.extend(v.iter().map(|&v| bits(v) ^ flip));
     }
-    fn unsigned<T: Pod + Into<u64>>(x: &Tensor) -> Result<Vec<u64>> {
-        Ok(x.view::<T>()?.iter().map(|&v| v.into()).collect())
+    fn unsigned<T: Pod + Into<u64>>(v: &[T], out: &mut Vec<u64>) {
+        out.extend(v.iter().map(|&v| v.into()));
     }
+    out.clear();
     let d = x.dtype();
-    Ok(match d {
+    let at = from..from + n;
+    match d {
         DType::F32 => {
+            // Without a branch on the sign (half of them mispredicted):
+            // negative numbers have every bit flipped, others the sign bit.
             let key = |v: f32| -> u64 {
                 let b = v.to_bits();
+                let b = if b & 0x7fff_ffff == 0 { 0 } else { b };
                 if v.is_nan() {
                     u64::from(u32::MAX)
-                } else if b & 0x7fff_ffff == 0 {
-                    1 << 31
-                } else if b >> 31 == 1 {
-                    u64::from(!b)
                 } else {
-                    u64::from(b | 1 << 31)
+                    u64::from(b ^ (((b as i32 >> 31) as u32) | 1 << 31))
                 }
             };
-            (x.view::<f32>()?.iter().map(|&v| key(v)).collect(), false)
+            out.extend(x.view::<f32>()?[at].iter().map(|&v| key(v)));
         }
         DType::F64 => {
             let key = |v: f64| -> u64 {
                 let b = v.to_bits();
+                let b = if b & !(1 << 63) == 0 { 0 } else { b };
                 if v.is_nan() {
                     u64::MAX
-                } else if b & !(1 << 63) == 0 {
-                    1 << 63
-                } else if b >> 63 == 1 {
-                    !b
                 } else {
-                    b | 1 << 63
+                    b ^ (((b as i64 >> 63) as u64) | 1 << 63)
                 }
             };
-            (x.view::<f64>()?.iter().map(|&v| key(v)).collect(), true)
+            out.extend(x.view::<f64>()?[at].iter().map(|&v| key(v)));
         }
-        DType::Bool | DType::U8 => (unsigned::<u8>(x)?, false),
-        DType::U16 => (unsigned::<u16>(x)?, false),
-        DType::U32 => (unsigned::<u32>(x)?, false),
-        DType::U64 => (unsigned::<u64>(x)?, true),
-        DType::I8 => (
-            signed::<i8>(x, false, |v| u64::from(v as i32 as u32))?,
-            false,
-        ),
-        DType::I16 => (
-            signed::<i16>(x, false, |v| u64::from(v as i32 as u32))?,
-            false,
-        ),
-        DType::I32 => (signed::<i32>(x, false, |v| u64::from(v as u32))?, false),
-        DType::I64 => (signed::<i64>(x, true, |v| v as u64)?, true),
+        DType::Bool | DType::U8 => unsigned(&x.view::<u8>()?[at], out),
+        DType::U16 => unsigned(&x.view::<u16>()?[at], out),
+        DType::U32 => unsigned(&x.view::<u32>()?[at], out),
+        DType::U64 => unsigned(&x.view::<u64>()?[at], out),
+        DType::I8 => signed(&x.view::<i8>()?[at], out, false, |v| {
+            u64::from(v as i32 as u32)
+        }),
+        DType::I16 => signed(&x.view::<i16>()?[at], out, false, |v| {
+            u64::from(v as i32 as u32)
+        }),
+        DType::I32 => signed(&x.view::<i32>()?[at], out, false, |v| u64::from(v as u32)),
+        DType::I64 => signed(&x.view::<i64>()?[at], out, true, |v| v as u64),
         DType::F16 | DType::BF16 | DType::C64 | DType::C128 | DType::String => {
             return Err(Error::internal(format!(
                 "argsort reached the interpreter on {d}"
             )));
         }
-    })
+    }
+    Ok(())
 }
 
-/// Sorts the rows of `n` keys into `out` (the index of each row's
-/// elements in order), ties in index order.
-fn argsort_rows<I: TryFrom<usize> + Copy + Send>(
-    keys: &[u64],
+/// Sorts rows `rows` of `n` elements of `x` into `out` (each row's element
+/// indices in order, ties in index order).
+fn argsort_rows<I: Pod + TryFrom<usize>>(
+    x: &Tensor,
+    rows: std::ops::Range<usize>,
     n: usize,
-    wide: bool,
     descending: bool,
     out: &mut [I],
-) {
+) -> Result<()> {
+    let wide = wide_keys(x.dtype());
     let flip = match (descending, wide) {
         (false, _) => 0,
         (true, false) => u64::from(u32::MAX),
         (true, true) => u64::MAX,
     };
     let index = |j: u64| I::try_from(j as usize).ok();
+    let mut keys = Vec::with_capacity(n);
+    let outs = out.chunks_exact_mut(n);
     if !wide && u32::try_from(n).is_ok() {
         // One u64 per element, the key above the index: an unstable sort
         // of distinct values is the stable order of the keys.
         let mut row: Vec<u64> = Vec::with_capacity(n);
-        for (keys, out) in keys.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        for (r, out) in rows.zip(outs) {
+            sort_keys(x, r * n, n, &mut keys)?;
             row.clear();
             row.extend(
                 keys.iter()
@@ -332,7 +340,8 @@ fn argsort_rows<I: TryFrom<usize> + Copy + Send>(
         }
     } else {
         let mut row: Vec<u128> = Vec::with_capacity(n);
-        for (keys, out) in keys.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        for (r, out) in rows.zip(outs) {
+            sort_keys(x, r * n, n, &mut keys)?;
             row.clear();
             row.extend(
                 (keys.iter().enumerate()).map(|(j, &k)| (u128::from(k ^ flip) << 64) | j as u128),
@@ -345,6 +354,7 @@ fn argsort_rows<I: TryFrom<usize> + Copy + Send>(
             }
         }
     }
+    Ok(())
 }
 
 /// The indices that sort `x` along `axis` ([`tensorlift_ir::Op::ArgSort`]):
@@ -359,53 +369,52 @@ pub fn argsort(x: &Tensor, axis: usize, descending: bool, index_dtype: DType) ->
         return Tensor::zeros(index_dtype, x.shape());
     }
     let (t, kept, _) = axes_last(x, &[axis])?;
-    let (keys, wide) = sort_keys(&t)?;
-    let rows = keys.len() / n;
-    fn sorted<I: Pod + TryFrom<usize> + Copy + Send>(
-        keys: &[u64],
+    let mut dims = kept;
+    dims.push(n);
+    fn sorted<I: Pod + TryFrom<usize>>(
+        t: &Tensor,
         n: usize,
-        rows: usize,
-        wide: bool,
         descending: bool,
-    ) -> Vec<I> {
-        let mut out = vec![I::zeroed(); keys.len()];
+        dtype: DType,
+        dims: &[usize],
+    ) -> Result<Tensor> {
+        let len = t.len();
+        let rows = len / n;
+        let no_memory = || Error::invalid(format!("argsort: no memory for {len} indices"));
+        // SAFETY: every row of every part is written below before the
+        // buffer is read (or the error drops it unread).
+        let mut bytes = unsafe { AlignedBytes::try_for_overwrite(len * dtype.size()) }
+            .map_err(|_| no_memory())?;
+        let out: &mut [I] = bytemuck::cast_slice_mut(bytes.as_mut_slice());
         // Parts of whole rows, each at least ~64K elements.
         let parts = crate::pool::threads()
-            .min(keys.len().div_ceil(1 << 16))
+            .min(len.div_ceil(1 << 16))
             .min(rows)
             .max(1);
         let per = rows.div_ceil(parts);
         let chunks: Vec<std::sync::Mutex<&mut [I]>> =
             out.chunks_mut(per * n).map(std::sync::Mutex::new).collect();
+        let failed = std::sync::Mutex::new(None);
         crate::pool::run_parts(chunks.len(), &|p| {
             let Ok(mut chunk) = chunks[p].lock() else {
                 return;
             };
-            let from = p * per * n;
-            argsort_rows(
-                &keys[from..from + chunk.len()],
-                n,
-                wide,
-                descending,
-                &mut chunk,
-            );
+            let rows = p * per..p * per + chunk.len() / n;
+            if let Err(e) = argsort_rows(t, rows, n, descending, &mut chunk)
+                && let Ok(mut failed) = failed.lock()
+            {
+                *failed = Some(e);
+            }
         });
         drop(chunks);
-        out
+        if let Some(e) = failed.into_inner().ok().flatten() {
+            return Err(e);
+        }
+        Tensor::from_aligned(dtype, dims, bytes)
     }
-    let mut dims = kept.clone();
-    dims.push(n);
     let sorted = match index_dtype {
-        DType::I32 => Tensor::from_vec_as(
-            index_dtype,
-            &dims,
-            sorted::<i32>(&keys, n, rows, wide, descending),
-        ),
-        DType::I64 => Tensor::from_vec_as(
-            index_dtype,
-            &dims,
-            sorted::<i64>(&keys, n, rows, wide, descending),
-        ),
+        DType::I32 => sorted::<i32>(&t, n, descending, index_dtype, &dims)?,
+        DType::I64 => sorted::<i64>(&t, n, descending, index_dtype, &dims)?,
         DType::Bool
         | DType::I8
         | DType::I16
