@@ -236,3 +236,66 @@ fn sorting_empty_rows_and_single_elements() {
         assert_eq!(common::to_vec::<f32>(&out[1]), vec![5.0]);
     }
 }
+
+#[test]
+fn take_along_a_middle_axis() {
+    // (2, 3, 4) along axis 1: the positions of the dims before the axis
+    // were multiplied by its stride too ("indices[4] = 52 is not in [0, 24)").
+    let x: Vec<f32> = (0..24).map(|i| i as f32).collect();
+    let idx: Vec<i32> = (0..24i32).map(|i| i * 7 % 3).collect();
+    for jit in [false, true] {
+        let f = function(|x: Sym, i: Sym| x.take_along_axis(&i, 1)).jit_compile(jit);
+        let y = f
+            .call(&[common::f32s(&x, &[2, 3, 4]), i32s(&idx, &[2, 3, 4])])
+            .unwrap();
+        let got = common::to_vec::<f32>(&y[0]);
+        for a in 0..2 {
+            for b in 0..3 {
+                for c in 0..4 {
+                    let k = (a * 3 + b) * 4 + c;
+                    let want = x[(a * 3 + idx[k] as usize) * 4 + c];
+                    assert_eq!(got[k], want, "jit {jit} at {a},{b},{c}");
+                }
+            }
+        }
+        let f = function(|x: Sym| x.sort(1, true)).jit_compile(jit);
+        let y = f.call(&[common::f32s(&x, &[2, 3, 4])]).unwrap();
+        let got = common::to_vec::<f32>(&y[0]);
+        assert_eq!(&got[..4], &[8.0, 9.0, 10.0, 11.0], "jit {jit}");
+    }
+}
+
+#[test]
+fn the_gradient_of_a_set_scatter_reaches_only_the_updates_that_land() {
+    // Updates 0 and 2 both write row 1: the later one lands, the earlier
+    // is overwritten and gets no gradient (it got the row's cotangent);
+    // update 3 is out of range and gets none.
+    let x = common::f32s(&[0.0; 8], &[4, 2]);
+    let upd: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    for jit in [false, true] {
+        let f = function(|x: Sym, u: Sym, i: Sym, w: Sym| {
+            (x.scatter(&i, &u, 0, tensorlift::ir::Combiner::Set) * &w).reduce_sum(None, false)
+        })
+        .jit_compile(jit);
+        let w: Vec<f32> = (0..8).map(|i| 1.0 + i as f32).collect();
+        let g = f
+            .grad(&[0, 1])
+            .call(&[
+                x.clone(),
+                common::f32s(&upd, &[4, 2]),
+                i32s(&[1, 3, 1, 7], &[4]),
+                common::f32s(&w, &[4, 2]),
+            ])
+            .unwrap();
+        assert_eq!(
+            common::to_vec::<f32>(&g[0]),
+            vec![1.0, 2.0, 0.0, 0.0, 5.0, 6.0, 0.0, 0.0],
+            "jit {jit}: x"
+        );
+        assert_eq!(
+            common::to_vec::<f32>(&g[1]),
+            vec![0.0, 0.0, 7.0, 8.0, 3.0, 4.0, 0.0, 0.0],
+            "jit {jit}: updates"
+        );
+    }
+}

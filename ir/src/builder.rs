@@ -262,14 +262,15 @@ pub fn take_along_axis(
         strides[d] = stride;
         stride *= xd[d];
     }
-    let mut pos = if it.dtype == pos_dtype {
+    let index = if it.dtype == pos_dtype {
         indices
     } else {
         g.add(Op::Convert(pos_dtype), &[indices], site.clone())?
     };
+    let mut pos: Option<ValueId> = None;
     for (d, &st) in strides.iter().enumerate() {
         let term = if d == axis {
-            pos
+            index
         } else {
             let iota = Op::Iota {
                 dtype: pos_dtype,
@@ -284,12 +285,12 @@ pub fn take_along_axis(
             let c = constant(g, pos_dtype, st as f64, site)?;
             binary(g, Elementwise::Binary(BinaryOp::Mul), term, c, site)?
         };
-        pos = if d == axis {
-            scaled
-        } else {
-            binary(g, Elementwise::Binary(BinaryOp::Add), pos, scaled, site)?
-        };
+        pos = Some(match pos {
+            None => scaled,
+            Some(p) => binary(g, Elementwise::Binary(BinaryOp::Add), p, scaled, site)?,
+        });
     }
+    let pos = pos.unwrap_or(index);
     let flat = g.add(
         Op::Reshape(Shape::known(&[xd.iter().product()])),
         &[x],

@@ -903,14 +903,74 @@ impl B<'_, '_> {
         };
         let gu = if needs[2] {
             // take(g) at the indices in range; updates skipped by the
-            // scatter (indices out of range) get nothing.
+            // scatter (indices out of range) get nothing, and so do those a
+            // later update of the same index overwrote (`set`).
             let taken = at_updates(self, g)?;
             let zero = self.c(g, 0.0)?;
-            Some(self.select(inside, taken, zero)?)
+            let landed = match combiner {
+                Combiner::Set => self.last_writers(idx, clamped, n, inside, axis, &ud)?,
+                Combiner::Add | Combiner::Min | Combiner::Max => inside,
+            };
+            Some(self.select(landed, taken, zero)?)
         } else {
             None
         };
         Ok(vec![needs[0].then_some(gx), None, gu])
+    }
+
+    /// Which updates of a `set` scatter land (their index in range, and no
+    /// later update, in row-major order of the indices, at the same
+    /// index), broadcast to the updates' shape `ud`: a `max` scatter of
+    /// each index's position finds the last writer of every element.
+    #[allow(clippy::too_many_arguments, reason = "the scatter rule's values")]
+    fn last_writers(
+        &mut self,
+        idx: ValueId,
+        clamped: ValueId,
+        n: usize,
+        inside: ValueId,
+        axis: usize,
+        ud: &[usize],
+    ) -> Result<ValueId> {
+        let id = static_dims(&self.ty(idx))?;
+        let count: usize = id.iter().product();
+        let pd = if i32::try_from(count).is_ok() {
+            DType::I32
+        } else {
+            DType::I64
+        };
+        let flat = self.add(
+            Op::Iota {
+                dtype: pd,
+                dims: vec![count],
+                dim: 0,
+            },
+            &[],
+        )?;
+        let pos = self.add(Op::Reshape(Shape::known(&id)), &[flat])?;
+        let none = self.ad.scalar(pd, -1.0, self.site)?;
+        let table = self.add(
+            Op::BroadcastInDim {
+                shape: Shape::known(&[n]),
+                dims: vec![],
+            },
+            &[none],
+        )?;
+        let max = Op::Scatter {
+            axis: 0,
+            combiner: Combiner::Max,
+        };
+        let last = self.add(max, &[table, idx, pos])?;
+        let last_at = self.add(Op::Take { axis: 0 }, &[last, clamped])?;
+        let won = self.cmp(CmpOp::Eq, last_at, pos)?;
+        let won = self.add(
+            Op::BroadcastInDim {
+                shape: Shape::known(ud),
+                dims: (axis..axis + id.len()).collect(),
+            },
+            &[won],
+        )?;
+        self.add(Op::Binary(BinaryOp::And), &[won, inside])
     }
 }
 
