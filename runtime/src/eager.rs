@@ -285,10 +285,13 @@ pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> 
                 .collect::<PyResult<Vec<_>>>()
                 .map_err(|e| py_error(py, e, &who))?;
             let args = PyTuple::new(py, args).map_err(|e| py_error(py, e, &who))?;
-            let out = func
-                .bind(py)
-                .call1(args)
-                .map_err(|e| py_error(py, e, &who))?;
+            let out = func.bind(py).call1(args).map_err(|e| {
+                py_error(
+                    py,
+                    e,
+                    &crate::python::callable_label(func.bind(py), who.clone()),
+                )
+            })?;
             if tout.is_empty() {
                 return Ok(Vec::new());
             }

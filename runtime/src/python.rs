@@ -76,6 +76,16 @@ pub fn prepare(py: Python<'_>) -> Result<()> {
         .map_err(|e| py_error(py, e, "registering the embedded tensorlift module"))
 }
 
+/// How a callback's errors name it: its Python function, `f()` (the node
+/// the error is attached to already names the op, its name and its site),
+/// or `fallback` for a callable without a `__qualname__`.
+pub(crate) fn callable_label(func: &Bound<'_, PyAny>, fallback: String) -> String {
+    func.getattr("__qualname__")
+        .and_then(|q| q.extract::<String>())
+        .map(|q| format!("{q}()"))
+        .unwrap_or(fallback)
+}
+
 /// Converts a Python exception into an error of the matching kind with the
 /// traceback text.
 pub fn py_error(py: Python<'_>, e: PyErr, what: &str) -> Error {
@@ -566,7 +576,7 @@ pub fn numpy_callback(
             let out = func
                 .bind(py)
                 .call1(args)
-                .map_err(|e| py_error(py, e, &who))?;
+                .map_err(|e| py_error(py, e, &callable_label(func.bind(py), who.clone())))?;
             if tout.is_empty() {
                 return if out.is_none() {
                     Ok(Vec::new())

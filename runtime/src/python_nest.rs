@@ -68,11 +68,13 @@ pub fn nested_callback(kind: CallbackKind, call: NestedCall, name: String) -> Ho
             }
             // The callable gets the only references to the handed-over arrays.
             drop(arrays);
-            let out = call
-                .func
-                .bind(py)
-                .call(args, Some(&kwargs))
-                .map_err(|e| py_error(py, e, &who))?;
+            let out = call.func.bind(py).call(args, Some(&kwargs)).map_err(|e| {
+                py_error(
+                    py,
+                    e,
+                    &crate::python::callable_label(call.func.bind(py), who.clone()),
+                )
+            })?;
             let mut leaves = Vec::with_capacity(call.output_shapes.len());
             collect(
                 py,
