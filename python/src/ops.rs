@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tensorlift::ir::{BinaryOp, UnaryOp};
+use tensorlift::ir::{BinaryOp, Combiner, UnaryOp};
 use tensorlift::{DType, Error, Function, Site, Sym, Tensor, TensorType, function};
 
 /// The attributes an op takes besides its tensors (TensorFlow's keyword
@@ -36,6 +36,10 @@ pub struct Attrs {
     pub low: Option<Vec<i64>>,
     /// `pad`: elements added after each axis (negative: removed).
     pub high: Option<Vec<i64>>,
+    /// `argsort`: largest first.
+    pub descending: bool,
+    /// `scatter`: how an update combines with the element.
+    pub combiner: Option<Combiner>,
 }
 
 impl Attrs {
@@ -74,6 +78,15 @@ impl Attrs {
                 "stride" => a.stride = Some(v.extract()?),
                 "low" => a.low = Some(v.extract()?),
                 "high" => a.high = Some(v.extract()?),
+                "descending" => a.descending = v.extract()?,
+                "combiner" => {
+                    let name: String = v.extract()?;
+                    a.combiner = Some(Combiner::from_name(&name).ok_or_else(|| {
+                        pyo3::exceptions::PyValueError::new_err(format!(
+                            "{op}: unknown combiner '{name}' (set, add, min or max)"
+                        ))
+                    })?)
+                }
                 other => {
                     return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                         "{op}: unexpected attribute '{other}'"
@@ -183,6 +196,9 @@ pub const NAMES: &[&str] = &[
     "reduce_mean",
     "argmax",
     "argmin",
+    "argsort",
+    "take_along_axis",
+    "scatter",
     "matmul",
     "transpose",
     "reshape",
@@ -348,6 +364,21 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
         "argmin" => {
             arity(name, inputs, 1)?;
             inputs[0].argmin(one_axis(name, a)?)
+        }
+        "argsort" => {
+            arity(name, inputs, 1)?;
+            inputs[0].argsort(one_axis(name, a)?, a.descending)
+        }
+        "take_along_axis" => {
+            arity(name, inputs, 2)?;
+            inputs[0].take_along_axis(&inputs[1], one_axis(name, a)?)
+        }
+        "scatter" => {
+            // XLA's scatter along one axis: x, indices, updates (shaped
+            // like gather(x, indices, axis)); indices out of range skipped.
+            arity(name, inputs, 3)?;
+            let combiner = a.combiner.unwrap_or(Combiner::Set);
+            inputs[0].scatter(&inputs[1], &inputs[2], one_axis(name, a)?, combiner)
         }
         "matmul" => {
             arity(name, inputs, 2)?;

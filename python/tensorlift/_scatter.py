@@ -1,31 +1,22 @@
-"""Gathers and scatters by index tuples, and segment reductions, built from
-the core ops.
-
-The op table has ``gather`` but no scatter: a scatter-add is built as what
-it is, the transpose of a gather — the reverse-mode derivative of
-``gather`` (``_native.vjp``), which the compiler emits as its ``scatter``
-op with the ``add`` combiner (``O(updates)``, indices outside the target
-skipped as XLA's scatter skips them). Everything else (``gather_nd``,
-``scatter_nd``, the ``tensor_scatter_nd_*`` ops, segment sums and means) is
-index arithmetic around it, so it traces, compiles and differentiates as
-the core ops do. Segment maxima and minima are a segmented log-step scan
-over the elements sorted by segment (see ``_segment_extreme``)."""
+"""Gathers and scatters by index tuples, and segment reductions, on the
+op table's ``gather`` and ``scatter`` (XLA's scatter along one axis, with
+the combiners ``set``, ``add``, ``min`` and ``max``; indices outside the
+target skipped; native on every numeric dtype, integers exact;
+differentiable). Everything here is index arithmetic around them: index
+tuples become row numbers of the target flattened over the dims they
+address, and one scatter (or gather) along those rows does the rest."""
 
 import numpy as np
 
-from . import _core, _native
-from ._core import EagerTensor, SymbolicTensor, Tensor, apply, convert_to_tensor, site
+from ._core import EagerTensor, SymbolicTensor, Tensor, apply, convert_to_tensor
 from ._ops import (
     broadcast_to,
     cast,
-    equal,
     gather as _take,
-    greater,
     greater_equal,
     less,
     logical_and,
     maximum,
-    minimum,
     reduce_all,
     reduce_sum,
     reshape,
@@ -79,69 +70,25 @@ def _prod(dims):
     return int(np.prod(dims, dtype=np.int64))
 
 
-# --- scatter-add: the transpose of gather ------------------------------------------
+# --- scatter ----------------------------------------------------------------------------
 
-_EAGER = {}
+
+def _scatter(target, indices, updates, combiner):
+    """``target`` (``[n, ...]``) with each ``updates[j...]`` combined into
+    row ``indices[j...]``; rows outside ``[0, n)`` are skipped."""
+    return apply("scatter", [target, indices, updates], {"axis": 0, "combiner": combiner})
 
 
 def _scatter_add_rows(n, indices, updates):
     """Zeros of shape ``[n, *updates.shape[indices.ndim:]]`` with each
-    ``updates[j...]`` added at row ``indices[j...]``; rows outside ``[0, n)``
-    are skipped. Recorded on gradient tapes as one op (its gradient
-    with respect to ``updates`` is a gather).
-
-    A gather's derivative exists for floats only: integers are added as
-    float64, exact for up to 2^21 updates to one row (int64 in two 32-bit
-    halves, wrapping as int64 addition does)."""
+    ``updates[j...]`` added at row ``indices[j...]`` (rows outside ``[0,
+    n)`` skipped)."""
     d = updates.dtype
-    if d.is_integer:
-        if d.as_numpy_dtype().itemsize <= 4:
-            return cast(_scatter_add_rows(n, indices, cast(updates, "float64")), d)
-        if d.name not in ("int64", "uint64"):
-            raise TypeError(f"scatter-add of {d.name}")
-        two32 = convert_to_tensor(2**32, dtype="int64")
-        wide = cast(updates, "int64")
-        low = wide % two32  # (floormod: in [0, 2^32))
-        high = (wide - low) // two32
-        parts = [cast(_scatter_add_rows(n, indices, cast(p, "float64")), "int64") for p in (low, high)]
-        return cast(parts[0] + parts[1] * two32, d)
-    if not d.is_floating:
+    if d.is_bool or not (d.is_floating or d.is_integer or d.is_complex):
         raise TypeError(f"scatter-add of a {d.name} tensor: the values must be numeric")
-    if isinstance(indices, SymbolicTensor) or isinstance(updates, SymbolicTensor):
-        out = _scatter_add_traced(n, indices, updates)
-    else:
-        fn = _EAGER.get(n)
-        if fn is None:
-            if len(_EAGER) >= 256:
-                _EAGER.clear()
-
-            def body(syms, n=n):
-                i, u = (SymbolicTensor(s) for s in syms)
-                return [_scatter_add_traced(n, i, u)._s]
-
-            fn = _EAGER[n] = _native.Function(body, "scatter_add", site(), False, None)
-        out = EagerTensor(fn([indices._v, updates._v])[0])
-    _core.record(lambda xs, n=n: [_scatter_add_rows(n, xs[0], xs[1])], [indices, updates], [out])
-    return out
-
-
-def _scatter_add_traced(n, indices, updates):
-    where_ = site()
-    like = next(x._s for x in (indices, updates) if isinstance(x, SymbolicTensor))
     rest = list(updates.shape[len(indices.shape):])
-    target = convert_to_tensor(np.zeros([n, *rest], updates.dtype.as_numpy_dtype))
-    idx = _core.to_sym(indices, like, where_)
-    # The gather is the function differentiated, not an op of the caller's:
-    # tapes do not record it.
-    saved, _core.state.tapes = _core.state.tapes, []
-    try:
-        def take(zs):
-            return [apply("gather", [SymbolicTensor(zs[0]), SymbolicTensor(idx)], {"axis": 0})._s]
-
-        out = _native.vjp(take, [_core.to_sym(target, like, where_)], [_core.to_sym(updates, like, where_)], where_)
-    finally:
-        _core.state.tapes = saved
-    return SymbolicTensor(out[0])
+    zeros = broadcast_to(convert_to_tensor(np.zeros((), d.as_numpy_dtype)), [n, *rest])
+    return _scatter(zeros, indices, updates, "add")
 
 
 # --- index tuples ---------------------------------------------------------------------
@@ -246,17 +193,24 @@ def _check_updates(op, indices, updates, dims):
     return d
 
 
-def _scatter_into(op, tensor, dims, indices, updates):
-    """The updates added into zeros of ``dims`` (``tensor`` None) or into
-    ``tensor``: the flat rows of the index tuples, scattered."""
+def _scatter_into(op, tensor, dims, indices, updates, combiner="add"):
+    """``updates`` added into zeros of ``dims`` (``tensor`` None), or
+    combined into ``tensor``: one scatter along the flat rows of the index
+    tuples."""
     indices = _int_tensor(indices, op, "indices")
     d = _check_updates(op, indices, updates, dims)
     flat, rows = _flat_index(indices, dims, op)
     m = _prod(list(flat.shape))
     rest = dims[d:]
-    added = _scatter_add_rows(rows, reshape(flat, [m]), reshape(updates, [m, *rest]))
-    added = reshape(added, dims)
-    return added if tensor is None else tensor + added
+    flat, updates = reshape(flat, [m]), reshape(updates, [m, *rest])
+    if tensor is None:
+        return reshape(_scatter_add_rows(rows, flat, updates), dims)
+    t = tensor.dtype
+    if combiner == "set":
+        pass  # any dtype; of duplicates the last wins (its gradient too)
+    elif t.is_bool or not (t.is_floating or t.is_integer or (t.is_complex and combiner == "add")):
+        raise TypeError(f"{op}: the values must be {'numeric' if combiner == 'add' else 'real'}, not {t.name}")
+    return reshape(_scatter(reshape(tensor, [rows, *rest]), flat, updates, combiner), dims)
 
 
 def _tensor_and_updates(op, tensor, updates):
@@ -283,27 +237,6 @@ def tensor_scatter_nd_sub(tensor, indices, updates, name=None):
     return _scatter_into(op, tensor, dims, indices, -updates)
 
 
-def _last_of_duplicates(flat, rows):
-    """For each of the flat row numbers ``flat`` (1-D, -1 for none): whether
-    no later entry names the same row — the update that wins where
-    updates replace ("the last update for the index", TensorFlow). Found
-    bit by bit, high to low, as the largest position landing on each row:
-    one scatter-add per bit of the position (``O(m log m)``)."""
-    m = flat.shape[0]
-    pos = np.arange(m, dtype=np.int64)
-    alive = greater_equal(flat, convert_to_tensor(0, dtype=flat.dtype))
-    for bit in reversed(range(max(1, int(m - 1).bit_length()))):
-        has = convert_to_tensor(((pos >> bit) & 1).astype(np.int32))
-        # How many live candidates with this bit set land on each row.
-        ones = cast(alive, "int32") * has
-        count = _scatter_add_rows(rows, flat, ones)
-        row_has = greater(_take(count, maximum(flat, convert_to_tensor(0, dtype=flat.dtype))),
-                          convert_to_tensor(0, dtype="int32"))
-        # A candidate stays if its bit agrees with the row's best so far.
-        alive = logical_and(alive, equal(row_has, equal(has, convert_to_tensor(1, dtype="int32"))))
-    return alive
-
-
 def tensor_scatter_nd_update(tensor, indices, updates, name=None):
     """``tf.tensor_scatter_nd_update``: ``tensor`` with the element (or
     slice) at each index tuple replaced by its update; of duplicates, the
@@ -312,45 +245,24 @@ def tensor_scatter_nd_update(tensor, indices, updates, name=None):
     updates."""
     op = "tensor_scatter_nd_update"
     tensor, updates, dims = _tensor_and_updates(op, tensor, updates)
-    indices = _int_tensor(indices, op, "indices")
-    d = _check_updates(op, indices, updates, dims)
-    flat, rows = _flat_index(indices, dims, op)
-    m = _prod(list(flat.shape))
-    flat = reshape(flat, [m])
-    rest = dims[d:]
-    wins = _last_of_duplicates(flat, rows)
-    ups = reshape(updates, [m, *rest])
-    keep = reshape(wins, [m] + [1] * len(rest))
-    placed = _scatter_add_rows(rows, flat, where(keep, ups, convert_to_tensor(0, dtype=ups.dtype)))
-    hit = _scatter_add_rows(rows, flat, cast(wins, "int32"))
-    hit = reshape(greater(hit, convert_to_tensor(0, dtype="int32")), [rows] + [1] * len(rest))
-    table = reshape(tensor, [rows, *rest])
-    return reshape(where(hit, placed, table), dims)
-
-
-def _extreme_scatter(op, tensor, indices, updates, take_max):
-    tensor, updates, dims = _tensor_and_updates(op, tensor, updates)
-    indices = _int_tensor(indices, op, "indices")
-    d = _check_updates(op, indices, updates, dims)
-    flat, rows = _flat_index(indices, dims, op)
-    m = _prod(list(flat.shape))
-    rest = dims[d:]
-    best, count = _segment_extreme(reshape(updates, [m, *rest]), reshape(flat, [m]), rows, take_max, op)
-    table = reshape(tensor, [rows, *rest])
-    pick = maximum if take_max else minimum
-    hit = reshape(greater(count, convert_to_tensor(0, dtype=count.dtype)), [rows] + [1] * len(rest))
-    return reshape(where(hit, pick(table, best), table), dims)
+    return _scatter_into(op, tensor, dims, indices, updates, "set")
 
 
 def tensor_scatter_nd_max(tensor, indices, updates, name=None):
     """``tf.tensor_scatter_nd_max``: ``tensor`` with each element at an
-    index tuple the maximum of itself and the updates landing there."""
-    return _extreme_scatter("tensor_scatter_nd_max", tensor, indices, updates, True)
+    index tuple the maximum of itself and the updates landing there (a NaN
+    among them gives NaN). The gradient is split equally among the tied
+    maxima, the tensor's element included, as in TensorFlow."""
+    op = "tensor_scatter_nd_max"
+    tensor, updates, dims = _tensor_and_updates(op, tensor, updates)
+    return _scatter_into(op, tensor, dims, indices, updates, "max")
 
 
 def tensor_scatter_nd_min(tensor, indices, updates, name=None):
     """``tf.tensor_scatter_nd_min``: as ``tensor_scatter_nd_max``, the minimum."""
-    return _extreme_scatter("tensor_scatter_nd_min", tensor, indices, updates, False)
+    op = "tensor_scatter_nd_min"
+    tensor, updates, dims = _tensor_and_updates(op, tensor, updates)
+    return _scatter_into(op, tensor, dims, indices, updates, "min")
 
 
 # --- segment reductions ---------------------------------------------------------------
@@ -431,77 +343,47 @@ def unsorted_segment_mean(data, segment_ids, num_segments, name=None):
     return total / maximum(count, convert_to_tensor(1, dtype=count.dtype))
 
 
-def _lowest(dtype, take_max):
-    """The identity of max (the lowest value) or of min (the highest)."""
+def _real(op, dtype):
+    if dtype.is_bool or not (dtype.is_floating or dtype.is_integer):
+        raise TypeError(f"{op}: data must be numeric, not {dtype.name}")
+    return dtype
+
+
+def _identity(dtype, take_max):
+    """The identity of max (the dtype's lowest value, -inf for floats) or
+    of min (the highest, inf), a NumPy scalar."""
     np_dtype = dtype.as_numpy_dtype
     if dtype.is_floating:
-        v = -np.inf if take_max else np.inf
-    else:
-        info = np.iinfo(np_dtype)
-        v = info.min if take_max else info.max
-    return convert_to_tensor(np.array(v, np_dtype))
+        return np_dtype(-np.inf if take_max else np.inf)
+    info = np.iinfo(np_dtype)
+    return np_dtype(info.min if take_max else info.max)
 
 
-def _shift_rows(x, k, fill):
-    low, high = [0] * len(x.shape), [0] * len(x.shape)
-    low[0], high[0] = k, -k
-    return apply("pad", [x, fill], {"low": low, "high": high})
-
-
-def _segment_extreme(data, ids, num, take_max, op):
+def _segment_extreme(op, data, ids, num, take_max, fill=None):
     """The maximum (``take_max``) or minimum of each of ``num`` segments of
     the rows of ``data`` (``[n, ...]``) by ``ids`` (``[n]``, ids outside
-    ``[0, num)`` dropped), and the count of each (``[num]``): the rows are
-    put in order of their ids (a constant permutation for eager ids, else
-    a sort), a segmented log-step scan (as cumsum's) carries each segment's
-    running extreme to its last row, and that row is gathered."""
-    if not (data.dtype.is_floating or data.dtype.is_integer):
-        raise TypeError(f"{op}: data must be numeric, not {data.dtype.name}")
-    n = ids.shape[0]
-    idt = ids.dtype
-    fill = _lowest(data.dtype, take_max)
-    if isinstance(ids, EagerTensor):
-        v = ids.numpy()
-        order = np.argsort(v, kind="stable")
-        sorted_ids = convert_to_tensor(v[order])
-        rows = _take(data, convert_to_tensor(order.astype(np.int32)))
+    ``[0, num)`` skipped): one scatter-max (-min) into the max's (min's)
+    identity, or into ``fill`` (``[num]``) where given. Its gradient is
+    split equally among the rows tied for a segment's extreme."""
+    d = _real(op, data.dtype)
+    rest = list(data.shape[1:])
+    if fill is None:
+        start = np.full([num] + [1] * len(rest), _identity(d, take_max))
     else:
-        from ._sort import _argsort_rows
-
-        order = _argsort_rows(ids)
-        sorted_ids = _take(ids, order)
-        rows = _take(data, order)
-    count = _scatter_add_rows(num, ids, convert_to_tensor(np.ones(n, idt.as_numpy_dtype)))
-    if n == 0:
-        return broadcast_to(fill, [num, *data.shape[1:]]), count
-    pick = maximum if take_max else minimum
-    position = np.arange(n)
-    k = 1
-    while k < n:
-        same = logical_and(equal(sorted_ids, _shift_rows(sorted_ids, k, convert_to_tensor(0, dtype=idt))),
-                           convert_to_tensor(position >= k))
-        same = reshape(same, [n] + [1] * (len(data.shape) - 1))
-        rows = where(same, pick(rows, _shift_rows(rows, k, fill)), rows)
-        k *= 2
-    # Segment s ends after the rows of ids below it (the dropped negative
-    # ones included, which sort first).
-    negatives = reduce_sum(cast(less(ids, convert_to_tensor(0, dtype=idt)), idt))
-    from ._scan import cumsum
-
-    ends = cumsum(count) + negatives - convert_to_tensor(1, dtype=idt)
-    last = _take(rows, maximum(ends, convert_to_tensor(0, dtype=idt)))
-    empty = reshape(equal(count, convert_to_tensor(0, dtype=idt)), [num] + [1] * (len(data.shape) - 1))
-    return where(empty, broadcast_to(fill, [num, *data.shape[1:]]), last), count
+        start = np.asarray(fill, d.as_numpy_dtype).reshape([num] + [1] * len(rest))
+    target = broadcast_to(convert_to_tensor(start), [num, *rest])
+    return _scatter(target, ids, data, "max" if take_max else "min")
 
 
 def unsorted_segment_max(data, segment_ids, num_segments, name=None):
     """``tf.math.unsorted_segment_max``: the maximum of each segment; an
-    empty segment gets the lowest value of the dtype (-inf for floats)."""
+    empty segment gets the lowest value of the dtype (-inf for floats, where
+    TensorFlow gives the lowest finite one)."""
     op = "unsorted_segment_max"
     num = _static_int(num_segments, op, "num_segments")
     flat_data, ids, rest = _segment_args(op, data, segment_ids)
     _check_ids(op, ids, num)
-    return _segment_extreme(flat_data, ids, num, True, op)[0]
+    return _segment_extreme(op, flat_data, ids, num, True)
 
 
 def unsorted_segment_min(data, segment_ids, num_segments, name=None):
@@ -511,7 +393,7 @@ def unsorted_segment_min(data, segment_ids, num_segments, name=None):
     num = _static_int(num_segments, op, "num_segments")
     flat_data, ids, rest = _segment_args(op, data, segment_ids)
     _check_ids(op, ids, num)
-    return _segment_extreme(flat_data, ids, num, False, op)[0]
+    return _segment_extreme(op, flat_data, ids, num, False)
 
 
 def _sorted_form(op, data, segment_ids, reduce):
@@ -541,10 +423,11 @@ def segment_mean(data, segment_ids, name=None):
 
 def _sorted_extreme(op, take_max):
     def reduce(d, i, n, r):
-        best, count = _segment_extreme(d, i, n, take_max, op)
-        # (TensorFlow's sorted forms give an empty segment 0.)
-        empty = reshape(equal(count, convert_to_tensor(0, dtype=count.dtype)), [n] + [1] * len(r))
-        return where(empty, convert_to_tensor(0, dtype=best.dtype), best)
+        # The ids are eager (sorted forms): an empty segment, 0 in
+        # TensorFlow's sorted forms, starts at 0, the others at the identity.
+        fill = np.full([n], _identity(_real(op, d.dtype), take_max))
+        fill[np.bincount(i.numpy(), minlength=n) == 0] = 0
+        return _segment_extreme(op, d, i, n, take_max, fill)
 
     return reduce
 

@@ -477,6 +477,113 @@ def test_segment_gradients(mode):
     assert g.tolist() == [1, 0, 1, 0, 1]
 
 
+BIG = 2**62 + 1  # its neighbours are one float64: exact only as integers
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_integer_scatters_are_exact(mode):
+    idx = np.array([[1], [0], [1], [1]], np.int32)
+    ups = np.array([BIG, 3, BIG, -(2**62)], np.int64)
+    want = np.zeros(2, np.int64)
+    np.add.at(want, idx[:, 0], ups)  # [3, 2^62 + 2]
+    got = run(lambda i, u: tl.scatter_nd(i, u, [2]), mode, idx, ups).numpy()
+    assert got.dtype == np.int64 and got.tolist() == want.tolist() == [3, 2**62 + 2]
+    base = np.array([BIG, -BIG], np.int64)
+    assert run(tl.tensor_scatter_nd_add, mode, base, idx, ups).numpy().tolist() == (base + want).tolist()
+    assert run(tl.tensor_scatter_nd_sub, mode, base, idx, ups).numpy().tolist() == (base - want).tolist()
+    assert run(tl.tensor_scatter_nd_update, mode, base, idx, ups).numpy().tolist() == [3, -(2**62)]
+    near = np.array([[0], [0], [1]], np.int32)
+    assert run(tl.tensor_scatter_nd_max, mode, np.array([2**62, 0], np.int64), near,
+               np.array([BIG, 2**62 - 1, -BIG], np.int64)).numpy().tolist() == [BIG, 0]
+    assert run(tl.tensor_scatter_nd_min, mode, np.array([BIG, 0], np.int64), near,
+               np.array([2**62, BIG + 1, -BIG], np.int64)).numpy().tolist() == [2**62, -BIG]
+    # Narrow integers wrap, as C++'s (and TensorFlow's) do; bools replace.
+    got = run(lambda i, u: tl.scatter_nd(i, u, [2]), mode, idx[:3], np.array([100, 1, 100], np.int8)).numpy()
+    assert got.dtype == np.int8 and got.tolist() == [1, -56]
+    got = run(tl.tensor_scatter_nd_update, mode, np.zeros(3, bool), np.array([[2], [0], [2]], np.int32),
+              np.array([True, True, False]))
+    assert got.numpy().tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_segment_reductions_of_integers_are_exact(mode):
+    data = np.array([BIG, 2**62, -BIG, -(2**62), 5, BIG], np.int64)
+    ids = np.array([0, 0, 1, 1, -1, 0], np.int32)
+    assert run(lambda d, i: tl.math.unsorted_segment_sum(d, i, 3), mode, data, ids).numpy().tolist() == \
+        [(3 * 2**62 + 2) - 2**64, -(2**63) - 1 + 2**64, 0]  # wrapped, as int64 addition does
+    assert run(lambda d, i: tl.math.unsorted_segment_max(d, i, 3), mode, data, ids).numpy().tolist() == \
+        [BIG, -(2**62), -(2**63)]
+    assert run(lambda d, i: tl.math.unsorted_segment_min(d, i, 3), mode, data, ids).numpy().tolist() == \
+        [2**62, -BIG, 2**63 - 1]
+    small = np.array([[3, -7], [100, 2], [-128, 9]], np.int8)
+    got = run(lambda d, i: tl.math.unsorted_segment_max(d, i, 3), mode, small, np.array([2, 0, 2], np.int32))
+    assert got.numpy().dtype == np.int8 and got.numpy().tolist() == [[100, 2], [-128, -128], [3, 9]]
+    u16 = np.array([7, 65535, 3], np.uint16)
+    got = run(lambda d, i: tl.math.unsorted_segment_min(d, i, 2), mode, u16, np.array([0, 0, 0], np.int32))
+    assert got.numpy().tolist() == [3, 65535]
+    # The sorted forms give an empty segment 0.
+    got = run(lambda d: tl.math.segment_max(d, tl.constant([0, 0, 2, 2, 2, 3])), mode, data)
+    assert got.numpy().tolist() == [BIG, 0, 5, BIG]
+    got = run(lambda d: tl.math.segment_min(d, tl.constant([1, 1, 1, 1, 1, 1])), mode, data)
+    assert got.numpy().tolist() == [0, -BIG]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_complex_scatter_add_and_segment_sum(mode):
+    data = np.array([1 + 2j, 3j, -1 + 0.5j], np.complex64)
+    ids = np.array([1, 1, 0], np.int32)
+    got = run(lambda d, i: tl.math.unsorted_segment_sum(d, i, 2), mode, data, ids).numpy()
+    assert got.dtype == np.complex64 and got.tolist() == [-1 + 0.5j, 1 + 5j]
+    got = run(lambda i, u: tl.scatter_nd(i, u, [2]), mode, ids[:, None], data).numpy()
+    assert got.tolist() == [-1 + 0.5j, 1 + 5j]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_extreme_gradients_split_ties_equally(mode):
+    # TensorFlow's rule: the tied maxima (minima) share the gradient equally.
+    data = np.array([1.0, 1.0, 1.0, 0.0, 4.0], np.float32)
+    ids = np.array([0, 0, 0, 0, 1], np.int32)
+    g = grad(lambda d, i: tl.math.unsorted_segment_max(d, i, 2), mode, data, ids)
+    np.testing.assert_allclose(g, [1 / 3, 1 / 3, 1 / 3, 0, 1], rtol=1e-6)
+    g = grad(lambda d: tl.math.segment_min(d, tl.constant([0, 0, 1, 1, 3])) * tl.constant([1.0, 6.0, 0.0, 2.0]),
+             mode, np.array([2.0, 2.0, 0.0, 0.0, 5.0], np.float32))
+    np.testing.assert_allclose(g, [0.5, 0.5, 3, 3, 2], rtol=1e-6)
+    # tensor_scatter_nd_max/min: the tensor's element is one of the tied.
+    base = np.array([1.0, 5.0, 2.0], np.float32)
+    idx = np.array([[0], [0], [1], [2]], np.int32)
+    ups = np.array([1.0, 1.0, 2.0, 3.0], np.float32)
+
+    def grads(t, u):
+        with tl.GradientTape(persistent=True) as tape:
+            tape.watch([t, u])
+            hi = tl.tensor_scatter_nd_max(t, idx, u) * tl.constant([3.0, 1.0, 10.0])
+            lo = tl.tensor_scatter_nd_min(t, idx, u) * tl.constant([3.0, 1.0, 10.0])
+        return tape.gradient(hi, [t, u]) + tape.gradient(lo, [t, u])
+
+    ht, hu, lt, lu = [v.numpy().tolist() for v in run(grads, mode, base, ups)]
+    assert ht == [1, 1, 0] and hu == [1, 1, 0, 10]
+    assert lt == [1, 0, 10] and lu == [1, 1, 1, 0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_update_gradient_skips_overwritten_and_dropped_updates(mode):
+    idx = np.array([[2], [0], [2], [5], [2]], np.int32)  # [5] is outside: an error eagerly
+    if mode == "eager":
+        idx = idx[[0, 1, 2, 4]]
+    ups = np.arange(1, len(idx) + 1, dtype=np.float32) * 10
+
+    def g(t, u, i):
+        with tl.GradientTape() as tape:
+            tape.watch([t, u])
+            y = tl.tensor_scatter_nd_update(t, i, u) * tl.constant([1.0, 2.0, 3.0, 4.0])
+        return [y] + tape.gradient(y, [t, u])
+
+    y, gt, gu = [v.numpy().tolist() for v in run(g, mode, np.ones(4, np.float32), ups, idx)]
+    assert y == [20, 2, 3 * ups[-1], 4]
+    assert gt == [0, 2, 0, 4]
+    assert gu == [0, 1, 0, 3] if mode == "eager" else gu == [0, 1, 0, 0, 3]
+
+
 def test_segment_bad_inputs():
     d = tl.constant(np.ones((4, 2), np.float32))
     with pytest.raises(tl.errors.InvalidArgumentError, match="segment id 5 is out of range"):
@@ -644,9 +751,87 @@ def test_top_k_and_sort_gradient(mode):
     assert g.tolist() == [[2, 4, 5, 1, 3], [1, 4, 2, 5, 3]]
 
 
+def np_argsort(x, axis, descending=False):
+    """NumPy's stable argsort along ``axis``; descending keeps ties in
+    order and puts NaN first (NaN is larger than any number)."""
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable")
+    moved = np.moveaxis(x, axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    out = np.array([sorted(range(len(r)), key=lambda i: (not np.isnan(r[i]), -r[i] if not np.isnan(r[i]) else 0, i))
+                    for r in rows]).reshape(moved.shape)
+    return np.moveaxis(out, -1, axis)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("axis", [0, 1, -1, -3])
+def test_sort_and_argsort_along_any_axis(mode, axis):
+    rng = np.random.default_rng(21)
+    x = rng.integers(-2, 3, size=(4, 5, 6)).astype(np.float32)  # ties
+    x[1, 2, 3] = x[3, 0, 5] = np.nan
+    x[0, 4, 1] = -np.inf
+    for direction in ("ASCENDING", "DESCENDING"):
+        order = run(lambda v: tl.argsort(v, axis=axis, direction=direction), mode, x).numpy()
+        want = np_argsort(x, axis, direction == "DESCENDING")
+        assert order.dtype == np.int32 and np.array_equal(order, want), direction
+        got = run(lambda v: tl.sort(v, axis=axis, direction=direction), mode, x).numpy()
+        assert np.array_equal(got, np.take_along_axis(x, want, axis), equal_nan=True), direction
+    # The gradient of sort puts each output's weight back where it came from.
+    xf = rng.normal(size=(4, 5, 6)).astype(np.float32)
+    w = rng.normal(size=(4, 5, 6)).astype(np.float32)
+    g = grad(lambda v: tl.sort(v, axis=axis) * tl.constant(w), mode, xf)
+    want = np.zeros_like(xf)
+    np.put_along_axis(want, np.argsort(xf, axis=axis, kind="stable"), w, axis)
+    np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_argsort_of_integers_and_bools(mode):
+    # 2^62 + 1 and 2^62 are one float64: a sort by floats would keep them in order.
+    big = np.array([2**62 + 1, 2**62, -(2**62), 7, 2**62 + 1, -(2**63)], np.int64)
+    assert run(tl.argsort, mode, big).numpy().tolist() == [5, 2, 3, 1, 0, 4]
+    assert run(lambda v: tl.argsort(v, direction="DESCENDING"), mode, big).numpy().tolist() == [0, 4, 1, 3, 2, 5]
+    assert run(tl.sort, mode, big).numpy().tolist() == sorted(big.tolist())
+    small = np.array([[3, -128, 127], [-1, -1, 0]], np.int8)
+    assert np.array_equal(run(lambda v: tl.argsort(v, axis=0), mode, small).numpy(), [[1, 0, 1], [0, 1, 0]])
+    u = np.array([2**63 + 5, 3, 2**64 - 1, 3], np.uint64)  # above int64's range
+    assert run(tl.argsort, mode, u).numpy().tolist() == [1, 3, 0, 2]
+    # Bools (False first; TensorFlow has no bool sort), stable both ways.
+    b = np.array([[True, False, True, False], [False, False, True, True]])
+    assert run(tl.argsort, mode, b).numpy().tolist() == [[1, 3, 0, 2], [0, 1, 2, 3]]
+    assert run(lambda v: tl.argsort(v, direction="DESCENDING"), mode, b).numpy().tolist() == [[0, 2, 1, 3],
+                                                                                              [2, 3, 0, 1]]
+    assert run(lambda v: tl.argsort(v, axis=0), mode, b).numpy().tolist() == [[1, 0, 0, 0], [0, 1, 1, 1]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_top_k_ties_and_nan(mode):
+    x = np.array([[1.0, np.nan, 3.0, 3.0, np.nan, -np.inf], [-0.0, 0.0, -1.0, 2.0, 0.0, -0.0]], np.float32)
+    values, indices = run(lambda v: tuple(tl.math.top_k(v, k=4)), mode, x)
+    # NaN is the largest (first), ties keep their order; -0.0 equals 0.0.
+    assert indices.numpy().tolist() == [[1, 4, 2, 3], [3, 0, 1, 4]]
+    assert np.array_equal(values.numpy(), [[np.nan, np.nan, 3, 3], [2, -0.0, 0, 0]], equal_nan=True)
+    assert np.signbit(values.numpy()[1, 1]) and not np.signbit(values.numpy()[1, 2])  # gathered as they are
+    ints = np.array([5, 7, 7, 5, 7, -(2**31)], np.int32)
+    values, indices = run(lambda v: tuple(tl.math.top_k(v, 4)), mode, ints)
+    assert values.numpy().tolist() == [7, 7, 7, 5] and indices.numpy().tolist() == [1, 2, 4, 0]
+    assert values.numpy().dtype == np.int32
+    empty = run(lambda v: tl.math.top_k(v, 0).indices, mode, ints).numpy()
+    assert empty.shape == (0,) and empty.dtype == np.int32
+    # Of tied values, the one top_k picks gets the gradient.
+    g = grad(lambda v: tl.math.top_k(v, 2).values, mode, np.array([3.0, 1.0, 3.0, 3.0], np.float32))
+    assert g.tolist() == [1, 0, 1, 0]
+
+
 def test_sort_bad_inputs():
-    with pytest.raises(tl.errors.InvalidArgumentError, match="only the last axis"):
-        tl.sort(tl.constant(A), axis=0)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="axis 2 is out of range for a tensor of rank 2"):
+        tl.sort(tl.constant(A), axis=2)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="axis -3 is out of range"):
+        tl.argsort(tl.constant(A), axis=-3)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        tl.argsort(tl.constant(A), axis=0.0)
+    with pytest.raises(tl.errors.InvalidArgumentError, match="rank >= 1"):
+        tl.argsort(tl.constant(1.0))
     with pytest.raises(tl.errors.InvalidArgumentError, match="direction must be"):
         tl.argsort(tl.constant(V), direction="UP")
     with pytest.raises(tl.errors.InvalidArgumentError, match=r"k = 6 must be in \[0, 4\]"):
