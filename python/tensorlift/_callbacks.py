@@ -142,21 +142,37 @@ def py_function(func, inp, Tout, name=None):
     return _result(out, single) if tout else None
 
 
-def _raised(who, e):
-    """The ``tl.errors`` class an exception a callback raised maps to (the
-    runtime's rule, as for a traced callback)."""
+def _raised(node, who, e):
+    """The ``tl.errors`` error an exception a callback raised maps to (the
+    runtime's rule, as for a traced callback), its text as the runtime's."""
     from . import errors
 
     text = f"{who} raised {type(e).__name__}: {e}"
     if isinstance(e, (ValueError, TypeError, OverflowError)):
-        return errors.InvalidArgumentError(text)
+        return _error(errors.InvalidArgumentError, node, text)
     if isinstance(e, StopIteration):
-        return errors.OutOfRangeError(text)
+        return _error(errors.OutOfRangeError, node, text)
     if isinstance(e, MemoryError):
-        return errors.ResourceExhaustedError(text)
+        return _error(errors.ResourceExhaustedError, node, text)
     if isinstance(e, NotImplementedError):
-        return errors.UnimplementedError(text)
-    return errors.UnknownError(text)
+        return _error(errors.UnimplementedError, node, text)
+    return _error(errors.UnknownError, node, text)
+
+
+# The kind a native error's text begins with, by class (ir/src/error.rs).
+_KIND = {
+    "InvalidArgumentError": "InvalidArgument",
+    "OutOfRangeError": "OutOfRange",
+    "ResourceExhaustedError": "ResourceExhausted",
+    "UnimplementedError": "Unimplemented",
+    "UnknownError": "Unknown",
+}
+
+
+def _error(cls, node, message):
+    """``cls`` with the text a native error of the node has: its kind, the
+    node with its site (``file:line:col``), then ``message``."""
+    return cls(f"{_KIND[cls.__name__]}: {node}: {message}")
 
 
 def _dtype_of(v):
@@ -176,34 +192,36 @@ def _eager_py_function(func, xs, single, tout, name):
     from . import errors
 
     f, line = site()
-    who = f"py_function '{name or 'py_function'}' (created at {f}:{line})"
+    # As the runtime words a traced call's errors: the node (kind, name,
+    # site with its column, always 1 for a Python site), then the callback.
+    who = f"py_function '{name or 'py_function'}'"
+    node = f"{who} (created at {f}:{line}:1)"
+    invalid = errors.InvalidArgumentError
     try:
         out = func(*xs)
     except Exception as e:  # noqa: BLE001  (every exception becomes a tl.errors one)
-        raise _raised(who, e) from e
+        raise _raised(node, who, e) from e
     if not tout:
-        if out is None or out == ():
+        # (`out == ()` of a tensor would be an elementwise comparison.)
+        if out is None or (isinstance(out, tuple) and not out):
             return None
-        raise errors.InvalidArgumentError(f"{who} returned a value, but Tout is empty (return None)")
+        raise _error(invalid, node, f"{who} returned a value, but Tout is empty (return None)")
     vals = list(out) if isinstance(out, (list, tuple)) else [out]
     if len(vals) != len(tout):
-        raise errors.InvalidArgumentError(
-            f"{who} returned {len(vals)} value(s), but Tout declares {len(tout)}"
-        )
+        raise _error(invalid, node, f"{who} returned {len(vals)} value(s), but Tout declares {len(tout)}")
     res = []
     for i, (v, d) in enumerate(zip(vals, tout)):
         got = v.dtype if isinstance(v, Tensor) else _dtype_of(v)
         if got is not None and got != as_dtype(d):
-            raise errors.InvalidArgumentError(f"output {i} of {who} is {got.name}, but Tout says {d}")
+            raise _error(invalid, node, f"output {i} of {who} is {got.name}, but Tout says {d}")
         if v is None:
-            raise errors.InvalidArgumentError(
-                f"output {i} of {who} is None, but Tout says {d} (does the function return its result?)"
-            )
+            raise _error(invalid, node,
+                         f"output {i} of {who} is None, but Tout says {d} (does the function return its result?)")
         if not isinstance(v, Tensor):
             try:
                 v = convert_to_tensor(v, dtype=d)
             except (TypeError, ValueError) as e:
-                raise errors.InvalidArgumentError(f"converting output {i} of {who} to {d}: {e}") from e
+                raise _error(invalid, node, f"converting output {i} of {who} to {d}: {e}") from e
         res.append(v)
     return _result(res, single)
 

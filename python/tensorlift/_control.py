@@ -63,6 +63,40 @@ def _relaxes(invariant, shape):
     return all(i is None or i == d for i, d in zip(invariant, shape))
 
 
+class _T:
+    """A tensor's place in a structure's text (``(T, T)``, ``P(a=T, b=T)``)."""
+
+    def __repr__(self):
+        return "T"
+
+
+def _structure_text(structure):
+    """A ``flatten`` structure as text: its containers, ``T`` for each leaf."""
+    return repr(pack(structure, iter(_T, None)))
+
+
+def _body_leaves(out, single, structure, n):
+    """The leaves of what a loop body returned, checked against the loop
+    variables' structure (eager and traced loops alike: TensorFlow's
+    ``assert_same_structure``, lists and tuples interchangeable). A single
+    loop variable, or a result that is not a list or tuple, is one value."""
+    out = [out] if single or not isinstance(out, (list, tuple)) else list(out)
+    out_leaves, out_structure = flatten(out)
+    if len(out_leaves) != n:
+        raise ValueError(
+            f"the body of tl.while_loop returned {len(out_leaves)} value(s), but the loop has "
+            f"{n} loop variable(s)"
+        )
+    if loose(out_structure) != loose(structure):
+        # The values would be bound by position to other loop variables.
+        raise ValueError(
+            f"the body of tl.while_loop returned {_structure_text(out_structure)}, but the loop "
+            f"variables are {_structure_text(structure)} (T a tensor): the body must return the "
+            "loop variables' structure"
+        )
+    return out_leaves
+
+
 def _symbolic(leaves):
     return any(isinstance(x, SymbolicTensor) for x in leaves) or _native.tracing()
 
@@ -92,8 +126,10 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         while (maximum_iterations is None or i < int(maximum_iterations)) and _scalar_pred(
             cond(*v), "the condition of tl.while_loop"
         ):
-            out = body(*v)
-            v = [out] if single or not isinstance(out, (list, tuple)) else list(out)
+            # Checked and packed as a traced body's results are: cond and
+            # body get the loop variables' containers (a namedtuple in a
+            # list stays one argument), whatever the body returned.
+            v = unpack(_body_leaves(body(*v), single, structure, len(leaves)))
             i += 1
         return v[0] if single else _like(loop_vars, v)
 
@@ -132,22 +168,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     def _call_body(syms):
         flat = syms[:-1] if counted else syms
-        out = body(*unpack([SymbolicTensor(s) for s in flat]))
-        out = [out] if single or not isinstance(out, (list, tuple)) else list(out)
-        out_leaves, out_structure = flatten(out)
-        if len(out_leaves) != len(flat):
-            raise ValueError(
-                f"the body of tl.while_loop returned {len(out_leaves)} value(s), but the loop has "
-                f"{len(flat)} loop variable(s)"
-            )
-        if loose(out_structure) != loose(structure):
-            # The values would be bound by position to other loop variables.
-            def text(st):
-                return repr(pack(st, iter(lambda: "T", None)))
-            raise ValueError(
-                f"the body of tl.while_loop returned {text(out_structure)}, but the loop variables are "
-                f"{text(structure)} (T a tensor): the body must return the loop variables' structure"
-            )
+        out_leaves = _body_leaves(body(*unpack([SymbolicTensor(s) for s in flat])), single, structure,
+                                  len(flat))
         res = _as_syms(out_leaves, site())
         for k, (c, r) in enumerate(zip(flat, res)):
             _same_carry_shape(k, c, r, invariants)
@@ -233,6 +255,10 @@ def _branches(fns, where, operands_like, what, names):
             with _Region():
                 out = fn()
             leaves, structure = flatten(out)
+            if structures and structure != structures[0]:
+                # Before the native op compares the branches' types (its
+                # error names its internal op, not tl.cond's arguments).
+                _structure_mismatch(what, (names[0], structures[0]), (name, structure))
             structures.append(structure)
             syms = _as_syms(leaves, site())
             # (A branch's symbols are read while it is traced only.)
@@ -289,24 +315,21 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
     runs, structures = _branches(fns, where, index, "tl.switch_case",
                                  [f"branch {i}" for i in range(len(fns))])
     out = [SymbolicTensor(s) for s in _native.switch(index._s, runs, [], where)]
-    _same_structures("tl.switch_case", [f"branch {i}" for i in range(len(fns))], structures)
     _core.record(_from_graph, [index], out, captures=True)
     return pack(structures[0], out)
 
 
-def _same_structures(what, names, structures):
-    """TensorFlow's rule: every branch returns the same nesting of the same
-    containers (a dict's keys included), or the results would be packed
-    under another branch's keys."""
-    first = structures[0]
-    for name, s in zip(names[1:], structures[1:]):
-        if s != first:
-            def shape(st):
-                return repr(pack(st, iter(lambda: "T", None)))
-            raise ValueError(
-                f"{what}: {names[0]} returns {shape(first)} but {name} returns {shape(s)} "
-                "(T a tensor): every branch must return the same structure"
-            )
+def _structure_mismatch(what, first, this):
+    """TensorFlow's rule (a ``ValueError``): every branch returns the same
+    number of results in the same nesting of the same containers (a dict's
+    keys included), or the results would be packed under another branch's
+    structure."""
+    (n0, s0), (n1, s1) = first, this
+    raise ValueError(
+        f"{what}: {n1} returns {_structure_text(s1)}, but {n0} returns {_structure_text(s0)} "
+        "(T a tensor): every branch must return the same structure (the same number of results, "
+        "in the same containers), as in TensorFlow"
+    )
 
 
 def cond(pred, true_fn=None, false_fn=None, name=None):
@@ -326,7 +349,6 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     runs, structures = _branches([false_fn, true_fn], where, pred, "tl.cond",
                                  ["false_fn", "true_fn"])
     out = [SymbolicTensor(s) for s in _native.switch(pred._s, runs, [], where)]
-    _same_structures("tl.cond", ["false_fn", "true_fn"], structures)
     _core.record(_from_graph, [pred], out, captures=True)
     return pack(structures[0], out)
 

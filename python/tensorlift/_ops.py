@@ -277,9 +277,10 @@ def expand_dims(input, axis, name=None):  # noqa: A002
 def squeeze(input, axis=None, name=None):  # noqa: A002
     """Removes dims of size 1: those in ``axis``, or every one when
     ``axis`` is None. A dim of unknown size named in ``axis`` must be 1
-    when the function runs (the reshape checks the element count); with no
-    ``axis``, a dim of unknown size is an error (which dims go would depend
-    on the run-time sizes: TensorFlow's result has an unknown rank)."""
+    when the function runs (a reshape to the shape with 1 there checks it:
+    ``cannot reshape [4, 2] to [4, 1]``); with no ``axis``, a dim of
+    unknown size is an error (which dims go would depend on the run-time
+    sizes: TensorFlow's result has an unknown rank)."""
     x = convert_to_tensor(input)
     _known_rank(x, "tl.squeeze")
     shape = list(x.shape)
@@ -302,16 +303,30 @@ def squeeze(input, axis=None, name=None):  # noqa: A002
                 raise InvalidArgumentError(f"squeeze: cannot squeeze axis {a} of size {shape[a]}")
             axes.append(a)
     out = [d for i, d in enumerate(shape) if i not in axes]
+    unknown = [a for a in axes if shape[a] is None]
+    if unknown and None not in out:
+        # The squeezed dims are the unknown ones: the reshape to the shape
+        # with 1 there fails when one is not 1, and shows which.
+        x = reshape(x, [1 if i in axes else d for i, d in enumerate(shape)])
+    elif unknown:
+        # Beside other dims of unknown size, which a reshape would take the
+        # squeezed sizes into ([3, 2] squeezed at axis 1 was [6]): a probe
+        # of the squeezed dims' sizes (1 in every other dim) must reshape
+        # to all 1s when the function runs (`cannot reshape [1, 2] to
+        # [1, 1]` otherwise); its single zero is the index gathered from
+        # each squeezed axis, so the result depends on the check.
+        others = [i for i in range(rank) if i not in axes]
+        probe = _zeros_of(x, "int32")
+        if others:
+            probe = reduce_sum(probe, axis=others, keepdims=True)
+        zero = reshape(reshape(probe, [1] * rank), [])
+        for a in sorted(axes, reverse=True):
+            x = gather(x, zero, axis=a)
+        return x
     if out.count(None) <= 1:
         return reshape(x, [-1 if d is None else d for d in out])
     # A reshape infers one unknown dim at most; gathering index 0 of each
     # axis (known to be of size 1) removes it whatever the other dims are.
-    if any(shape[a] is None for a in axes):
-        raise InvalidArgumentError(
-            f"squeeze of axes {sorted(axes)} of a tensor of shape {shape}: an axis of unknown size "
-            "can be squeezed only when at most one other dim is unknown (declare the dims in the "
-            "input_signature)"
-        )
     for a in sorted(axes, reverse=True):
         x = gather(x, convert_to_tensor(0, dtype="int32"), axis=a)
     return x

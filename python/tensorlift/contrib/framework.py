@@ -33,10 +33,39 @@ def py_func(func, args=(), kwargs=None, output_types=None, output_shapes=None, s
         def call(_dummy):  # noqa: F811
             return call0()
 
+    # The errors name the user's function, not this wrapper.
+    call.__qualname__ = getattr(func, "__qualname__", None) or type(func).__qualname__
+
     shapes = None if output_shapes is None else _shapes_up_to(output_types, output_shapes)
     out = _call("py_func", call, tensors, list(out_types), stateful=stateful, name=name, output_shapes=shapes)
     out = [] if out is None else list(out)
     return pack(out_structure, out)
+
+
+class _StructureError(ValueError):
+    """``func``'s result not shaped like ``output_types``. The runtime's
+    error for an exception a callback raised quotes its traceback, which
+    here runs through this module's internals only and would put the
+    message last: the error reads ``f() raised ValueError: output[1] is a
+    tuple of 3, but output_types has 2`` instead (the exception, its
+    traceback included, stays the error's ``__cause__``)."""
+
+    # Named in the error as the ValueError it is to the user.
+    __module__ = "builtins"
+    __qualname__ = "ValueError"
+
+    def __reduce__(self):
+        return (ValueError, self.args)
+
+    @property
+    def __traceback__(self):
+        # (What `traceback.format_exception` reads; the interpreter keeps
+        # and `sys.exc_info()` gives the real traceback.)
+        return None
+
+    @__traceback__.setter
+    def __traceback__(self, tb):
+        ValueError.__traceback__.__set__(self, tb)
 
 
 def _flatten_up_to(types, value, path):
@@ -45,13 +74,13 @@ def _flatten_up_to(types, value, path):
     ValueError naming its path (an InvalidArgumentError of the call)."""
     if types is None:
         if value is not None and value != () and value != []:
-            raise ValueError(f"output{path} is {type(value).__name__}, but output_types has None there")
+            raise _StructureError(f"output{path} is {type(value).__name__}, but output_types has None there")
         return []
     if isinstance(types, dict):
         if not isinstance(value, dict):
-            raise ValueError(f"output{path} is a {type(value).__name__}, but output_types has a dict")
+            raise _StructureError(f"output{path} is a {type(value).__name__}, but output_types has a dict")
         if sorted(value) != sorted(types):
-            raise ValueError(
+            raise _StructureError(
                 f"output{path} has keys {sorted(value)}, but output_types declares {sorted(types)}"
             )
         return [leaf for k in sorted(types) for leaf in _flatten_up_to(types[k], value[k], f"{path}[{k!r}]")]
@@ -59,7 +88,7 @@ def _flatten_up_to(types, value, path):
         if not isinstance(value, (list, tuple)) or len(value) != len(types):
             what = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (list, tuple)) else (
                 f"a {type(value).__name__}")
-            raise ValueError(f"output{path} is {what}, but output_types has {len(types)}")
+            raise _StructureError(f"output{path} is {what}, but output_types has {len(types)}")
         return [leaf for i, (t, v) in enumerate(zip(types, value))
                 for leaf in _flatten_up_to(t, v, f"{path}[{i}]")]
     return [value]

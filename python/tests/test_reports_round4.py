@@ -1,0 +1,225 @@
+"""Defects found by a documentation audit (round 4): each test states what
+docs/python.md, docs/callbacks.md or TensorFlow promise, and failed before
+its fix."""
+
+import collections
+import re
+
+import numpy as np
+import pytest
+
+import tensorlift as tl
+from tensorlift.contrib.framework import py_func as contrib_py_func
+
+BOTH = [False, True]
+MODES = ["eager", "function", "jit"]
+
+
+def in_mode(f, mode):
+    if mode == "eager":
+        return f
+    return tl.function(f, jit_compile=mode == "jit")
+
+
+# --- 1. branches returning different numbers of results ----------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_cond_branches_returning_different_numbers_of_results_is_a_value_error(jit):
+    # docs/python.md: every branch returns the same structure, a ValueError
+    # otherwise, as in TF ("true_fn and false_fn arguments to tf.cond must
+    # have the same number, type, and overall structure of return values").
+    # It was the native layer's InvalidArgumentError naming an op 'case'.
+    @tl.function(jit_compile=jit)
+    def f(p, x):
+        return tl.cond(p, lambda: (x, x), lambda: x)
+
+    with pytest.raises(ValueError) as e:
+        f(tl.constant(True), tl.constant([1.0, 2.0]))
+    assert not isinstance(e.value, tl.errors.OpError)
+    text = str(e.value)
+    assert "'case'" not in text
+    assert "tl.cond: true_fn returns (T, T), but false_fn returns T" in text
+    assert "same structure" in text
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_switch_case_branches_returning_different_numbers_of_results_is_a_value_error(jit):
+    @tl.function(jit_compile=jit)
+    def f(i, x):
+        return tl.switch_case(i, [lambda: x, lambda: [x, x * 2.0], lambda: x])
+
+    with pytest.raises(ValueError) as e:
+        f(tl.constant(0), tl.constant([1.0, 2.0]))
+    assert not isinstance(e.value, tl.errors.OpError)
+    assert "tl.switch_case: branch 1 returns [T, T], but branch 0 returns T" in str(e.value)
+
+    # A structure of the same size with other containers: named as well.
+    @tl.function(jit_compile=jit)
+    def g(i, x):
+        return tl.switch_case(i, {0: lambda: {"a": x}, 1: lambda: {"b": x}})
+
+    with pytest.raises(ValueError, match=r"branch 1 returns \{'b': T\}, but branch 0 returns \{'a': T\}"):
+        g(tl.constant(0), tl.constant(1.0))
+
+
+def test_eager_cond_runs_one_branch_without_comparing():
+    # Eagerly only the branch taken runs, as TensorFlow's eager cond: its
+    # result comes back as it is (nothing to compare it with).
+    x = tl.constant([1.0, 2.0])
+    a, b = tl.cond(tl.constant(True), lambda: (x, x), lambda: x)
+    assert a.shape == b.shape == (2,)
+    assert tl.cond(tl.constant(False), lambda: (x, x), lambda: x).shape == (2,)
+    assert tl.switch_case(tl.constant(1), [lambda: (x, x), lambda: x]).shape == (2,)
+
+
+# --- 2. while_loop with a namedtuple loop variable ----------------------------------
+
+
+P = collections.namedtuple("P", "a b")
+
+
+def _p():
+    return P(tl.constant(0), tl.constant(1.0))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_while_loop_with_a_namedtuple_in_a_list_agrees_eagerly_and_traced(mode):
+    # loop_vars=[p]: cond and body get p (one argument) in every mode.
+    def ok():
+        return tl.while_loop(lambda p: p.a < 3, lambda p: [P(p.a + 1, p.b * 2.0)], [_p()])
+
+    (r,) = in_mode(ok, mode)()
+    assert isinstance(r, P) and int(r.a) == 3 and float(r.b) == 8.0
+
+    # The body returning the namedtuple itself, not [p]: its fields would be
+    # bound to the loop variables one by one. Eagerly this was cond called
+    # with 2 arguments (a TypeError); traced (and in TF) it is a ValueError
+    # naming both structures.
+    def bare():
+        return tl.while_loop(lambda p: p.a < 3, lambda p: P(p.a + 1, p.b), [_p()])
+
+    with pytest.raises(ValueError, match=r"returned \[T, T\], but the loop variables are \[P\(a=T, b=T\)\]"):
+        in_mode(bare, mode)()
+
+    # A plain tuple where the namedtuple was: the traced loop's rule (its
+    # structure is the loop variables'), eagerly too (cond got the tuple,
+    # and p.a failed).
+    def tuple_body():
+        return tl.while_loop(lambda p: p.a < 3, lambda p: [(p.a + 1, p.b)], (_p(),))
+
+    with pytest.raises(ValueError, match=r"returned \[\(T, T\)\], but the loop variables are \[P\(a=T, b=T\)\]"):
+        in_mode(tuple_body, mode)()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_while_loop_with_a_namedtuple_as_loop_vars_spreads_its_fields(mode):
+    # A namedtuple is a tuple: cond(*loop_vars), as TensorFlow calls it.
+    def f():
+        return tl.while_loop(lambda a, b: a < 3, lambda a, b: (a + 1, b + 1.0), _p())
+
+    r = in_mode(f, mode)()
+    assert isinstance(r, P) and int(r.a) == 3 and float(r.b) == 4.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_while_loop_body_returning_too_few_values_is_the_same_error_in_every_mode(mode):
+    def f():
+        return tl.while_loop(lambda a, b: a < 3, lambda a, b: [a + 1], [tl.constant(0), tl.constant(1.0)])
+
+    with pytest.raises(ValueError, match=r"returned 1 value\(s\), but the loop has 2 loop variable\(s\)"):
+        in_mode(f, mode)()
+
+
+# --- 3. py_function's errors read as the other callbacks' ---------------------------
+
+
+def test_eager_py_function_errors_have_the_kind_and_a_full_site():
+    x = tl.constant([1.0, 2.0])
+    for fn in (tl.numpy_function, tl.py_function):
+        kind = fn.__name__
+        with pytest.raises(tl.errors.InvalidArgumentError) as e:
+            fn(lambda a: a, [x], Tout=[tl.float32, tl.float32])
+        assert re.fullmatch(
+            rf"InvalidArgument: {kind} '{kind}' \(created at .*test_reports_round4.py:\d+:1\): "
+            rf"{kind} '{kind}' returned 1 value\(s\), but Tout declares 2", str(e.value)), str(e.value)
+    # The other eager checks alike (the traced call's words).
+    with pytest.raises(tl.errors.InvalidArgumentError,
+                       match=r"^InvalidArgument: py_function 'cast' \(created at .*test_reports_round4.py:\d+:1\): "
+                             r"output 0 of py_function 'cast' is int32, but Tout says float32$"):
+        tl.py_function(lambda a: tl.cast(a, tl.int32), [x], tl.float32, name="cast")
+    with pytest.raises(tl.errors.UnknownError,
+                       match=r"^Unknown: py_function 'py_function' \(created at .*:\d+:1\): py_function "
+                             r"'py_function' raised ZeroDivisionError"):
+        tl.py_function(lambda a: 1 / 0, [x], tl.float32)
+    # An empty Tout with a tensor returned: the intended error, not a
+    # comparison of the tensor with ().
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"returned a value, but Tout is empty"):
+        tl.py_function(lambda a: a, [x], [])
+
+
+# --- 4. contrib py_func: the structure error first -------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_contrib_py_func_structure_mismatch_reads_first(mode):
+    x = tl.constant([1.0, 2.0])
+
+    def f(v):
+        return contrib_py_func(lambda a: (a, (a, a, a)), [v], output_types=(tl.float32, (tl.float32, tl.float32)))
+
+    with pytest.raises(tl.errors.InvalidArgumentError) as e:
+        in_mode(f, mode)(x)
+    text = str(e.value)
+    first = text.splitlines()[0]
+    assert "output[1] is a tuple of 3, but output_types has 2" in first, text
+    assert "Traceback" not in text and "framework.py" not in text, text
+    assert type(e.value.__cause__) is not ValueError and isinstance(e.value.__cause__, ValueError)
+    assert e.value.__cause__.args == ("output[1] is a tuple of 3, but output_types has 2",)
+    # The user's own exceptions keep their tracebacks.
+    with pytest.raises(tl.errors.UnknownError, match="Traceback"):
+        in_mode(lambda v: contrib_py_func(lambda a: 1 / 0, [v], output_types=tl.float32), mode)(x)
+
+
+# --- 5. squeeze of a None dim that is not 1 -------------------------------------
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_squeeze_of_a_none_dim_checks_it_when_the_function_runs(jit):
+    sig = [tl.TensorSpec([4, None], tl.float32)]
+    f = tl.function(lambda t: tl.squeeze(t, axis=1), input_signature=sig, jit_compile=jit)
+    assert f(np.ones([4, 1], np.float32)).shape == (4,)
+    # The error shows the dim that must be 1 (it was "[4, 2] to [4]").
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"reshape .*\[4, ?2\].* to \[4, ?1\]"):
+        f(np.ones([4, 2], np.float32))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_squeeze_of_a_none_dim_beside_another_none_dim_is_checked(jit):
+    # This was a silent reshape to [-1]: [3, 2] squeezed at axis 1 gave [6]
+    # (TF: "Can not squeeze dim[1], expected a dimension of 1, got 2").
+    f = tl.function(lambda t: tl.squeeze(t, 1), input_signature=[tl.TensorSpec([None, None], tl.float32)],
+                    jit_compile=jit)
+    a = np.arange(3, dtype=np.float32).reshape(3, 1)
+    r = f(a)
+    assert r.shape == (3,)
+    np.testing.assert_array_equal(r.numpy(), a[:, 0])
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"\[1, ?2\].* to \[1, ?1\]"):
+        f(np.ones([3, 2], np.float32))
+    # Two other unknown dims: allowed now (it was a trace-time error), and
+    # checked alike.
+    g = tl.function(lambda t: tl.squeeze(t, [1, 3]),
+                    input_signature=[tl.TensorSpec([None, None, None, 1], tl.float32)], jit_compile=jit)
+    b = np.arange(6, dtype=np.float32).reshape(2, 1, 3, 1)
+    np.testing.assert_array_equal(g(b).numpy(), b[:, 0, :, 0])
+    with pytest.raises(tl.errors.InvalidArgumentError):
+        g(np.ones([2, 2, 3, 1], np.float32))
+
+
+def test_squeeze_of_a_none_dim_keeps_its_gradient():
+    f = tl.function(lambda t: tl.squeeze(t * t, 1), input_signature=[tl.TensorSpec([None, None], tl.float32)])
+    x = tl.constant([[1.0], [2.0], [3.0]])
+    with tl.GradientTape() as tape:
+        tape.watch(x)
+        y = tl.reduce_sum(f(x))
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [[2.0], [4.0], [6.0]])
