@@ -223,3 +223,18 @@ def test_squeeze_of_a_none_dim_keeps_its_gradient():
         tape.watch(x)
         y = tl.reduce_sum(f(x))
     np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [[2.0], [4.0], [6.0]])
+
+
+def test_traced_py_function_results_are_checked_as_eagerly():
+    # Traced, a py_function returning None for a float32 result gave NaN
+    # (NumPy's asarray(None, float32)), and with an empty Tout a returned
+    # value was dropped silently; eagerly both were errors.
+    none = tl.function(lambda x: tl.py_function(lambda t: None, [x], tl.float32))
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"output 0 of py_function .* is None"):
+        none(tl.constant([1.0]))
+    extra = tl.function(lambda x: [tl.py_function(lambda t: t, [x], []), x][1])
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"returned a value, but Tout is empty"):
+        extra(tl.constant([1.0]))
+    for f in (lambda t: None, lambda t: ()):
+        ok = tl.function(lambda x, f=f: [tl.py_function(f, [x], []), x * 2.0][1])
+        np.testing.assert_array_equal(ok(tl.constant([1.0])).numpy(), [2.0])

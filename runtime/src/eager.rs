@@ -293,7 +293,7 @@ pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> 
                 )
             })?;
             if tout.is_empty() {
-                return Ok(Vec::new());
+                return crate::python::nothing_returned(&out, &who).map(|()| Vec::new());
             }
             let values = returned_values(out, tout.len(), &who)?;
             values
@@ -302,6 +302,8 @@ pub fn py_function_callback(func: Py<PyAny>, tout: Vec<DType>, name: String) -> 
                 .enumerate()
                 .map(|(i, (v, d))| match v.cast::<PyTensor>() {
                     Ok(p) => Ok(p.get().t.clone()),
+                    // (NumPy would make None a NaN: from_numpy says why not.)
+                    Err(_) if v.is_none() => from_numpy(py, v, *d, i, &who),
                     Err(_) => {
                         let np = py.import("numpy").map_err(|e| py_error(py, e, &who))?;
                         let arr = if v.hasattr("dtype").unwrap_or(false) {

@@ -556,6 +556,27 @@ pub fn returned_values<'py>(
     Ok(values)
 }
 
+/// Checks that a callback with an empty `Tout` returned nothing: None or
+/// an empty tuple.
+pub fn nothing_returned(out: &Bound<'_, PyAny>, who: &str) -> Result<()> {
+    if out.is_none() {
+        Ok(())
+    } else if let Ok(t) = out.cast::<PyTuple>() {
+        if t.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "{who} returned {} value(s), but Tout declares 0",
+                t.len()
+            )))
+        }
+    } else {
+        Err(Error::invalid(format!(
+            "{who} returned a value, but Tout is empty (return None)"
+        )))
+    }
+}
+
 /// A host callback running the Python callable `func` with NumPy arrays
 /// (`numpy_function` / `py_func` semantics). `name` is used in errors.
 pub fn numpy_callback(
@@ -578,22 +599,7 @@ pub fn numpy_callback(
                 .call1(args)
                 .map_err(|e| py_error(py, e, &callable_label(func.bind(py), who.clone())))?;
             if tout.is_empty() {
-                return if out.is_none() {
-                    Ok(Vec::new())
-                } else if let Ok(t) = out.cast::<PyTuple>() {
-                    if t.is_empty() {
-                        Ok(Vec::new())
-                    } else {
-                        Err(Error::invalid(format!(
-                            "{who} returned {} value(s), but Tout declares 0",
-                            t.len()
-                        )))
-                    }
-                } else {
-                    Err(Error::invalid(format!(
-                        "{who} returned a value, but Tout is empty (return None)"
-                    )))
-                };
+                return nothing_returned(&out, &who).map(|()| Vec::new());
             }
             // A list is a sequence of outputs also for one `Tout` (`[x]` is
             // `x`), as in TensorFlow; array data nested in it is converted.
