@@ -993,7 +993,7 @@ fn pad(
                         )
                     })?;
                 if size < 0 {
-                    return Err(format!("pad gives a negative size {size} in dim {i}"));
+                    return Err(pad_too_small(n, low[i], high[i], size, i));
                 }
                 Some(size as usize)
             }
@@ -1082,4 +1082,21 @@ fn dot_general(l: &TensorType, r: &TensorType, dd: &crate::DotDims) -> InferResu
         }
     }
     Ok(TensorType::new(l.dtype, Shape::Ranked(out)))
+}
+
+/// The error of a pad that leaves fewer than no elements in `dim` (of `n`):
+/// a crop (negative `low`/`high`, as a slice of a dim of unknown size is
+/// traced) larger than the dim.
+pub fn pad_too_small(n: usize, low: i64, high: i64, size: i64, dim: usize) -> String {
+    if low < 0 || high < 0 {
+        format!(
+            "cropping {} element(s) from the start and {} from the end of dim {dim}, which \
+             has {n}, leaves {size} (a slice of a dim of unknown size, x[a:b], crops a and \
+             n - b: the dim is shorter than the slice needs)",
+            (-low).max(0),
+            (-high).max(0)
+        )
+    } else {
+        format!("pad gives a negative size {size} in dim {dim}")
+    }
 }

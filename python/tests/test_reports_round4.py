@@ -238,3 +238,14 @@ def test_traced_py_function_results_are_checked_as_eagerly():
     for f in (lambda t: None, lambda t: ()):
         ok = tl.function(lambda x, f=f: [tl.py_function(f, [x], []), x * 2.0][1])
         np.testing.assert_array_equal(ok(tl.constant([1.0])).numpy(), [2.0])
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_crop_past_the_end_of_an_unknown_dim_says_what_it_cropped(jit):
+    # It read "pad 'pad' (...): pad gives a negative size -1 in dim 0", a
+    # pad the user never wrote.
+    f = tl.function(lambda x: x[2:], input_signature=[tl.TensorSpec([None, 3])], jit_compile=jit)
+    with pytest.raises(tl.errors.InvalidArgumentError,
+                       match=r"cropping 2 element\(s\) from the start and 0 from the end of dim 0, which has 1"):
+        f(np.ones((1, 3), np.float32))
+    np.testing.assert_array_equal(f(np.ones((3, 3), np.float32)).numpy(), np.ones((1, 3)))

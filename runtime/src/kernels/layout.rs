@@ -217,8 +217,8 @@ pub fn pad(
         let n = x.shape()[d] as i64;
         let size = low[d] + high[d] + n + (n.max(1) - 1) * interior[d] as i64;
         if size < 0 {
-            return Err(Error::invalid(format!(
-                "pad gives a negative size {size} in dim {d}"
+            return Err(Error::invalid(tensorlift_ir::infer::pad_too_small(
+                n as usize, low[d], high[d], size, d,
             )));
         }
         dims.push(size as usize);
