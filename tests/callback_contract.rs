@@ -315,6 +315,30 @@ fn unbound_callbacks_are_all_reported_before_any_callback_runs() {
 }
 
 #[test]
+fn compiling_a_whole_program_with_a_callback_of_unknown_shape_says_what_splits_it() {
+    // At the top level the message spoke of loop bodies and said "compiled
+    // code is split at it", which compiling a whole program does not do.
+    let src = "graph @g {
+  %x = parameter 0 : f32[3]
+  %a = host_fn \"first\" (%x) stateful : (f32[*])
+  return %a as \"a\"
+}
+";
+    let g = tensorlift::ir::text::parse(src, "whole.tlir").unwrap();
+    let e = tensorlift::compiler::compile(&g, &Default::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("host_fn 'a' (created at whole.tlir:3:3)")
+            && e.contains("a program compiled whole")
+            && e.contains("compile_graph and functions with jit_compile split")
+            && !e.contains("loop or branch body"),
+        "{e}"
+    );
+}
+
+#[test]
 fn unbound_callbacks_after_a_dynamic_split_are_reported_before_any_runs() {
     // A program split at a callback of unknown shape: the callbacks after
     // the split must be checked before the first one runs.

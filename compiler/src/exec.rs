@@ -76,8 +76,8 @@ pub fn check_compilable(g: &Graph) -> Result<()> {
 fn check_nodes(graph: &Graph, shapes: bool) -> Result<()> {
     let mut offenders = Vec::new();
     // Loop bodies and branches are compiled too.
-    for g in graph.all_graphs() {
-        check_graph(g, shapes, &mut offenders);
+    for (i, g) in graph.all_graphs().into_iter().enumerate() {
+        check_graph(g, shapes, i == 0, &mut offenders);
     }
     if offenders.is_empty() {
         Ok(())
@@ -86,7 +86,10 @@ fn check_nodes(graph: &Graph, shapes: bool) -> Result<()> {
     }
 }
 
-fn check_graph(g: &Graph, shapes: bool, offenders: &mut Vec<Offender>) {
+/// `top`: `g` is the program itself (not a loop body or branch), which
+/// reaches here with a callback of unknown result shape only when
+/// compiled whole: `compile_graph` and functions split it there.
+fn check_graph(g: &Graph, shapes: bool, top: bool, offenders: &mut Vec<Offender>) {
     for id in g.node_ids() {
         let n = g.node(id);
         let node = NodeRef {
@@ -106,16 +109,23 @@ fn check_graph(g: &Graph, shapes: bool, offenders: &mut Vec<Offender>) {
         if shapes && let Some(r) = n.results.iter().find(|r| !g.ty(**r).shape.is_static()) {
             offenders.push(Offender {
                 node,
-                reason: if let Op::Callback(_) = n.op {
-                    format!(
+                reason: match (&n.op, top) {
+                    (Op::Callback(_), false) => format!(
                         "its result type {} is not static: inside a loop or branch body (compiled as a whole) a callback's result needs a declared shape (set_shape, host_fn_with, output_shapes); at the top level compiled code is split at it",
                         g.ty(*r)
-                    )
-                } else {
-                    format!(
+                    ),
+                    (Op::Callback(_), true) => format!(
+                        "its result type {} is not static: a program compiled whole (compiler::compile, `tensorlift compile`) needs static shapes, so declare the callback's result shape (set_shape, host_fn_with, output_shapes; in .tlir, its result type); compile_graph and functions with jit_compile split compiled code at such a callback instead",
+                        g.ty(*r)
+                    ),
+                    (_, false) => format!(
                         "its type {} is not static: inside a loop or branch body, a value computed from a callback's result of undeclared shape cannot be compiled (declare the callback's result shape with set_shape)",
                         g.ty(*r)
-                    )
+                    ),
+                    (_, true) => format!(
+                        "its type {} is not static: a program compiled whole needs static shapes (declare the shapes of the callbacks it is computed from)",
+                        g.ty(*r)
+                    ),
                 },
             });
         }
