@@ -1478,6 +1478,20 @@ impl Sym {
         })
     }
 
+    /// Python's slice `x[b:e:s, ...]`, one entry per dim (`None`: omitted):
+    /// a negative bound counts from the end, bounds are clamped into the
+    /// dim, a negative step walks backwards. On dims of unknown size too
+    /// (the result's size is then known when the function runs), as
+    /// TensorFlow's `strided_slice`.
+    #[track_caller]
+    pub fn strided_slice(&self, begin: &[Option<i64>], end: &[Option<i64>], step: &[i64]) -> Sym {
+        let site = Site::caller();
+        self.tracer()
+            .build(&[self], "strided_slice", &site, |g, v| {
+                builder::strided_slice(g, v[0], begin, end, step, &site)
+            })
+    }
+
     /// Pads with `value` (`low`/`high` may be negative to crop).
     #[track_caller]
     pub fn pad(

@@ -316,3 +316,59 @@ fn a_bad_wrt_names_the_line_that_asked_for_the_gradient() {
         .to_string();
     assert!(e.contains("vjp of function 'function'"), "{e}");
 }
+
+#[test]
+fn strided_slices_follow_python_on_dims_of_unknown_size() {
+    // x[-5:], x[::-2], x[1:-1] of a dim whose size is known only when the
+    // function runs: clamped as Python (and TensorFlow's strided_slice) do.
+    let cases: [(Option<i64>, Option<i64>, i64); 4] = [
+        (Some(-5), None, 1),
+        (None, None, -2),
+        (Some(1), Some(-1), 1),
+        (Some(10), None, 1),
+    ];
+    for jit in [false, true] {
+        for (b, e, s) in cases {
+            let f = function(move |x: Sym| x.strided_slice(&[b], &[e], &[s]))
+                .input_signature(vec![TensorSpec::new(DType::F32, &[None])])
+                .jit_compile(jit);
+            for n in [0usize, 1, 3, 7] {
+                let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                let got = common::to_vec::<f32>(&f.call(&[f32s(&x)]).unwrap()[0]);
+                // Python's slice, by hand.
+                let n = n as i64;
+                let norm = |v: i64| if v < 0 { v + n } else { v };
+                let want: Vec<f32> = if s > 0 {
+                    let lo = b.map_or(0, norm).clamp(0, n);
+                    let hi = e.map_or(n, norm).clamp(0, n);
+                    (lo..hi).step_by(s as usize).map(|i| i as f32).collect()
+                } else {
+                    let lo = b.map_or(n - 1, norm).clamp(-1, n - 1);
+                    let hi = e.map_or(-1, norm).clamp(-1, n - 1);
+                    let mut v = vec![];
+                    let mut i = lo;
+                    while i > hi {
+                        v.push(i as f32);
+                        i += s;
+                    }
+                    v
+                };
+                assert_eq!(got, want, "jit {jit}, [{b:?}:{e:?}:{s}] of {n}");
+            }
+        }
+    }
+    // The traced op prints and parses back.
+    let f = function(|x: Sym| x.strided_slice(&[Some(-5)], &[None], &[2]));
+    let text = f
+        .compiler_ir(
+            &[TensorSpec::new(DType::F32, &[None])],
+            tensorlift::IrStage::Traced,
+        )
+        .unwrap();
+    assert!(
+        text.contains("unranked_strided_slice") && text.contains("begin=[-5], end=[?], step=[2]"),
+        "{text}"
+    );
+    let g = tensorlift::ir::text::parse(&text, "traced").unwrap();
+    assert_eq!(tensorlift::ir::text::print(&g), text);
+}

@@ -660,7 +660,8 @@ pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> 
         | DynamicOp::Transpose(_)
         | DynamicOp::BroadcastTo(_)
         | DynamicOp::Slice { .. }
-        | DynamicOp::Reverse(_) => 1,
+        | DynamicOp::Reverse(_)
+        | DynamicOp::StridedSlice { .. } => 1,
         DynamicOp::Concatenate { .. } => inputs.len().max(1),
     };
     if inputs.len() != want {
@@ -690,7 +691,123 @@ pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> 
         DynamicOp::Reverse(axes) => reverse(g, inputs[0], axes, site),
         DynamicOp::Concatenate { axis } => concatenate(g, inputs, *axis, site),
         DynamicOp::Take { axis } => take(g, inputs[0], inputs[1], *axis, site),
+        DynamicOp::StridedSlice { begin, end, step } => {
+            strided_slice(g, inputs[0], begin, end, step, site)
+        }
     }
+}
+
+/// Python's `slice(begin, end, step).indices(n)` as `(first, count)`: the
+/// first index taken and how many are, walking by `step` (not 0).
+fn python_slice(n: usize, begin: Option<i64>, end: Option<i64>, step: i64) -> (i64, usize) {
+    let n = n as i64;
+    let clamp = |v: i64, lo: i64, hi: i64| v.max(lo).min(hi);
+    let bound = |v: Option<i64>, default: i64, lo: i64, hi: i64| match v {
+        None => default,
+        Some(v) if v < 0 => clamp(v.saturating_add(n), lo, hi),
+        Some(v) => clamp(v, lo, hi),
+    };
+    let (first, last) = if step > 0 {
+        (bound(begin, 0, 0, n), bound(end, n, 0, n))
+    } else {
+        (bound(begin, n - 1, -1, n - 1), bound(end, -1, -1, n - 1))
+    };
+    let span = if step > 0 { last - first } else { first - last };
+    let count = (span.max(0) as u64).div_ceil(step.unsigned_abs());
+    (first, count as usize)
+}
+
+/// The shape of a [`DynamicOp::StridedSlice`] of `shape`: each dim's
+/// count where its size is known, unknown where it is not; an error for a
+/// step of 0 or a bound list of another length than the rank.
+pub fn strided_slice_shape(
+    shape: &Shape,
+    begin: &[Option<i64>],
+    end: &[Option<i64>],
+    step: &[i64],
+) -> std::result::Result<Shape, String> {
+    let rank = begin.len();
+    if end.len() != rank || step.len() != rank {
+        return Err("strided_slice needs one begin, end and step per dim".into());
+    }
+    if let Some(d) = step.iter().position(|&s| s == 0) {
+        return Err(format!("strided_slice: the step of dim {d} is 0"));
+    }
+    let dims = match shape {
+        Shape::Unranked => vec![None; rank],
+        Shape::Ranked(d) if d.len() == rank => d.clone(),
+        Shape::Ranked(d) => {
+            return Err(format!(
+                "strided_slice has {rank} bounds for a tensor of rank {}",
+                d.len()
+            ));
+        }
+    };
+    Ok(Shape::Ranked(
+        (0..rank)
+            .map(|i| dims[i].map(|n| python_slice(n, begin[i], end[i], step[i]).1))
+            .collect(),
+    ))
+}
+
+/// `x[b:e:s, ...]` with Python's rules per dim ([`DynamicOp::StridedSlice`]):
+/// a `reverse` of the dims walked backwards and a strided `slice`, or the
+/// dynamic op while a dim's size (or the rank) is unknown.
+pub fn strided_slice(
+    g: &mut Graph,
+    x: ValueId,
+    begin: &[Option<i64>],
+    end: &[Option<i64>],
+    step: &[i64],
+    site: &Site,
+) -> Result<ValueId> {
+    let t = g.ty(x).clone();
+    strided_slice_shape(&t.shape, begin, end, step)
+        .map_err(|m| fail(g, "strided_slice", site, m))?;
+    let Some(dims) = t.shape.as_known() else {
+        let d = DynamicOp::StridedSlice {
+            begin: begin.to_vec(),
+            end: end.to_vec(),
+            step: step.to_vec(),
+        };
+        return g.add(Op::Dynamic(d), &[x], site.clone());
+    };
+    let (mut start, mut limit, mut stride, mut reversed) = (vec![], vec![], vec![], vec![]);
+    for (d, &n) in dims.iter().enumerate() {
+        let (first, count) = python_slice(n, begin[d], end[d], step[d]);
+        let walk = usize::try_from(step[d].unsigned_abs()).unwrap_or(usize::MAX);
+        // Backwards: reverse the dim, then walk forwards from its mirror.
+        let from = if step[d] > 0 {
+            first
+        } else {
+            reversed.push(d);
+            n as i64 - 1 - first
+        };
+        let from = if count == 0 { 0 } else { from as usize };
+        start.push(from);
+        // (A walk past the dim takes one element: stride 1 then, as a
+        // stride of 2^63 would overflow the slice's arithmetic.)
+        let walk = if count > 1 { walk } else { 1 };
+        limit.push(from + (count.saturating_sub(1)) * walk + usize::from(count > 0));
+        stride.push(walk);
+    }
+    let mut y = x;
+    if !reversed.is_empty() {
+        y = g.add(Op::Reverse(reversed), &[y], site.clone())?;
+    }
+    let whole = start.iter().all(|&s| s == 0) && limit == dims && stride.iter().all(|&s| s == 1);
+    if whole {
+        return Ok(y);
+    }
+    g.add(
+        Op::Slice {
+            start,
+            limit,
+            stride,
+        },
+        &[y],
+        site.clone(),
+    )
 }
 
 /// A closed region (loop body, branch) named `name`: parameters of

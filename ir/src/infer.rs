@@ -458,6 +458,11 @@ fn dynamic(d: &DynamicOp, ins: &[&TensorType]) -> InferResult<TensorType> {
             arity(ins, 1)?;
             TensorType::new(ins[0].dtype, Shape::Unranked)
         }
+        DynamicOp::StridedSlice { begin, end, step } => {
+            arity(ins, 1)?;
+            let shape = crate::builder::strided_slice_shape(&ins[0].shape, begin, end, step)?;
+            TensorType::new(ins[0].dtype, shape)
+        }
         DynamicOp::Concatenate { .. } => {
             let first = ins
                 .first()

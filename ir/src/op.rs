@@ -281,6 +281,20 @@ pub enum DynamicOp {
         /// Axis as given.
         axis: i64,
     },
+    /// Python's (and NumPy's, TensorFlow's) slice `x[b:e:s]` per dim, on
+    /// dims whose sizes may be unknown: a bound counts from the end when
+    /// negative, is clamped into the dim, and is the whole dim's start or
+    /// end when omitted (`None`); a negative step walks backwards. One
+    /// entry per dim of the operand (its rank must be known). Expanded
+    /// into `reverse` and `slice` once the sizes are known.
+    StridedSlice {
+        /// Start per dim (`None`: from the first, or the last if `step < 0`).
+        begin: Vec<Option<i64>>,
+        /// End (exclusive) per dim (`None`: to the end in `step`'s direction).
+        end: Vec<Option<i64>>,
+        /// Step per dim (not 0).
+        step: Vec<i64>,
+    },
 }
 
 impl DynamicOp {
@@ -302,6 +316,7 @@ impl DynamicOp {
             DynamicOp::Reverse(_) => "unranked_reverse".into(),
             DynamicOp::Concatenate { .. } => "unranked_concatenate".into(),
             DynamicOp::Take { .. } => "unranked_take".into(),
+            DynamicOp::StridedSlice { .. } => "unranked_strided_slice".into(),
         }
     }
 }

@@ -36,6 +36,12 @@ pub struct Attrs {
     pub low: Option<Vec<i64>>,
     /// `pad`: elements added after each axis (negative: removed).
     pub high: Option<Vec<i64>>,
+    /// `strided_slice`: start per dim (None: omitted), Python's rules.
+    pub begin: Option<Vec<Option<i64>>>,
+    /// `strided_slice`: end per dim (None: omitted).
+    pub end: Option<Vec<Option<i64>>>,
+    /// `strided_slice`: step per dim.
+    pub step: Option<Vec<i64>>,
     /// `argsort`: largest first.
     pub descending: bool,
     /// `scatter`: how an update combines with the element.
@@ -79,6 +85,9 @@ impl Attrs {
                 "low" => a.low = Some(v.extract()?),
                 "high" => a.high = Some(v.extract()?),
                 "descending" => a.descending = v.extract()?,
+                "begin" => a.begin = Some(v.extract()?),
+                "end" => a.end = Some(v.extract()?),
+                "step" => a.step = Some(v.extract()?),
                 "combiner" => {
                     let name: String = v.extract()?;
                     a.combiner = Some(Combiner::from_name(&name).ok_or_else(|| {
@@ -210,6 +219,7 @@ pub const NAMES: &[&str] = &[
     "clip_by_value",
     "reverse",
     "slice",
+    "strided_slice",
     "dynamic_slice",
     "pad",
     "stop_gradient",
@@ -488,6 +498,14 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
                 return Err(Error::invalid("pad needs low and high"));
             };
             inputs[0].pad(low, high, &vec![0; low.len()], &inputs[1])
+        }
+        "strided_slice" => {
+            // Python's slice per dim, also on dims of unknown size.
+            arity(name, inputs, 1)?;
+            let (Some(begin), Some(end), Some(step)) = (&a.begin, &a.end, &a.step) else {
+                return Err(Error::invalid("strided_slice needs begin, end and step"));
+            };
+            inputs[0].strided_slice(begin, end, step)
         }
         "stop_gradient" => {
             arity(name, inputs, 1)?;

@@ -8,6 +8,7 @@ one-op interpreted function, so an op means the same thing both ways), and
 in both cases active gradient tapes record it.
 """
 
+import operator
 import os
 import sys
 import threading
@@ -657,11 +658,6 @@ def _getitem_dynamic(x, expanded):
     return y
 
 
-def _slice_text(k):
-    parts = ["" if v is None else str(v) for v in (k.start, k.stop, k.step)]
-    return ":".join(parts if k.step is not None else parts[:2])
-
-
 def _slice_axis(y, axis, k, n):
     """``y[..., k, ...]`` for the slice ``k`` of dim ``axis`` (of size
     ``n``, None when unknown): a crop (``pad`` by negative amounts, which
@@ -669,15 +665,14 @@ def _slice_axis(y, axis, k, n):
     rank = len(y.shape)
     step = 1 if k.step is None else k.step
     if n is None:
-        start = 0 if k.start is None else k.start
-        if step != 1 or start < 0 or (k.stop is not None and k.stop >= 0):
-            raise ValueError(
-                f"slice {_slice_text(k)} of dim {axis}, of unknown size: such a dim "
-                "takes a start >= 0 and a stop that is omitted or negative, with step 1 "
-                "(a crop); the dim must be known for any other slice (declare it in the "
-                "input_signature)"
-            )
-        lo, hi = start, 0 if k.stop is None else -k.stop
+        # Python's rules (TensorFlow's strided_slice) once the size is
+        # known: bounds clamped into the dim, negative ones from its end.
+        if step == 0:
+            raise ValueError("slice step cannot be zero")
+        begin, end, steps = [None] * rank, [None] * rank, [1] * rank
+        bound = lambda v: None if v is None else operator.index(v)  # noqa: E731
+        begin[axis], end[axis], steps[axis] = bound(k.start), bound(k.stop), operator.index(step)
+        return apply("strided_slice", [y], {"begin": begin, "end": end, "step": steps})
     else:
         lo, hi, step = k.indices(n)
         if step != 1:

@@ -241,11 +241,20 @@ def test_traced_py_function_results_are_checked_as_eagerly():
 
 
 @pytest.mark.parametrize("jit", BOTH)
-def test_a_crop_past_the_end_of_an_unknown_dim_says_what_it_cropped(jit):
-    # It read "pad 'pad' (...): pad gives a negative size -1 in dim 0", a
-    # pad the user never wrote.
-    f = tl.function(lambda x: x[2:], input_signature=[tl.TensorSpec([None, 3])], jit_compile=jit)
-    with pytest.raises(tl.errors.InvalidArgumentError,
-                       match=r"cropping 2 element\(s\) from the start and 0 from the end of dim 0, which has 1"):
-        f(np.ones((1, 3), np.float32))
-    np.testing.assert_array_equal(f(np.ones((3, 3), np.float32)).numpy(), np.ones((1, 3)))
+def test_slices_of_a_dim_of_unknown_size_follow_python_as_tensorflow_does(jit):
+    # Only crops (x[2:], x[1:-1]) traced on such a dim, and one past its
+    # end was an error ("pad gives a negative size -1 in dim 0"); x[-5:],
+    # x[:4], x[::2], x[::-1] were ValueErrors. TensorFlow's strided_slice
+    # clamps, as Python does.
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    keys = [slice(2, None), slice(-5, None), slice(None, 4), slice(None, None, 2), slice(None, None, -1),
+            slice(-2, 1, -1), slice(10, None), slice(1, -1), slice(5, 2), slice(-100, 100, 3)]
+    for key in keys:
+        f = tl.function(lambda t, key=key: t[key], input_signature=[tl.TensorSpec([None, 2])], jit_compile=jit)
+        for n in (0, 1, 3, 6):
+            got, want = f(x[:n]).numpy(), x[:n][key]
+            assert got.shape == want.shape, (key, n, got.shape, want.shape)
+            np.testing.assert_array_equal(got, want)
+    g = tl.function(lambda t: t[::0], input_signature=[tl.TensorSpec([None, 2])], jit_compile=jit)
+    with pytest.raises(ValueError, match="slice step cannot be zero"):
+        g(x)

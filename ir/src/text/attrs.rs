@@ -113,6 +113,11 @@ fn attributes<A: Attrs>(op: &mut Op, a: &mut A) -> Result<(), A::Error> {
                 a.attr("stride", stride)
             }
             DynamicOp::Reverse(axes) => a.attr("axes", axes),
+            DynamicOp::StridedSlice { begin, end, step } => {
+                a.attr("begin", begin)?;
+                a.attr("end", end)?;
+                a.attr("step", step)
+            }
             DynamicOp::Binary(_)
             | DynamicOp::Compare(_)
             | DynamicOp::MatMul
@@ -171,6 +176,11 @@ fn blank_op(name: &str, pos: TextPos, ty: &TensorType) -> Result<Op> {
                 "reverse" => DynamicOp::Reverse(vec![]),
                 "concatenate" => DynamicOp::Concatenate { axis: 0 },
                 "take" => DynamicOp::Take { axis: 0 },
+                "strided_slice" => DynamicOp::StridedSlice {
+                    begin: vec![],
+                    end: vec![],
+                    step: vec![],
+                },
                 _ => return Err(unknown()),
             }
         };
@@ -437,6 +447,34 @@ impl AttrKind for Vec<i64> {
     fn read(v: &AttrVal) -> Option<Self> {
         match v {
             AttrVal::List(items) => items.iter().copied().collect(),
+            AttrVal::Int(_) | AttrVal::Bool(_) | AttrVal::Star | AttrVal::Word(_) => None,
+        }
+    }
+}
+
+/// Slice bounds: `?` where omitted (`[1,?,-2]`).
+impl AttrKind for Vec<Option<i64>> {
+    fn what() -> String {
+        "a list of integers and ? (omitted)".into()
+    }
+    fn write(&self, out: &mut String) {
+        out.push('[');
+        for (i, x) in self.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            match x {
+                Some(x) => {
+                    let _ = write!(out, "{x}");
+                }
+                None => out.push('?'),
+            }
+        }
+        out.push(']');
+    }
+    fn read(v: &AttrVal) -> Option<Self> {
+        match v {
+            AttrVal::List(items) => Some(items.clone()),
             AttrVal::Int(_) | AttrVal::Bool(_) | AttrVal::Star | AttrVal::Word(_) => None,
         }
     }
