@@ -21,6 +21,12 @@ from .dtypes import as_dtype
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+# What the errors of ops that need a dim's size (or a value) while tracing
+# say: a function whose input_signature has None dims is then traced per
+# concrete shape instead (`Function._go_per_shape`).
+KNOWN_WHEN_TRACED = "must be known when traced"
+
+
 def site():
     """The user's frame that called into tensorlift: ``(file, line)``."""
     f = sys._getframe(1)

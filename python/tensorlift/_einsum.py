@@ -85,7 +85,8 @@ def einsum(equation, *inputs, **kwargs):
             raise TypeError(f"einsum '{equation}': input {k} is {x.dtype.name} but input 0 is {dtype.name}")
         if x.shape is None or None in x.shape:
             raise _bad(equation, f"input {k} has shape {None if x.shape is None else list(x.shape)}: einsum "
-                                 "needs every dim known (declare them in the input_signature)")
+                                 "needs every dim known: its dims must be known when traced (declare them in the "
+                                 "input_signature)")
     ins, out = _parse(equation, len(xs))
 
     # Expand each ellipsis into labels of its own (right-aligned, as NumPy

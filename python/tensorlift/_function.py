@@ -437,7 +437,9 @@ class Function:
         shape from now on: a gradient needed static shapes where the
         signature has None dims (a train step over batches of any size),
         as the compiled code is specialized per shape anyway."""
-        if statics is not None or self._per_shape is not None or _STATIC_SHAPES not in str(e):
+        if statics is not None or self._per_shape is not None:
+            return False
+        if _STATIC_SHAPES not in str(e) and _core.KNOWN_WHEN_TRACED not in str(e):
             return False
         if not self._relaxed():
             return False
@@ -479,7 +481,7 @@ class Function:
             return self._structure_for(tensors)[2](out)
         try:
             out = self._native_for(statics)([t._v for t in tensors])
-        except _errors().InvalidArgumentError as e:
+        except (TypeError, ValueError) as e:  # (InvalidArgumentError is a ValueError)
             if self._go_per_shape(statics, e):
                 return self._run(statics, tensors)
             raise
@@ -581,7 +583,7 @@ class Function:
                 native = self._per_shape
         try:
             native.call_into([t._v for t in tensors], outs)
-        except _errors().InvalidArgumentError as e:
+        except (TypeError, ValueError) as e:  # (InvalidArgumentError is a ValueError)
             if self._graphs is not None or not self._go_per_shape(statics, e):
                 raise
             self._check_shapes(tensors)
@@ -696,7 +698,7 @@ class Function:
             return self  # traced and compiled per shape, on each call
         try:
             native.compile(specs)
-        except _errors().InvalidArgumentError as e:
+        except (TypeError, ValueError) as e:  # (InvalidArgumentError is a ValueError)
             # (Specs with None dims cannot give the shapes; the calls will.)
             if native is not self._native or not self._go_per_shape(None, e):
                 raise

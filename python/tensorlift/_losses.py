@@ -85,7 +85,7 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         )
     classes = logits.shape[-1]
     if classes is None:
-        raise InvalidArgumentError(f"{op}: the number of classes (the last dim of logits) must be known")
+        raise InvalidArgumentError(f"{op}: the number of classes (the last dim of logits) must be known when traced")
     if isinstance(labels, EagerTensor):
         bad = (labels.numpy() < 0) | (labels.numpy() >= classes)
         if bad.any():

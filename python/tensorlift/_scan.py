@@ -46,8 +46,8 @@ def _scan(op, x, axis, exclusive, reverse_, name):
     n = x.shape[axis]
     if n is None:
         raise InvalidArgumentError(
-            f"{name}: dim {axis} has an unknown size; the scan's steps depend on it (declare it in the "
-            "input_signature)"
+            f"{name}: dim {axis} has an unknown size; the scan's steps depend on it, so it must be known when "
+            "traced (declare it in the input_signature)"
         )
     fill = convert_to_tensor(0 if op == "add" else 1, dtype=x.dtype)
     if reverse_:

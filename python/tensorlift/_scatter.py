@@ -33,8 +33,8 @@ def _tensor(x, dtype=None):
 def _static_shape(x, op, what):
     if x.shape is None or None in x.shape:
         raise InvalidArgumentError(
-            f"{op}: {what} has shape {None if x.shape is None else list(x.shape)}; {op} needs every dim "
-            "known (declare them in the input_signature)"
+            f"{op}: {what} has shape {None if x.shape is None else list(x.shape)}; {op} needs every dim, "
+            "which must be known when traced (declare them in the input_signature)"
         )
     return list(x.shape)
 
@@ -51,7 +51,8 @@ def _static_int(v, op, what):
     if isinstance(v, SymbolicTensor):
         raise TypeError(
             f"{op}: {what} is a tensor of the traced function, whose value is known only when it runs; "
-            f"{op} needs it while tracing (its result's shape): pass a Python int (or a static argument)"
+            f"{op} needs it while tracing (its result's shape): it must be known when traced (pass a Python "
+            "int or a static argument)"
         )
     if isinstance(v, Tensor):
         if v.shape != () or not v.dtype.is_integer:

@@ -22,7 +22,7 @@ def _check(values, op, axis=-1, bools=False):
     non-negative int."""
     x = values if isinstance(values, Tensor) else convert_to_tensor(values)
     if x.shape is None or None in x.shape:
-        raise InvalidArgumentError(f"{op}: the input's dims must be known (declare them in the input_signature)")
+        raise InvalidArgumentError(f"{op}: the input's dims must be known when traced (declare them in the input_signature)")
     if not (x.dtype.is_floating or x.dtype.is_integer or (bools and x.dtype.is_bool)):
         raise TypeError(f"{op}: the values must be numeric, not {x.dtype.name}")
     rank = len(x.shape)

@@ -339,7 +339,7 @@ def _jacobian_target(target, op):
     if not isinstance(target, Tensor):
         raise TypeError(f"{op}: the target must be a tensor, not {type(target).__name__}")
     if target.shape is None or None in target.shape:
-        raise ValueError(f"{op}: the target's shape must be known (one gradient per element), got "
+        raise ValueError(f"{op}: the target's shape must be known when traced (one gradient per element), got "
                          f"{None if target.shape is None else list(target.shape)}")
     if not target.dtype.is_floating:
         raise TypeError(f"{op}: the target must be floating-point, not {target.dtype.name}")

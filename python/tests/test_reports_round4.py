@@ -258,3 +258,35 @@ def test_slices_of_a_dim_of_unknown_size_follow_python_as_tensorflow_does(jit):
     g = tl.function(lambda t: t[::0], input_signature=[tl.TensorSpec([None, 2])], jit_compile=jit)
     with pytest.raises(ValueError, match="slice step cannot be zero"):
         g(x)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_ops_that_need_known_dims_trace_per_shape_under_a_none_signature(jit):
+    # einsum, top_k, cumsum, segment sums and random shapes from tl.shape
+    # refused a None dim; gradients already were traced per concrete shape
+    # (docs/porting-from-tensorflow.md), these now are too.
+    sig = [tl.TensorSpec([3, 3], tl.float32), tl.TensorSpec([None, 3], tl.float32)]
+
+    @tl.function(input_signature=sig, jit_compile=jit)
+    def step(w, x):
+        with tl.GradientTape() as t:
+            t.watch(w)
+            loss = tl.reduce_sum(tl.square(tl.einsum("bi,ij->bj", x, w)))
+        return t.gradient(loss, w)
+
+    for n in (2, 5):
+        x = np.arange(3 * n, dtype=np.float32).reshape(n, 3) / 7
+        np.testing.assert_allclose(step(np.eye(3, dtype=np.float32), x).numpy(), 2 * x.T @ x, rtol=1e-5)
+    cases = [
+        (lambda x: tl.math.top_k(x, 2).values, [None, 5], lambda a: -np.sort(-a, axis=-1)[:, :2]),
+        (lambda x: tl.math.cumsum(x, axis=0), [None, 5], lambda a: np.cumsum(a, axis=0)),
+        (lambda x: tl.math.unsorted_segment_sum(x, tl.cast(x[:, 0], tl.int32) % 2, 2), [None, 5],
+         lambda a: np.stack([a[a[:, 0].astype(int) % 2 == k].sum(0) for k in range(2)])),
+        (lambda x: x * 0.0 + tl.random.uniform(tl.shape(x)) * 0.0, [None, 5], lambda a: np.zeros_like(a)),
+    ]
+    for body, shape, expect in cases:
+        f = tl.function(body, input_signature=[tl.TensorSpec(shape, tl.float32)], jit_compile=jit)
+        for n in (1, 3):
+            a = np.arange(5 * n, dtype=np.float32).reshape(n, 5)
+            got = f(a).numpy()
+            np.testing.assert_allclose(got, expect(a), rtol=1e-6)
