@@ -49,7 +49,11 @@ def softmax_cross_entropy_with_logits(labels, logits, axis=-1, name=None):
     (``-log_softmax``), as in TensorFlow 2."""
     op = "softmax_cross_entropy_with_logits"
     logits = _float_tensor(logits, op, "logits")
-    labels = _float_tensor(labels, op, "labels", dtype=logits.dtype)
+    # TensorFlow casts the labels to the logits' dtype (one-hot int labels
+    # work), a tensor of the traced function as an eager one.
+    labels = labels if isinstance(labels, Tensor) else convert_to_tensor(labels, dtype=logits.dtype)
+    if labels.dtype != logits.dtype:
+        labels = cast(labels, logits.dtype)
     _same_shape(op, labels, logits)
     rank = len(logits.shape)
     if rank == 0:

@@ -290,3 +290,16 @@ def test_ops_that_need_known_dims_trace_per_shape_under_a_none_signature(jit):
             a = np.arange(5 * n, dtype=np.float32).reshape(n, 5)
             got = f(a).numpy()
             np.testing.assert_allclose(got, expect(a), rtol=1e-6)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_softmax_cross_entropy_casts_integer_labels_as_tensorflow_does(jit):
+    # One-hot int32 labels worked eagerly as a NumPy array and failed as a
+    # tensor, or traced ("labels must be a floating-point tensor").
+    lab = np.eye(3, dtype=np.int32)[[0, 2]]
+    logits = np.array([[1.0, 2.0, 0.5], [0.1, 0.2, 3.0]], np.float32)
+    want = -np.sum(lab * (logits - np.log(np.exp(logits).sum(-1, keepdims=True))), -1)
+    f = tl.function(lambda l, x: tl.nn.softmax_cross_entropy_with_logits(labels=l, logits=x), jit_compile=jit)
+    np.testing.assert_allclose(f(lab, logits).numpy(), want, rtol=1e-6)
+    got = tl.nn.softmax_cross_entropy_with_logits(labels=tl.constant(lab), logits=tl.constant(logits))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
