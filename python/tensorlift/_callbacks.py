@@ -6,6 +6,10 @@ eager tensors for ``py_function``. The first two run inside compiled code
 its body) and is a ``JitCompileError`` under ``jit_compile=True``.
 """
 
+import collections
+
+import numpy as np
+
 from . import _core, _native
 from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site
 from .dtypes import as_dtype
@@ -36,11 +40,53 @@ def _inputs(inp):
     return [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in inp]
 
 
+class _Logged:
+    """A stateful callback's function that, while a ``tl.function`` runs
+    under a gradient tape, logs what it returns (``state.callback_log``)
+    for the replay that computes the gradient."""
+
+    def __init__(self, func, key, tout):
+        self.func, self.key, self.tout = func, key, tout
+        self.__qualname__ = getattr(func, "__qualname__", type(func).__name__)
+
+    def __call__(self, *args):
+        out = self.func(*args)
+        log = _core.state.callback_log
+        if log is not None and log.get(self.key, ()) is not None:
+            try:
+                values = [out] if len(self.tout) == 1 else ([] if out is None else list(out))
+                kept = [np.array(v, dtype=as_dtype(d).as_numpy_dtype) for v, d in zip(values, self.tout)]
+                log.setdefault(self.key, collections.deque()).append(kept)
+            except Exception:  # noqa: BLE001 (the call's own checks report bad results)
+                # Not kept: the replay runs this callback again.
+                log[self.key] = None
+        return out
+
+
+def _replayed(key, tout):
+    """The results a stateful callback created at ``key`` returned when the
+    call being replayed ran (None when there are none to take: not in a
+    replay, or inside a loop or branch body, which may have run it any
+    number of times)."""
+    replay = _core.state.callback_replay
+    if replay is None or _core.state.region_depth:
+        return None
+    queue = replay.get(key)
+    if not queue:  # (None: one of its results could not be kept)
+        return None
+    return [convert_to_tensor(v, dtype=d) for v, d in zip(queue.popleft(), tout)]
+
+
 def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None):
     single, tout = _tout(Tout)
-    stateful = stateful and not _core.state.forward_retrace
     xs = _inputs(inp)
     where = site()
+    key = (kind, where)
+    if stateful and _native.tracing():
+        logged = _replayed(key, tout)
+        if logged is not None:
+            return _result(logged, single) if tout else None
+    stateful = stateful and not _core.state.forward_retrace
     like = next((x._s for x in xs if isinstance(x, SymbolicTensor)), None)
     if like is None and not _native.tracing():
         # Eager: a one-callback function, run now (the same conversions
@@ -55,7 +101,8 @@ def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None):
         out = [EagerTensor(v) for v in fn([x._v for x in xs])]
         return _result(out, single) if tout else None
     syms = [_core.to_sym(x, like, where) for x in xs]
-    out, target = _native.callback(kind, func, syms, tout, where, name, _shapes(output_shapes, len(tout)),
+    run = _Logged(func, key, tout) if stateful else func
+    out, target = _native.callback(kind, run, syms, tout, where, name, _shapes(output_shapes, len(tout)),
                                    stateful)
     _core.register_callback(target, func)
     out = [SymbolicTensor(s) for s in out]

@@ -438,6 +438,14 @@ class _ThreadState(threading.local):
         # not record the ops inside them (the loop or branch is recorded as
         # one op).
         self.region_depth = 0
+        # While a tl.function runs under a tape: the results its stateful
+        # callbacks return, by (kind, creation site), in the order they ran;
+        # and while its replay for the gradient is traced, those results
+        # (queues the replay takes from), so that the gradient sees the
+        # values the call computed (a random mask, a data source) instead
+        # of running the callbacks again.
+        self.callback_log = None
+        self.callback_replay = None
 
 
 state = _ThreadState()

@@ -1,6 +1,7 @@
 """``tl.function``: Python functions traced into graphs, once per input
 signature, and run interpreted or compiled (``jit_compile=True``)."""
 
+import collections
 import functools
 import inspect
 import operator
@@ -513,11 +514,22 @@ class Function:
         if _symbolic(args):
             return self._invoke(args)
         statics, tensors = self._split(args)
-        result = self._run(statics, tensors)
+        # What its stateful callbacks return, for the replay (a dropout
+        # mask drawn by tl.random must be the one the call used).
+        outer, _core.state.callback_log = _core.state.callback_log, {}
+        try:
+            result = self._run(statics, tensors)
+        finally:
+            log, _core.state.callback_log = _core.state.callback_log, outer
         flat, _ = flatten(result)
 
         def replay(xs):
-            leaves, _ = flatten(self._invoke(self._arguments(xs, statics)))
+            saved = _core.state.callback_replay
+            _core.state.callback_replay = {k: v if v is None else collections.deque(v) for k, v in log.items()}
+            try:
+                leaves, _ = flatten(self._invoke(self._arguments(xs, statics)))
+            finally:
+                _core.state.callback_replay = saved
             return [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in leaves]
 
         replay.symbolic_inputs = True

@@ -303,3 +303,40 @@ def test_softmax_cross_entropy_casts_integer_labels_as_tensorflow_does(jit):
     np.testing.assert_allclose(f(lab, logits).numpy(), want, rtol=1e-6)
     got = tl.nn.softmax_cross_entropy_with_logits(labels=tl.constant(lab), logits=tl.constant(logits))
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_tape_around_a_function_sees_the_values_its_stateful_callbacks_gave(jit):
+    # The replay that computes the gradient ran tl.random (a stateful
+    # callback) again: a dropout mask's gradient was another mask.
+    @tl.function(jit_compile=jit)
+    def layer(w):
+        return w * tl.random.uniform([4])
+
+    w = tl.constant(np.ones(4, np.float32))
+    with tl.GradientTape(persistent=True) as tape:
+        tape.watch(w)
+        y = layer(w)
+        loss = tl.reduce_sum(y)
+    np.testing.assert_array_equal(tape.gradient(loss, w).numpy(), y.numpy())
+    np.testing.assert_array_equal(tape.gradient(loss, w).numpy(), y.numpy())  # a second replay too
+    # A user's stateful source: it ran once for the call, and the
+    # gradient used what it returned then.
+    calls = []
+
+    def source():
+        calls.append(1)
+        return np.full(3, float(len(calls)), np.float32)
+
+    @tl.function(jit_compile=jit)
+    def scaled(x):
+        s = tl.numpy_function(source, [], tl.float32)
+        s.set_shape([3])
+        return tl.reduce_sum(x * s)
+
+    x = tl.constant([1.0, 2.0, 3.0])
+    with tl.GradientTape() as tape:
+        tape.watch(x)
+        y = scaled(x)
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [1.0, 1.0, 1.0])
+    assert len(calls) == 1
