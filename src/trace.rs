@@ -1560,6 +1560,17 @@ impl Sym {
         })
     }
 
+    /// Running sums along `axis` (negative counts from the end;
+    /// `tf.math.cumsum`): from the last element when `reverse`, each
+    /// element left out of its own sum when `exclusive`. Differentiable.
+    #[track_caller]
+    pub fn cumsum(&self, axis_: i64, reverse: bool, exclusive: bool) -> Sym {
+        let site = Site::caller();
+        self.tracer().build(&[self], "cumsum", &site, |g, v| {
+            builder::cumsum(g, v[0], axis_, reverse, exclusive, &site)
+        })
+    }
+
     /// This tensor sorted along `axis` (negative counts from the end), in
     /// [`Sym::argsort`]'s order; differentiable (the gradient goes back to
     /// where each element came from). Needs a static shape.

@@ -99,6 +99,7 @@ fn every_op_matches_numpy() {
         "argmax",
         "argmin",
         "argsort",
+        "cumsum",
         "dot_general",
         "take",
         "bitcast_convert",

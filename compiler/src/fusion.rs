@@ -749,6 +749,7 @@ fn fusible_op(op: &Op) -> bool {
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
         | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }
@@ -991,6 +992,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::DynamicSlice { .. }
             | Op::DynamicUpdateSlice
@@ -1116,6 +1118,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                 | Op::ArgMax { .. }
                 | Op::ArgMin { .. }
                 | Op::ArgSort { .. }
+                | Op::Cumsum { .. }
                 | Op::DotGeneral(_)
                 | Op::Take { .. }
                 | Op::DynamicSlice { .. }
@@ -1173,6 +1176,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
                 | Op::ArgMax { .. }
                 | Op::ArgMin { .. }
                 | Op::ArgSort { .. }
+                | Op::Cumsum { .. }
                 | Op::DotGeneral(_)
                 | Op::Take { .. }
                 | Op::DynamicSlice { .. }
@@ -1317,6 +1321,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -2501,6 +2506,7 @@ fn op_cost(op: &Op) -> usize {
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
         | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }
@@ -3151,6 +3157,7 @@ impl<'a> KernelBuilder<'a> {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::DynamicSlice { .. }
             | Op::DynamicUpdateSlice

@@ -220,6 +220,29 @@ pub fn argsort(
     g.add(op, &[x], site.clone())
 }
 
+/// Running sums along `axis` (negative counts from the end; `tf.cumsum`).
+/// `x` needs a known rank.
+pub fn cumsum(
+    g: &mut Graph,
+    x: ValueId,
+    axis: i64,
+    reverse: bool,
+    exclusive: bool,
+    site: &Site,
+) -> Result<ValueId> {
+    let Some(rank) = g.ty(x).shape.rank() else {
+        let m = format!("cumsum needs a known rank, got {}", g.ty(x));
+        return Err(fail(g, "cumsum", site, m));
+    };
+    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "cumsum", site, m))?[0];
+    let op = Op::Cumsum {
+        axis,
+        reverse,
+        exclusive,
+    };
+    g.add(op, &[x], site.clone())
+}
+
 /// NumPy's `take_along_axis`: `out[.., i, ..] = x[.., indices[.., i, ..],
 /// ..]` along `axis` (negative counts from the end), every other dim of
 /// `indices` the same as `x`'s. A gather of the flattened `x` at computed

@@ -50,6 +50,7 @@ fn body(g: &Graph, prefix: &str, indent: &str, out: &mut String) {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }

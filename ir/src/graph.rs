@@ -264,6 +264,7 @@ impl Graph {
                     | Op::ArgMax { .. }
                     | Op::ArgMin { .. }
                     | Op::ArgSort { .. }
+                    | Op::Cumsum { .. }
                     | Op::DotGeneral(_)
                     | Op::Take { .. }
                     | Op::DynamicSlice { .. }

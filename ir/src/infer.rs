@@ -178,6 +178,17 @@ pub fn infer(op: &Op, ins: &[&TensorType]) -> InferResult<Vec<TensorType>> {
             out.remove(*axis);
             TensorType::new(*index_dtype, Shape::Ranked(out))
         }
+        Op::Cumsum { axis, .. } => {
+            arity(ins, 1)?;
+            let d = ranked(ins[0])?;
+            if !ins[0].dtype.is_numeric() {
+                return Err(format!("cumsum needs a numeric operand, got {}", ins[0]));
+            }
+            if *axis >= d.len() {
+                return Err(format!("axis {axis} is out of range for {}", ins[0]));
+            }
+            ins[0].clone()
+        }
         Op::ArgSort {
             axis,
             index_dtype,
@@ -596,6 +607,7 @@ fn takes_strings(op: &Op) -> bool {
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
         | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }

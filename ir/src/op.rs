@@ -408,6 +408,7 @@ macro_rules! leaf_ops {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -524,6 +525,18 @@ pub enum Op {
         /// Index dtype (int32 or int64).
         index_dtype: DType,
     },
+    /// Running sums along `axis` (`tf.math.cumsum`): element `i` is the sum
+    /// of elements `0..=i` (`0..i` when `exclusive`; from the end when
+    /// `reverse`), added in that order in the operand's own type (halves in
+    /// f32, rounded once per element).
+    Cumsum {
+        /// Axis.
+        axis: usize,
+        /// Sum from the last element.
+        reverse: bool,
+        /// Leave the element itself out.
+        exclusive: bool,
+    },
     /// Generalized matrix product.
     DotGeneral(DotDims),
     /// Gather slices of the first operand along `axis` at the integer
@@ -626,6 +639,7 @@ impl Op {
             Op::ArgMax { .. } => "argmax".into(),
             Op::ArgMin { .. } => "argmin".into(),
             Op::ArgSort { .. } => "argsort".into(),
+            Op::Cumsum { .. } => "cumsum".into(),
             Op::DotGeneral(_) => "dot_general".into(),
             Op::Take { .. } => "take".into(),
             Op::DynamicSlice { .. } => "dynamic_slice".into(),
@@ -742,6 +756,7 @@ impl Op {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -780,6 +795,7 @@ impl Op {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }

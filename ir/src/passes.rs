@@ -252,6 +252,7 @@ fn splat_source(g: &Graph, mut v: ValueId) -> Option<&Literal> {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -346,6 +347,7 @@ fn identity_rules(g: &Graph, n: &Node) -> Option<ValueId> {
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
         | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }
@@ -470,6 +472,7 @@ fn hoistable(op: &Op) -> Option<bool> {
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
         | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
         | Op::DotGeneral(_)
         | Op::DynamicUpdateSlice
         | Op::Scatter { .. } => Some(true),
@@ -509,6 +512,7 @@ pub fn licm(g: &mut Graph) -> bool {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }

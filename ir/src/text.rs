@@ -106,6 +106,7 @@ fn print_node(graph: &Graph, node: &Node, indent: &str, out: &mut String) {
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
         | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }

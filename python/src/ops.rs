@@ -44,6 +44,10 @@ pub struct Attrs {
     pub step: Option<Vec<i64>>,
     /// `argsort`: largest first.
     pub descending: bool,
+    /// `cumsum`: from the last element.
+    pub reverse: bool,
+    /// `cumsum`: each element left out of its own sum.
+    pub exclusive: bool,
     /// `scatter`: how an update combines with the element.
     pub combiner: Option<Combiner>,
 }
@@ -85,6 +89,8 @@ impl Attrs {
                 "low" => a.low = Some(v.extract()?),
                 "high" => a.high = Some(v.extract()?),
                 "descending" => a.descending = v.extract()?,
+                "reverse" => a.reverse = v.extract()?,
+                "exclusive" => a.exclusive = v.extract()?,
                 "begin" => a.begin = Some(v.extract()?),
                 "end" => a.end = Some(v.extract()?),
                 "step" => a.step = Some(v.extract()?),
@@ -206,6 +212,7 @@ pub const NAMES: &[&str] = &[
     "argmax",
     "argmin",
     "argsort",
+    "cumsum",
     "take_along_axis",
     "scatter",
     "matmul",
@@ -378,6 +385,10 @@ pub fn apply(name: &str, inputs: &[Sym], a: &Attrs) -> Result<Vec<Sym>, Error> {
         "argsort" => {
             arity(name, inputs, 1)?;
             inputs[0].argsort(one_axis(name, a)?, a.descending)
+        }
+        "cumsum" => {
+            arity(name, inputs, 1)?;
+            inputs[0].cumsum(one_axis(name, a)?, a.reverse, a.exclusive)
         }
         "take_along_axis" => {
             arity(name, inputs, 2)?;

@@ -1,5 +1,5 @@
-"""``tf.math.cumsum`` and ``cumprod``: a log-step (Hillis–Steele) scan built
-from the core ops. Step ``k`` combines every element with the one ``2^k``
+"""``tf.math.cumsum`` (the native ``cumsum`` op: one pass, in order) and
+``cumprod``: a log-step (Hillis–Steele) scan built from the core ops. Step ``k`` combines every element with the one ``2^k``
 before it, a ``pad`` that shifts the axis by ``2^k`` (filling with the
 identity, 0 or 1, and dropping the tail): ``ceil(log2 n)`` elementwise steps
 that fuse, trace with static shapes and differentiate as ``pad`` and
@@ -44,6 +44,9 @@ def _scan(op, x, axis, exclusive, reverse_, name):
         raise InvalidArgumentError(f"{name}: axis {axis} is out of range for a tensor of rank {rank}")
     axis %= rank
     n = x.shape[axis]
+    if op == "add":
+        # Native: one pass in order, any size (known when it runs).
+        return apply("cumsum", [x], {"axis": axis, "reverse": bool(reverse_), "exclusive": bool(exclusive)})
     if n is None:
         raise InvalidArgumentError(
             f"{name}: dim {axis} has an unknown size; the scan's steps depend on it, so it must be known when "
@@ -66,8 +69,8 @@ def _scan(op, x, axis, exclusive, reverse_, name):
 def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
     """``tf.math.cumsum``: running sums along ``axis``; ``exclusive``
     leaves out each element itself (the first is 0), ``reverse`` sums from
-    the end. Floats are summed in a tree order (log-step), so they round
-    as a pairwise sum does, not as a sequential loop."""
+    the end; in order, in the tensor's type (as TensorFlow and NumPy add);
+    any size, also one known only when the function runs."""
     return _scan("add", x, axis, exclusive, reverse, "cumsum")
 
 

@@ -266,7 +266,7 @@ def test_cumsum_bad_inputs():
     def f(v):
         r = tl.numpy_function(np.copy, [v], tl.float32)
         r.set_shape([None])
-        return tl.math.cumsum(r)
+        return tl.math.cumprod(r)
 
     with pytest.raises(tl.errors.InvalidArgumentError, match="unknown size"):
         f(np.ones(3, np.float32))

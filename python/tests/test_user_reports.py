@@ -479,7 +479,7 @@ def test_an_op_that_needs_a_known_dim_says_so(jit):
     def body(x):
         r = tl.numpy_function(np.copy, [x], tl.float32)
         r.set_shape([None, 3])
-        return tl.math.cumsum(r, axis=0)
+        return tl.math.cumprod(r, axis=0)
 
     f = tl.function(body, jit_compile=jit)
     with pytest.raises(tl.errors.InvalidArgumentError, match=r"dim 0 has an unknown size.*must be known when traced"):

@@ -246,6 +246,7 @@ pub fn run_owned(graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
             | Op::ArgMax { .. }
             | Op::ArgMin { .. }
             | Op::ArgSort { .. }
+            | Op::Cumsum { .. }
             | Op::DotGeneral(_)
             | Op::Take { .. }
             | Op::DynamicSlice { .. }
@@ -340,6 +341,11 @@ pub fn eval_node(graph: &Graph, id: NodeId, args: &[&Tensor]) -> Result<Vec<Tens
             descending,
             index_dtype,
         } => reduce::argsort(a(0), *axis, *descending, *index_dtype)?,
+        Op::Cumsum {
+            axis,
+            reverse,
+            exclusive,
+        } => reduce::cumsum(a(0), *axis, *reverse, *exclusive)?,
         Op::DotGeneral(dd) => reduce::dot_general(a(0), a(1), dd)?,
         Op::Take { axis } => layout::take(a(0), a(1), *axis)?,
         Op::DynamicSlice { sizes } => layout::dynamic_slice(a(0), &args[1..], sizes)?,

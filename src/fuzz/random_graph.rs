@@ -339,8 +339,16 @@ fn random_op(rng: &mut Rng, g: &Graph, values: &[ValueId]) -> (Op, Vec<ValueId>)
                 return (Op::Unary(UnaryOp::Neg), vec![a]);
             }
             let axis = rng.below(rank);
-            match rng.below(4) {
+            match rng.below(5) {
                 0 => (Op::Concatenate { axis }, vec![a, a]),
+                3 if ta.dtype.is_numeric() => (
+                    Op::Cumsum {
+                        axis,
+                        reverse: rng.chance(50),
+                        exclusive: rng.chance(50),
+                    },
+                    vec![a],
+                ),
                 1 => (
                     Op::ArgMax {
                         axis,

@@ -421,6 +421,7 @@ fn cheap(op: &Op) -> bool {
         | Op::ArgMax { .. }
         | Op::ArgMin { .. }
         | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
         | Op::DotGeneral(_)
         | Op::Take { .. }
         | Op::DynamicSlice { .. }

@@ -125,6 +125,21 @@ pub(super) fn vjp(
             let Some(g) = g0 else { return Ok(none) };
             b.unpad(g, x[0], low, high, interior)?
         }
+        // Each element adds into every running sum after it (before it, in
+        // reverse): the cotangent summed from the other end.
+        Op::Cumsum {
+            axis,
+            reverse,
+            exclusive,
+        } => {
+            let Some(g) = g0 else { return Ok(none) };
+            let op = Op::Cumsum {
+                axis: *axis,
+                reverse: !*reverse,
+                exclusive: *exclusive,
+            };
+            vec![Some(b.add(op, &[g])?)]
+        }
         Op::Reverse(axes) => {
             let Some(g) = g0 else { return Ok(none) };
             vec![Some(b.add(Op::Reverse(axes.clone()), &[g])?)]

@@ -62,6 +62,15 @@ fn attributes<A: Attrs>(op: &mut Op, a: &mut A) -> Result<(), A::Error> {
         | Op::Take { axis }
         | Op::ArgMax { axis, .. }
         | Op::ArgMin { axis, .. } => a.attr("axis", axis),
+        Op::Cumsum {
+            axis,
+            reverse,
+            exclusive,
+        } => {
+            a.attr("axis", axis)?;
+            a.attr("reverse", reverse)?;
+            a.attr("exclusive", exclusive)
+        }
         Op::ArgSort {
             axis, descending, ..
         } => {
@@ -242,6 +251,11 @@ fn blank_op(name: &str, pos: TextPos, ty: &TensorType) -> Result<Op> {
         "argmin" => Op::ArgMin {
             axis: 0,
             index_dtype: ty.dtype,
+        },
+        "cumsum" => Op::Cumsum {
+            axis: 0,
+            reverse: false,
+            exclusive: false,
         },
         "argsort" => Op::ArgSort {
             axis: 0,

@@ -443,6 +443,109 @@ pub fn argsort(x: &Tensor, axis: usize, descending: bool, index_dtype: DType) ->
     transpose(&sorted, &perm)
 }
 
+/// Running sums of `x` along `axis` ([`tensorlift_ir::Op::Cumsum`]), in
+/// order (from the end when `reverse`; each element left out of its own
+/// sum when `exclusive`), in `x`'s type (integers wrap); halves summed in
+/// f32 and rounded once per element. Lines over the pool's threads.
+pub fn cumsum(x: &Tensor, axis: usize, reverse: bool, exclusive: bool) -> Result<Tensor> {
+    let d = x.dtype();
+    if d.is_half() {
+        return downcast_half(&cumsum(&upcast_half(x)?, axis, reverse, exclusive)?, d);
+    }
+    let dims = x.shape();
+    let (outer, n, inner) = (
+        dims[..axis].iter().product::<usize>(),
+        dims[axis],
+        dims[axis + 1..].iter().product::<usize>(),
+    );
+    let lines = Lines {
+        outer,
+        n,
+        inner,
+        reverse,
+        exclusive,
+    };
+    match d {
+        DType::F32 => lines.sum::<f32>(x, 0.0, |a, b| a + b),
+        DType::F64 => lines.sum::<f64>(x, 0.0, |a, b| a + b),
+        DType::C64 => lines.sum::<Complex32>(x, Complex32::new(0.0, 0.0), |a, b| a + b),
+        DType::C128 => lines.sum::<Complex64>(x, Complex64::new(0.0, 0.0), |a, b| a + b),
+        DType::Bool | DType::F16 | DType::BF16 | DType::String | int_dtypes!() => {
+            with_int!(d, T => lines.sum::<T>(x, T::ZERO, |a, b| T::bin(BinaryOp::Add, a, b)),
+                else => Err(Error::internal(format!("cumsum reached the interpreter on {d}"))))
+        }
+    }
+}
+
+/// The lines of a cumulative op: `outer` blocks of `n` steps of `inner`
+/// contiguous elements.
+struct Lines {
+    outer: usize,
+    n: usize,
+    inner: usize,
+    reverse: bool,
+    exclusive: bool,
+}
+
+impl Lines {
+    fn sum<T: Pod + Send + Sync>(
+        &self,
+        x: &Tensor,
+        zero: T,
+        add: impl Fn(T, T) -> T + Sync,
+    ) -> Result<Tensor> {
+        let src = x.view::<T>()?;
+        let len = src.len();
+        let no_memory = || Error::invalid(format!("cumsum: no memory for {len} elements"));
+        // SAFETY: every element of every block is written below.
+        let mut bytes = unsafe { AlignedBytes::try_for_overwrite(len * x.dtype().size()) }
+            .map_err(|_| no_memory())?;
+        if len > 0 {
+            let out: &mut [T] = bytemuck::cast_slice_mut(bytes.as_mut_slice());
+            let block = self.n * self.inner;
+            // Parts of whole blocks, each at least ~64K elements.
+            let parts = crate::pool::threads()
+                .min(len.div_ceil(1 << 16))
+                .min(self.outer)
+                .max(1);
+            let per = self.outer.div_ceil(parts);
+            let chunks: Vec<std::sync::Mutex<&mut [T]>> = out
+                .chunks_mut(per * block)
+                .map(std::sync::Mutex::new)
+                .collect();
+            crate::pool::run_parts(chunks.len(), &|p| {
+                let Ok(mut chunk) = chunks[p].lock() else {
+                    return;
+                };
+                let first = p * per * block;
+                let src = &src[first..first + chunk.len()];
+                let mut acc = vec![zero; self.inner];
+                for (xs, ys) in src.chunks_exact(block).zip(chunk.chunks_exact_mut(block)) {
+                    acc.fill(zero);
+                    for step in 0..self.n {
+                        let k = if self.reverse {
+                            self.n - 1 - step
+                        } else {
+                            step
+                        };
+                        let at = k * self.inner..(k + 1) * self.inner;
+                        for ((a, &v), y) in acc.iter_mut().zip(&xs[at.clone()]).zip(&mut ys[at]) {
+                            if self.exclusive {
+                                *y = *a;
+                                *a = add(*a, v);
+                            } else {
+                                *a = add(*a, v);
+                                *y = *a;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        Tensor::from_aligned(x.dtype(), x.shape(), bytes)
+    }
+}
+
 /// Generalized matrix product: result dims are batch, lhs free, rhs free.
 pub fn dot_general(l: &Tensor, r: &Tensor, dd: &DotDims) -> Result<Tensor> {
     let d = l.dtype();
