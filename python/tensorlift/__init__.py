@@ -83,6 +83,18 @@ from ._ops import (
 from ._ops import slice_ as slice  # noqa: A004  (TensorFlow's name)
 from ._more_ops import add_n, eye, one_hot, range, split, tile, unstack  # noqa: A004  (TensorFlow's names)
 from ._einsum import einsum
+from ._more_ops2 import (
+    clip_by_global_norm,
+    clip_by_norm,
+    linspace,
+    meshgrid,
+    norm,
+    pad,
+    roll,
+    searchsorted,
+    sequence_mask,
+    unravel_index,
+)
 from ._scan import cumsum
 from ._scatter import (
     gather,  # (with batch_dims)

@@ -68,8 +68,16 @@ def einsum(equation, *inputs, **kwargs):
     ``ii->i``, a trace: ``ii->``) and labels summed within one operand.
     Dims must be known when traced. Malformed equations, labels of
     mismatched sizes and a label the output repeats are
-    ``InvalidArgumentError``s naming the equation."""
+    ``InvalidArgumentError``s naming the equation. ``optimize=`` (TF's
+    choice of contraction order) and ``name=`` are accepted and ignored:
+    operands are contracted left to right."""
     kwargs.pop("name", None)
+    # (TF's ``optimize=`` picks a contraction order through opt_einsum;
+    # here the order is left to right whatever it says.)
+    optimize = kwargs.pop("optimize", "greedy")
+    if optimize not in ("greedy", "optimal", "branch-2", "branch-all", "auto", "dp", "random-greedy"):
+        raise ValueError(f"einsum: optimize must be 'greedy', 'optimal', 'branch-2', 'branch-all' or 'auto', "
+                         f"not {optimize!r}")
     if kwargs:
         raise TypeError(f"einsum: unexpected keyword argument(s) {sorted(kwargs)}")
     if not isinstance(equation, str):

@@ -56,9 +56,15 @@ def gelu(features, approximate=False, name=None):
 
 
 def softplus(features, name=None):
-    """``tf.nn.softplus``: ``log(1 + exp(x))``, without overflow."""
+    """``tf.nn.softplus``: ``log(1 + exp(x))``, without overflow; its
+    gradient ``sigmoid(x)``, 0.5 at 0 (each branch sees only the inputs it
+    takes: ``abs`` would differentiate to 1 at 0)."""
     x = convert_to_tensor(features)
-    return maximum(x, _c(0, x)) + log1p(exp(-abs(x)))
+    zero = _c(0, x)
+    up = x >= zero
+    pos = where(up, x, zero)
+    neg = where(up, zero, x)
+    return where(up, x + log1p(exp(-pos)), log1p(exp(neg)))
 
 
 def leaky_relu(features, alpha=0.2, name=None):

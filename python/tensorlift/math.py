@@ -18,3 +18,6 @@ from ._scatter import (  # noqa: F401,E402
     unsorted_segment_min, unsorted_segment_sum,
 )
 from ._sort import top_k  # noqa: F401,E402
+from ._more_ops2 import (  # noqa: F401,E402
+    bincount, in_top_k, invert_permutation, log_sigmoid, segment_prod, unsorted_segment_prod,
+)

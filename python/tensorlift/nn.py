@@ -9,3 +9,4 @@ from ._losses import (  # noqa: F401,E402
     sparse_softmax_cross_entropy_with_logits,
 )
 from ._sort import top_k  # noqa: F401,E402  (tf.nn.top_k)
+from ._more_ops2 import bias_add, dropout, embedding_lookup, in_top_k, l2_loss  # noqa: F401,E402
