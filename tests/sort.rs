@@ -52,8 +52,9 @@ fn awkward(rows: usize, n: usize) -> Vec<f32> {
 
 #[test]
 fn argsort_sort_and_top_k_agree_with_a_stable_sort_in_both_modes() {
-    // 300 rows of 517: several parts on the pool's threads; and 3 rows.
-    for (rows, n) in [(3, 9), (300, 517)] {
+    // 300 rows of 517: several parts on the pool's threads; 3 rows; one
+    // row of 300,000 (split into runs over the threads, then merged).
+    for (rows, n) in [(3, 9), (300, 517), (1, 300_000)] {
         let x = awkward(rows, n);
         let want_asc: Vec<i32> = x.chunks(n).flat_map(|r| order(r, false)).collect();
         let want_desc: Vec<i32> = x.chunks(n).flat_map(|r| order(r, true)).collect();

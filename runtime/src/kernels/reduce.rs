@@ -301,14 +301,39 @@ fn sort_keys(x: &Tensor, from: usize, n: usize, out: &mut Vec<u64>) -> Result<()
     Ok(())
 }
 
+/// Sorts one row of distinct keys. A long row (in a tensor of fewer rows
+/// than threads, whose rows are sorted one after another) is cut into one
+/// run per thread, each sorted on its own thread, and the runs merged by
+/// the standard library's stable sort (which finds them: one merge pass
+/// per doubling of runs).
+fn sort_keys_of_row<K: Ord + Send>(row: &mut [K], split: bool) {
+    let threads = crate::pool::threads();
+    if !split || threads < 2 || row.len() < 1 << 17 {
+        row.sort_unstable();
+        return;
+    }
+    let per = row.len().div_ceil(threads);
+    let runs: Vec<std::sync::Mutex<&mut [K]>> =
+        row.chunks_mut(per).map(std::sync::Mutex::new).collect();
+    crate::pool::run_parts(runs.len(), &|p| {
+        if let Ok(mut run) = runs[p].lock() {
+            run.sort_unstable();
+        }
+    });
+    drop(runs);
+    row.sort();
+}
+
 /// Sorts rows `rows` of `n` elements of `x` into `out` (each row's element
-/// indices in order, ties in index order).
+/// indices in order, ties in index order); `split`: the rows are sorted on
+/// the calling thread alone, so a long one may be split over the threads.
 fn argsort_rows<I: Pod + TryFrom<usize>>(
     x: &Tensor,
     rows: std::ops::Range<usize>,
     n: usize,
     descending: bool,
     out: &mut [I],
+    split: bool,
 ) -> Result<()> {
     let wide = wide_keys(x.dtype());
     let flip = match (descending, wide) {
@@ -331,7 +356,7 @@ fn argsort_rows<I: Pod + TryFrom<usize>>(
                     .enumerate()
                     .map(|(j, &k)| ((k ^ flip) << 32) | j as u64),
             );
-            row.sort_unstable();
+            sort_keys_of_row(&mut row, split);
             for (o, &v) in out.iter_mut().zip(&row) {
                 if let Some(i) = index(v & u64::from(u32::MAX)) {
                     *o = i;
@@ -346,7 +371,7 @@ fn argsort_rows<I: Pod + TryFrom<usize>>(
             row.extend(
                 (keys.iter().enumerate()).map(|(j, &k)| (u128::from(k ^ flip) << 64) | j as u128),
             );
-            row.sort_unstable();
+            sort_keys_of_row(&mut row, split);
             for (o, &v) in out.iter_mut().zip(&row) {
                 if let Some(i) = index(v as u64) {
                     *o = i;
@@ -400,7 +425,7 @@ pub fn argsort(x: &Tensor, axis: usize, descending: bool, index_dtype: DType) ->
                 return;
             };
             let rows = p * per..p * per + chunk.len() / n;
-            if let Err(e) = argsort_rows(t, rows, n, descending, &mut chunk)
+            if let Err(e) = argsort_rows(t, rows, n, descending, &mut chunk, parts == 1)
                 && let Ok(mut failed) = failed.lock()
             {
                 *failed = Some(e);
