@@ -300,3 +300,23 @@ fn the_gradient_of_a_set_scatter_reaches_only_the_updates_that_land() {
         );
     }
 }
+
+#[test]
+fn a_compiled_sort_gathers_from_its_input_without_copies() {
+    // The gather's table was a reshape of the input copied into a buffer
+    // of its own, and the take a runtime kernel copying element by
+    // element: now a kernel gathers straight from the input's buffer.
+    let f = function(|x: Sym| x.sort(-1, false)).jit_compile(true);
+    let fused = f
+        .compiler_ir(
+            &[tensorlift::TensorSpec::known(DType::F32, &[64, 32])],
+            tensorlift::IrStage::Fused,
+        )
+        .unwrap();
+    assert!(
+        fused.contains("kernel 'take'")
+            && fused.contains("gather slot 0 f32")
+            && !fused.contains("kernel 'reshape'"),
+        "{fused}"
+    );
+}

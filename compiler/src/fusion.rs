@@ -715,6 +715,60 @@ fn fusible(g: &Graph, n: &Node) -> bool {
     fusible_op(&n.op)
 }
 
+/// Whether `n` is a fusible `take` of single elements (from a table of
+/// rank 1: `take_along_axis`'s): a gather in a kernel also when it has a
+/// buffer of its own, where a take of rows stays a runtime kernel that
+/// copies each row whole.
+fn gathers_elements(g: &Graph, n: &Node) -> bool {
+    matches!(n.op, Op::Take { .. })
+        && fusible(g, n)
+        && n.inputs.first().and_then(|x| g.ty(*x).shape.rank()) == Some(1)
+}
+
+/// The buffer `v` is a reshape of (a reshape keeps the row-major order,
+/// so its elements are that buffer's, addressed linearly), if it is one.
+fn reshaped_buffer(g: &Graph, v: ValueId, kind: &[Kind]) -> Option<ValueId> {
+    let n = g.producer(v);
+    match n.op {
+        Op::Reshape(_) => {
+            let x = *n.inputs.first()?;
+            (kind[x.index()] == Kind::Buffer).then_some(x)
+        }
+        Op::Parameter { .. }
+        | Op::Constant(_)
+        | Op::Iota { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert(_)
+        | Op::BroadcastInDim { .. }
+        | Op::Transpose(_)
+        | Op::Slice { .. }
+        | Op::Concatenate { .. }
+        | Op::Pad { .. }
+        | Op::Reverse(_)
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::ArgMin { .. }
+        | Op::ArgSort { .. }
+        | Op::Cumsum { .. }
+        | Op::DotGeneral(_)
+        | Op::Take { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice
+        | Op::Scatter { .. }
+        | Op::BitcastConvert(_)
+        | Op::Callback(_)
+        | Op::Dynamic(_)
+        | Op::While { .. }
+        | Op::Case { .. }
+        | Op::StopGradient
+        | Op::CustomVjp { .. } => None,
+    }
+}
+
 /// Whether a `take` of a table of `dtype` may be a gather in its readers'
 /// kernels ([`ENode::Gather`]): not strings, and not f16/bf16, which
 /// kernels compute in f32 (a take moves their bits, signalling NaNs
@@ -1006,6 +1060,16 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             | Op::CustomVjp { .. } => !fusible(g, consumer),
         }
     };
+    // A gather reads its table from memory; a reshape of a buffer is that
+    // buffer read in its own row-major order, so it needs none of its own
+    // where the take is a gather whatever its kind: of single elements
+    // ([`gathers_elements`]).
+    let table_view = |consumer: &Node, v: ValueId, kind: &[Kind]| -> bool {
+        gathers_elements(g, consumer)
+            && consumer.inputs.first() == Some(&v)
+            && consumer.inputs.get(1) != Some(&v)
+            && reshaped_buffer(g, v, kind).is_some()
+    };
     for id in g.node_ids() {
         let n = g.node(id);
         if !(fusible(g, n) || is_scalar_const(&n.op)) {
@@ -1036,7 +1100,7 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             Some("materialized: it is an output".to_string())
         } else if let Some(c) = uses[v.index()].iter().find(|c| {
             let cn = g.node(**c);
-            cn.results.is_empty() || needs_buffer(cn)
+            cn.results.is_empty() || (needs_buffer(cn) && !table_view(cn, v, &kind))
         }) {
             Some(format!(
                 "materialized: {} '{}' reads it from memory",
@@ -1218,6 +1282,36 @@ fn plan_with(g: &Graph, params_writable: bool, accumulate: bool) -> Result<Plan>
             // A take only kernels read: a gather in each of them, after a
             // step that checks its indices (the take's error, raised
             // before anything is read; a runtime step with no outputs).
+            // A take of single elements with a buffer of its own (an
+            // output, or read by several kernels): the same check, then a
+            // kernel whose root is the gather (the runtime kernel copied
+            // element by element).
+            Op::Take { .. } if kind[v.index()] == Kind::Buffer && gathers_elements(g, n) => {
+                decisions.push(format!(
+                    "{}: a kernel of its gather (a runtime step checks the indices first)",
+                    n.name
+                ));
+                steps.push(Step::Runtime {
+                    graph: 0,
+                    node: id,
+                    inputs: slots_of(&slot_of, &n.inputs[1..2])?,
+                    outputs: vec![],
+                });
+                let dims = g.ty(v).shape.as_known().unwrap_or_default();
+                let mut b = KernelBuilder::new(g, &kind, &slot_of, dims.len());
+                b.root = Some(v);
+                let root = b.build(v, &IndexMap::identity(dims.len()))?;
+                let out_strides = row_major(&dims);
+                let k = b.finish(
+                    &n.name,
+                    KernelKind::Loop,
+                    dims,
+                    root,
+                    slots_of(&slot_of, &[v])?[0],
+                    out_strides,
+                );
+                steps.push(Step::Kernel(k));
+            }
             Op::Take { .. } if kind[v.index()] == Kind::Inline => {
                 decisions.push(format!(
                     "{}: fused into its readers as a gather (a runtime step checks the indices first)",
@@ -3133,10 +3227,13 @@ impl<'a> KernelBuilder<'a> {
                 xc.push(vec![0; self.loops]);
                 xo.extend_from_slice(&off[*axis + ir..]);
                 xc.extend_from_slice(&coef[*axis + ir..]);
-                let slot = *self
-                    .slot_of
-                    .get(&x)
-                    .ok_or_else(|| Error::internal(format!("no slot for {x}")))?;
+                // (The table's own buffer, or the one it is a reshape of.)
+                let table = match self.slot_of.get(&x) {
+                    Some(&s) => Some(s),
+                    None => reshaped_buffer(self.g, x, self.kind)
+                        .and_then(|b| self.slot_of.get(&b).copied()),
+                };
+                let slot = table.ok_or_else(|| Error::internal(format!("no slot for {x}")))?;
                 let (offset, strides) =
                     IndexMap::Multi { off: xo, coef: xc }.linear(&xd, self.loops);
                 self.push(ENode::Gather {
