@@ -242,7 +242,7 @@ def tile(input, multiples, name=None):  # noqa: A002
     if len(multiples) != len(shape):
         raise InvalidArgumentError(f"tile: {len(multiples)} multiples for a tensor of rank {len(shape)}")
     if None in shape:
-        raise InvalidArgumentError("tile needs the dims known (declare them in the input_signature)")
+        raise InvalidArgumentError("tile: the dims must be known when traced (declare them in the input_signature)")
     spread = reshape(x, [d for n in shape for d in (1, n)])
     wide = broadcast_to(spread, [d for m, n in zip(multiples, shape) for d in (m, n)])
     return reshape(wide, [m * n for m, n in zip(multiples, shape)])
@@ -256,7 +256,7 @@ def split(value, num_or_size_splits, axis=0, num=None, name=None):
     axis = axis % len(shape)
     n = shape[axis]
     if n is None:
-        raise InvalidArgumentError("split needs the split dim known")
+        raise InvalidArgumentError("split: the split dim must be known when traced")
     if isinstance(num_or_size_splits, int):
         if num_or_size_splits <= 0 or n % num_or_size_splits:
             raise InvalidArgumentError(f"split: dim {axis} of size {n} does not split into {num_or_size_splits}")
@@ -285,7 +285,7 @@ def unstack(value, num=None, axis=0, name=None):
     axis = axis % rank
     n = x.shape[axis]
     if n is None:
-        raise InvalidArgumentError("unstack needs the unstacked dim known")
+        raise InvalidArgumentError("unstack: the unstacked dim must be known when traced")
     return [gather(x, convert_to_tensor(i, dtype="int32"), axis=axis) for i in builtins.range(n)]
 
 

@@ -167,7 +167,7 @@ def _dims(shape, op):
     ):
         raise TypeError(
             f"{op}: the shape is a tensor computed in the traced function (tl.shape of a None dim?), but "
-            "a shape must be known when the function is traced: use tl.zeros_like / tl.ones_like of a "
+            "a shape must be known when traced: use tl.zeros_like / tl.ones_like of a "
             "tensor of that shape, or give the input_signature a known size"
         )
     if isinstance(shape, Tensor):
@@ -268,8 +268,8 @@ def expand_dims(input, axis, name=None):  # noqa: A002
     if shape.count(None) > 1:
         raise ValueError(
             f"expand_dims of a tensor of shape {list(x.shape)}: it becomes a reshape, which infers "
-            "at most one dim of unknown size; the other dims must be known (declare them in the "
-            "input_signature, or with set_shape)"
+            "at most one dim of unknown size; the other dims must be known when traced (declare them in "
+            "the input_signature, or with set_shape)"
         )
     return reshape(x, [-1 if d is None else d for d in shape])
 

@@ -429,9 +429,17 @@ def test_shapes_and_predicates_are_checked_with_clear_errors():
         tl.ones([2.5])
     with pytest.raises(TypeError, match="TensorSpec dimensions are integers or None"):
         tl.TensorSpec([2.5])
+    # A shape from a None dim: traced per concrete shape (it was an error).
     f = tl.function(lambda x: tl.zeros(tl.shape(x)), input_signature=[tl.TensorSpec([None])])
-    with pytest.raises(TypeError, match="a shape must be known when the function is traced"):
-        f(np.ones(3, np.float32))
+    np.testing.assert_array_equal(f(np.ones(3, np.float32)).numpy(), np.zeros(3))
+    def h_body(x):
+        r = tl.numpy_function(np.copy, [x], tl.float32)
+        r.set_shape([None])
+        return tl.zeros(tl.shape(r))
+
+    h = tl.function(h_body)
+    with pytest.raises(TypeError, match="a shape must be known when traced"):
+        h(np.ones(3, np.float32))
     # A broadcast scalar, not a constant of the whole shape.
     g = tl.function(lambda x: tl.zeros([64, 64]) + x)
     assert "broadcast" in g.experimental_get_compiler_ir(np.float32(1))(stage="hlo")

@@ -340,3 +340,24 @@ def test_a_tape_around_a_function_sees_the_values_its_stateful_callbacks_gave(ji
         y = scaled(x)
     np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [1.0, 1.0, 1.0])
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_more_ops_needing_known_dims_trace_per_shape(jit):
+    # x[:, :, None] of [None, None] (a masked mean), zeros of tl.shape(x),
+    # tile, split and unstack of None dims were errors with no fallback.
+    sig = [tl.TensorSpec([None, None], tl.float32)]
+    cases = [
+        (lambda x: tl.reduce_sum(x[:, :, None] * tl.ones([1, 1, 2]), 1), lambda a: np.repeat(a.sum(1)[:, None], 2, 1)),
+        (lambda x: tl.zeros([tl.shape(x)[0]], tl.int32), lambda a: np.zeros(a.shape[0], np.int32)),
+        (lambda x: tl.ones(tl.shape(x)), lambda a: np.ones_like(a)),
+        (lambda x: tl.tile(x, [2, 1]), lambda a: np.tile(a, [2, 1])),
+        (lambda x: tl.split(x, 2, axis=1)[1], lambda a: np.split(a, 2, axis=1)[1]),
+        (lambda x: tl.unstack(x, axis=0)[0], lambda a: a[0]),
+        (lambda x: tl.stack([x, x], axis=2), lambda a: np.stack([a, a], axis=2)),
+    ]
+    for body, expect in cases:
+        f = tl.function(body, input_signature=sig, jit_compile=jit)
+        for shape in ((2, 4), (3, 6)):
+            a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+            np.testing.assert_array_equal(f(a).numpy(), expect(a))
