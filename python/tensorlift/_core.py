@@ -375,6 +375,9 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
                 f"tensor of dtype {value.dtype.name} where {as_dtype(dtype).name} was asked for"
             )
         return value
+    if isinstance(value, (list, tuple)) and _holds_symbolic(value):
+        # TensorFlow packs a list holding tensors (`[[i]]`, `[i, 2]`).
+        return _pack(value, dtype or _first_dtype(value))
     if dtype is None:
         if isinstance(value, (np.ndarray, np.generic)):
             d = None
@@ -390,6 +393,37 @@ def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
             _check_python_value(value, dt)
         d = dt.name
     return EagerTensor(_native.to_tensor(value, d))
+
+
+def _holds_symbolic(value):
+    return isinstance(value, SymbolicTensor) or (
+        isinstance(value, (list, tuple)) and any(_holds_symbolic(v) for v in value)
+    )
+
+
+def _first_dtype(value):
+    if isinstance(value, Tensor):
+        return value.dtype
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            d = _first_dtype(v)
+            if d is not None:
+                return d
+    return None
+
+
+def _pack(value, dtype):
+    """A nested list holding tensors as one tensor (``tf.stack`` of its
+    items, level by level): Python numbers take the tensors' dtype."""
+    from . import _ops
+
+    items = [
+        _pack(v, dtype) if isinstance(v, (list, tuple)) else convert_to_tensor(v, dtype=dtype)
+        for v in value
+    ]
+    if not items:
+        raise ValueError("cannot pack an empty list beside tensors into one tensor")
+    return _ops.stack(items, axis=0)
 
 
 def _check_python_value(value, dt):

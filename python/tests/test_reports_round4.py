@@ -361,3 +361,26 @@ def test_more_ops_needing_known_dims_trace_per_shape(jit):
         for shape in ((2, 4), (3, 6)):
             a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
             np.testing.assert_array_equal(f(a).numpy(), expect(a))
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_lists_holding_traced_tensors_are_packed_as_tensorflow_does(jit):
+    # [[i]] with a traced i failed (".numpy() works on eager tensors"),
+    # breaking row updates in a while_loop.
+    @tl.function(jit_compile=jit)
+    def f(x, i):
+        return (tl.tensor_scatter_nd_update(x, [[i]], [5.0]), tl.convert_to_tensor([i, 2]),
+                tl.gather(x + 1.0, [i, 0]), tl.one_hot([i], 4), x[0] * tl.cast([i], tl.float32))
+
+    a, b, c, d, e = f(np.zeros(4, np.float32), np.int32(2))
+    np.testing.assert_array_equal(a.numpy(), [0, 0, 5, 0])
+    np.testing.assert_array_equal(b.numpy(), [2, 2])
+    np.testing.assert_array_equal(c.numpy(), [1, 1])
+    np.testing.assert_array_equal(d.numpy(), [[0, 0, 1, 0]])
+    np.testing.assert_array_equal(e.numpy(), [0.0])
+
+    def body(i, x):
+        return i + 1, tl.tensor_scatter_nd_update(x, [[i]], [tl.cast(i, tl.float32)])
+
+    g = tl.function(lambda x: tl.while_loop(lambda i, x: i < 4, body, [tl.constant(0), x])[1], jit_compile=jit)
+    np.testing.assert_array_equal(g(np.zeros(4, np.float32)).numpy(), [0, 1, 2, 3])
