@@ -29,10 +29,13 @@ const UNKNOWN_SHAPE_REMEDY: &str = "\nRemedy: a callback's result has an unknown
 /// What to do when an in-function gradient would run a loop or branch
 /// whose body has effects again.
 const STATEFUL_REGION_REMEDY: &str = "\nRemedy: this loop or branch runs a callback (a \
-    numpy_function or py_func is stateful by default), and a gradient inside a tl.function \
-    keeps no forward values from within a loop or branch, so it would run the callback again, \
-    even under a tl.custom_gradient. If running it again is harmless, pass stateful=False to \
-    the callback; or call it (with its custom gradient) outside the loop or branch.";
+    numpy_function or py_func is stateful by default; so are tl.random's draws and \
+    tl.nn.dropout's mask), and a gradient inside a tl.function keeps no forward values from \
+    within a loop or branch, so it would run the callback again, even under a \
+    tl.custom_gradient. If running it again is harmless, pass stateful=False to the callback; \
+    or call it (with its custom gradient) outside the loop or branch (draw a random mask before \
+    a tl.cond and select it inside; or, for a branch, take the gradient with a tape outside the \
+    function, which replays the values the call drew).";
 
 /// `e` as the matching `tensorlift.errors` exception, with the exception a
 /// callback raised (when this error came from one) as its `__cause__`.

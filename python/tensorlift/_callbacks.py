@@ -11,6 +11,7 @@ import collections
 import numpy as np
 
 from . import _core, _native
+from . import errors as _errors
 from ._core import EagerTensor, SymbolicTensor, Tensor, convert_to_tensor, site
 from .dtypes import as_dtype
 
@@ -63,27 +64,38 @@ class _Logged:
         return out
 
 
-def _replayed(key, tout):
+def _replayed(key, tout, must, name):
     """The results a stateful callback created at ``key`` returned when the
     call being replayed ran (None when there are none to take: not in a
-    replay, or inside a loop or branch body, which may have run it any
-    number of times)."""
+    replay, or it did not run, as in a branch not taken). Inside a loop
+    body, which ran it any number of times, they cannot be replayed: the
+    callback runs again, or, where its values must be the call's
+    (``must``: tl.random's draws), that is an error."""
     replay = _core.state.callback_replay
-    if replay is None or _core.state.region_depth:
+    if replay is None:
         return None
     queue = replay.get(key)
     if not queue:  # (None: one of its results could not be kept)
         return None
+    if _core.state.loop_depth:
+        if must:
+            raise _errors.UnimplementedError(
+                f"{name or key[0]} at {key[1][0]}:{key[1][1]} draws random values inside a loop body of a "
+                "tl.function called under a GradientTape: the gradient would replay the loop with other "
+                "draws. Draw the values before the loop (a tensor of one draw per iteration, indexed in "
+                "the body)"
+            )
+        return None
     return [convert_to_tensor(v, dtype=d) for v, d in zip(queue.popleft(), tout)]
 
 
-def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None):
+def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None, must_replay=False):
     single, tout = _tout(Tout)
     xs = _inputs(inp)
     where = site()
     key = (kind, where)
     if stateful and _native.tracing():
-        logged = _replayed(key, tout)
+        logged = _replayed(key, tout, must_replay, name)
         if logged is not None:
             return _result(logged, single) if tout else None
     stateful = stateful and not _core.state.forward_retrace

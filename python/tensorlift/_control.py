@@ -151,7 +151,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         limit = convert_to_tensor(maximum_iterations, dtype="int32")
 
     def call_cond(syms):
-        with _Region():
+        with _Region(loop=True):
             return _call_cond(syms)
 
     def _call_cond(syms):
@@ -163,7 +163,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         return [to_sym(c, syms[0], site())]
 
     def call_body(syms):
-        with _Region():
+        with _Region(loop=True):
             return _call_body(syms)
 
     def _call_body(syms):
@@ -238,11 +238,16 @@ def _like(loop_vars, values):
 class _Region:
     """While a loop or branch body is traced (tapes see the whole op)."""
 
+    def __init__(self, loop=False):
+        self.loop = loop
+
     def __enter__(self):
         _core.state.region_depth += 1
+        _core.state.loop_depth += self.loop
 
     def __exit__(self, *exc):
         _core.state.region_depth -= 1
+        _core.state.loop_depth -= self.loop
         return False
 
 

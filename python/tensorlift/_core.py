@@ -480,6 +480,8 @@ class _ThreadState(threading.local):
         # of running the callbacks again.
         self.callback_log = None
         self.callback_replay = None
+        # How many of the bodies being traced (region_depth) are loops'.
+        self.loop_depth = 0
 
 
 state = _ThreadState()

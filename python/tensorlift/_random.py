@@ -480,7 +480,7 @@ def _stateful(op, dims, d, draw):
     def cb():
         return draw().astype(d.as_numpy_dtype)
 
-    out = _callbacks.numpy_function(cb, [], d, stateful=True, name=op)
+    out = _callbacks._call("numpy_function", cb, [], d, stateful=True, name=op, must_replay=True)
     out.set_shape(dims)
     return out
 
@@ -506,7 +506,7 @@ def uniform(shape, minval=0, maxval=None, dtype="float32", seed=None, name=None)
                     raise ValueError(f"{op}: need minval < maxval, got [{a}, {b})")
                 return _generator(seed).integers(a, b, size=dims).astype(d.as_numpy_dtype)
 
-            out = _callbacks.numpy_function(cb, bounds, d, stateful=True, name=op)
+            out = _callbacks._call("numpy_function", cb, bounds, d, stateful=True, name=op, must_replay=True)
             out.set_shape(dims)
             return out
         if hi <= lo:

@@ -384,3 +384,29 @@ def test_lists_holding_traced_tensors_are_packed_as_tensorflow_does(jit):
 
     g = tl.function(lambda x: tl.while_loop(lambda i, x: i < 4, body, [tl.constant(0), x])[1], jit_compile=jit)
     np.testing.assert_array_equal(g(np.zeros(4, np.float32)).numpy(), [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_dropout_in_a_branch_replays_its_mask_and_one_in_a_loop_says_why_not(jit):
+    # tf.cond(training, lambda: dropout(h), lambda: h) under a tape outside
+    # the function: the gradient drew another mask (silently wrong).
+    @tl.function(jit_compile=jit)
+    def forward(x, training):
+        return tl.cond(training, lambda: tl.nn.dropout(x, 0.5), lambda: x)
+
+    x = tl.constant(np.arange(1, 9, dtype=np.float32))
+    with tl.GradientTape() as tape:
+        tape.watch(x)
+        y = forward(x, tl.constant(True))
+        loss = tl.reduce_sum(y)
+    np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), np.where(y.numpy() != 0, 2.0, 0.0))
+
+    @tl.function(jit_compile=jit)
+    def looped(x):
+        return tl.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tl.nn.dropout(v, 0.5)), [0, x])[1]
+
+    with tl.GradientTape() as tape:
+        tape.watch(x)
+        loss = tl.reduce_sum(looped(x))
+    with pytest.raises(tl.errors.UnimplementedError, match="draws random values inside a loop body"):
+        tape.gradient(loss, x)
