@@ -28,6 +28,7 @@ from ._ops import (
     gather,
     is_finite,
     logical_and,
+    logical_not,
     logical_or,
     maximum,
     minimum,
@@ -648,6 +649,16 @@ def searchsorted(sorted_sequence, values, side="left", out_type="int32", name=No
         s2 = reshape(s, [rows_s, 1, m])
         v2 = reshape(v, [rows_v, kcount, 1])
         hit = apply("less" if side == "left" else "less_equal", [s2, v2])
+        if s.dtype.is_floating:
+            # A NaN value sorts after every number (NumPy's order, as the
+            # merge path has it): before the NaN entries ('left') or after
+            # them ('right'); comparisons with it are all false.
+            v_nan = apply("not_equal", [v2, v2])
+            if side == "left":
+                s_number = logical_not(apply("not_equal", [s2, s2]))
+                hit = logical_or(logical_and(v_nan, s_number), logical_and(logical_not(v_nan), hit))
+            else:
+                hit = logical_or(hit, v_nan)
         return reshape(reduce_sum(cast(hit, d), axis=2), list(v.shape))
     return reshape(cast(_merge_positions(reshape(s, [rows_s, m]), reshape(v, [rows_v, kcount]), side), d),
                    list(v.shape))

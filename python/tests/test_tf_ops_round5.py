@@ -815,3 +815,17 @@ def test_softplus_gradient_at_zero_is_a_half():
     np.testing.assert_allclose(tape.gradient(y, x).numpy(), 1 / (1 + np.exp(-np.array([0.0, -3.0, 3.0]))), rtol=1e-6)
     big = tl.nn.softplus(tl.constant([-100.0, 100.0, 0.0])).numpy()
     np.testing.assert_allclose(big, [np.exp(-100.0), 100.0, np.log(2)], rtol=1e-6, atol=1e-40)
+
+
+@pytest.mark.parametrize("mode", ["eager", "traced", "jit"])
+def test_searchsorted_of_nan_short_rows_sorts_it_last_as_numpy(mode):
+    # Short rows (compared pairwise) put a NaN value at 0; long ones and
+    # NumPy after every number.
+    seq = np.array([0, 1, 2, np.nan], np.float32)
+    vals = np.array([np.nan, 1.0, -1, 5], np.float32)
+    for side in ("left", "right"):
+        def f(s, v, side=side):
+            return tl.searchsorted(s, v, side=side)
+
+        g = f if mode == "eager" else tl.function(f, jit_compile=mode == "jit")
+        np.testing.assert_array_equal(g(seq, vals).numpy(), np.searchsorted(seq, vals, side=side))
