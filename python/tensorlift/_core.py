@@ -602,6 +602,12 @@ def getitem(x, key):
                 "only integers, slices, '...', None and scalar integer tensors are valid "
                 f"indices, not a tensor of dtype {k.dtype.name} and shape {list(k.shape)}"
             )
+        if isinstance(k, list) or (isinstance(k, np.ndarray) and k.ndim) or (isinstance(k, tuple) and k):
+            # (TensorFlow's message; NumPy's fancy indexing is tl.gather.)
+            raise TypeError(
+                "only integers, slices, '...', None and scalar integer tensors are valid indices, "
+                f"got {k!r}: gather several positions with tl.gather(x, {k!r}, axis=...)"
+            )
         if isinstance(k, slice) and any(isinstance(b, SymbolicTensor) for b in (k.start, k.stop, k.step)):
             raise TypeError(
                 "a slice bound is a tensor of the traced function (x[a:]): the result's size would be "

@@ -410,3 +410,18 @@ def test_a_dropout_in_a_branch_replays_its_mask_and_one_in_a_loop_says_why_not(j
         loss = tl.reduce_sum(looped(x))
     with pytest.raises(tl.errors.UnimplementedError, match="draws random values inside a loop body"):
         tape.gradient(loss, x)
+
+
+@pytest.mark.parametrize("jit", [None, False, True])
+def test_indexing_with_a_list_is_tensorflows_type_error_in_every_mode(jit):
+    # Eagerly and traced it failed in int() ("argument must be ... not
+    # 'list'"); TensorFlow raises a TypeError naming valid indices.
+    x = tl.constant(np.arange(6.0, dtype=np.float32).reshape(3, 2))
+
+    def f(t):
+        return t[[0, 2]]
+
+    g = f if jit is None else tl.function(f, jit_compile=jit)
+    with pytest.raises(TypeError, match=r"valid indices, got \[0, 2\]: gather several positions with tl.gather"):
+        g(x)
+    assert float(x[np.array(1), 1].numpy()) == 3.0
