@@ -289,13 +289,15 @@ def _check_ids(op, ids, num, sorted_=False):
     if not isinstance(ids, EagerTensor):
         return
     v = ids.numpy()
-    if v.size and v.max() >= num:
-        raise InvalidArgumentError(f"{op}: segment id {int(v.max())} is out of range [0, {num})")
     if sorted_:
+        # (First: with ids out of order, the count taken from the last id
+        # is what is wrong, not the id past it.)
         if v.size and v.min() < 0:
             raise InvalidArgumentError(f"{op}: segment ids must be >= 0, got {int(v.min())}")
-        if v.size > 1 and (np.diff(v) < 0).any():
+        if v.size > 1 and (np.diff(v.reshape(-1)) < 0).any():
             raise InvalidArgumentError(f"{op}: segment ids are not sorted (increasing): {v.tolist()[:16]}")
+    if v.size and v.max() >= num:
+        raise InvalidArgumentError(f"{op}: segment id {int(v.max())} is out of range [0, {num})")
 
 
 def _num_of_sorted(op, segment_ids):

@@ -829,3 +829,10 @@ def test_searchsorted_of_nan_short_rows_sorts_it_last_as_numpy(mode):
 
         g = f if mode == "eager" else tl.function(f, jit_compile=mode == "jit")
         np.testing.assert_array_equal(g(seq, vals).numpy(), np.searchsorted(seq, vals, side=side))
+
+
+def test_sorted_segment_ops_with_unsorted_ids_say_so():
+    # [1, 0, 0, 0] read "segment id 1 is out of range [0, 1)": the count
+    # came from the last id.
+    with pytest.raises(tl.errors.InvalidArgumentError, match=r"not sorted \(increasing\): \[1, 0, 0, 0\]"):
+        tl.math.segment_sum(np.ones(4, np.float32), [1, 0, 0, 0])
