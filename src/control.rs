@@ -573,10 +573,18 @@ pub fn scan(
     let mut ys = None;
     match scan_impl(&tracer, &f, init, xs, length, reverse, &site, &mut ys) {
         Ok(Some(r)) => r,
-        r => (
-            settle(&tracer, r.map(|_| None), init.len()),
-            tracer.current_poisoned(ys.unwrap_or(0)),
-        ),
+        r => {
+            let carry = settle(&tracer, r.map(|_| None), init.len());
+            // A body never traced (the scan failed first): run on poisoned
+            // values, which build nothing, it says how many ys it gives,
+            // so that the caller's `ys[0]` is a poisoned value, not a panic.
+            let n = ys.unwrap_or_else(|| {
+                let c = tracer.current_poisoned(init.len());
+                let x = tracer.current_poisoned(xs.len());
+                f(&c, &x).1.len()
+            });
+            (carry, tracer.current_poisoned(n))
+        }
     }
 }
 

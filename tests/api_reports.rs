@@ -372,3 +372,29 @@ fn strided_slices_follow_python_on_dims_of_unknown_size() {
     let g = tensorlift::ir::text::parse(&text, "traced").unwrap();
     assert_eq!(tensorlift::ir::text::print(&g), text);
 }
+
+#[test]
+fn a_scan_that_fails_before_its_body_gives_poisoned_ys_not_a_panic() {
+    // The body never traced, so scan returned no ys and the caller's
+    // ys[0] panicked (the call's Err came from the caught panic).
+    let g = function(|c: Sym, xs: Sym| {
+        let (carry, ys) = tensorlift::scan(
+            |c, x| (vec![&c[0] + &x[0]], vec![x[0].clone()]),
+            &[c],
+            &[xs],
+            None,
+            false,
+        );
+        assert_eq!(ys.len(), 1);
+        vec![carry[0].clone(), ys[0].clone()]
+    })
+    .input_signature(vec![
+        TensorSpec::known(DType::F32, &[5]),
+        TensorSpec::new(DType::F32, &[None, Some(5)]),
+    ]);
+    let e = g
+        .call(&[f32s(&[0.0; 5]), common::f32s(&[1.0; 10], &[2, 5])])
+        .unwrap_err();
+    assert!(e.to_string().contains("scan needs the leading dim"), "{e}");
+    assert!(!e.to_string().contains("panicked"), "{e}");
+}

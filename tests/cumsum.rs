@@ -116,3 +116,20 @@ fn a_running_sum_over_a_dim_known_only_when_the_function_runs() {
         "{e}"
     );
 }
+
+#[test]
+fn a_running_sum_starts_from_the_first_element_itself() {
+    // cumsum([-0.0]) was +0.0 (0 + -0.0); NumPy keeps -0.0.
+    for jit in [false, true] {
+        let f = function(|x: Sym| vec![x.cumsum(0, false, false), x.cumsum(0, true, false)])
+            .jit_compile(jit);
+        let y = f.call(&[f64s(&[-0.0, -0.0], &[2])]).unwrap();
+        for out in &y {
+            let v = common::to_vec::<f64>(out);
+            assert!(
+                v.iter().all(|x| x.to_bits() == (-0.0f64).to_bits()),
+                "jit {jit}: {v:?}"
+            );
+        }
+    }
+}

@@ -320,3 +320,26 @@ fn a_compiled_sort_gathers_from_its_input_without_copies() {
         "{fused}"
     );
 }
+
+#[test]
+fn take_along_axis_refuses_an_index_outside_its_line() {
+    // An index past the line (or negative, or an i64 that wrapped in the
+    // conversion to i32) read an element of another row without error.
+    let x = common::f32s(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3]);
+    let i64s = |v: &[i64]| {
+        let b: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        Tensor::from_bytes(DType::I64, &[2, 1], &b).unwrap()
+    };
+    for jit in [false, true] {
+        let f = function(|x: Sym, i: Sym| x.take_along_axis(&i, 1)).jit_compile(jit);
+        for bad in [i32s(&[3, 0], &[2, 1]), i32s(&[0, -1], &[2, 1])] {
+            let e = f.call(&[x.clone(), bad]).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "jit {jit}: {e}");
+            assert!(e.to_string().contains("is not in [0, 6)"), "jit {jit}: {e}");
+        }
+        let e = f.call(&[x.clone(), i64s(&[(1 << 32) + 1, 0])]).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "jit {jit}: {e}");
+        let y = f.call(&[x.clone(), i32s(&[2, 0], &[2, 1])]).unwrap();
+        assert_eq!(common::to_vec::<f32>(&y[0]), vec![2.0, 3.0], "jit {jit}");
+    }
+}

@@ -314,6 +314,37 @@ pub fn take_along_axis(
         });
     }
     let pos = pos.unwrap_or(index);
+    // An index outside [0, n) would address another line of x: such a
+    // position becomes -1, which the take refuses ("indices[k] = -1"),
+    // compared in the indices' own type (before a conversion that wraps).
+    let n = xd[axis];
+    let mut inside: Option<ValueId> = None;
+    if it.dtype.is_signed_int() {
+        let zero = constant(g, it.dtype, 0.0, site)?;
+        inside = Some(binary(
+            g,
+            Elementwise::Compare(CmpOp::Ge),
+            indices,
+            zero,
+            site,
+        )?);
+    }
+    let bits = it.dtype.size() * 8 - usize::from(it.dtype.is_signed_int());
+    if bits >= 64 || n < (1usize << bits) {
+        let limit = constant(g, it.dtype, n as f64, site)?;
+        let below = binary(g, Elementwise::Compare(CmpOp::Lt), indices, limit, site)?;
+        inside = Some(match inside {
+            None => below,
+            Some(i) => binary(g, Elementwise::Binary(BinaryOp::And), i, below, site)?,
+        });
+    }
+    let pos = match inside {
+        None => pos,
+        Some(inside) => {
+            let outside = constant(g, pos_dtype, -1.0, site)?;
+            select(g, inside, pos, outside, site)?
+        }
+    };
     let flat = g.add(
         Op::Reshape(Shape::known(&[xd.iter().product()])),
         &[x],
@@ -331,6 +362,13 @@ pub fn sort(
     descending: bool,
     site: &Site,
 ) -> Result<ValueId> {
+    if !g.ty(x).shape.is_static() {
+        let m = format!(
+            "sort needs a static shape, got {} (argsort takes any)",
+            g.ty(x)
+        );
+        return Err(fail(g, "sort", site, m));
+    }
     let order = argsort(g, x, axis, descending, DType::I32, site)?;
     take_along_axis(g, x, order, axis, site)
 }

@@ -554,6 +554,13 @@ impl Lines {
                             step
                         };
                         let at = k * self.inner..(k + 1) * self.inner;
+                        if step == 0 && !self.exclusive {
+                            // The first sum is the element itself (a -0.0
+                            // stays -0.0, as in NumPy), not 0 + it.
+                            acc.copy_from_slice(&xs[at.clone()]);
+                            ys[at].copy_from_slice(&acc);
+                            continue;
+                        }
                         for ((a, &v), y) in acc.iter_mut().zip(&xs[at.clone()]).zip(&mut ys[at]) {
                             if self.exclusive {
                                 *y = *a;
