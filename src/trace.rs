@@ -1573,7 +1573,7 @@ impl Sym {
 
     /// This tensor sorted along `axis` (negative counts from the end), in
     /// [`Sym::argsort`]'s order; differentiable (the gradient goes back to
-    /// where each element came from). Needs a static shape.
+    /// where each element came from). Dims may be known only when the function runs.
     #[track_caller]
     pub fn sort(&self, axis_: i64, descending: bool) -> Sym {
         let site = Site::caller();
@@ -1584,7 +1584,7 @@ impl Sym {
 
     /// `tf.math.top_k`: the `k` largest elements along the last axis, in
     /// descending order (equal ones in index order; NaN above every
-    /// number), and their int32 indices. Needs a static shape.
+    /// number), and their int32 indices. The last axis must be known.
     #[track_caller]
     pub fn top_k(&self, k: usize) -> (Sym, Sym) {
         let site = Site::caller();
@@ -1597,7 +1597,7 @@ impl Sym {
 
     /// NumPy's `take_along_axis`: `out[.., i, ..] = self[.., indices[..,
     /// i, ..], ..]` along `axis`; `indices` has this tensor's shape but
-    /// along `axis`. Needs static shapes.
+    /// along `axis`. Dims may be known only when the function runs.
     #[track_caller]
     pub fn take_along_axis(&self, indices: &Sym, axis_: i64) -> Sym {
         self.take_along_axis_at(indices, axis_, Site::caller())

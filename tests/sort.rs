@@ -343,3 +343,38 @@ fn take_along_axis_refuses_an_index_outside_its_line() {
         assert_eq!(common::to_vec::<f32>(&y[0]), vec![2.0, 3.0], "jit {jit}");
     }
 }
+
+#[test]
+fn sort_and_top_k_of_dims_known_only_when_the_function_runs() {
+    // [None, 4] (a batch of any size): sort and top_k needed every dim
+    // static ("top_k needs a static shape"), where argsort took any.
+    for jit in [false, true] {
+        let f = function(|x: Sym| {
+            let (v, i) = x.top_k(2);
+            vec![x.sort(1, false), v, i]
+        })
+        .input_signature(vec![tensorlift::TensorSpec::new(
+            DType::F32,
+            &[None, Some(4)],
+        )])
+        .jit_compile(jit);
+        for rows in [1usize, 3] {
+            let x: Vec<f32> = (0..rows * 4).map(|i| ((i * 5) % 7) as f32).collect();
+            let out = f.call(&[common::f32s(&x, &[rows, 4])]).unwrap();
+            let (sorted, top_v, top_i) = (
+                common::to_vec::<f32>(&out[0]),
+                common::to_vec::<f32>(&out[1]),
+                common::to_vec::<i32>(&out[2]),
+            );
+            for r in 0..rows {
+                let row = &x[r * 4..r * 4 + 4];
+                let mut want = row.to_vec();
+                want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                assert_eq!(&sorted[r * 4..r * 4 + 4], &want[..], "jit {jit}");
+                let desc = order(row, true);
+                assert_eq!(&top_i[r * 2..r * 2 + 2], &desc[..2], "jit {jit}");
+                assert_eq!(top_v[r * 2], row[desc[0] as usize], "jit {jit}");
+            }
+        }
+    }
+}

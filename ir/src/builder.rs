@@ -247,7 +247,7 @@ pub fn cumsum(
 /// ..]` along `axis` (negative counts from the end), every other dim of
 /// `indices` the same as `x`'s. A gather of the flattened `x` at computed
 /// positions, so that the JIT fuses it into its consumer and its gradient
-/// is a scatter-add. Needs static shapes.
+/// is a scatter-add. Dims not all known yet: the dynamic op, expanded once they are.
 pub fn take_along_axis(
     g: &mut Graph,
     x: ValueId,
@@ -257,8 +257,13 @@ pub fn take_along_axis(
 ) -> Result<ValueId> {
     let (xt, it) = (g.ty(x).clone(), g.ty(indices).clone());
     let (Some(xd), Some(id)) = (xt.shape.as_known(), it.shape.as_known()) else {
-        let m = format!("take_along_axis needs static shapes, got {xt} and {it}");
-        return Err(fail(g, "take_along_axis", site, m));
+        // Dims known only when the function runs: the gather once they are.
+        if !it.dtype.is_int() {
+            let m = format!("the indices {it} must be integers");
+            return Err(fail(g, "take_along_axis", site, m));
+        }
+        let d = DynamicOp::TakeAlongAxis { axis };
+        return g.add(Op::Dynamic(d), &[x, indices], site.clone());
     };
     let axis =
         normalize_axes(xd.len(), &[axis]).map_err(|m| fail(g, "take_along_axis", site, m))?[0];
@@ -354,7 +359,7 @@ pub fn take_along_axis(
 }
 
 /// `x` sorted along `axis` (negative counts from the end): stable, NaN
-/// above every number ([`Op::ArgSort`]). Needs a static shape.
+/// above every number ([`Op::ArgSort`]). Any dims (the gather waits for unknown ones).
 pub fn sort(
     g: &mut Graph,
     x: ValueId,
@@ -362,42 +367,39 @@ pub fn sort(
     descending: bool,
     site: &Site,
 ) -> Result<ValueId> {
-    if !g.ty(x).shape.is_static() {
-        let m = format!(
-            "sort needs a static shape, got {} (argsort takes any)",
-            g.ty(x)
-        );
-        return Err(fail(g, "sort", site, m));
-    }
     let order = argsort(g, x, axis, descending, DType::I32, site)?;
     take_along_axis(g, x, order, axis, site)
 }
 
 /// TensorFlow's `top_k`: the `k` largest elements along the last axis, in
 /// descending order (equal ones in index order), and their int32
-/// indices. Needs a static shape.
+/// indices. The last axis must be known.
 pub fn top_k(g: &mut Graph, x: ValueId, k: usize, site: &Site) -> Result<(ValueId, ValueId)> {
     let t = g.ty(x).clone();
-    let Some(d) = t.shape.as_known().filter(|d| !d.is_empty()) else {
-        let m = format!("top_k needs a static shape of rank 1 or more, got {t}");
+    let Some(d) = t.shape.dims().filter(|d| !d.is_empty()).map(<[_]>::to_vec) else {
+        let m = format!("top_k needs a known rank of 1 or more, got {t}");
         return Err(fail(g, "top_k", site, m));
     };
-    let last = d[d.len() - 1];
+    let Some(last) = d[d.len() - 1] else {
+        let m = format!("top_k needs the size of the last axis, got {t}");
+        return Err(fail(g, "top_k", site, m));
+    };
     if k > last {
         let m = format!("k = {k} is more than the {last} elements of the last axis of {t}");
         return Err(fail(g, "top_k", site, m));
     }
     let order = argsort(g, x, -1, true, DType::I32, site)?;
-    let mut limit = d.clone();
-    limit[d.len() - 1] = k;
-    let first = g.add(
-        Op::Slice {
-            start: vec![0; d.len()],
-            limit,
-            stride: vec![1; d.len()],
-        },
-        &[order],
-        site.clone(),
+    // The first k of the last axis (the other dims may be known only when
+    // the function runs: a strided slice then).
+    let mut end = vec![None; d.len()];
+    end[d.len() - 1] = Some(k as i64);
+    let first = strided_slice(
+        g,
+        order,
+        &vec![None; d.len()],
+        &end,
+        &vec![1; d.len()],
+        site,
     )?;
     let values = take_along_axis(g, x, first, -1, site)?;
     Ok((values, first))
@@ -714,7 +716,7 @@ pub fn scatter(
 pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> Result<ValueId> {
     let want = match d {
         DynamicOp::Binary(_) | DynamicOp::Compare(_) | DynamicOp::MatMul => 2,
-        DynamicOp::Take { .. } => 2,
+        DynamicOp::Take { .. } | DynamicOp::TakeAlongAxis { .. } => 2,
         DynamicOp::Select => 3,
         DynamicOp::Reduce { .. }
         | DynamicOp::Arg { .. }
@@ -752,6 +754,7 @@ pub fn expand(g: &mut Graph, d: &DynamicOp, inputs: &[ValueId], site: &Site) -> 
         DynamicOp::Reverse(axes) => reverse(g, inputs[0], axes, site),
         DynamicOp::Concatenate { axis } => concatenate(g, inputs, *axis, site),
         DynamicOp::Take { axis } => take(g, inputs[0], inputs[1], *axis, site),
+        DynamicOp::TakeAlongAxis { axis } => take_along_axis(g, inputs[0], inputs[1], *axis, site),
         DynamicOp::StridedSlice { begin, end, step } => {
             strided_slice(g, inputs[0], begin, end, step, site)
         }

@@ -490,6 +490,17 @@ fn dynamic(d: &DynamicOp, ins: &[&TensorType]) -> InferResult<TensorType> {
             }
             TensorType::new(ins[0].dtype, Shape::Unranked)
         }
+        DynamicOp::TakeAlongAxis { .. } => {
+            arity(ins, 2)?;
+            if !ins[1].dtype.is_int() {
+                return Err(format!(
+                    "take_along_axis indices must be integers, got {}",
+                    ins[1]
+                ));
+            }
+            // The indices' shape (x's but along the axis).
+            TensorType::new(ins[0].dtype, ins[1].shape.clone())
+        }
     })
 }
 

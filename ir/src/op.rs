@@ -281,6 +281,13 @@ pub enum DynamicOp {
         /// Axis as given.
         axis: i64,
     },
+    /// NumPy's `take_along_axis` (as given) on operands whose dims are not
+    /// all known yet: expanded into [`crate::builder::take_along_axis`]'s
+    /// gather once they are.
+    TakeAlongAxis {
+        /// Axis as given.
+        axis: i64,
+    },
     /// Python's (and NumPy's, TensorFlow's) slice `x[b:e:s]` per dim, on
     /// dims whose sizes may be unknown: a bound counts from the end when
     /// negative, is clamped into the dim, and is the whole dim's start or
@@ -317,6 +324,7 @@ impl DynamicOp {
             DynamicOp::Concatenate { .. } => "unranked_concatenate".into(),
             DynamicOp::Take { .. } => "unranked_take".into(),
             DynamicOp::StridedSlice { .. } => "unranked_strided_slice".into(),
+            DynamicOp::TakeAlongAxis { .. } => "unranked_take_along_axis".into(),
         }
     }
 }

@@ -109,7 +109,8 @@ fn attributes<A: Attrs>(op: &mut Op, a: &mut A) -> Result<(), A::Error> {
             }
             DynamicOp::Arg { axis, .. }
             | DynamicOp::Concatenate { axis }
-            | DynamicOp::Take { axis } => a.attr("axis", axis),
+            | DynamicOp::Take { axis }
+            | DynamicOp::TakeAlongAxis { axis } => a.attr("axis", axis),
             DynamicOp::Transpose(perm) => a.attr("perm", perm),
             DynamicOp::BroadcastTo(dims) => a.attr("shape", dims),
             DynamicOp::Slice {
@@ -185,6 +186,7 @@ fn blank_op(name: &str, pos: TextPos, ty: &TensorType) -> Result<Op> {
                 "reverse" => DynamicOp::Reverse(vec![]),
                 "concatenate" => DynamicOp::Concatenate { axis: 0 },
                 "take" => DynamicOp::Take { axis: 0 },
+                "take_along_axis" => DynamicOp::TakeAlongAxis { axis: 0 },
                 "strided_slice" => DynamicOp::StridedSlice {
                     begin: vec![],
                     end: vec![],
