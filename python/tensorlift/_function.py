@@ -721,8 +721,25 @@ class Function:
         stage ``hlo`` (traced), ``optimized_hlo``, ``fused`` or ``cranelift``."""
         native, specs = self._specs(args)
 
+        known = all(s[1] is not None and None not in s[1] for s in specs)
+
         def at(stage="hlo", device_name=None):
-            return native.compiler_ir(specs, stage)
+            # A function traced per concrete shape (an op in it needs a
+            # dim's size when traced) gives its IR for known shapes.
+            target = self._per_shape if native is self._native and self._per_shape and known else native
+            try:
+                return target.compiler_ir(specs, stage)
+            except (TypeError, ValueError) as e:  # (InvalidArgumentError is a ValueError)
+                if _STATIC_SHAPES not in str(e) and _core.KNOWN_WHEN_TRACED not in str(e):
+                    raise
+                if not known:
+                    raise type(e)(
+                        f"{e}\nfunction '{self._name}' is traced per concrete shape (an op in it needs a dim's "
+                        "size when traced): ask for its IR with arguments or specs of known shapes"
+                    ) from e
+                if target is self._native and self._go_per_shape(None, e):
+                    return self._per_shape.compiler_ir(specs, stage)
+                raise
 
         # The native function traces through a weak reference to this
         # Function (_Body), so the callable holds it: TensorFlow's idiom
