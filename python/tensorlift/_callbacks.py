@@ -77,13 +77,23 @@ def _replayed(key, tout, must, name):
     queue = replay.get(key)
     if not queue:  # (None: one of its results could not be kept)
         return None
+    it = _core.state.replay_iteration
+    if it is not None and _core.state.loop_depth == 1 and _core.state.region_depth == 1:
+        # The body of an outermost loop (not in a branch of it): the call ran
+        # it once per iteration, in order; iteration k takes the k-th values.
+        # (Left in the queue: a body may be traced more than once.)
+        from ._ops import gather
+
+        rows = list(queue)
+        return [gather(convert_to_tensor(np.stack([r[j] for r in rows]), dtype=d), it)
+                for j, d in enumerate(tout)]
     if _core.state.loop_depth:
         if must:
             raise _errors.UnimplementedError(
                 f"{name or key[0]} at {key[1][0]}:{key[1][1]} draws random values inside a loop body of a "
-                "tl.function called under a GradientTape: the gradient would replay the loop with other "
-                "draws. Draw the values before the loop (a tensor of one draw per iteration, indexed in "
-                "the body)"
+                "tl.function called under a GradientTape, in a nested loop or in a branch of the loop: "
+                "the gradient cannot tell which draws each iteration made. Draw the values before the "
+                "loop (a tensor of one draw per iteration, indexed in the body), or outside the branch"
             )
         return None
     return [convert_to_tensor(v, dtype=d) for v, d in zip(queue.popleft(), tout)]
@@ -93,7 +103,9 @@ def _call(kind, func, inp, Tout, stateful=True, name=None, output_shapes=None, m
     single, tout = _tout(Tout)
     xs = _inputs(inp)
     where = site()
-    key = (kind, where)
+    # (With the loop depth: a helper's line run both in a loop and outside
+    # it is two sites, whose logs must not mix.)
+    key = (kind, where, _core.state.loop_depth)
     if stateful and _native.tracing():
         logged = _replayed(key, tout, must_replay, name)
         if logged is not None:

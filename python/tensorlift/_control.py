@@ -146,40 +146,50 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                     "does not allow"
                 )
     counted = maximum_iterations is not None
+    n = len(init)
     if counted:
         init.append(to_sym(convert_to_tensor(0), init[0] if init else None, where))
         limit = convert_to_tensor(maximum_iterations, dtype="int32")
+    # Replayed for a tape's gradient (an outermost loop): an iteration
+    # counter, so that the stateful callbacks of the body take the values
+    # each iteration's call had (`_callbacks._replayed`).
+    counter = _core.state.callback_replay is not None and not _core.state.loop_depth
+    if counter:
+        init.append(to_sym(convert_to_tensor(0), init[0] if init else None, where))
 
     def call_cond(syms):
         with _Region(loop=True):
             return _call_cond(syms)
 
     def _call_cond(syms):
-        flat = syms[:-1] if counted else syms
+        flat = syms[:n]
         c = cond(*unpack([SymbolicTensor(s) for s in flat]))
         c = c if isinstance(c, Tensor) else convert_to_tensor(c)
         if counted:
-            c = c & (SymbolicTensor(syms[-1]) < limit)
+            c = c & (SymbolicTensor(syms[n]) < limit)
         return [to_sym(c, syms[0], site())]
 
     def call_body(syms):
         with _Region(loop=True):
-            return _call_body(syms)
+            saved = _core.state.replay_iteration
+            _core.state.replay_iteration = SymbolicTensor(syms[-1]) if counter else None
+            try:
+                return _call_body(syms)
+            finally:
+                _core.state.replay_iteration = saved
 
     def _call_body(syms):
-        flat = syms[:-1] if counted else syms
+        flat = syms[:n]
         out_leaves = _body_leaves(body(*unpack([SymbolicTensor(s) for s in flat])), single, structure,
                                   len(flat))
         res = _as_syms(out_leaves, site())
         for k, (c, r) in enumerate(zip(flat, res)):
             _same_carry_shape(k, c, r, invariants)
-        if counted:
-            res.append(to_sym(SymbolicTensor(syms[-1]) + 1, syms[0], site()))
+        for s in syms[n:]:
+            res.append(to_sym(SymbolicTensor(s) + 1, syms[0], site()))
         return res
 
-    out = _native.while_loop(call_cond, call_body, init, where)
-    if counted:
-        out = out[:-1]
+    out = _native.while_loop(call_cond, call_body, init, where)[:n]
     flat_out = [SymbolicTensor(s) for s in out]
 
     def replay(xs):

@@ -267,8 +267,14 @@ class SymbolicTensor(Tensor):
 
     def set_shape(self, shape):
         """Declares the shape of a callback's result (``Tensor.set_shape``):
-        later ops see it, and every call checks it."""
-        self._s = _native.sym_set_shape(self._s, [None if d is None else int(d) for d in shape], site())
+        later ops see it, and every call checks it. A shape the tensor
+        already has statically is no declaration to make (as TensorFlow's
+        merge of compatible shapes)."""
+        dims = [None if d is None else int(d) for d in shape]
+        known = self.shape
+        if known is not None and None not in known and list(known) == dims:
+            return
+        self._s = _native.sym_set_shape(self._s, dims, site())
 
     def numpy(self):
         raise TypeError(
@@ -482,6 +488,10 @@ class _ThreadState(threading.local):
         self.callback_replay = None
         # How many of the bodies being traced (region_depth) are loops'.
         self.loop_depth = 0
+        # While the body of an outermost loop is traced in a replay: its
+        # iteration number (a symbolic int32), which picks the values each
+        # iteration's stateful callbacks returned.
+        self.replay_iteration = None
 
 
 state = _ThreadState()

@@ -590,7 +590,8 @@ def test_py_function_result_declared_then_differentiated_through_ops(jit):
             return v * 2.0, lambda dy: dy * 2.0
 
         y = double(x)
-        y.set_shape([2])  # not a callback's result: its shape is inferred
+        y.set_shape([2])  # the shape it has: nothing to declare (as TensorFlow's merge)
+        y.set_shape([3])  # not a callback's result: its shape is inferred
         return y
 
     with pytest.raises(tl.errors.InvalidArgumentError, match="set_shape"):

@@ -401,13 +401,31 @@ def test_a_dropout_in_a_branch_replays_its_mask_and_one_in_a_loop_says_why_not(j
         loss = tl.reduce_sum(y)
     np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), np.where(y.numpy() != 0, 2.0, 0.0))
 
+    # In a loop: each iteration's mask (the replay counts the iterations).
     @tl.function(jit_compile=jit)
-    def looped(x):
-        return tl.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tl.nn.dropout(v, 0.5)), [0, x])[1]
+    def summed(x):
+        def body(i, acc):
+            return i + 1, acc + tl.nn.dropout(x, 0.5)
+
+        return tl.while_loop(lambda i, a: i < 3, body, [tl.constant(0), tl.zeros_like(x)])[1]
 
     with tl.GradientTape() as tape:
         tape.watch(x)
-        loss = tl.reduce_sum(looped(x))
+        y = summed(x)
+        loss = tl.reduce_sum(y)
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy(), y.numpy() / x.numpy(), rtol=1e-6)
+
+    # In a branch inside a loop (run on some iterations only): an error.
+    @tl.function(jit_compile=jit)
+    def branchy(x):
+        def body(i, v):
+            return i + 1, tl.cond(i % 2 == 0, lambda: tl.nn.dropout(v, 0.5), lambda: v)
+
+        return tl.while_loop(lambda i, v: i < 3, body, [tl.constant(0), x])[1]
+
+    with tl.GradientTape() as tape:
+        tape.watch(x)
+        loss = tl.reduce_sum(branchy(x))
     with pytest.raises(tl.errors.UnimplementedError, match="draws random values inside a loop body"):
         tape.gradient(loss, x)
 
@@ -435,3 +453,28 @@ def test_the_ir_of_a_function_traced_per_shape():
     with pytest.raises(tl.errors.InvalidArgumentError, match="traced per concrete shape.*known shapes"):
         f.experimental_get_compiler_ir(tl.TensorSpec([None, 5]))(stage="hlo")
     np.testing.assert_array_equal(f(np.arange(5, dtype=np.float32)[None]).numpy(), [[4.0, 3.0]])
+
+
+@pytest.mark.parametrize("jit", BOTH)
+def test_a_dropout_helper_used_before_and_inside_a_loop_replays_each(jit):
+    # One line of a helper, run once before the loop and once per
+    # iteration: the logs of the two sites must not mix.
+    def drop(v):
+        return tl.nn.dropout(v, 0.5)
+
+    @tl.function(jit_compile=jit)
+    def f(x):
+        h = drop(x)
+
+        def body(i, acc):
+            return i + 1, acc + drop(x)
+
+        return h, tl.while_loop(lambda i, a: i < 3, body, [tl.constant(0), tl.zeros_like(x)])[1]
+
+    x = tl.constant(np.arange(1, 9, dtype=np.float32))
+    with tl.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        h, y = f(x)
+        lh, ly = tl.reduce_sum(h), tl.reduce_sum(y)
+    np.testing.assert_allclose(tape.gradient(lh, x).numpy(), h.numpy() / x.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(ly, x).numpy(), y.numpy() / x.numpy(), rtol=1e-6)
