@@ -196,6 +196,16 @@ pub fn arg(g: &mut Graph, max: bool, x: ValueId, axis: i64, site: &Site) -> Resu
     g.add(op, &[x], site.clone())
 }
 
+/// `axis` (negative counts from the end) of `x`, whose rank `op` needs
+/// known.
+fn known_axis(g: &mut Graph, x: ValueId, axis: i64, op: &str, site: &Site) -> Result<usize> {
+    let Some(rank) = g.ty(x).shape.rank() else {
+        let m = format!("{op} needs a known rank, got {}", g.ty(x));
+        return Err(fail(g, op, site, m));
+    };
+    Ok(normalize_axes(rank, &[axis]).map_err(|m| fail(g, op, site, m))?[0])
+}
+
 /// The indices that sort `x` along `axis` (negative counts from the end):
 /// stable, NaN above every number ([`Op::ArgSort`]). `x` needs a known
 /// rank.
@@ -207,11 +217,7 @@ pub fn argsort(
     index_dtype: DType,
     site: &Site,
 ) -> Result<ValueId> {
-    let Some(rank) = g.ty(x).shape.rank() else {
-        let m = format!("argsort needs a known rank, got {}", g.ty(x));
-        return Err(fail(g, "argsort", site, m));
-    };
-    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "argsort", site, m))?[0];
+    let axis = known_axis(g, x, axis, "argsort", site)?;
     let op = Op::ArgSort {
         axis,
         descending,
@@ -230,11 +236,7 @@ pub fn cumsum(
     exclusive: bool,
     site: &Site,
 ) -> Result<ValueId> {
-    let Some(rank) = g.ty(x).shape.rank() else {
-        let m = format!("cumsum needs a known rank, got {}", g.ty(x));
-        return Err(fail(g, "cumsum", site, m));
-    };
-    let axis = normalize_axes(rank, &[axis]).map_err(|m| fail(g, "cumsum", site, m))?[0];
+    let axis = known_axis(g, x, axis, "cumsum", site)?;
     let op = Op::Cumsum {
         axis,
         reverse,

@@ -34,8 +34,8 @@ const STATEFUL_REGION_REMEDY: &str = "\nRemedy: this loop or branch runs a callb
     within a loop or branch, so it would run the callback again, even under a \
     tl.custom_gradient. If running it again is harmless, pass stateful=False to the callback; \
     or call it (with its custom gradient) outside the loop or branch (draw a random mask before \
-    a tl.cond and select it inside; or, for a branch, take the gradient with a tape outside the \
-    function, which replays the values the call drew).";
+    a tl.cond and select it inside; or, for a branch or an outermost loop, take the gradient with \
+    a tape outside the function, which replays the values the call drew).";
 
 /// `e` as the matching `tensorlift.errors` exception, with the exception a
 /// callback raised (when this error came from one) as its `__cause__`.
